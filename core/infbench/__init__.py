@@ -1,0 +1,19 @@
+"""infbench: benchmark LLM inference the same way on any accelerator.
+
+The flow of a run follows the package layout:
+
+* :mod:`infbench.detect`    find the hardware (PCI bus + each plugin's detect hook)
+* :mod:`infbench.plan`      expand a sweep into cells, group the cells that share a loaded model
+* :mod:`infbench.engines`   launch an engine adapter (llama.cpp, transformers, ...)
+* :mod:`infbench.measure`   derive metrics (METRICS.md) from raw records; power sampling
+* :mod:`infbench.store`     keep every result with its provenance in SQLite
+* :mod:`infbench.report`    tables (and, later, plots)
+
+:mod:`infbench.run` ties them together; :mod:`infbench.cli` is the command line.
+"""
+
+__version__ = "0.1.0"
+
+#: Version of the stored result layout (records, metrics, SQLite tables). Bump on any
+#: incompatible change so hosts and workers of different versions detect the skew.
+SCHEMA_VERSION = 1

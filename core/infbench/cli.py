@@ -1,0 +1,422 @@
+"""The ``infbench`` command line (typer + rich).
+
+Commands follow the flow of a run: ``detect`` -> ``run`` (plan, launch, measure, store)
+-> ``results``; ``models`` and ``plugins`` list what is available. Every command that
+prints a table also takes ``--json``. Exit status: 0 ok, 1 error, 2 bad input,
+3 some cells failed (their errors are stored), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from infbench import __version__
+from infbench.errors import ConfigError, InfbenchError, suggest
+from infbench.schema import Sweep
+
+app = typer.Typer(
+    name="infbench",
+    help="Benchmark LLM inference the same way on any accelerator.\n\n"
+         "Start with `infbench detect`, then `infbench run` (a quick default sweep on the detected "
+         "device), then `infbench results`.",
+    no_args_is_help=True, add_completion=False, rich_markup_mode="markdown",
+)
+# Wide tables when piped (rich falls back to 80 columns without a terminal).
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+
+def _fail(exc: InfbenchError) -> None:
+    err.print(f"[bold red]error:[/] {exc.message}")
+    if exc.hint:
+        err.print(f"[yellow]hint:[/] {exc.hint}")
+    raise typer.Exit(exc.exit_code)
+
+
+def _pm():
+    from infbench.plugins import get_plugin_manager
+
+    return get_plugin_manager()
+
+
+def _json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"infbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log engine messages (debug).")] = False,
+) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+# --- detect ---------------------------------------------------------------------------
+
+@app.command()
+def detect(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """Find the devices on this host: the PCI bus plus every plugin's detect hook.
+
+    Accelerators seen on the PCI bus whose plugin is missing are listed with the
+    package to install (e.g. `pip install infbench-nvidia`).
+    """
+    from infbench.detect import detect as do_detect
+
+    det = do_detect(_pm())
+    if as_json:
+        _json(det.to_dict())
+        return
+    t = Table(title="Detected devices", header_style="bold")
+    for c in ("vendor", "kind", "model", "count", "memory", "driver", "details", "plugin"):
+        t.add_column(c)
+    for d in det.devices:
+        mem = f"{d.memory_bytes / 2**30:,.1f} GiB" if d.memory_bytes else "-"
+        p = d.properties
+        details = ", ".join(f"{k}={v}" for k, v in p.items() if k in ("arch", "physical_cores", "logical_cpus"))
+        t.add_row(d.vendor, d.kind, d.model, str(d.count), mem, d.driver or "-", details or "-", d.plugin)
+    out.print(t)
+    from infbench.plan import device_precisions
+
+    for d in det.devices:
+        out.print(f"{d.vendor}: precisions {', '.join(device_precisions(_pm(), d))}")
+        if d.properties.get("isa_flags"):
+            out.print(f"{d.vendor}: ISA flags {' '.join(d.properties['isa_flags'])}")
+    for m in det.missing:
+        err.print(f"[yellow]note:[/] {m.message()}")
+    for plugin, e in det.errors:
+        err.print(f"[red]plugin {plugin} failed to detect:[/] {e}")
+
+
+# --- run -------------------------------------------------------------------------------
+
+def _split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
+    """Flags may repeat or take comma lists: `--batch 1,4 --batch 8` -> [1, 4, 8]."""
+    if not values:
+        return None
+    items = [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+    if cast is int:
+        try:
+            return [int(v) for v in items]
+        except ValueError:
+            raise ConfigError(f"{flag} takes integers, got {', '.join(items)}",
+                              hint=f"e.g. {flag} 1,16,32") from None
+    return items
+
+
+def _validation_message(exc: ValidationError, source: str) -> ConfigError:
+    fields = list(Sweep.model_fields)
+    lines = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            s = suggest(str(e["loc"][0]), fields)
+            lines.append(f"unknown field {loc!r}" + (f" ({s})" if s else ""))
+        else:
+            lines.append(f"field {loc!r}: {e['msg']} (got {e.get('input')!r})")
+    return ConfigError(f"invalid sweep in {source}: " + "; ".join(lines),
+                       hint="allowed fields: " + ", ".join(fields))
+
+
+def load_sweep_file(path: Path) -> dict[str, Any]:
+    """Read a sweep YAML file into a dict (validated later with the flags merged in).
+
+    Raises:
+        ConfigError: missing file, malformed YAML, or not a mapping.
+    """
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}",
+                          hint="see docs/sweeps.md for the file format") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of sweep fields, got {type(data).__name__}",
+                          hint="e.g. `models: [smollm2-135m]` on its own line")
+    return data
+
+
+def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sweep:
+    """The sweep of `infbench run`: a preset (default `quick`) or a YAML file as the base,
+    with each axis given on the command line replacing the base's.
+
+    Raises:
+        ConfigError: unknown preset, bad file, or a field that fails validation.
+    """
+    from infbench.plan import PRESETS
+
+    source = "command-line flags"
+    if sweep_file is not None:
+        data = load_sweep_file(sweep_file)
+        source = str(sweep_file)
+        if "preset" in data:
+            p = data.pop("preset")
+            if p not in PRESETS:
+                raise ConfigError(f"unknown preset {p!r} in {sweep_file}", hint=f"choose one of: {', '.join(PRESETS)}")
+            data = {**PRESETS[p], **data}
+    else:
+        name = preset or "quick"
+        if name not in PRESETS:
+            raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
+        data = dict(PRESETS[name])
+    if preset and sweep_file is not None:
+        data = {**PRESETS[preset], **data}
+    data.update({k: v for k, v in flags.items() if v not in (None, [])})
+    try:
+        return Sweep(**data)
+    except ValidationError as exc:
+        raise _validation_message(exc, source) from None
+
+
+RUN_HELP = """Run a sweep of cells and store every result.
+
+With no arguments: the `quick` preset (smollm2-135m with dummy weights on llama.cpp,
+batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two on 2 CPU cores.
+
+**Examples**
+
+    infbench run
+    infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
+    infbench run --preset paper --model tinyllama-1.1b
+    infbench run --sweep my-sweep.yaml --force
+
+Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
+`--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
+and the sweep goes on.
+"""
+
+
+@app.command(help=RUN_HELP)
+def run(
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Zoo name, HF id, HF folder or .gguf file. Repeat or comma list.")] = None,
+    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="Engine(s): llama.cpp, transformers.")] = None,
+    dtype: Annotated[list[str] | None, typer.Option("--dtype", help="Engine dtype (f16, q8_0, bfloat16...) or class (fp16, bf16, int8).")] = None,
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="Prompts submitted together.")] = None,
+    input_len: Annotated[list[str] | None, typer.Option("--input-len", help="Prompt length in tokens.")] = None,
+    output_len: Annotated[list[str] | None, typer.Option("--output-len", help="Generated tokens per request (forced).")] = None,
+    tp: Annotated[list[str] | None, typer.Option("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
+    sweep_file: Annotated[Path | None, typer.Option("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="quick (default) or paper (LLM-Inference-Bench grid).")] = None,
+    device: Annotated[str | None, typer.Option("--device", help="Device vendor to run on (cpu, nvidia...). Default: first accelerator, else cpu.")] = None,
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database. Default: $INFBENCH_HOME/results.db (~/.infbench).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Measure cells again even if stored ok.")] = False,
+    warmup: Annotated[int | None, typer.Option("--warmup", help="Warm-up passes per cell (default 1).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Seed of the synthetic prompts.")] = None,
+    cell_timeout: Annotated[float | None, typer.Option("--cell-timeout", help="Seconds before a cell is stopped and stored as failed.")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for the engine.")] = None,
+    power_interval: Annotated[float, typer.Option("--power-interval", help="Power sampling interval (s).")] = 0.1,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the planned cells and exit.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    from infbench.detect import detect as do_detect
+    from infbench.plan import plan as make_plan
+    from infbench.run import RunOptions, provenance, run_plan, select_device
+    from infbench.store import Store
+
+    try:
+        sweep = build_sweep(
+            preset, sweep_file, models=_split(model, "--model"), engines=_split(engine, "--engine"),
+            dtypes=_split(dtype, "--dtype"), batch=_split(batch, "--batch", int),
+            input_len=_split(input_len, "--input-len", int), output_len=_split(output_len, "--output-len", int),
+            tensor_parallel_size=_split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
+            cell_timeout_s=cell_timeout)
+        pm = _pm()
+        det = do_detect(pm)
+        dev = select_device(det, device)
+        the_plan = make_plan(sweep, dev, pm)
+        for w in the_plan.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+        cells = the_plan.cells
+        if dry_run:
+            rows = [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in cells]
+            if as_json:
+                _json({"device": dev.model_dump(), "cells": rows})
+            else:
+                out.print(f"{len(cells)} cell(s) on {dev.vendor} ({dev.model}):")
+                for g in the_plan.groups:
+                    out.print(f"  [bold]{g.label()}[/]")
+                    for c in g.cells:
+                        out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+            return
+        store = Store(store_path)
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
+                      engine_options={"n_threads": threads} if threads else {})
+    prov = provenance(det, pm)
+    if not as_json:
+        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}), store {store.path}")
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
+                        disable=as_json)
+    task = progress.add_task("starting", total=len(cells))
+
+    def on_event(kind: str, payload: Any) -> None:
+        if kind == "group":
+            progress.update(task, description=f"loading {payload.label()}")
+        elif kind == "cell_start":
+            progress.update(task, description=payload.label())
+        elif kind in ("cell_done", "cell_skipped"):
+            progress.advance(task)
+            if kind == "cell_done" and payload.status != "ok":
+                progress.console.print(f"[red]failed[/] {payload.cell.label()}: {payload.error}")
+
+    summary = None
+    try:
+        with progress:
+            summary = run_plan(the_plan, store, pm, prov, opts, on_event)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
+        raise typer.Exit(130) from None
+    rows = store.results(run_id=summary.run_id)
+    if as_json:
+        from infbench.report.tables import results_json
+
+        _json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
+               "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+               "cells": results_json(rows)})
+    else:
+        from infbench.report.tables import results_table
+
+        if rows:
+            out.print(results_table(rows, title=f"run {summary.run_id}"))
+        if summary.skipped:
+            out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
+        notes = {r["power_note"] for r in rows if r["power_note"]}
+        for n in notes:
+            out.print(f"[dim]energy: {n}[/]")
+        out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "
+                  f"{len(summary.skipped)} skipped. See `infbench results`.")
+    if summary.failed:
+        raise typer.Exit(3)
+
+
+# --- results ---------------------------------------------------------------------------
+
+@app.command()
+def results(
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json or csv.")] = "table",
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run (id prefix).")] = None,
+    all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, not just the newest per cell.")] = False,
+    status: Annotated[str | None, typer.Option("--status", help="Only ok or failed cells.")] = None,
+) -> None:
+    """Show stored results: the newest attempt of every cell.
+
+    `--format json` gives each cell's spec, device, engine versions and metrics
+    (latency summaries with mean/p50/p90/p99/max and the request count behind them);
+    `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
+    """
+    from infbench.report.tables import results_csv, results_json, results_table
+    from infbench.store import Store
+
+    if fmt not in ("table", "json", "csv"):
+        _fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
+    try:
+        store = Store(store_path)
+    except InfbenchError as exc:
+        _fail(exc)
+    rows = store.results(run_id=run_id, all_attempts=all_attempts)
+    if status:
+        rows = [r for r in rows if r["status"] == status]
+    if fmt == "json":
+        _json(results_json(rows))
+    elif fmt == "csv":
+        sys.stdout.write(results_csv(rows) if rows else "")
+    elif not rows:
+        err.print(f"no results in {store.path}; run `infbench run` first")
+    else:
+        out.print(results_table(rows, title=f"results in {store.path}"))
+
+
+# --- models, plugins -------------------------------------------------------------------
+
+@app.command()
+def models(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List the model zoo: parameters, attention type and KV-cache bytes per token.
+
+    Any of these names (or its HF id) works with `--model`; engines build random weights
+    from the shape, which is valid for speed because output lengths are forced.
+    """
+    from infbench.models import zoo
+
+    rows = [m.summary() for m in zoo().values()]
+    if as_json:
+        _json(rows)
+        return
+    t = Table(title="Model zoo", header_style="bold")
+    for c in ("name", "hf_id", "params", "active", "layers", "hidden", "heads/kv", "attention", "vocab",
+              "KV bytes/token (fp16)"):
+        t.add_column(c, justify="left" if c in ("name", "hf_id", "attention") else "right")
+    for r in rows:
+        t.add_row(r["name"], r["hf_id"] or "-", f"{r['params'] / 1e9:.2f}B", f"{r['active_params'] / 1e9:.2f}B",
+                  str(r["layers"]), str(r["hidden_size"]), f"{r['heads']}/{r['kv_heads']}", r["attention"],
+                  str(r["vocab_size"]), f"{r['kv_bytes_per_token_fp16']:,}")
+    out.print(t)
+
+
+@app.command()
+def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
+    """List plugins: name, distribution and version, and the hooks each implements.
+
+    Plugins load from the entry-point group `infbench`; set INFBENCH_DISABLE_PLUGINS=a,b
+    to keep some from loading. See docs/plugins.md to write one.
+    """
+    from infbench.plan import engine_specs
+
+    pm = _pm()
+    infos = list(pm.infos.values())
+    specs = engine_specs(pm)
+    if as_json:
+        _json({"plugins": [i.__dict__ for i in infos],
+               "engines": [{"name": s.name, "platforms": s.platforms, "dtypes": s.dtypes,
+                            "installed": s.factory is not None and not s.missing_modules(),
+                            "install": s.install} for s in specs.values()]})
+        return
+    t = Table(title="Plugins", header_style="bold")
+    for c in ("name", "distribution", "version", "module", "hooks", "status"):
+        t.add_column(c)
+    for i in infos:
+        st = "[red]" + i.error + "[/]" if i.error else ("disabled" if i.disabled else "[green]loaded[/]")
+        t.add_row(i.name, i.distribution, i.version, i.module, "\n".join(h.removeprefix("infbench_") for h in i.hooks)
+                  or "-", st)
+    out.print(t)
+    e = Table(title="Engines", header_style="bold")
+    for c in ("engine", "platforms", "dtypes", "installed"):
+        e.add_column(c)
+    for s in specs.values():
+        miss = s.missing_modules()
+        e.add_row(s.name, ", ".join(s.platforms), ", ".join(s.dtypes),
+                  "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({s.install})")
+    out.print(e)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

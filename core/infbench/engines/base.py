@@ -1,0 +1,140 @@
+"""The engine adapter interface and the engine registry entry (:class:`EngineSpec`)."""
+
+from __future__ import annotations
+
+import importlib.util
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from infbench.errors import CellTimeout
+from infbench.schema import Cell, DeviceInfo, RequestRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plan import Group
+
+
+@dataclass
+class RunOutput:
+    """What :meth:`Engine.run` returns.
+
+    Attributes:
+        records: one raw record per request, in submission order.
+        engine_s: seconds spent inside the engine's own compute calls (generate,
+            decode), to separate harness overhead from engine time.
+    """
+
+    records: list[RequestRecord]
+    engine_s: float
+
+
+@dataclass
+class EngineSpec:
+    """An engine in the registry, as returned by the ``infbench_engines`` hook.
+
+    Attributes:
+        name: engine name used on the command line (``llama.cpp``).
+        factory: ``factory(device, options) -> Engine``; None when a plugin only
+            declares that an engine provided elsewhere runs on its ``platforms``.
+        platforms: device vendors it runs on (``cpu``, ``nvidia``...).
+        dtypes: the engine's dtype names mapped to precision classes
+            (``{"f16": "fp16", "q8_0": "int8"}``); the first is the default.
+        modules: Python modules it needs (checked with ``importlib.util.find_spec``).
+        install: how to install what it needs (shown when a module is missing).
+        description: one line for ``infbench plugins``.
+    """
+
+    name: str
+    factory: Callable[[DeviceInfo, dict[str, Any]], Engine] | None
+    platforms: list[str]
+    dtypes: dict[str, str] = field(default_factory=dict)
+    modules: list[str] = field(default_factory=list)
+    install: str = ""
+    description: str = ""
+
+    def missing_modules(self) -> list[str]:
+        """The required modules that cannot be imported here."""
+        return [m for m in self.modules if importlib.util.find_spec(m) is None]
+
+    def resolve_dtype(self, name: str) -> str | None:
+        """Map a user's dtype (this engine's spelling, another engine's, or a precision
+        class such as ``fp16``/``float16``/``half``) to this engine's spelling, or None."""
+        n = name.lower()
+        if n in self.dtypes:
+            return n
+        precision = DTYPE_ALIASES.get(n, n)
+        for d, p in self.dtypes.items():
+            if p == precision:
+                return d
+        return None
+
+
+#: Common dtype spellings -> precision class.
+DTYPE_ALIASES = {
+    "float32": "fp32", "f32": "fp32", "float": "fp32",
+    "float16": "fp16", "f16": "fp16", "half": "fp16",
+    "bfloat16": "bf16",
+    "float8": "fp8", "fp8_e4m3": "fp8",
+    "q8_0": "int8", "int8": "int8", "w8a16": "int8",
+    "q4_0": "int4", "int4": "int4",
+}
+
+
+class Engine(ABC):
+    """An engine adapter: one loaded model serving the cells of one group.
+
+    Life cycle: ``start(group)`` once, ``warmup``/``run`` per cell, ``stop()`` always
+    (also after an error; it must be safe to call twice).
+
+    Args:
+        device: the device group to run on.
+        options: engine options (e.g. ``n_threads``).
+    """
+
+    name = "engine"
+
+    def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
+        self.device = device
+        self.options = dict(options or {})
+
+    @abstractmethod
+    def start(self, group: Group) -> None:
+        """Load ``group.model`` at ``group.dtype`` (dummy weights unless it has a path).
+
+        Raises:
+            EngineUnavailable: the engine's library is missing.
+            ConfigError: the model or dtype cannot be served by this engine.
+        """
+
+    @abstractmethod
+    def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
+        """Submit ``prompts`` together (batch mode) and generate ``cell.output_len``
+        tokens for each, EOS ignored.
+
+        Args:
+            cell: the cell (batch, lengths).
+            prompts: ``cell.batch`` lists of exactly ``cell.input_len`` token ids.
+            deadline_ns: ``perf_counter_ns`` after which to abort with :class:`CellTimeout`.
+
+        Returns:
+            :class:`RunOutput` with one :class:`RequestRecord` per prompt.
+        """
+
+    def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
+        """One untimed pass over the same prompts with 2 output tokens (default)."""
+        self.run(cell.model_copy(update={"output_len": min(2, cell.output_len)}), prompts)
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Free the model and everything it holds; safe after a failed start."""
+
+    def describe(self) -> dict[str, Any]:
+        """Engine name and library versions for provenance (``{"name": .., "versions": {..}}``)."""
+        return {"name": self.name}
+
+    @staticmethod
+    def check_deadline(deadline_ns: int | None, now_ns: int) -> None:
+        """Raise :class:`CellTimeout` if ``now_ns`` is past ``deadline_ns``."""
+        if deadline_ns is not None and now_ns > deadline_ns:
+            raise CellTimeout("cell ran past its time limit (--cell-timeout)")

@@ -1,0 +1,39 @@
+"""The core's built-in engine plugin: registers the llama.cpp and transformers adapters.
+
+When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
+the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.run.launch`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infbench.engines.base import Engine, EngineSpec
+from infbench.engines.gguf_dummy import GGUF_DTYPES
+from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
+from infbench.hookspecs import hookimpl
+from infbench.schema import DeviceInfo
+
+
+def _llama_cpp(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.llama_cpp_engine import LlamaCppEngine
+
+    return LlamaCppEngine(device, options)
+
+
+def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.transformers_engine import TransformersEngine
+
+    return TransformersEngine(device, options)
+
+
+@hookimpl
+def infbench_engines() -> list[EngineSpec]:
+    """llama.cpp and transformers, both on the CPU (vendor plugins add their platforms)."""
+    return [
+        EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(GGUF_DTYPES), modules=["llama_cpp", "gguf"],
+                   install="pip install 'infbench[llamacpp]'",
+                   description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo"),
+        EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
+                   modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
+                   description="Hugging Face transformers generate(), the reference implementation"),
+    ]

@@ -1,0 +1,224 @@
+"""llama.cpp engine through llama-cpp-python's C API bindings, batch mode.
+
+The B prompts of a cell go into one ``llama_batch`` as B sequences (seq_id 0..B-1),
+prefilled by one ``llama_decode`` call, then decoded together one token per sequence
+per step, as llama.cpp's ``examples/batched`` does. Greedy argmax over the logits picks
+each next token; EOS is ignored, so every sequence produces exactly ``output_len``
+tokens. A token's time is when the step that produced it returned and its argmax was
+taken (all sequences of a step share it).
+
+Dummy weights: a GGUF with random values is written from the zoo config
+(:mod:`infbench.engines.gguf_dummy`) and cached under ``$INFBENCH_HOME/cache/gguf``.
+Real weights: pass a ``.gguf`` file as ``--model``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infbench.engines.base import Engine, RunOutput
+from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
+from infbench.errors import ConfigError, EngineUnavailable
+from infbench.schema import Cell, RequestRecord
+
+log = logging.getLogger("infbench.llama_cpp")
+_backend_ready = False
+_log_cb = None
+
+
+def _quiet_logs(L: Any) -> None:
+    """Route llama.cpp's log lines to Python logging (errors only by default)."""
+    global _log_cb
+
+    def cb(level: int, text: bytes, _user: Any) -> None:
+        if level >= 4:  # GGML_LOG_LEVEL_ERROR
+            log.error(text.decode(errors="replace").rstrip())
+        else:
+            log.debug(text.decode(errors="replace").rstrip())
+
+    _log_cb = L.llama_log_callback(cb)
+    L.llama_log_set(_log_cb, ctypes.c_void_p())
+
+
+def default_threads() -> int:
+    """Threads for llama.cpp: the usable CPUs, at most the physical cores."""
+    import psutil
+
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(usable, psutil.cpu_count(logical=False) or usable))
+
+
+class _Batch:
+    """A ``llama_batch`` backed by NumPy arrays (no per-token Python loop to fill it)."""
+
+    def __init__(self, L: Any, capacity: int):
+        self.tok = np.zeros(capacity, np.int32)
+        self.pos = np.zeros(capacity, np.int32)
+        self.nsid = np.ones(capacity, np.int32)
+        self.sid = np.zeros(capacity, np.int32)
+        self.logits = np.zeros(capacity, np.int8)
+        # seq_id is an array of pointers, one per token, each to that token's seq id.
+        self.sid_ptrs = (self.sid.ctypes.data + 4 * np.arange(capacity, dtype=np.uint64)).astype(np.uint64)
+        b = L.llama_batch()
+        i32p = ctypes.POINTER(ctypes.c_int32)
+        b.token = self.tok.ctypes.data_as(i32p)
+        b.embd = ctypes.POINTER(ctypes.c_float)()
+        b.pos = self.pos.ctypes.data_as(i32p)
+        b.n_seq_id = self.nsid.ctypes.data_as(i32p)
+        b.seq_id = ctypes.cast(self.sid_ptrs.ctypes.data, ctypes.POINTER(i32p))
+        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.batch = b
+
+    def fill(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want_logits: np.ndarray) -> None:
+        n = tokens.size
+        self.tok[:n] = tokens
+        self.pos[:n] = pos
+        self.sid[:n] = seq
+        self.logits[:n] = want_logits
+        self.batch.n_tokens = n
+
+
+class LlamaCppEngine(Engine):
+    """llama.cpp in process (llama-cpp-python bindings), B sequences per batch.
+
+    Options: ``n_threads`` (default :func:`default_threads`), ``n_gpu_layers``
+    (default: all on a GPU device, 0 on the CPU), ``n_ubatch`` (default 512).
+    """
+
+    name = "llama.cpp"
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.L: Any = None
+        self.model = None
+        self.ctx = None
+        self.ctx_key: tuple[int, int] | None = None
+        self.n_vocab = 0
+        self.model_file: str | None = None
+
+    def start(self, group) -> None:
+        """Load the GGUF (written from the zoo config for dummy weights) once for the group.
+
+        Raises:
+            EngineUnavailable: llama-cpp-python is not installed.
+            ConfigError: unknown dtype, or a file llama.cpp cannot load.
+        """
+        global _backend_ready
+        try:
+            import llama_cpp as L
+        except ImportError as exc:
+            raise EngineUnavailable("the llama.cpp engine needs llama-cpp-python",
+                                    hint="pip install 'infbench[llamacpp]'") from exc
+        self.L = L
+        m = group.model
+        if m.path:
+            if not m.path.endswith(".gguf"):
+                raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}",
+                                  hint="convert it with llama.cpp's convert_hf_to_gguf.py, or use a zoo name")
+            path = Path(m.path)
+        else:
+            if group.dtype not in GGUF_DTYPES:
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown", hint=f"use one of {', '.join(GGUF_DTYPES)}")
+            from infbench.store import default_home
+
+            path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
+        if not _backend_ready:
+            _quiet_logs(L)
+            L.llama_backend_init()
+            _backend_ready = True
+        mp = L.llama_model_default_params()
+        mp.n_gpu_layers = int(self.options.get("n_gpu_layers", 999 if self.device.kind == "gpu" else 0))
+        self._progress_cb = L.llama_progress_callback(lambda _p, _u: True)  # silences the loading dots
+        mp.progress_callback = self._progress_cb
+        self.model = L.llama_model_load_from_file(str(path).encode(), mp)
+        if not self.model:
+            raise ConfigError(f"llama.cpp could not load {path}", hint="is it a valid GGUF for this llama.cpp version?")
+        self.model_file = str(path)
+        self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
+        self.threads = int(self.options.get("n_threads") or default_threads())
+
+    def _context(self, batch: int, n_tokens: int) -> Any:
+        """A context for ``batch`` sequences of ``n_tokens`` each (reused while it fits)."""
+        L = self.L
+        per_seq = -(-n_tokens // 256) * 256
+        key = (batch, per_seq)
+        if self.ctx is not None and self.ctx_key == key:
+            L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+            return self.ctx
+        self._free_ctx()
+        cp = L.llama_context_default_params()
+        cp.n_ctx = batch * per_seq
+        cp.n_batch = max(batch * n_tokens, batch)
+        cp.n_ubatch = int(self.options.get("n_ubatch", 512))
+        cp.n_seq_max = batch
+        cp.n_threads = cp.n_threads_batch = self.threads
+        self.ctx = L.llama_init_from_model(self.model, cp)
+        if not self.ctx:
+            raise MemoryError(f"llama.cpp could not create a context for {batch} x {per_seq} tokens")
+        self.ctx_key = key
+        self._batch = _Batch(L, max(batch * n_tokens, batch))
+        return self.ctx
+
+    def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
+        """Prefill all prompts in one decode, then decode B tokens per step."""
+        L = self.L
+        B, n_in, n_out = len(prompts), cell.input_len, cell.output_len
+        ctx = self._context(B, n_in + n_out)
+        bt = self._batch
+        p = np.asarray(prompts, dtype=np.int32)
+        want = np.zeros((B, n_in), np.int8)
+        want[:, -1] = 1
+        bt.fill(p.ravel(), np.tile(np.arange(n_in, dtype=np.int32), B),
+                np.repeat(np.arange(B, dtype=np.int32), n_in), want.ravel())
+        seqs = np.arange(B, dtype=np.int32)
+        ones = np.ones(B, np.int8)
+        times: list[int] = []
+        engine_ns = 0
+        t_send = time.perf_counter_ns()
+        for step in range(n_out):
+            t0 = time.perf_counter_ns()
+            rc = L.llama_decode(ctx, bt.batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc} at step {step} "
+                                   "(1 = no KV slot: context too small; <0 = fatal error)")
+            logits = np.ctypeslib.as_array(L.llama_get_logits(ctx), shape=(B, self.n_vocab))
+            nxt = logits.argmax(axis=1).astype(np.int32)
+            t = time.perf_counter_ns()
+            engine_ns += t - t0
+            times.append(t)
+            self.check_deadline(deadline_ns, t)
+            if step + 1 < n_out:
+                bt.fill(nxt, np.full(B, n_in + step, np.int32), seqs, ones)
+        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=list(times), n_in=n_in, n_out=len(times))
+                   for _ in range(B)]
+        return RunOutput(records=records, engine_s=engine_ns / 1e9)
+
+    def _free_ctx(self) -> None:
+        if self.ctx is not None:
+            self.L.llama_free(self.ctx)
+            self.ctx = None
+            self.ctx_key = None
+
+    def stop(self) -> None:
+        """Free the context and the model (safe to call twice or after a failed start)."""
+        if self.L is None:
+            return
+        self._free_ctx()
+        if self.model is not None:
+            self.L.llama_model_free(self.model)
+            self.model = None
+
+    def describe(self) -> dict[str, Any]:
+        """llama-cpp-python version, llama.cpp system info, threads, the GGUF used."""
+        import llama_cpp
+
+        return {"name": self.name, "versions": {"llama_cpp_python": llama_cpp.__version__},
+                "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
+                "n_threads": getattr(self, "threads", None), "model_file": self.model_file}

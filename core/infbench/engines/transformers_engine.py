@@ -1,0 +1,126 @@
+"""Hugging Face transformers engine (the reference implementation): ``generate()`` in
+process, with per-token times taken by a streamer.
+
+Dummy weights: ``AutoModelForCausalLM.from_config`` on the zoo config (random init).
+Real weights: a local HF folder passed as ``--model``. Output length is forced with
+``min_new_tokens = max_new_tokens`` and greedy decoding. ``generate`` hands each step's
+tokens (shape ``[batch]``) to the streamer after the step's ``.cpu()`` copy, which
+synchronises with the device, so the time is when the token exists on the host.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from infbench.engines.base import Engine, RunOutput
+from infbench.errors import ConfigError, EngineUnavailable
+from infbench.schema import Cell, RequestRecord
+
+TRANSFORMERS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+class _TimingStreamer:
+    """A ``transformers`` streamer that records ``perf_counter_ns`` per generated step.
+
+    The first ``put`` carries the prompt and is ignored. Raises :class:`CellTimeout`
+    from ``put`` once ``deadline_ns`` has passed, which aborts ``generate``.
+    """
+
+    def __init__(self, deadline_ns: int | None):
+        self.times: list[int] = []
+        self._prompt_seen = False
+        self.deadline_ns = deadline_ns
+
+    def put(self, value: Any) -> None:
+        t = time.perf_counter_ns()
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(t)
+        Engine.check_deadline(self.deadline_ns, t)
+
+    def end(self) -> None:
+        pass
+
+
+class TransformersEngine(Engine):
+    """Batch-mode generation with ``transformers`` on CPU or a CUDA/ROCm device.
+
+    Options: ``n_threads`` (torch intra-op threads; default torch's choice).
+    """
+
+    name = "transformers"
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.model = None
+        self.torch = None
+
+    def start(self, group) -> None:
+        """Build or load the model at ``group.dtype`` on the device.
+
+        Raises:
+            EngineUnavailable: torch/transformers missing.
+            ConfigError: a ``.gguf`` model (llama.cpp only) or an unknown dtype.
+        """
+        try:
+            import torch
+            import transformers
+        except ImportError as exc:
+            raise EngineUnavailable("the transformers engine needs torch and transformers",
+                                    hint="pip install 'infbench[transformers]'") from exc
+        self.torch = torch
+        if group.dtype not in TRANSFORMERS_DTYPES:
+            raise ConfigError(f"transformers dtype {group.dtype!r} unknown",
+                              hint=f"use one of {', '.join(TRANSFORMERS_DTYPES)}")
+        m = group.model
+        if m.path and m.path.endswith(".gguf"):
+            raise ConfigError("the transformers engine cannot load a .gguf file",
+                              hint="pass a Hugging Face folder, a zoo name, or use --engine llama.cpp")
+        if self.options.get("n_threads"):
+            torch.set_num_threads(int(self.options["n_threads"]))
+        dtype = getattr(torch, group.dtype)
+        self.dev = "cuda" if self.device.kind == "gpu" and torch.cuda.is_available() else "cpu"
+        if m.path:
+            model = transformers.AutoModelForCausalLM.from_pretrained(m.path, dtype=dtype)
+        else:
+            cfg = dict(m.config)
+            cfg.pop("architectures", None)
+            config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        self.model = model.to(self.dev).eval()
+        gc = self.model.generation_config
+        if gc.pad_token_id is None:
+            gc.pad_token_id = 0
+
+    def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
+        """Generate ``cell.output_len`` tokens for the batch of ``prompts`` (one generate call)."""
+        torch = self.torch
+        ids = torch.tensor(prompts, dtype=torch.long, device=self.dev)
+        mask = torch.ones_like(ids)
+        streamer = _TimingStreamer(deadline_ns)
+        with torch.inference_mode():
+            t_send = time.perf_counter_ns()
+            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=cell.output_len,
+                                      min_new_tokens=cell.output_len, do_sample=False, streamer=streamer)
+            t_end = time.perf_counter_ns()
+        n_out = int(out.shape[1] - ids.shape[1])
+        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=list(streamer.times), n_in=len(p), n_out=n_out)
+                   for p in prompts]
+        return RunOutput(records=records, engine_s=(t_end - t_send) / 1e9)
+
+    def stop(self) -> None:
+        """Drop the model and empty the CUDA cache if one was used."""
+        self.model = None
+        if self.torch is not None and self.torch.cuda.is_available():
+            self.torch.cuda.empty_cache()
+
+    def describe(self) -> dict[str, Any]:
+        """Versions of transformers and torch, and the torch device used."""
+        import torch
+        import transformers
+
+        return {"name": self.name, "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
+                "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads()}

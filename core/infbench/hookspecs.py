@@ -1,0 +1,122 @@
+"""The plugin contract: the hooks a vendor plugin may implement (pluggy project ``infbench``).
+
+A plugin is a module (or object) with functions named like the specs below, marked
+with ``@infbench.hookimpl``, registered through the entry-point group ``infbench``::
+
+    [project.entry-points.infbench]
+    nvidia = "infbench_nvidia"
+
+Rules every hook follows (see docs/plugins.md):
+
+* Hooks are data-shaped: they take and return :mod:`infbench.schema` models or plain
+  values, never touch the store, the CLI or another plugin.
+* A hook that gets a ``device`` it does not own returns ``None`` (for ``firstresult``
+  hooks the core then asks the next plugin).
+* A hook must not raise on a machine without its hardware or its vendor library:
+  ``infbench_detect`` returns ``[]`` there.
+
+The contract is versioned by :data:`CONTRACT_VERSION`; a hook may gain optional
+keyword arguments in a minor version, never lose one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.engines.base import Engine, EngineSpec
+    from infbench.measure.power import PowerSampler
+    from infbench.schema import DeviceInfo
+
+#: Version of this contract (major.minor). Plugins may check it at import time.
+CONTRACT_VERSION = "1.0"
+
+hookspec = pluggy.HookspecMarker("infbench")
+hookimpl = pluggy.HookimplMarker("infbench")
+
+
+@hookspec
+def infbench_detect() -> list[DeviceInfo]:
+    """Report the devices this plugin sees on this host.
+
+    Returns:
+        A list of :class:`~infbench.schema.DeviceInfo`, one per group of identical
+        devices (e.g. 8 x H100 is one entry with ``count=8``); ``[]`` when the
+        hardware or its management library is absent. Must not raise for that.
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_device_info(device: DeviceInfo) -> dict[str, Any] | None:
+    """Describe the hardware limits of ``device`` for the roofline and reports.
+
+    Returns:
+        A dict with any of ``memory_bandwidth_bytes_s`` (B/s), ``peak_flops``
+        (mapping precision class -> dense FLOP/s), ``tdp_w`` (W) and ``source``
+        (where the numbers come from), or ``None`` if the plugin does not own
+        ``device`` or does not know it.
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_supported_precisions(device: DeviceInfo) -> list[str] | None:
+    """Precision classes (:data:`infbench.schema.PRECISIONS`) ``device`` can run.
+
+    Example: an A100 gives ``["fp32", "fp16", "bf16", "int8"]``, an H100 adds ``"fp8"``.
+    Return ``None`` for a device this plugin does not own.
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
+    """A power sampler for ``device``, or ``None`` if the plugin does not own it.
+
+    Returns:
+        An :class:`~infbench.measure.power.PowerSampler` (``read()`` returns
+        :class:`~infbench.schema.PowerReading` objects; energy counters are preferred
+        over instantaneous power). When the device has no readable power source,
+        return :class:`~infbench.measure.power.NoPower` with the reason, so the
+        results say why energy is missing. The core drives the sampler from its own
+        thread at ``--power-interval`` (default 0.1 s).
+    """
+
+
+@hookspec
+def infbench_engines() -> list[EngineSpec]:
+    """Engine adapters this plugin provides, or supports on its hardware.
+
+    Returns:
+        A list of :class:`~infbench.engines.base.EngineSpec`. Specs with the same
+        ``name`` are merged: a vendor plugin may return a spec with ``factory=None``
+        to say an engine provided elsewhere runs on its ``platforms``.
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_launch_engine(engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine | None:
+    """Create (not yet start) the engine adapter ``engine`` for ``device``.
+
+    The core's own implementation runs last and builds the adapter from its
+    :class:`~infbench.engines.base.EngineSpec`; a plugin implements this hook only to
+    customise the adapter for its hardware (environment, device selection). Return
+    ``None`` to leave the choice to the next plugin.
+
+    Args:
+        engine: engine name (``llama.cpp``, ``transformers``...).
+        device: the device group the cells run on.
+        options: engine options from the sweep (``n_threads``...).
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+    """The container in which ``engine`` runs on ``device``, for the docker SDK.
+
+    Returns:
+        A dict with ``image`` and any of ``device_requests``, ``devices``, ``runtime``,
+        ``environment``, ``ipc_mode``, ``shm_size``, ``ulimits``, ``cap_add``,
+        ``group_add``, ``security_opt``, ``privileged`` (keyword arguments of
+        ``docker.containers.run``), or ``None`` if this plugin does not own ``device``.
+    """

@@ -1,0 +1,1 @@
+"""Measurement: metrics derived from raw records (METRICS.md) and power sampling."""

@@ -1,0 +1,155 @@
+"""Metrics derived from raw per-request records, exactly as ../METRICS.md names them.
+
+Every name carries its unit (``_s``, ``_w``, ``_j``, ``_tok_s``). Latency metrics are
+summarised as mean, p50, p90, p99 and max with the count behind them
+(:func:`summarize`). Percentiles use linear interpolation (``numpy.percentile``
+default, the same as vLLM's ``benchmarks/serve.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from infbench.schema import RequestRecord
+
+NS = 1e-9
+SUMMARY_KEYS = ("mean", "p50", "p90", "p99", "max", "count")
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Mean, p50, p90, p99, max and count of ``values`` (same unit as the input).
+
+    An empty input gives ``count = 0`` and None for the statistics.
+    """
+    if len(values) == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None, "count": 0}
+    a = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
+            "max": float(a.max()), "count": int(a.size)}
+
+
+def ttft_s(r: RequestRecord) -> float:
+    """Time to first token in s: ``t_tokens[0] - t_send`` (all tools)."""
+    return (r.t_tokens_ns[0] - r.t_send_ns) * NS
+
+
+def e2e_s(r: RequestRecord) -> float:
+    """End-to-end latency in s: ``t_tokens[-1] - t_send`` (all tools)."""
+    return (r.t_tokens_ns[-1] - r.t_send_ns) * NS
+
+
+def tpot_s(r: RequestRecord) -> float | None:
+    """Time per output token in s: ``(e2e - ttft) / (n_out - 1)`` for ``n_out >= 2``.
+
+    Source: vLLM ``benchmarks/serve.py`` (aiperf calls this ITL). None for n_out < 2.
+    """
+    if r.n_out < 2:
+        return None
+    return (e2e_s(r) - ttft_s(r)) / (r.n_out - 1)
+
+
+def itl_samples_s(r: RequestRecord) -> list[float]:
+    """Inter-token latencies in s: ``t_tokens[i] - t_tokens[i-1]`` for i >= 1 (vLLM ITL)."""
+    t = r.t_tokens_ns
+    return [(t[i] - t[i - 1]) * NS for i in range(1, len(t))]
+
+
+def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """Requests without error that produced at least one token."""
+    return [r for r in records if r.error is None and r.t_tokens_ns]
+
+
+def cell_metrics(
+    records: Sequence[RequestRecord],
+    devices_used: int = 1,
+    energy_j: float | None = None,
+    slo: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """All per-cell metrics of METRICS.md from the cell's raw records.
+
+    Args:
+        records: one :class:`RequestRecord` per request of the timed part.
+        devices_used: devices the model instance ran on (for ``output_tok_s_per_device``).
+        energy_j: energy of the devices over the timed part in J, if measured.
+        slo: optional limits ``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}`` for goodput.
+
+    Returns:
+        A dict with the per-request summaries ``ttft_s``, ``tpot_s``, ``e2e_s``,
+        ``itl_s`` (each :func:`summarize`), the scalars ``duration_s``, ``output_tok_s``,
+        ``total_tok_s``, ``output_tok_s_per_device``, ``request_s``, ``lib_itl_s``,
+        counts (``n_requests``, ``n_completed``, ``n_failed``, ``n_in_total``,
+        ``n_out_total``), ``token_counts_estimated`` (True if any count came from a
+        client-side re-tokenisation), and when ``energy_j`` is given ``energy_j``,
+        ``avg_power_w``, ``tokens_per_j``, ``output_tokens_per_j``; with ``slo``,
+        ``goodput_req_s``. Throughputs are None when nothing completed.
+
+    ``lib_itl_s`` is LLM-Inference-Bench eq. 1, (E2E - TTFT) / (batch x (n_out - 1)),
+    with E2E, TTFT and n_out the means over the cell's requests and batch the number
+    of completed requests.
+    """
+    done = completed(records)
+    ttfts = [ttft_s(r) for r in done]
+    e2es = [e2e_s(r) for r in done]
+    tpots = [v for v in (tpot_s(r) for r in done) if v is not None]
+    itls = [v for r in done for v in itl_samples_s(r)]
+    n_in = sum(r.n_in for r in done)
+    n_out = sum(r.n_out for r in done)
+    m: dict[str, Any] = {
+        "ttft_s": summarize(ttfts),
+        "tpot_s": summarize(tpots),
+        "e2e_s": summarize(e2es),
+        "itl_s": summarize(itls),
+        "n_requests": len(records),
+        "n_completed": len(done),
+        "n_failed": len(records) - len(done),
+        "n_in_total": n_in,
+        "n_out_total": n_out,
+        "token_counts_estimated": any(r.n_out_source == "client_tokenizer" for r in done),
+        "devices_used": devices_used,
+    }
+    duration = None
+    if done:
+        duration = (max(r.t_tokens_ns[-1] for r in done) - min(r.t_send_ns for r in done)) * NS
+    m["duration_s"] = duration
+    ok = duration is not None and duration > 0
+    m["output_tok_s"] = n_out / duration if ok else None
+    m["total_tok_s"] = (n_in + n_out) / duration if ok else None
+    m["output_tok_s_per_device"] = m["output_tok_s"] / devices_used if ok else None
+    m["request_s"] = len(done) / duration if ok else None
+    mean_out = n_out / len(done) if done else 0
+    if done and mean_out > 1:
+        m["lib_itl_s"] = (float(np.mean(e2es)) - float(np.mean(ttfts))) / (len(done) * (mean_out - 1))
+    else:
+        m["lib_itl_s"] = None
+    if slo:
+        good = 0
+        for r in done:
+            t = tpot_s(r)
+            if ("ttft_s" in slo and ttft_s(r) > slo["ttft_s"]) or ("e2e_s" in slo and e2e_s(r) > slo["e2e_s"]):
+                continue
+            if "tpot_s" in slo and t is not None and t > slo["tpot_s"]:
+                continue
+            good += 1
+        m["goodput_req_s"] = good / duration if ok else None
+        m["slo"] = dict(slo)
+    if energy_j is not None and energy_j > 0:
+        m["energy_j"] = energy_j
+        m["avg_power_w"] = energy_j / duration if ok else None
+        m["tokens_per_j"] = (n_in + n_out) / energy_j
+        m["output_tokens_per_j"] = n_out / energy_j
+    return m
+
+
+def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten summaries: ``{"ttft_s": {"p50": x}}`` -> ``{"ttft_s_p50": x}`` (for CSV)."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}_"))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out

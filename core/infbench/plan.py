@@ -1,0 +1,170 @@
+"""Step 2 of a run: turn a :class:`~infbench.schema.Sweep` into validated cells,
+grouped so that each model loads once per group.
+
+Everything a user can get wrong (unknown model, engine, dtype, a precision the device
+cannot run, an engine that is not installed) is checked here, before anything runs,
+and raised as a :class:`~infbench.errors.ConfigError` naming the bad value and the
+allowed ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from infbench.engines.base import EngineSpec
+from infbench.errors import ConfigError, EngineUnavailable, suggest
+from infbench.models import ModelShape, resolve
+from infbench.plugins import PluginManager
+from infbench.schema import Cell, DeviceInfo, Sweep
+
+#: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
+#: model on llama.cpp, a few minutes on 2 CPU cores. ``paper`` is the LLM-Inference-Bench
+#: grid (input/output 128..2048, batch 1/16/32/64) for the model(s) you pass.
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
+              "batch": [1, 4, 8], "input_len": [128, 512], "output_len": [64]},
+    "paper": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
+              "batch": [1, 16, 32, 64], "input_len": [128, 256, 512, 1024, 2048],
+              "output_len": [128, 256, 512, 1024, 2048]},
+}
+
+
+@dataclass
+class Group:
+    """Cells that share one loaded model: same model, engine, dtype and TP degree.
+
+    Attributes:
+        model: the resolved model shape.
+        engine: engine name.
+        dtype: the engine's dtype spelling.
+        tensor_parallel_size: devices per model instance.
+        cells: the group's cells, smallest first.
+    """
+
+    model: ModelShape
+    engine: str
+    dtype: str
+    tensor_parallel_size: int
+    cells: list[Cell] = field(default_factory=list)
+
+    def label(self) -> str:
+        """``smollm2-135m on llama.cpp (f16)``."""
+        tp = f", tp={self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        return f"{self.model.name} on {self.engine} ({self.dtype}{tp})"
+
+
+@dataclass
+class Plan:
+    """The validated plan: groups of cells for one device, and warnings to show."""
+
+    device: DeviceInfo
+    groups: list[Group]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def cells(self) -> list[Cell]:
+        """All cells in run order."""
+        return [c for g in self.groups for c in g.cells]
+
+
+def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
+    """All engines from every plugin's ``infbench_engines`` hook, merged by name
+    (platforms are united; the first spec with a factory provides it)."""
+    merged: dict[str, EngineSpec] = {}
+    for specs in pm.hook.infbench_engines():
+        for s in specs or []:
+            if s.name not in merged:
+                merged[s.name] = EngineSpec(**{**s.__dict__, "platforms": list(s.platforms)})
+                continue
+            m = merged[s.name]
+            m.platforms = sorted(set(m.platforms) | set(s.platforms))
+            if m.factory is None and s.factory is not None:
+                m.factory, m.dtypes, m.modules, m.install = s.factory, s.dtypes, s.modules, s.install
+    return merged
+
+
+def device_precisions(pm: PluginManager, device: DeviceInfo) -> list[str]:
+    """Precision classes the device supports (its plugin's hook; all if none answers)."""
+    p = pm.hook.infbench_supported_precisions(device=device)
+    return list(p) if p is not None else ["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+
+
+def sweep_from_preset(name: str, **overrides: Any) -> Sweep:
+    """A :class:`Sweep` from a preset with some axes replaced (None values are ignored).
+
+    Raises:
+        ConfigError: unknown preset name.
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
+    data = dict(PRESETS[name])
+    data.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
+    return Sweep(**data)
+
+
+def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
+    """Expand ``sweep`` into cells on ``device``, validated and grouped.
+
+    Raises:
+        ConfigError: unknown model/engine/dtype, a precision the device does not
+            support, an engine that does not run on the device, TP larger than the
+            device count.
+        EngineUnavailable: an engine whose Python package is not installed.
+    """
+    specs = engine_specs(pm)
+    precisions = device_precisions(pm, device)
+    warnings: list[str] = []
+    models = {m: resolve(m) for m in sweep.models}
+    engine_dtypes: dict[str, list[str]] = {}
+    for e in sweep.engines:
+        spec = specs.get(e)
+        if spec is None:
+            hint = suggest(e, specs)
+            raise ConfigError(f"unknown engine {e!r}; known engines: {', '.join(sorted(specs))}",
+                              hint=hint or "run `infbench plugins` to see the engines each plugin provides")
+        if device.vendor not in spec.platforms:
+            here = sorted(n for n, s in specs.items() if device.vendor in s.platforms)
+            raise ConfigError(f"engine {e!r} does not run on {device.vendor} devices "
+                              f"(it runs on: {', '.join(spec.platforms)})",
+                              hint=f"engines for {device.vendor}: {', '.join(here) or 'none'}")
+        if spec.factory is None:
+            raise EngineUnavailable(f"engine {e!r} has no adapter installed", hint=spec.install or None)
+        missing = spec.missing_modules()
+        if missing:
+            raise EngineUnavailable(f"engine {e!r} needs the Python package(s) {', '.join(missing)}",
+                                    hint=spec.install or None)
+        engine_dtypes[e] = []
+        for d in sweep.dtypes:
+            native = spec.resolve_dtype(d)
+            if native is None:
+                raise ConfigError(f"dtype {d!r} is not available on engine {e!r}",
+                                  hint=f"{e} dtypes: {', '.join(spec.dtypes)}")
+            if spec.dtypes[native] not in precisions:
+                raise ConfigError(
+                    f"precision {spec.dtypes[native]} ({e} dtype {native!r}) is not supported on "
+                    f"{device.model}",
+                    hint=f"this device supports: {', '.join(precisions)}")
+            engine_dtypes[e].append(native)
+    for tp in sweep.tensor_parallel_size:
+        if tp > device.count:
+            raise ConfigError(f"tensor_parallel_size {tp} exceeds the {device.count} {device.vendor} device(s) "
+                              "detected", hint=f"use tensor_parallel_size <= {device.count}")
+    for name, m in models.items():
+        maxpos = m.config.get("max_position_embeddings")
+        longest = max(sweep.input_len) + max(sweep.output_len)
+        if maxpos and longest > maxpos:
+            warnings.append(f"{name}: input+output up to {longest} tokens exceeds max_position_embeddings "
+                            f"{maxpos}; positions past it are outside the model's trained range")
+    groups: dict[tuple, Group] = {}
+    for mname, e, tp in itertools.product(sweep.models, sweep.engines, sweep.tensor_parallel_size):
+        for d in dict.fromkeys(engine_dtypes[e]):
+            key = (mname, e, d, tp)
+            g = groups.setdefault(key, Group(models[mname], e, d, tp))
+            for b, i, o in itertools.product(sorted(set(sweep.batch)), sorted(set(sweep.input_len)),
+                                             sorted(set(sweep.output_len))):
+                g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
+                                    output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
+                                    warmup=sweep.warmup))
+    return Plan(device=device, groups=list(groups.values()), warnings=warnings)

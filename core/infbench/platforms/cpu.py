@@ -1,0 +1,167 @@
+"""The built-in CPU plugin: detection, precisions and RAPL power.
+
+Device info comes from py-cpuinfo (model, ISA flags) and psutil (cores, memory);
+sockets from sysfs ``physical_package_id``. Power comes from the Linux powercap RAPL
+interface (``/sys/class/powercap/intel-rapl:N/energy_uj``, one per package; AMD CPUs
+expose the same files), as cumulative energy that wraps at ``max_energy_range_uj``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import psutil
+
+from infbench.hookspecs import hookimpl
+from infbench.measure.power import NoPower, PowerSampler, now_ns
+from infbench.schema import DeviceInfo, PowerReading
+
+POWERCAP_ROOT = "/sys/class/powercap"
+
+#: ISA flags worth showing, in py-cpuinfo's spelling.
+ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+             "avx_vnni", "amx_bf16", "amx_int8", "amx_tile", "asimd", "asimdhp", "bf16", "i8mm", "sve")
+
+
+@lru_cache(maxsize=1)
+def _cpuinfo() -> dict:
+    import cpuinfo
+
+    return cpuinfo.get_cpu_info()
+
+
+def isa_flags(flags: set[str] | None = None) -> list[str]:
+    """The ISA flags of :data:`ISA_FLAGS` this CPU has (py-cpuinfo names)."""
+    have = set(flags if flags is not None else _cpuinfo().get("flags", []))
+    # py-cpuinfo spells some flags two ways (avx512_bf16 / avx512bf16).
+    have |= {f.replace("avx512", "avx512_") for f in have if f.startswith("avx512") and "_" not in f}
+    return [f for f in ISA_FLAGS if f in have]
+
+
+def precisions_from_flags(flags: list[str], arch: str = "X86_64") -> list[str]:
+    """Precision classes a CPU runs natively, derived from its ISA flags.
+
+    * fp32: always.
+    * fp16: x86 with F16C (fp16 storage, fp32 compute) or ARM with ``asimdhp``.
+    * bf16: AVX512_BF16 or AMX-BF16 (x86), ``bf16`` (ARM); without them PyTorch
+      emulates bf16 several times slower than fp32, so it is not offered.
+    * int8, int4: llama.cpp's quantised kernels (q8_0, q4_0) with AVX2 or NEON.
+    """
+    f = set(flags)
+    out = ["fp32"]
+    if "f16c" in f or "asimdhp" in f:
+        out.append("fp16")
+    if {"avx512_bf16", "amx_bf16", "bf16"} & f:
+        out.append("bf16")
+    if {"avx2", "asimd"} & f or arch.upper().startswith(("ARM", "AARCH64")):
+        out += ["int8", "int4"]
+    return out
+
+
+def _sockets() -> int:
+    ids = set()
+    for p in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/physical_package_id"):
+        try:
+            ids.add(p.read_text().strip())
+        except OSError:
+            pass
+    return max(1, len(ids))
+
+
+def cpu_device() -> DeviceInfo:
+    """This host's CPU as a :class:`DeviceInfo` (``count`` = sockets, memory = host RAM)."""
+    info = _cpuinfo()
+    flags = isa_flags()
+    arch = info.get("arch", platform.machine())
+    return DeviceInfo(
+        vendor="cpu", kind="cpu",
+        model=info.get("brand_raw") or platform.processor() or platform.machine(),
+        count=_sockets(),
+        memory_bytes=psutil.virtual_memory().total,
+        driver=f"{platform.system()} {platform.release()}",
+        properties={
+            "arch": arch,
+            "physical_cores": psutil.cpu_count(logical=False),
+            "logical_cpus": psutil.cpu_count(logical=True),
+            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "isa_flags": flags,
+            "vendor_id": info.get("vendor_id_raw"),
+        },
+    )
+
+
+class RaplSampler(PowerSampler):
+    """Cumulative package energy from powercap RAPL, one reading per package domain.
+
+    Args:
+        domains: directories like ``/sys/class/powercap/intel-rapl:0`` (top-level
+            package domains only; sub-zones ``intel-rapl:0:0`` would double count).
+
+    ``energy_uj`` is read in uJ and converted to J; ``max_energy_range_uj`` gives the
+    wraparound range that :func:`infbench.measure.power.energy_j` uses.
+    """
+
+    name = "rapl"
+    source = "energy_counter"
+
+    def __init__(self, domains: list[Path]):
+        self.domains = domains
+        self.ranges_j = [int((d / "max_energy_range_uj").read_text()) / 1e6 for d in domains]
+
+    def read(self) -> list[PowerReading]:
+        """One reading per package: cumulative energy in J (uJ / 1e6)."""
+        t = now_ns()
+        return [
+            PowerReading(t_ns=t, device_index=i, energy_j=int((d / "energy_uj").read_text()) / 1e6,
+                         energy_range_j=self.ranges_j[i])
+            for i, d in enumerate(self.domains)
+        ]
+
+
+def rapl_sampler(root: str | Path = POWERCAP_ROOT) -> PowerSampler:
+    """A :class:`RaplSampler` over the package domains under ``root``, or :class:`NoPower`
+    saying why none is usable (no powercap, no RAPL domains, counters not readable)."""
+    root = Path(root)
+    if not root.is_dir():
+        return NoPower(f"power unavailable: no powercap interface at {root} "
+                       "(virtual machine, or kernel without intel_rapl/amd_energy)")
+    domains = sorted(d for d in root.iterdir() if re.fullmatch(r"intel-rapl:\d+", d.name))
+    if not domains:
+        return NoPower(f"power unavailable: no RAPL package domains under {root}")
+    try:
+        sampler = RaplSampler(domains)
+        sampler.read()
+        return sampler
+    except PermissionError as exc:
+        return NoPower(f"power unavailable: RAPL counters not readable ({exc.filename}); since Linux 5.10 "
+                       "energy_uj is root-only: run as root or `chmod a+r` the energy_uj files")
+    except (OSError, ValueError) as exc:
+        return NoPower(f"power unavailable: RAPL counters unreadable: {exc}")
+
+
+# --- hook implementations -----------------------------------------------------------
+
+@hookimpl
+def infbench_detect() -> list[DeviceInfo]:
+    """The host CPU, always exactly one entry."""
+    return [cpu_device()]
+
+
+@hookimpl
+def infbench_supported_precisions(device: DeviceInfo) -> list[str] | None:
+    """Precisions from the CPU's ISA flags (:func:`precisions_from_flags`)."""
+    if device.vendor != "cpu":
+        return None
+    return precisions_from_flags(device.properties.get("isa_flags", []), device.properties.get("arch", ""))
+
+
+@hookimpl
+def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
+    """RAPL package energy where readable, else :class:`NoPower` with the reason."""
+    if device.vendor != "cpu":
+        return None
+    return rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT))

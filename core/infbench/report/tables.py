@@ -1,0 +1,71 @@
+"""Terminal tables and flat exports of stored results (rich tables, JSON, CSV)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from rich.table import Table
+
+from infbench.measure.metrics import flatten
+
+
+def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v * scale:,.{digits}f}"
+
+
+def result_row(r: dict[str, Any]) -> dict[str, Any]:
+    """One stored cell (``Store.results()`` item) as a flat dict: ids, spec, device,
+    status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...)."""
+    spec, dev, m = r["spec"], r["device"], r["metrics"] or {}
+    row = {"cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
+           "error": r["error"], **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
+           "device_count": dev["count"], "power_note": r["power_note"], "wall_s": r["wall_s"],
+           "engine_s": r["engine_s"], "finished_at": r["finished_at"]}
+    row.update(flatten({k: v for k, v in m.items() if k != "slo"}))
+    return row
+
+
+def results_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored cells for ``--format json``: metrics keep their nested summaries
+    (``{"ttft_s": {"mean":.., "p50":.., "p90":.., "p99":.., "max":.., "count":..}}``)."""
+    keep = ("cell_id", "spec_hash", "run_id", "status", "error", "spec", "device", "metrics", "engine",
+            "power_note", "wall_s", "engine_s", "started_at", "finished_at")
+    return [{k: r[k] for k in keep} for r in rows]
+
+
+def results_csv(rows: list[dict[str, Any]]) -> str:
+    """Stored cells as CSV, one flattened row per cell (:func:`result_row`)."""
+    flat = [result_row(r) for r in rows]
+    cols: list[str] = []
+    for f in flat:
+        cols += [k for k in f if k not in cols]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    w.writerows(flat)
+    return buf.getvalue()
+
+
+def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
+    """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy."""
+    t = Table(title=title, header_style="bold", show_lines=False)
+    for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
+                      ("batch", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
+                      ("TTFT p50 ms", "right"), ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
+                      ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
+                      ("tok/J", "right"), ("n", "right")]:
+        t.add_column(col, justify=just, no_wrap=col in ("model",))
+    for r in rows:
+        s, m = r["spec"], r["metrics"] or {}
+        g = lambda k, q="p50": (m.get(k) or {}).get(q)  # noqa: E731
+        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r['error'] or '')[:60]}"
+        t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], str(s["batch"]),
+                  str(s["input_len"]), str(s["output_len"]), status,
+                  _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
+                  _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),
+                  _fmt(m.get("tokens_per_j"), 1, 2), str(m.get("n_completed", "-")))
+    return t

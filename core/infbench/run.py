@@ -1,0 +1,264 @@
+"""The orchestration of ``infbench run``: detect -> plan -> launch -> measure -> store.
+
+:func:`run_plan` is UI-free: it reports progress through a callback, stores every cell
+(ok or failed) as soon as it finishes, and never lets one failed cell stop the sweep.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import platform
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infbench import SCHEMA_VERSION, __version__
+from infbench.detect import Detection
+from infbench.engines.base import Engine
+from infbench.errors import CellTimeout, ConfigError
+from infbench.measure.metrics import cell_metrics
+from infbench.measure.power import NoPower, PowerMonitor, PowerSampler
+from infbench.plan import Group, Plan, engine_specs
+from infbench.plugins import PluginManager
+from infbench.schema import Cell, CellResult, DeviceInfo
+from infbench.store import Store
+from infbench.workloads.synthetic import synthetic_prompts
+
+#: Libraries whose versions go into every run's provenance (when installed).
+TRACKED_LIBRARIES = ("infbench", "pluggy", "pydantic", "numpy", "llama_cpp_python", "gguf", "transformers",
+                     "torch", "vllm", "tensorrt_llm", "deepspeed-mii", "nvidia-ml-py", "amdsmi")
+
+
+def git_sha() -> str | None:
+    """The git commit of the infbench source tree, if it runs from a checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def provenance(detection: Detection, pm: PluginManager) -> dict[str, Any]:
+    """Everything needed to reproduce or compare a run: host, OS, Python, infbench version
+    and git sha, store schema, library versions, detected devices and loaded plugins."""
+    libs = {}
+    for name in TRACKED_LIBRARIES:
+        try:
+            libs[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return {
+        "host": socket.gethostname(), "os": platform.platform(), "python": sys.version.split()[0],
+        "infbench_version": __version__, "git_sha": git_sha(), "schema_version": SCHEMA_VERSION,
+        "libraries": libs, "devices": [d.model_dump() for d in detection.devices],
+        "plugins": {n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
+                    if not i.disabled and not i.error},
+        "argv": sys.argv,
+    }
+
+
+def select_device(detection: Detection, name: str | None = None) -> DeviceInfo:
+    """Pick the device group to run on.
+
+    Args:
+        detection: result of :func:`infbench.detect.detect`.
+        name: a vendor key (``cpu``, ``nvidia``...) or None for the default: the first
+            accelerator found, else the CPU.
+
+    Raises:
+        ConfigError: no device matches ``name``.
+    """
+    devs = detection.devices
+    if name:
+        for d in devs:
+            if name.lower() in (d.vendor.lower(), d.model.lower()):
+                return d
+        raise ConfigError(f"no detected device matches {name!r}",
+                          hint=f"detected: {', '.join(d.vendor for d in devs) or 'nothing'}; see `infbench detect`")
+    accel = [d for d in devs if d.kind in ("gpu", "accelerator")]
+    if accel:
+        return accel[0]
+    if not devs:
+        raise ConfigError("no device detected", hint="is the built-in cpu plugin disabled by INFBENCH_DISABLE_PLUGINS?")
+    return devs[0]
+
+
+def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    """Create the adapter: a plugin's ``infbench_launch_engine`` if one answers, else the
+    engine's registered factory."""
+    eng = pm.hook.infbench_launch_engine(engine=engine, device=device, options=options)
+    if eng is None:
+        spec = engine_specs(pm).get(engine)
+        if spec is None or spec.factory is None:
+            raise ConfigError(f"no plugin can launch engine {engine!r}")
+        eng = spec.factory(device, options)
+    return eng
+
+
+def power_sampler(pm: PluginManager, device: DeviceInfo) -> PowerSampler:
+    """The device plugin's sampler, or :class:`NoPower` with the reason."""
+    try:
+        s = pm.hook.infbench_power_sampler(device=device)
+    except Exception as exc:  # noqa: BLE001
+        return NoPower(f"power sampler failed to start: {type(exc).__name__}: {exc}")
+    return s if s is not None else NoPower(f"no plugin provides a power sampler for {device.vendor}")
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such)."""
+    if isinstance(exc, MemoryError):
+        return f"OOM: MemoryError: {exc}"
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+@dataclass
+class RunOptions:
+    """Knobs of a run that are not part of a cell's identity.
+
+    Attributes:
+        force: re-run cells that already have a stored ok result.
+        cell_timeout_s: abort a cell after this many seconds (stored as failed).
+        power_interval_s: power sampling interval in s.
+        engine_options: passed to the engine adapters (``n_threads``...).
+    """
+
+    force: bool = False
+    cell_timeout_s: float | None = None
+    power_interval_s: float = 0.1
+    engine_options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    """What a run did: its id, and the cells stored ok, failed, and skipped."""
+
+    run_id: str
+    ok: list[CellResult] = field(default_factory=list)
+    failed: list[CellResult] = field(default_factory=list)
+    skipped: list[Cell] = field(default_factory=list)
+    status: str = "running"
+
+
+Event = Callable[[str, Any], None]
+
+
+def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
+                 opts: RunOptions) -> CellResult:
+    """Warm up, run the timed part with power sampling, derive metrics. Never raises
+    for a failed cell (the error is in the result); re-raises KeyboardInterrupt."""
+    started = time.time()
+    monitor = PowerMonitor(sampler, opts.power_interval_s)
+    base = dict(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
+                engine=_describe(engine), started_at=started)
+    try:
+        prompts = synthetic_prompts(cell.batch, cell.input_len, group.model.vocab, cell.seed)
+        for _ in range(cell.warmup):
+            engine.warmup(cell, prompts)
+        t0 = time.perf_counter()
+        deadline = (time.perf_counter_ns() + int(opts.cell_timeout_s * 1e9)) if opts.cell_timeout_s else None
+        monitor.start()
+        try:
+            out = engine.run(cell, prompts, deadline_ns=deadline)
+        finally:
+            readings = monitor.stop()
+        energy, note = monitor.energy()
+        metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy)
+        wall = time.perf_counter() - t0
+        status, error = "ok", None
+        if metrics["n_completed"] == 0:
+            status, error = "failed", "no request completed"
+        return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
+                          power=readings, power_note=note, wall_s=wall, engine_s=out.engine_s,
+                          finished_at=time.time())
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed cell is a result
+        err = describe_error(exc) if not isinstance(exc, CellTimeout) else f"timeout: {exc}"
+        return CellResult(**base, status="failed", error=err, power_note=monitor.error, finished_at=time.time())
+
+
+def _describe(engine: Engine) -> dict[str, Any]:
+    try:
+        return engine.describe()
+    except Exception as exc:  # noqa: BLE001
+        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc)}
+
+
+def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str, Any],
+             opts: RunOptions | None = None, on_event: Event | None = None) -> RunSummary:
+    """Run every cell of ``plan`` on its device and store each result as it finishes.
+
+    Cells whose newest stored attempt is ok are skipped unless ``opts.force``. A group
+    whose engine fails to start stores all its cells as failed with that error. On
+    Ctrl-C the engine is stopped, the run is marked ``interrupted`` and the exception
+    propagates; everything finished so far is already stored.
+
+    Events sent to ``on_event(kind, payload)``: ``group`` (Group), ``cell_start`` (Cell),
+    ``cell_done`` (CellResult), ``cell_skipped`` (Cell).
+    """
+    opts = opts or RunOptions()
+    emit = on_event or (lambda kind, payload: None)
+    device = plan.device
+    run_id = store.begin_run(provenance_, command=" ".join(sys.argv))
+    summary = RunSummary(run_id)
+    done = set() if opts.force else store.finished_cell_ids()
+    sampler = power_sampler(pm, device)
+    try:
+        for group in plan.groups:
+            todo = []
+            for c in group.cells:
+                if c.cell_id(device) in done:
+                    summary.skipped.append(c)
+                    emit("cell_skipped", c)
+                else:
+                    todo.append(c)
+            if not todo:
+                continue
+            emit("group", group)
+            engine: Engine | None = None
+            try:
+                engine = launch(pm, group.engine, device, opts.engine_options)
+                engine.start(group)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
+                err = f"engine start failed: {describe_error(exc)}"
+                for c in todo:
+                    r = CellResult(cell_id=c.cell_id(device), spec_hash=c.spec_hash(), cell=c, device=device,
+                                   status="failed", error=err, engine={"name": group.engine},
+                                   started_at=time.time(), finished_at=time.time())
+                    store.save_cell(run_id, r)
+                    summary.failed.append(r)
+                    emit("cell_done", r)
+                if engine is not None:
+                    engine.stop()
+                continue
+            try:
+                for c in todo:
+                    emit("cell_start", c)
+                    r = measure_cell(engine, group, c, device, sampler, opts)
+                    store.save_cell(run_id, r)
+                    (summary.ok if r.status == "ok" else summary.failed).append(r)
+                    emit("cell_done", r)
+            finally:
+                engine.stop()
+        summary.status = "completed" if not summary.failed else "completed_with_failures"
+    except KeyboardInterrupt:
+        summary.status = "interrupted"
+        raise
+    finally:
+        if summary.status == "running":
+            summary.status = "failed"
+        store.finish_run(run_id, summary.status)
+        sampler.close()
+    return summary

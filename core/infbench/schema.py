@@ -1,0 +1,253 @@
+"""Data shapes shared by the core, the plugins and the results store (pydantic v2).
+
+These models are the plugin contract's vocabulary: a plugin returns :class:`DeviceInfo`
+from its detect hook, the core plans :class:`Cell` objects from a :class:`Sweep`, an
+engine returns one :class:`RequestRecord` per request, and the store keeps a
+:class:`CellResult` per cell. Times are integers from ``time.perf_counter_ns()``
+(one clock per process, METRICS.md) unless a field name says otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: Precision classes, independent of how an engine spells its dtype. Device plugins
+#: report these from ``infbench_supported_precisions``; engines map their own dtype
+#: names onto them (llama.cpp ``f16`` and transformers ``float16`` are both ``fp16``).
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+
+
+def canonical_json(obj: Any) -> str:
+    """Serialise ``obj`` to JSON with sorted keys and no whitespace (stable for hashing)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def short_hash(obj: Any, n: int = 16) -> str:
+    """First ``n`` hex digits of the SHA-256 of :func:`canonical_json` of ``obj``."""
+    return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:n]
+
+
+class DeviceInfo(BaseModel):
+    """A group of identical devices one plugin sees on this host.
+
+    Attributes:
+        vendor: short vendor key, the plugin's name by convention (``cpu``, ``nvidia``, ``amd``...).
+        kind: ``cpu``, ``gpu``, ``accelerator`` (Gaudi, ...) or ``remote`` (an API endpoint).
+        model: marketing name as the driver reports it (``NVIDIA H100 80GB HBM3``).
+        count: number of identical devices (GPUs, CPU sockets).
+        memory_bytes: memory per device in bytes (host RAM for the CPU), if known.
+        driver: driver or firmware version string, if known.
+        pci_ids: PCI addresses (``0000:17:00.0``) of the devices, if any.
+        plugin: name of the plugin that reported it (filled by the core).
+        properties: anything else the plugin knows (ISA flags, compute capability, UUIDs...).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    vendor: str
+    kind: Literal["cpu", "gpu", "accelerator", "remote"]
+    model: str
+    count: int = Field(1, ge=1)
+    memory_bytes: int | None = None
+    driver: str | None = None
+    pci_ids: list[str] = Field(default_factory=list)
+    plugin: str = ""
+    properties: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Short selector used by ``--device``: the vendor (``cpu``, ``nvidia``...)."""
+        return self.vendor
+
+    def signature(self) -> dict[str, Any]:
+        """The part of the device that identifies a measurement: vendor, model, count."""
+        return {"vendor": self.vendor, "model": self.model, "count": self.count}
+
+
+class PowerReading(BaseModel):
+    """One reading of a power sampler, for one device.
+
+    Attributes:
+        t_ns: ``perf_counter_ns`` when the reading was taken.
+        device_index: index of the device (or CPU package) within its group.
+        power_w: instantaneous (or driver-averaged) power in W, if the source gives it.
+        energy_j: cumulative energy counter in J, if the source has one (preferred).
+        energy_range_j: value at which ``energy_j`` wraps around to 0 (RAPL
+            ``max_energy_range_uj``), or None if it never wraps.
+    """
+
+    t_ns: int
+    device_index: int = 0
+    power_w: float | None = None
+    energy_j: float | None = None
+    energy_range_j: float | None = None
+
+
+class Cell(BaseModel):
+    """One point of a sweep: a workload on one engine configuration.
+
+    A cell's identity is its canonical JSON: :meth:`spec_hash` identifies the workload
+    across sites, :meth:`cell_id` adds the device so a re-run on the same hardware
+    finds (and skips) a finished cell.
+
+    Attributes:
+        model: zoo name (``smollm2-135m``), HF id, or a local path (HF folder or ``.gguf``).
+        engine: engine adapter name (``llama.cpp``, ``transformers``).
+        dtype: the engine's own dtype name (``f16``, ``float16``, ``q8_0``...).
+        batch: number of prompts submitted together (batch mode).
+        input_len: prompt length in tokens.
+        output_len: generated tokens per request (forced: min = max, EOS ignored).
+        tensor_parallel_size: devices one model instance is split over.
+        seed: seed of the synthetic prompts.
+        warmup: warm-up passes before the timed one (same batch and prompt length,
+            2 output tokens), excluded from the figures.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    engine: str
+    dtype: str
+    batch: int = Field(ge=1)
+    input_len: int = Field(ge=1)
+    output_len: int = Field(ge=1)
+    tensor_parallel_size: int = Field(1, ge=1)
+    seed: int = 0
+    warmup: int = Field(1, ge=0)
+
+    def spec(self) -> dict[str, Any]:
+        """The workload fields that define what is measured (warm-up excluded)."""
+        return self.model_dump(exclude={"warmup"})
+
+    def spec_hash(self) -> str:
+        """Stable 16-hex-digit hash of :meth:`spec`: same workload, same hash, on any site."""
+        return short_hash(self.spec())
+
+    def cell_id(self, device: DeviceInfo) -> str:
+        """Stable id of this workload on this device (spec + device signature)."""
+        return short_hash({"spec": self.spec(), "device": device.signature()})
+
+    def group_key(self) -> tuple[str, str, str, int]:
+        """Cells with the same key share one loaded model: (model, engine, dtype, tp)."""
+        return (self.model, self.engine, self.dtype, self.tensor_parallel_size)
+
+    def label(self) -> str:
+        """Short human label: ``smollm2-135m llama.cpp f16 b4 i128 o64``."""
+        tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
+        return (f"{self.model} {self.engine} {self.dtype}{tp} "
+                f"b{self.batch} i{self.input_len} o{self.output_len}")
+
+
+def _as_list(v: Any) -> Any:
+    if v is None:
+        return v
+    if isinstance(v, (str, int)):
+        return [v]
+    return v
+
+
+class Sweep(BaseModel):
+    """A grid of cells: the cartesian product of its lists (YAML or CLI flags).
+
+    Attributes:
+        models, engines, dtypes: names (see ``infbench models``, ``infbench plugins``);
+            ``dtypes`` may use any engine's spelling or a precision class (``fp16``).
+        batch, input_len, output_len: sizes in prompts and tokens.
+        tensor_parallel_size: list of TP degrees.
+        seed, warmup: copied into every cell.
+        cell_timeout_s: a cell running longer is stopped and stored as failed.
+
+    Raises:
+        pydantic.ValidationError: on unknown fields or values out of range; the CLI
+            turns it into a message that names the field and its allowed values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(min_length=1)
+    engines: list[str] = Field(min_length=1)
+    dtypes: list[str] = Field(min_length=1)
+    batch: list[int] = Field(min_length=1)
+    input_len: list[int] = Field(min_length=1)
+    output_len: list[int] = Field(min_length=1)
+    tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
+    seed: int = 0
+    warmup: int = Field(1, ge=0)
+    cell_timeout_s: float | None = Field(None, gt=0)
+
+    _coerce = field_validator(
+        "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
+        mode="before",
+    )(_as_list)
+
+    @field_validator("batch", "input_len", "output_len", "tensor_parallel_size")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        bad = [x for x in v if x < 1]
+        if bad:
+            raise ValueError(f"must be positive integers, got {bad}")
+        return v
+
+
+class RequestRecord(BaseModel):
+    """Raw timestamps of one request (METRICS.md, "Raw record per request").
+
+    Attributes:
+        t_send_ns: request handed to the engine (``perf_counter_ns``).
+        t_tokens_ns: arrival time of each output token; a chunk carrying k tokens
+            gives k entries at its arrival time. ``len(t_tokens_ns) == n_out`` for a
+            complete request.
+        n_in: prompt tokens, as the engine counted them.
+        n_out: generated tokens, as the engine counted them.
+        n_out_source: ``engine`` (the engine's own count), ``usage`` (a server's usage
+            field) or ``client_tokenizer`` (a flagged client-side re-tokenisation).
+        error: why the request failed, or None.
+    """
+
+    t_send_ns: int
+    t_tokens_ns: list[int] = Field(default_factory=list)
+    n_in: int = 0
+    n_out: int = 0
+    n_out_source: Literal["engine", "usage", "client_tokenizer"] = "engine"
+    error: str | None = None
+
+
+class CellResult(BaseModel):
+    """What the store keeps for one attempt at one cell, ok or failed.
+
+    Attributes:
+        cell_id, spec_hash: see :class:`Cell`.
+        cell: the cell spec.
+        device: the device group it ran on.
+        status: ``ok`` or ``failed``.
+        error: the error (type and message) of a failed cell.
+        metrics: derived metrics (:func:`infbench.measure.metrics.cell_metrics`).
+        records: raw per-request records.
+        power: raw power readings taken during the timed part.
+        power_note: why energy is unavailable, if it is.
+        engine: engine name and library versions (``Engine.describe()``).
+        wall_s: time the harness spent on the cell (s), warm-up excluded.
+        engine_s: time spent inside the engine's generate/decode calls (s).
+        started_at, finished_at: UNIX times (s).
+    """
+
+    cell_id: str
+    spec_hash: str
+    cell: Cell
+    device: DeviceInfo
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    records: list[RequestRecord] = Field(default_factory=list)
+    power: list[PowerReading] = Field(default_factory=list)
+    power_note: str | None = None
+    engine: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float | None = None
+    engine_s: float | None = None
+    started_at: float
+    finished_at: float

@@ -1,0 +1,1 @@
+"""Prompt sources. Batch mode uses synthetic prompts of exact token counts."""
