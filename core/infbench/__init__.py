@@ -17,3 +17,11 @@ __version__ = "0.1.0"
 #: Version of the stored result layout (records, metrics, SQLite tables). Bump on any
 #: incompatible change so hosts and workers of different versions detect the skew.
 SCHEMA_VERSION = 1
+
+
+def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`
+    if name in ("hookimpl", "hookspec"):
+        from infbench import hookspecs
+
+        return getattr(hookspecs, name)
+    raise AttributeError(name)

@@ -130,6 +130,8 @@ def _validation_message(exc: ValidationError, source: str) -> ConfigError:
         if e["type"] == "extra_forbidden":
             s = suggest(str(e["loc"][0]), fields)
             lines.append(f"unknown field {loc!r}" + (f" ({s})" if s else ""))
+        elif e["type"] == "missing":
+            lines.append(f"field {loc!r} is required")
         else:
             lines.append(f"field {loc!r}: {e['msg']} (got {e.get('input')!r})")
     return ConfigError(f"invalid sweep in {source}: " + "; ".join(lines),
@@ -158,8 +160,9 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
 
 
 def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sweep:
-    """The sweep of `infbench run`: a preset (default `quick`) or a YAML file as the base,
-    with each axis given on the command line replacing the base's.
+    """The sweep of `infbench run`: a preset (default `quick`) is the base; a YAML file's
+    fields replace the preset's (the file may name its own base with `preset:`), and each
+    axis given on the command line replaces both.
 
     Raises:
         ConfigError: unknown preset, bad file, or a field that fails validation.
@@ -170,18 +173,15 @@ def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sw
     if sweep_file is not None:
         data = load_sweep_file(sweep_file)
         source = str(sweep_file)
-        if "preset" in data:
-            p = data.pop("preset")
-            if p not in PRESETS:
-                raise ConfigError(f"unknown preset {p!r} in {sweep_file}", hint=f"choose one of: {', '.join(PRESETS)}")
-            data = {**PRESETS[p], **data}
+        p = data.pop("preset", preset or "quick")
+        if p not in PRESETS:
+            raise ConfigError(f"unknown preset {p!r} in {sweep_file}", hint=f"choose one of: {', '.join(PRESETS)}")
+        data = {**PRESETS[p], **data}
     else:
         name = preset or "quick"
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
         data = dict(PRESETS[name])
-    if preset and sweep_file is not None:
-        data = {**PRESETS[preset], **data}
     data.update({k: v for k, v in flags.items() if v not in (None, [])})
     try:
         return Sweep(**data)

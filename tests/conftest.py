@@ -1,0 +1,39 @@
+"""Shared fixtures. Every test gets its own INFBENCH_HOME (store, caches) under tmp_path,
+except that dummy GGUF files are cached per session to save time."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from infbench.plugins import build_plugin_manager, get_plugin_manager
+
+
+@pytest.fixture(scope="session")
+def gguf_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf-cache")
+
+
+@pytest.fixture(autouse=True)
+def infbench_home(tmp_path, monkeypatch, gguf_cache):
+    home = tmp_path / "home"
+    (home / "cache").mkdir(parents=True)
+    os.symlink(gguf_cache, home / "cache" / "gguf")
+    monkeypatch.setenv("INFBENCH_HOME", str(home))
+    monkeypatch.delenv("INFBENCH_DISABLE_PLUGINS", raising=False)
+    get_plugin_manager.cache_clear()
+    yield home
+    get_plugin_manager.cache_clear()
+
+
+@pytest.fixture
+def pm():
+    return build_plugin_manager()
+
+
+@pytest.fixture
+def cpu(pm):
+    from infbench.platforms.cpu import cpu_device
+
+    return cpu_device()
