@@ -1,0 +1,94 @@
+"""The command line in a subprocess, as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REQUIRED = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def infbench(*args, env=None, check=True):
+    p = subprocess.run([sys.executable, "-m", "infbench.cli", *args], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})}, timeout=900)
+    if check and p.returncode != 0:
+        raise AssertionError(f"infbench {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def check_cells(cells):
+    assert cells
+    for c in cells:
+        m = c["metrics"]
+        assert c["status"] == "ok", c["error"]
+        for k in REQUIRED:
+            assert m[k]["p50"] is not None and m[k]["count"] == c["spec"]["batch"]
+        assert m["output_tok_s"] > 0 and m["total_tok_s"] > 0 and m["n_completed"] == c["spec"]["batch"]
+
+
+def test_default_main_job():
+    """`infbench detect && infbench run` with no arguments, then `results --format json`."""
+    det = json.loads(infbench("detect", "--json").stdout)
+    assert det["devices"][0]["vendor"] == "cpu"
+    infbench("run")
+    cells = json.loads(infbench("results", "--format", "json").stdout)
+    assert len(cells) == 6 and {c["spec"]["model"] for c in cells} == {"smollm2-135m"}
+    check_cells(cells)
+
+
+def test_run_json_skip_force_csv(tmp_path):
+    store = str(tmp_path / "s.db")
+    args = ["run", "--model", "tiny", "--engine", "llama.cpp,transformers", "--dtype", "fp32", "--batch", "1",
+            "--batch", "2", "--input-len", "16", "--output-len", "4", "--store", store, "--json"]
+    first = json.loads(infbench(*args).stdout)
+    assert first["ok"] == 4 and first["failed"] == 0
+    check_cells(first["cells"])
+    assert {c["spec"]["engine"] for c in first["cells"]} == {"llama.cpp", "transformers"}
+    again = json.loads(infbench(*args).stdout)
+    assert again["skipped"] == 4 and again["ok"] == 0
+    forced = json.loads(infbench(*args, "--force").stdout)
+    assert forced["ok"] == 4
+    csv = infbench("results", "--store", store, "--format", "csv").stdout.splitlines()
+    header = csv[0].split(",")
+    assert len(csv) == 5 and "ttft_s_p50" in header and "ttft_s_count" in header and "output_tok_s" in header
+
+
+def test_timeout_cells_stored_failed_with_exit_3(tmp_path):
+    store = str(tmp_path / "s.db")
+    p = infbench("run", "--model", "tiny", "--batch", "1,2", "--input-len", "16", "--output-len", "64",
+                 "--cell-timeout", "1e-6", "--store", store, check=False)
+    assert p.returncode == 3, p.stderr
+    cells = json.loads(infbench("results", "--store", store, "--format", "json").stdout)
+    assert [c["status"] for c in cells] == ["failed", "failed"]
+    assert all(c["error"].startswith("timeout:") for c in cells)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", "--model", "llama-3-8bb"], "did you mean: llama-3-8b"),
+    (["run", "--engine", "transformers", "--dtype", "q4_0"], "dtype 'q4_0' is not available on engine"),
+    (["run", "--batch", "one"], "--batch takes integers"),
+    (["run", "--device", "tpu"], "no detected device matches 'tpu'"),
+    (["results", "--format", "xml"], "unknown format"),
+])
+def test_bad_input_messages(args, message):
+    p = infbench(*args, check=False)
+    assert p.returncode == 2 and message in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_help_teaches():
+    h = infbench("run", "--help").stdout
+    assert "--input-len" in h and "Examples" in h and "--sweep" in h
+    assert "tiny-random-llama" in infbench("models").stdout
+
+
+def test_dry_run_paper_preset():
+    out = json.loads(infbench("run", "--preset", "paper", "--dry-run", "--json").stdout)
+    cells = out["cells"]
+    assert len(cells) == 100
+    assert {c["batch"] for c in cells} == {1, 16, 32, 64}
+    assert {c["input_len"] for c in cells} == {128, 256, 512, 1024, 2048}

@@ -1,0 +1,101 @@
+"""The orchestrator with the real llama.cpp engine: failures are stored results, the sweep
+goes on, Ctrl-C keeps what finished, a re-run resumes."""
+
+import pytest
+
+from infbench import hookimpl
+from infbench.detect import detect
+from infbench.engines.llama_cpp_engine import LlamaCppEngine
+from infbench.plan import plan
+from infbench.run import RunOptions, provenance, run_plan
+from infbench.schema import Sweep
+from infbench.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+class FaultyLlama(LlamaCppEngine):
+    """The real llama.cpp engine, with a fault injected on one batch size."""
+
+    fail_batch: int | None = None
+    fault: type[BaseException] = MemoryError
+    stopped = 0
+
+    def run(self, cell, prompts, deadline_ns=None):
+        if cell.batch == self.fail_batch and cell.output_len > 2:  # not during warm-up
+            raise self.fault("injected")
+        return super().run(cell, prompts, deadline_ns)
+
+    def stop(self):
+        FaultyLlama.stopped += 1
+        super().stop()
+
+
+class Launcher:
+    @hookimpl
+    def infbench_launch_engine(self, engine, device, options):
+        return FaultyLlama(device, options) if engine == "llama.cpp" else None
+
+
+def setup(pm, tmp_path, batches=(1, 2, 3)):
+    pm.register(Launcher(), name="faulty")
+    det = detect(pm)
+    dev = det.devices[0]
+    sw = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16"], batch=list(batches),
+               input_len=[16], output_len=[4])
+    return plan(sw, dev, pm), Store(tmp_path / "r.db"), provenance(det, pm)
+
+
+def test_failed_cell_is_stored_and_sweep_goes_on(pm, tmp_path):
+    FaultyLlama.fail_batch, FaultyLlama.fault = 2, MemoryError
+    p, store, prov = setup(pm, tmp_path)
+    s = run_plan(p, store, pm, prov)
+    assert [c.cell.batch for c in s.ok] == [1, 3] and [c.cell.batch for c in s.failed] == [2]
+    rows = {r["spec"]["batch"]: r for r in store.results()}
+    assert rows[2]["status"] == "failed" and rows[2]["error"].startswith("OOM: MemoryError: injected")
+    assert rows[3]["status"] == "ok" and rows[3]["metrics"]["output_tok_s"] > 0
+    assert store.runs()[0]["status"] == "completed_with_failures"
+    # A re-run measures only the failed cell.
+    FaultyLlama.fail_batch = None
+    s2 = run_plan(p, store, pm, prov)
+    assert [c.cell.batch for c in s2.ok] == [2] and len(s2.skipped) == 2
+
+
+def test_interrupt_keeps_finished_cells_and_resumes(pm, tmp_path):
+    FaultyLlama.fail_batch, FaultyLlama.fault = 2, KeyboardInterrupt
+    FaultyLlama.stopped = 0
+    p, store, prov = setup(pm, tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_plan(p, store, pm, prov)
+    assert FaultyLlama.stopped == 1                       # engine freed on Ctrl-C
+    assert [r["spec"]["batch"] for r in store.results()] == [1]
+    assert store.runs()[0]["status"] == "interrupted"
+    FaultyLlama.fail_batch = None
+    s = run_plan(p, store, pm, prov)
+    assert [c.cell.batch for c in s.ok] == [2, 3] and [c.batch for c in s.skipped] == [1]
+
+
+def test_engine_start_failure_fails_the_group(pm, tmp_path, monkeypatch):
+    FaultyLlama.fail_batch = None
+
+    def broken_start(self, group):
+        raise RuntimeError("cannot load model")
+
+    monkeypatch.setattr(FaultyLlama, "start", broken_start)
+    p, store, prov = setup(pm, tmp_path, batches=(1, 2))
+    s = run_plan(p, store, pm, prov)
+    assert len(s.failed) == 2 and not s.ok
+    assert all("engine start failed: RuntimeError: cannot load model" in r["error"] for r in store.results())
+
+
+def test_force_and_provenance(pm, tmp_path):
+    FaultyLlama.fail_batch = None
+    p, store, prov = setup(pm, tmp_path, batches=(1,))
+    run_plan(p, store, pm, prov)
+    s = run_plan(p, store, pm, prov, RunOptions(force=True))
+    assert len(s.ok) == 1 and len(store.results(all_attempts=True)) == 2
+    pv = store.runs()[0]["provenance"]
+    assert pv["infbench_version"] and pv["libraries"]["llama_cpp_python"] and pv["devices"][0]["vendor"] == "cpu"
+    r = store.results()[0]
+    assert r["engine"]["name"] == "llama.cpp" and r["engine"]["n_threads"] >= 1
+    assert r["power_note"]                                  # this VM has no RAPL: the reason is stored
