@@ -125,7 +125,8 @@ class LlamaCppEngine(Engine):
             path = Path(m.path)
         else:
             if group.dtype not in GGUF_DTYPES:
-                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown", hint=f"use one of {', '.join(GGUF_DTYPES)}")
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
+                                  hint=f"use one of {', '.join(GGUF_DTYPES)}")
             from infbench.store import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")

@@ -61,7 +61,10 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         t.add_column(col, justify=just, no_wrap=col in ("model",))
     for r in rows:
         s, m = r["spec"], r["metrics"] or {}
-        g = lambda k, q="p50": (m.get(k) or {}).get(q)  # noqa: E731
+
+        def g(k: str, q: str = "p50", m: dict = m) -> float | None:
+            return (m.get(k) or {}).get(q)
+
         status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r['error'] or '')[:60]}"
         t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], str(s["batch"]),
                   str(s["input_len"]), str(s["output_len"]), status,

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install everything the tests need, then run every test layer (unit + integration) and the linter.
+#   bash scripts/test.sh                      # all tests (what CI runs)
+#   bash scripts/test.sh -m "not integration" # the fast unit layer only (seconds)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PIP="python -m pip"
+# PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
+# elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
+$PIP install -q "torch==2.13.0"
+# llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,test]"
+python -m ruff check core tests
+python -m pytest "$@"
