@@ -99,3 +99,40 @@ def test_force_and_provenance(pm, tmp_path):
     r = store.results()[0]
     assert r["engine"]["name"] == "llama.cpp" and r["engine"]["n_threads"] >= 1
     assert r["power_note"]                                  # this VM has no RAPL: the reason is stored
+
+
+class SteadyTenWatts:
+    """A power source for a host without one (this VM has no RAPL): a cumulative energy
+    counter advancing at 10 W of wall time, wrapping at 1 J so wraparound is exercised."""
+
+    @hookimpl(tryfirst=True)
+    def infbench_power_sampler(self, device):
+        import time
+
+        from infbench.measure.power import PowerSampler
+        from infbench.schema import PowerReading
+
+        class S(PowerSampler):
+            name, source = "steady-10w", "energy_counter"
+
+            def read(self):
+                t = time.perf_counter_ns()
+                return [PowerReading(t_ns=t, energy_j=(t * 1e-8) % 1.0, energy_range_j=1.0)]
+
+        return S()
+
+
+def test_energy_flows_into_metrics_and_store(pm, tmp_path):
+    FaultyLlama.fail_batch = None
+    pm.register(SteadyTenWatts(), name="steady")
+    p, store, prov = setup(pm, tmp_path, batches=(2,))
+    s = run_plan(p, store, pm, prov, RunOptions(power_interval_s=0.005))
+    [r] = s.ok
+    m = r.metrics
+    assert r.power_note is None and len(r.power) >= 2
+    # The monitor spans the timed part: it encloses [first t_send, last token] and lies within wall_s.
+    assert 10.0 * m["duration_s"] * 0.99 <= m["energy_j"] <= 10.0 * r.wall_s * 1.01
+    assert m["avg_power_w"] == pytest.approx(m["energy_j"] / m["duration_s"])
+    assert m["tokens_per_j"] == pytest.approx((m["n_in_total"] + m["n_out_total"]) / m["energy_j"])
+    row = store.results()[0]
+    assert len(store.power(row["id"])) == len(r.power) and row["metrics"]["energy_j"] == m["energy_j"]
