@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Iterable
 
 from infbench.schema import PowerReading
 
 
-class PowerSampler:
+class PowerSampler(ABC):
     """Base class of a device power source (what ``infbench_power_sampler`` returns).
 
     Subclasses implement :meth:`read`. ``source`` says what the readings carry:
@@ -36,6 +37,7 @@ class PowerSampler:
     available = True
     label: str | None = None
 
+    @abstractmethod
     def read(self) -> list[PowerReading]:
         """Take one reading per device now.
 
