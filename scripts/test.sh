@@ -9,6 +9,6 @@ PIP="python -m pip"
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"
 # llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,test]"
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,test]"
 python -m ruff check core tests
 python -m pytest "$@"

@@ -233,12 +233,24 @@ def run(
     cell_timeout: Annotated[float | None, typer.Option("--cell-timeout", help="Seconds before a cell is stopped and stored as failed.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for the engine.")] = None,
     power_interval: Annotated[float, typer.Option("--power-interval", help="Power sampling interval (s).")] = 0.1,
+    concurrency: Annotated[list[str] | None, typer.Option("--concurrency", "-c", help="Serving mode: requests kept in flight (server engines).")] = None,
+    request_rate: Annotated[list[str] | None, typer.Option("--request-rate", "-r", help="Serving mode: mean arrivals per s (Poisson; see --burstiness).")] = None,
+    burstiness: Annotated[float | None, typer.Option("--burstiness", help="Gamma shape of inter-arrival times: 1 = Poisson, <1 burstier.")] = None,
+    num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Serving mode: timed requests per cell.")] = None,
+    duration: Annotated[float | None, typer.Option("--duration", help="Serving mode: seconds to offer requests per cell.")] = None,
+    warmup_requests: Annotated[int | None, typer.Option("--warmup-requests", help="Serving mode: untimed requests first (default 1).")] = None,
+    request_timeout: Annotated[float | None, typer.Option("--request-timeout", help="Serving mode: per-request limit in s.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", help="--engine openai: the server, e.g. http://127.0.0.1:8000/v1.")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="Name of the environment variable holding the API key (never stored).")] = None,
+    endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions (default) or chat.")] = None,
+    served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name sent to the server (default: --model).")] = None,
+    prompt_format: Annotated[str | None, typer.Option("--prompt-format", help="token_ids (exact lengths, zoo model served with dummy weights) or text.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the planned cells and exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.detect import detect as do_detect
     from infbench.plan import plan as make_plan
-    from infbench.run import RunOptions, provenance, run_plan, select_device
+    from infbench.run import RunOptions, provenance, remote_device, run_plan, select_device
     from infbench.store import Store
 
     try:
@@ -247,10 +259,25 @@ def run(
             dtypes=_split(dtype, "--dtype"), batch=_split(batch, "--batch", int),
             input_len=_split(input_len, "--input-len", int), output_len=_split(output_len, "--output-len", int),
             tensor_parallel_size=_split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
-            cell_timeout_s=cell_timeout)
+            cell_timeout_s=cell_timeout, concurrency=_split(concurrency, "--concurrency", int),
+            request_rate=_split(request_rate, "--request-rate", float), burstiness=burstiness,
+            num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
+            request_timeout_s=request_timeout)
         pm = _pm()
         det = do_detect(pm)
-        dev = select_device(det, device)
+        from infbench.plan import engine_specs
+
+        specs = engine_specs(pm)
+        remote = [e for e in sweep.engines if e in specs and specs[e].platforms == ["remote"]]
+        if remote:
+            if len(remote) != len(sweep.engines):
+                raise ConfigError("a remote endpoint (--engine openai) runs in a sweep of its own",
+                                  hint="run the local engines in a separate `infbench run`")
+            if not base_url:
+                raise ConfigError("--engine openai needs --base-url", hint="e.g. --base-url http://127.0.0.1:8000/v1")
+            dev = remote_device(base_url)
+        else:
+            dev = select_device(det, device)
         the_plan = make_plan(sweep, dev, pm)
         for w in the_plan.warnings:
             err.print(f"[yellow]warning:[/] {w}")
@@ -270,8 +297,10 @@ def run(
     except InfbenchError as exc:
         _fail(exc)
         return
+    eopts = {"n_threads": threads, "base_url": base_url, "api_key_env": api_key_env, "endpoint": endpoint,
+             "served_model": served_model_name, "prompt_format": prompt_format}
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options={"n_threads": threads} if threads else {})
+                      engine_options={k: v for k, v in eopts.items() if v is not None})
     prov = provenance(det, pm)
     if not as_json:
         out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}), store {store.path}")

@@ -17,7 +17,7 @@ from infbench.engines.base import EngineSpec
 from infbench.errors import ConfigError, EngineUnavailable, suggest
 from infbench.models import ModelShape, resolve
 from infbench.plugins import PluginManager
-from infbench.schema import Cell, DeviceInfo, Sweep
+from infbench.schema import Cell, DeviceInfo, Load, Sweep
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
 #: model on llama.cpp, a few minutes on 2 CPU cores. ``paper`` is the LLM-Inference-Bench
@@ -91,6 +91,17 @@ def device_precisions(pm: PluginManager, device: DeviceInfo) -> list[str]:
     return list(p) if p is not None else ["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 
 
+def _resolve(name: str, lenient: bool) -> ModelShape:
+    """Zoo/path lookup; for engines that serve any model (remote endpoints) an unknown
+    name is the server's model id, with no known shape."""
+    try:
+        return resolve(name)
+    except ConfigError:
+        if lenient:
+            return ModelShape(name=name, config={})
+        raise
+
+
 def sweep_from_preset(name: str, **overrides: Any) -> Sweep:
     """A :class:`Sweep` from a preset with some axes replaced (None values are ignored).
 
@@ -116,7 +127,6 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     specs = engine_specs(pm)
     precisions = device_precisions(pm, device)
     warnings: list[str] = []
-    models = {m: resolve(m) for m in sweep.models}
     engine_dtypes: dict[str, list[str]] = {}
     for e in sweep.engines:
         spec = specs.get(e)
@@ -136,6 +146,9 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
             raise EngineUnavailable(f"engine {e!r} needs the Python package(s) {', '.join(missing)}",
                                     hint=spec.install or None)
         engine_dtypes[e] = []
+        if spec.dtypes == {"auto": "auto"}:  # a remote server decides its own precision
+            engine_dtypes[e] = ["auto"]
+            continue
         for d in sweep.dtypes:
             native = spec.resolve_dtype(d)
             if native is None:
@@ -147,6 +160,14 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                     f"{device.model}",
                     hint=f"this device supports: {', '.join(precisions)}")
             engine_dtypes[e].append(native)
+    lenient = all(specs[e].any_model for e in sweep.engines)
+    models = {m: _resolve(m, lenient) for m in sweep.models}
+    loads = sweep.loads()
+    batch_only = [e for e in sweep.engines if not specs[e].serving]
+    if loads and batch_only:
+        serving = sorted(n for n, s in specs.items() if s.serving)
+        raise ConfigError(f"--concurrency/--request-rate need a server engine; {', '.join(batch_only)} runs batch "
+                          "mode only", hint=f"server engines: {', '.join(serving)}")
     for tp in sweep.tensor_parallel_size:
         if tp > device.count:
             raise ConfigError(f"tensor_parallel_size {tp} exceeds the {device.count} {device.vendor} device(s) "
@@ -162,9 +183,16 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
         for d in dict.fromkeys(engine_dtypes[e]):
             key = (mname, e, d, tp)
             g = groups.setdefault(key, Group(models[mname], e, d, tp))
-            for b, i, o in itertools.product(sorted(set(sweep.batch)), sorted(set(sweep.input_len)),
-                                             sorted(set(sweep.output_len))):
+            if loads:
+                shapes = [(1, ld) for ld in loads]
+            elif specs[e].serving:
+                shapes = [(b, Load(mode="batch", warmup_requests=sweep.warmup_requests,
+                                   timeout_s=sweep.request_timeout_s)) for b in sorted(set(sweep.batch))]
+            else:
+                shapes = [(b, None) for b in sorted(set(sweep.batch))]
+            for (b, ld), i, o in itertools.product(shapes, sorted(set(sweep.input_len)),
+                                                   sorted(set(sweep.output_len))):
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
-                                    warmup=sweep.warmup))
+                                    warmup=sweep.warmup, load=ld))
     return Plan(device=device, groups=list(groups.values()), warnings=warnings)

@@ -28,7 +28,6 @@ from infbench.plan import Group, Plan, engine_specs
 from infbench.plugins import PluginManager
 from infbench.schema import Cell, CellResult, DeviceInfo
 from infbench.store import Store
-from infbench.workloads.synthetic import synthetic_prompts
 
 #: Libraries whose versions go into every run's provenance (when installed).
 TRACKED_LIBRARIES = ("infbench", "pluggy", "pydantic", "numpy", "llama_cpp_python", "gguf", "transformers",
@@ -89,6 +88,16 @@ def select_device(detection: Detection, name: str | None = None) -> DeviceInfo:
     if not devs:
         raise ConfigError("no device detected", hint="is the built-in cpu plugin disabled by INFBENCH_DISABLE_PLUGINS?")
     return devs[0]
+
+
+def remote_device(base_url: str) -> DeviceInfo:
+    """The "device" of an OpenAI-compatible endpoint infbench did not start: the endpoint
+    itself (its hardware is unknown to infbench; a vendor plugin may describe it)."""
+    from urllib.parse import urlparse
+
+    u = urlparse(base_url)
+    return DeviceInfo(vendor="remote", kind="remote", model=f"{u.scheme}://{u.netloc}{u.path}".rstrip("/"),
+                      properties={"base_url": base_url})
 
 
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
@@ -161,7 +170,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
     base = dict(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
                 engine=_describe(engine), started_at=started)
     try:
-        prompts = synthetic_prompts(cell.batch, cell.input_len, group.model.vocab, cell.seed)
+        prompts = engine.make_prompts(cell, group.model)
         for _ in range(cell.warmup):
             engine.warmup(cell, prompts)
         t0 = time.perf_counter()
@@ -173,6 +182,8 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             readings = monitor.stop()
         energy, note = monitor.energy()
         metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy)
+        if out.warnings:
+            metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0
         status, error = "ok", None
         if metrics["n_completed"] == 0:

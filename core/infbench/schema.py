@@ -88,6 +88,41 @@ class PowerReading(BaseModel):
     energy_range_j: float | None = None
 
 
+class Load(BaseModel):
+    """How requests are offered to a server engine (serving mode; METRICS.md).
+
+    Attributes:
+        mode: ``batch`` (all requests at once), ``concurrency`` (a fixed number in
+            flight) or ``rate`` (arrivals at ``request_rate`` per s, Poisson, or gamma
+            with ``burstiness``).
+        concurrency: requests in flight (mode ``concurrency``; optional cap in ``rate``).
+        request_rate: mean arrivals per s (mode ``rate``).
+        burstiness: gamma shape of the inter-arrival times; 1.0 is Poisson, < 1 burstier
+            (vLLM ``benchmarks/serve.py`` semantics).
+        num_requests: timed requests to send.
+        duration_s: stop offering new requests after this many seconds.
+        warmup_requests: untimed requests sent first, excluded from the figures.
+        timeout_s: per-request limit; a request past it is stored as failed.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["batch", "concurrency", "rate"] = "concurrency"
+    concurrency: int | None = Field(None, ge=1)
+    request_rate: float | None = Field(None, gt=0)
+    burstiness: float = Field(1.0, gt=0)
+    num_requests: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    warmup_requests: int = Field(0, ge=0)
+    timeout_s: float | None = Field(None, gt=0)
+
+    def label(self) -> str:
+        """``c16``, ``r2.5`` or ``batch``."""
+        if self.mode == "rate":
+            return f"r{self.request_rate:g}" + (f" burst{self.burstiness:g}" if self.burstiness != 1 else "")
+        return f"c{self.concurrency}" if self.mode == "concurrency" else "batch"
+
+
 class Cell(BaseModel):
     """One point of a sweep: a workload on one engine configuration.
 
@@ -106,6 +141,7 @@ class Cell(BaseModel):
         seed: seed of the synthetic prompts.
         warmup: warm-up passes before the timed one (same batch and prompt length,
             2 output tokens), excluded from the figures.
+        load: serving-mode load (server engines); None for in-process batch mode.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -119,10 +155,15 @@ class Cell(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1)
     seed: int = 0
     warmup: int = Field(1, ge=0)
+    load: Load | None = None
 
     def spec(self) -> dict[str, Any]:
-        """The workload fields that define what is measured (warm-up excluded)."""
-        return self.model_dump(exclude={"warmup"})
+        """The workload fields that define what is measured (warm-up excluded; unset
+        optional fields are left out so adding one never changes existing ids)."""
+        d = self.model_dump(exclude={"warmup"}, exclude_none=True)
+        if self.load is not None:
+            d["load"] = self.load.model_dump(exclude={"warmup_requests", "timeout_s"}, exclude_none=True)
+        return d
 
     def spec_hash(self) -> str:
         """Stable 16-hex-digit hash of :meth:`spec`: same workload, same hash, on any site."""
@@ -139,8 +180,8 @@ class Cell(BaseModel):
     def label(self) -> str:
         """Short human label: ``smollm2-135m llama.cpp f16 b4 i128 o64``."""
         tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
-        return (f"{self.model} {self.engine} {self.dtype}{tp} "
-                f"b{self.batch} i{self.input_len} o{self.output_len}")
+        size = self.load.label() if self.load is not None and self.load.mode != "batch" else f"b{self.batch}"
+        return f"{self.model} {self.engine} {self.dtype}{tp} {size} i{self.input_len} o{self.output_len}"
 
 
 def _as_list(v: Any) -> Any:
@@ -161,6 +202,9 @@ class Sweep(BaseModel):
         tensor_parallel_size: list of TP degrees.
         seed, warmup: copied into every cell.
         cell_timeout_s: a cell running longer is stopped and stored as failed.
+        concurrency, request_rate: serving-mode load levels (server engines only).
+        burstiness, num_requests, duration_s, warmup_requests, request_timeout_s:
+            the rest of each :class:`Load`.
 
     Raises:
         pydantic.ValidationError: on unknown fields or values out of range; the CLI
@@ -179,16 +223,33 @@ class Sweep(BaseModel):
     seed: int = 0
     warmup: int = Field(1, ge=0)
     cell_timeout_s: float | None = Field(None, gt=0)
+    concurrency: list[int] | None = None
+    request_rate: list[float] | None = None
+    burstiness: float = Field(1.0, gt=0)
+    num_requests: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0)
+    warmup_requests: int = Field(1, ge=0)
+    request_timeout_s: float | None = Field(None, gt=0)
 
     _coerce = field_validator(
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
-        mode="before",
+        "concurrency", "request_rate", mode="before",
     )(_as_list)
 
-    @field_validator("batch", "input_len", "output_len", "tensor_parallel_size")
+    def loads(self) -> list[Load]:
+        """Serving-mode loads: one per concurrency level and per request rate; empty when
+        neither is given (server engines then run batch mode over ``batch``)."""
+        common = dict(num_requests=self.num_requests, duration_s=self.duration_s,
+                      warmup_requests=self.warmup_requests, timeout_s=self.request_timeout_s)
+        out = [Load(mode="concurrency", concurrency=c, **common) for c in self.concurrency or []]
+        out += [Load(mode="rate", request_rate=r, burstiness=self.burstiness, **common)
+                for r in self.request_rate or []]
+        return out
+
+    @field_validator("batch", "input_len", "output_len", "tensor_parallel_size", "concurrency", "request_rate")
     @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        bad = [x for x in v if x < 1]
+    def _positive(cls, v: list[int] | None) -> list[int] | None:
+        bad = [x for x in v or [] if x <= 0]
         if bad:
             raise ValueError(f"must be positive integers, got {bad}")
         return v
@@ -205,16 +266,24 @@ class RequestRecord(BaseModel):
         n_in: prompt tokens, as the engine counted them.
         n_out: generated tokens, as the engine counted them.
         n_out_source: ``engine`` (the engine's own count), ``usage`` (a server's usage
-            field) or ``client_tokenizer`` (a flagged client-side re-tokenisation).
+            field), ``client_tokenizer`` (a client-side re-tokenisation) or ``chunks``
+            (one token per streamed text chunk); the last two are flagged estimates.
         error: why the request failed, or None.
+        t_sched_ns: when the load generator released the request; ``t_send_ns -
+            t_sched_ns`` is the time it waited in the client's own queue (kept apart
+            from TTFT).
+        server: what the server reported about the request itself (llama.cpp
+            ``timings``, Cerebras ``time_info``, finish reason), if anything.
     """
 
     t_send_ns: int
     t_tokens_ns: list[int] = Field(default_factory=list)
     n_in: int = 0
     n_out: int = 0
-    n_out_source: Literal["engine", "usage", "client_tokenizer"] = "engine"
+    n_out_source: Literal["engine", "usage", "client_tokenizer", "chunks"] = "engine"
     error: str | None = None
+    t_sched_ns: int | None = None
+    server: dict[str, Any] | None = None
 
 
 class CellResult(BaseModel):

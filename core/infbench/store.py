@@ -42,7 +42,8 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE INDEX IF NOT EXISTS cells_by_cell_id ON cells(cell_id, id);
 CREATE TABLE IF NOT EXISTS requests (
     cell_row INTEGER NOT NULL REFERENCES cells(id), idx INTEGER NOT NULL, t_send_ns INTEGER,
-    t_tokens_ns BLOB, n_in INTEGER, n_out INTEGER, n_out_source TEXT, error TEXT);
+    t_tokens_ns BLOB, n_in INTEGER, n_out INTEGER, n_out_source TEXT, error TEXT, t_sched_ns INTEGER,
+    server TEXT);
 CREATE INDEX IF NOT EXISTS requests_by_cell ON requests(cell_row);
 CREATE TABLE IF NOT EXISTS power_samples (
     cell_row INTEGER NOT NULL REFERENCES cells(id), t_ns INTEGER, device_index INTEGER,
@@ -123,9 +124,10 @@ class Store:
                  r.power_note, r.wall_s, r.engine_s, r.started_at, r.finished_at))
             row = cur.lastrowid
             self.db.executemany(
-                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [(row, i, q.t_send_ns, np.asarray(q.t_tokens_ns, dtype="<i8").tobytes(), q.n_in, q.n_out,
-                  q.n_out_source, q.error) for i, q in enumerate(r.records)])
+                  q.n_out_source, q.error, q.t_sched_ns, json.dumps(q.server) if q.server is not None else None)
+                 for i, q in enumerate(r.records)])
             self.db.executemany(
                 "INSERT INTO power_samples VALUES (?,?,?,?,?,?)",
                 [(row, p.t_ns, p.device_index, p.power_w, p.energy_j, p.energy_range_j) for p in r.power])
@@ -164,7 +166,8 @@ class Store:
         """The raw request records of one stored attempt (``results()[i]["id"]``)."""
         rows = self.db.execute("SELECT * FROM requests WHERE cell_row=? ORDER BY idx", (cell_row,))
         return [RequestRecord(t_send_ns=r["t_send_ns"], t_tokens_ns=np.frombuffer(r["t_tokens_ns"], "<i8").tolist(),
-                              n_in=r["n_in"], n_out=r["n_out"], n_out_source=r["n_out_source"], error=r["error"])
+                              n_in=r["n_in"], n_out=r["n_out"], n_out_source=r["n_out_source"], error=r["error"],
+                              t_sched_ns=r["t_sched_ns"], server=json.loads(r["server"]) if r["server"] else None)
                 for r in rows]
 
     def power(self, cell_row: int) -> list[PowerReading]:

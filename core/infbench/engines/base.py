@@ -23,10 +23,13 @@ class RunOutput:
         records: one raw record per request, in submission order.
         engine_s: seconds spent inside the engine's own compute calls (generate,
             decode), to separate harness overhead from engine time.
+        warnings: things the results' reader must know (e.g. a server that did not
+            honour the forced output length); stored in the cell's metrics.
     """
 
     records: list[RequestRecord]
     engine_s: float
+    warnings: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -43,6 +46,9 @@ class EngineSpec:
         modules: Python modules it needs (checked with ``importlib.util.find_spec``).
         install: how to install what it needs (shown when a module is missing).
         description: one line for ``infbench plugins``.
+        serving: True for server engines driven by the load generator (serving mode).
+        any_model: True if the engine accepts a model name outside the zoo (a remote
+            server's model id).
     """
 
     name: str
@@ -52,6 +58,8 @@ class EngineSpec:
     modules: list[str] = field(default_factory=list)
     install: str = ""
     description: str = ""
+    serving: bool = False
+    any_model: bool = False
 
     def missing_modules(self) -> list[str]:
         """The required modules that cannot be imported here."""
@@ -120,6 +128,13 @@ class Engine(ABC):
         Returns:
             :class:`RunOutput` with one :class:`RequestRecord` per prompt.
         """
+
+    def make_prompts(self, cell: Cell, model: Any) -> list[Any]:
+        """The prompts of ``cell``: ``cell.batch`` synthetic token-id prompts of exactly
+        ``cell.input_len`` tokens from ``model``'s vocabulary (default)."""
+        from infbench.workloads.synthetic import synthetic_prompts
+
+        return synthetic_prompts(cell.batch, cell.input_len, model.vocab, cell.seed)
 
     def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
         """One untimed pass over the same prompts with 2 output tokens (default)."""

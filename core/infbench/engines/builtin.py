@@ -20,6 +20,18 @@ def _llama_cpp(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     return LlamaCppEngine(device, options)
 
 
+def _openai(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.openai import OpenAIEngine
+
+    return OpenAIEngine(device, options)
+
+
+def _llama_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.llama_server import LlamaServerEngine
+
+    return LlamaServerEngine(device, options)
+
+
 def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     from infbench.engines.transformers_engine import TransformersEngine
 
@@ -28,7 +40,8 @@ def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """llama.cpp and transformers, both on the CPU (vendor plugins add their platforms)."""
+    """llama.cpp and transformers in process, llama.cpp's server, and any OpenAI-compatible
+    endpoint (the ``remote`` platform). Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(GGUF_DTYPES), modules=["llama_cpp", "gguf"],
                    install="pip install 'infbench[llamacpp]'",
@@ -36,4 +49,10 @@ def infbench_engines() -> list[EngineSpec]:
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
                    description="Hugging Face transformers generate(), the reference implementation"),
+        EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(GGUF_DTYPES), modules=["xllamacpp", "httpx", "gguf"],
+                   install="pip install 'infbench[serve]'", serving=True,
+                   description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode"),
+        EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx"],
+                   install="pip install 'infbench[serve]'", serving=True, any_model=True,
+                   description="any OpenAI-compatible endpoint (--base-url), serving mode"),
     ]

@@ -83,7 +83,8 @@ def cell_metrics(
         ``total_tok_s``, ``output_tok_s_per_device``, ``request_s``, ``lib_itl_s``,
         counts (``n_requests``, ``n_completed``, ``n_failed``, ``n_in_total``,
         ``n_out_total``), ``token_counts_estimated`` (True if any count came from a
-        client-side re-tokenisation), and when ``energy_j`` is given ``energy_j``,
+        client-side estimate), ``queue_wait_s`` (summary of ``t_send - t_sched``, the time a
+        request waited in the client's own queue, when the load generator set it), and when ``energy_j`` is given ``energy_j``,
         ``avg_power_w``, ``tokens_per_j``, ``output_tokens_per_j``; with ``slo``,
         ``goodput_req_s``. Throughputs are None when nothing completed.
 
@@ -108,12 +109,15 @@ def cell_metrics(
         "n_failed": len(records) - len(done),
         "n_in_total": n_in,
         "n_out_total": n_out,
-        "token_counts_estimated": any(r.n_out_source == "client_tokenizer" for r in done),
+        "token_counts_estimated": any(r.n_out_source in ("client_tokenizer", "chunks") for r in done),
         "devices_used": devices_used,
     }
     duration = None
     if done:
         duration = (max(r.t_tokens_ns[-1] for r in done) - min(r.t_send_ns for r in done)) * NS
+    waits = [(r.t_send_ns - r.t_sched_ns) * NS for r in done if r.t_sched_ns is not None]
+    if waits:
+        m["queue_wait_s"] = summarize(waits)
     m["duration_s"] = duration
     ok = duration is not None and duration > 0
     m["output_tok_s"] = n_out / duration if ok else None

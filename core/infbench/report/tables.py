@@ -54,7 +54,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
     """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy."""
     t = Table(title=title, header_style="bold", show_lines=False)
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
-                      ("batch", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
+                      ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
                       ("TTFT p50 ms", "right"), ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
                       ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
                       ("tok/J", "right"), ("n", "right")]:
@@ -66,7 +66,10 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             return (m.get(k) or {}).get(q)
 
         status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r['error'] or '')[:60]}"
-        t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], str(s["batch"]),
+        ld = s.get("load")
+        size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
+            f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
                   _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),

@@ -1,0 +1,95 @@
+"""llama.cpp's OpenAI-compatible server, started by infbench and driven in serving mode.
+
+The server is the ``xllamacpp`` wheel (prebuilt llama.cpp with its HTTP server), run as a
+subprocess by :mod:`infbench.engines.xllamacpp_serve` on 127.0.0.1 with as many slots as
+the group's highest concurrency. Requests go through :class:`~infbench.engines.openai.
+OpenAIEngine` with token-id prompts (the model's vocabulary is known), so prompt lengths
+are exact. The server reports ``usage`` and its own ``timings`` (prompt_ms, predicted_ms)
+in the last event; both are stored with each request.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
+from infbench.engines.openai import OpenAIEngine
+from infbench.engines.server_process import ServerProcess, free_port
+from infbench.errors import ConfigError, EngineUnavailable
+
+
+def slots_needed(cells) -> int:
+    """Server slots for a group: the largest concurrency, batch or rate cap among its cells."""
+    n = 1
+    for c in cells:
+        ld = c.load
+        if ld is None or ld.mode == "batch":
+            n = max(n, c.batch)
+        else:
+            n = max(n, ld.concurrency or 16)
+    return n
+
+
+class LlamaServerEngine(OpenAIEngine):
+    """``llama.cpp-server``: a managed llama.cpp server. Options: ``n_threads``,
+    ``parallel`` (slots; default from the group), ``startup_timeout_s`` (default 120)."""
+
+    name = "llama.cpp-server"
+    default_prompt_format = "token_ids"
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.server: ServerProcess | None = None
+
+    def start(self, group) -> None:
+        """Write/locate the GGUF, start the server, wait for ``/health``, then check ``/v1/models``."""
+        try:
+            import xllamacpp  # noqa: F401
+        except ImportError as exc:
+            raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp",
+                                    hint="pip install 'infbench[serve]'") from exc
+        from infbench.store import default_home
+
+        m = group.model
+        if m.path:
+            if not m.path.endswith(".gguf"):
+                raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}")
+            path = m.path
+        else:
+            if group.dtype not in GGUF_DTYPES:
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown", hint=f"use one of {', '.join(GGUF_DTYPES)}")
+            path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
+        parallel = int(self.options.get("parallel") or slots_needed(group.cells))
+        per_slot = max(c.input_len + c.output_len for c in group.cells) + 16
+        per_slot = -(-per_slot // 256) * 256
+        port = free_port()
+        argv = [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path, "--port", str(port),
+                "--parallel", str(parallel), "--ctx", str(parallel * per_slot)]
+        if self.options.get("n_threads"):
+            argv += ["--threads", str(self.options["n_threads"])]
+        if self.device.kind == "gpu":
+            argv += ["--n-gpu-layers", "999"]
+        log = default_home() / "logs" / f"llama-server-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+        self.server = ServerProcess(argv, f"http://127.0.0.1:{port}/health", log)
+        self.server.start(float(self.options.get("startup_timeout_s", 120)))
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.options.setdefault("served_model", path)
+        self.parallel = parallel
+        super().start(group)
+
+    def stop(self) -> None:
+        """Stop the server process (SIGTERM, then SIGKILL)."""
+        if self.server is not None:
+            self.server.stop()
+
+    def describe(self) -> dict[str, Any]:
+        """xllamacpp version, slots, and the server log kept beside the results."""
+        import xllamacpp
+
+        d = super().describe()
+        d.update(name=self.name, server_log=str(self.server.log_path) if self.server else None,
+                 parallel=getattr(self, "parallel", None))
+        d["versions"]["xllamacpp"] = xllamacpp.__version__
+        return d

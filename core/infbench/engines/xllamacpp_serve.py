@@ -1,0 +1,53 @@
+"""Run llama.cpp's OpenAI-compatible server (the ``xllamacpp`` wheel) in this process.
+
+Started as a subprocess by :class:`infbench.engines.llama_server.LlamaServerEngine`::
+
+    python -m infbench.engines.xllamacpp_serve --model M.gguf --port 8080 --parallel 4 --ctx 8192
+
+It serves until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+
+
+def main() -> None:
+    """Parse arguments, start the server, block until a termination signal."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--model", required=True, help="GGUF file")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--parallel", type=int, default=1, help="server slots (concurrent sequences)")
+    ap.add_argument("--ctx", type=int, default=4096, help="total context (shared by the slots)")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--n-gpu-layers", type=int, default=0)
+    a = ap.parse_args()
+
+    import xllamacpp
+
+    p = xllamacpp.CommonParams()
+    p.model.path = a.model
+    p.hostnames = [a.host]
+    p.port = a.port
+    p.n_parallel = a.parallel
+    p.n_ctx = a.ctx
+    p.n_batch = max(2048, a.parallel)
+    p.cont_batching = True
+    p.endpoint_metrics = True
+    p.n_gpu_layers = a.n_gpu_layers
+    if a.threads:
+        p.cpuparams.n_threads = a.threads
+        p.cpuparams_batch.n_threads = a.threads
+    server = xllamacpp.Server(p)
+    print(f"infbench: llama.cpp server listening on {server.listening_address}", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+
+
+if __name__ == "__main__":
+    main()
