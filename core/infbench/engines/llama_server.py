@@ -59,7 +59,8 @@ class LlamaServerEngine(OpenAIEngine):
             path = m.path
         else:
             if group.dtype not in GGUF_DTYPES:
-                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown", hint=f"use one of {', '.join(GGUF_DTYPES)}")
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
+                                  hint=f"use one of {', '.join(GGUF_DTYPES)}")
             path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
         parallel = int(self.options.get("parallel") or slots_needed(group.cells))
         per_slot = max(c.input_len + c.output_len for c in group.cells) + 16

@@ -84,7 +84,8 @@ def cell_metrics(
         counts (``n_requests``, ``n_completed``, ``n_failed``, ``n_in_total``,
         ``n_out_total``), ``token_counts_estimated`` (True if any count came from a
         client-side estimate), ``queue_wait_s`` (summary of ``t_send - t_sched``, the time a
-        request waited in the client's own queue, when the load generator set it), and when ``energy_j`` is given ``energy_j``,
+        request waited in the client's own queue, when the load generator set it), and when
+        ``energy_j`` is given ``energy_j``,
         ``avg_power_w``, ``tokens_per_j``, ``output_tokens_per_j``; with ``slo``,
         ``goodput_req_s``. Throughputs are None when nothing completed.
 

@@ -49,9 +49,8 @@ class PowerSampler(ABC):
             Any exception: the monitor stops sampling and records the error as the
             reason energy is unavailable; the cell itself goes on.
         """
-        raise NotImplementedError
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook, most samplers hold nothing
         """Release handles (NVML, subprocesses). Default: nothing to do."""
 
 
