@@ -55,12 +55,21 @@ def _tensors(m: ModelShape) -> list[tuple[str, tuple[int, ...], bool]]:
     return t
 
 
+#: Bumped whenever the files this module writes change, so cached GGUFs are rewritten.
+WRITER_VERSION = 2
+
+
 def _vocab(n: int) -> tuple[list[bytes], list[float], list[int]]:
-    """A synthetic SPM vocabulary: <unk> <s> </s>, 256 byte pieces, then ``▁t{i}``."""
+    """A synthetic SPM vocabulary: ``<unk> <s> </s>``, the newline byte piece ``<0x0A>``
+    (llama.cpp looks it up at load), then word pieces ``▁t{i}``.
+
+    No other byte pieces: a random model would emit them in sequences that are not valid
+    UTF-8, which llama.cpp's server holds back as empty text, hiding those tokens' times.
+    """
     import gguf
 
-    toks = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{i:02X}>".encode() for i in range(256)]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    toks = [b"<unk>", b"<s>", b"</s>", b"<0x0A>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.BYTE]
     toks += [f"\u2581t{i}".encode() for i in range(n - len(toks))]
     types += [gguf.TokenType.NORMAL] * (n - len(types))
     return toks[:n], [-float(i) for i in range(n)], [int(t) for t in types[:n]]
@@ -183,7 +192,8 @@ def dummy_gguf_path(m: ModelShape, dtype: str, cache_dir: Path) -> Path:
 
     The file name carries a hash of the config so a changed shape is rewritten.
     """
-    path = cache_dir / f"{m.name.replace('/', '_')}-{dtype}-{short_hash(m.config, 10)}.gguf"
+    key = short_hash({"config": m.config, "writer": WRITER_VERSION}, 10)
+    path = cache_dir / f"{m.name.replace('/', '_')}-{dtype}-{key}.gguf"
     if not path.exists():
         write_dummy_gguf(m, dtype, path)
     return path

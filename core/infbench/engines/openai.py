@@ -288,22 +288,35 @@ class OpenAIEngine(Engine):
                 prompt = prompts[i % len(prompts)]
                 body = self.payload(cell, prompt)
                 n_in = len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else None
-                reads: list[tuple[int, bytes]] = []
-                err = None
-                t_send = time.perf_counter_ns()
-                try:
-                    async with client.stream("POST", path, json=body) as resp:
-                        if resp.status_code != 200:
-                            text = (await resp.aread()).decode(errors="replace")[:300]
-                            err = f"HTTP {resp.status_code}: {text}"
-                        else:
-                            async for data in resp.aiter_raw():
-                                reads.append((time.perf_counter_ns(), data))
-                except httpx.HTTPError as exc:
-                    err = f"{type(exc).__name__}: {exc}"
-                except asyncio.CancelledError:
-                    raise
+                retried = None
+                for attempt in (0, 1):
+                    reads: list[tuple[int, bytes]] = []
+                    err = None
+                    got_response = False
+                    t_send = time.perf_counter_ns()
+                    try:
+                        async with client.stream("POST", path, json=body) as resp:
+                            got_response = True
+                            if resp.status_code != 200:
+                                text = (await resp.aread()).decode(errors="replace")[:300]
+                                err = f"HTTP {resp.status_code}: {text}"
+                            else:
+                                async for data in resp.aiter_raw():
+                                    reads.append((time.perf_counter_ns(), data))
+                    except httpx.RemoteProtocolError as exc:
+                        err = f"{type(exc).__name__}: {exc}"
+                        # A kept-alive connection the server closed as we reused it: no
+                        # response at all, so the server never ran the request. Retry once
+                        # on a new connection; t_send is taken again, t_sched is kept.
+                        if attempt == 0 and not got_response and not reads:
+                            retried = err
+                            continue
+                    except httpx.HTTPError as exc:
+                        err = f"{type(exc).__name__}: {exc}"
+                    break
                 rec = to_record(parse_stream(reads, chat), t_send, t_sched, n_in, err)
+                if retried:
+                    rec = rec.model_copy(update={"server": {**(rec.server or {}), "client_retry": retried}})
                 if rec.error:
                     rec = rec.model_copy(update={"error": self._scrub(rec.error)})
                 return rec

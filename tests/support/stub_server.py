@@ -1,0 +1,123 @@
+"""A real OpenAI-style streaming server on 127.0.0.1 (aiohttp) with injectable behaviour,
+for tests of the client and, later, the measurer benchmark.
+
+The requested ``model`` picks the behaviour:
+``normal`` (one token per event, usage at the end), ``role_first`` (chat: a role-only
+event, an empty event, then content), ``no_usage``, ``error_midstream`` (an error event
+after 2 tokens), ``close_early`` (connection dropped after 2 tokens), ``http500``,
+``short`` (ignores the forced length: 3 tokens), ``multi`` (two tokens per event),
+``drop_once`` (the first such request gets its connection closed with no response).
+``ttft_s`` and ``itl_s`` in the body (or the server defaults) inject delays. Every
+request's headers and the time each token was written (``perf_counter_ns``, the same
+clock as the client's on Linux) are logged in ``server.log``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+from aiohttp import web
+
+
+class StubServer:
+    """Start with ``with StubServer() as s: s.base_url``."""
+
+    def __init__(self, ttft_s: float = 0.0, itl_s: float = 0.0):
+        self.ttft_s, self.itl_s = ttft_s, itl_s
+        self.log: list[dict] = []
+        self._ready = threading.Event()
+
+    # -- handlers ------------------------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "normal", "object": "model"}]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        chat = request.path.endswith("/chat/completions")
+        mode = body.get("model", "normal")
+        entry = {"path": request.path, "headers": dict(request.headers), "body": body, "written_ns": []}
+        self.log.append(entry)
+        if mode == "drop_once" and not getattr(self, "_dropped", False):
+            self._dropped = True
+            request.transport.close()          # no response at all, as a closed keep-alive socket
+            return web.Response()
+        if mode == "http500":
+            return web.json_response({"error": {"message": "boom"}}, status=500)
+        n = 3 if mode == "short" else int(body.get("max_tokens", 16))
+        if "messages" in body:
+            n_in = sum(len(m["content"].split()) for m in body["messages"])
+        else:
+            prompt = body.get("prompt")
+            n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+
+        async def send(obj) -> None:
+            data = obj if isinstance(obj, bytes) else b"data: " + json.dumps(obj).encode() + b"\n\n"
+            await resp.write(data)
+
+        def ev(text: str | None, finish: str | None = None, role: bool = False) -> dict:
+            if chat:
+                delta = {"role": "assistant"} if role else ({"content": text} if text is not None else {})
+                return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta,
+                                                                       "finish_reason": finish}]}
+            return {"object": "text_completion", "choices": [{"index": 0, "text": text or "",
+                                                              "finish_reason": finish}]}
+
+        ttft, itl = float(body.get("ttft_s", self.ttft_s)), float(body.get("itl_s", self.itl_s))
+        if mode == "role_first":
+            await send(ev(None, role=True))
+            await send(ev(""))
+        await asyncio.sleep(ttft)
+        step = 2 if mode == "multi" else 1
+        for i in range(0, n, step):
+            if i and itl:
+                await asyncio.sleep(itl)
+            if mode == "error_midstream" and i == 2:
+                await send({"error": {"message": "model crashed", "code": 500}})
+                await send(b"data: [DONE]\n\n")
+                return resp
+            if mode == "close_early" and i == 2:
+                request.transport.close()
+                return resp
+            await send(ev(" tok" * min(step, n - i)))
+            entry["written_ns"].append(time.perf_counter_ns())
+        await send(ev("", finish="length"))
+        if mode != "no_usage":
+            await send({"object": "text_completion", "choices": [],
+                        "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}})
+        await send(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    # -- life cycle ----------------------------------------------------------------
+    def __enter__(self) -> StubServer:
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("stub server did not start")
+        return self
+
+    def _serve(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        app = web.Application()
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.completions)
+        self.runner = web.AppRunner(app, access_log=None)
+        self.loop.run_until_complete(self.runner.setup())
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        self.loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._ready.set()
+        self.loop.run_forever()
+
+    def __exit__(self, *exc) -> None:
+        fut = asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop)
+        fut.result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
