@@ -224,7 +224,7 @@ def run(
     output_len: Annotated[list[str] | None, typer.Option("--output-len", help="Generated tokens per request (forced).")] = None,
     tp: Annotated[list[str] | None, typer.Option("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
     sweep_file: Annotated[Path | None, typer.Option("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
-    preset: Annotated[str | None, typer.Option("--preset", help="quick (default) or paper (LLM-Inference-Bench grid).")] = None,
+    preset: Annotated[str | None, typer.Option("--preset", help="quick (default), paper (LLM-Inference-Bench grid), genz-qa, genz-chat, genz-rag, genz-summarization, genz-codegen (GenZ use cases with SLOs).")] = None,
     device: Annotated[str | None, typer.Option("--device", help="Device vendor to run on (cpu, nvidia...). Default: first accelerator, else cpu.")] = None,
     store_path: Annotated[Path | None, typer.Option("--store", help="Results database. Default: $INFBENCH_HOME/results.db (~/.infbench).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Measure cells again even if stored ok.")] = False,
@@ -245,6 +245,9 @@ def run(
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions (default) or chat.")] = None,
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name sent to the server (default: --model).")] = None,
     prompt_format: Annotated[str | None, typer.Option("--prompt-format", help="token_ids (exact lengths, zoo model served with dummy weights) or text.")] = None,
+    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
+    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
+    slo_e2e: Annotated[float | None, typer.Option("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the planned cells and exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
@@ -262,7 +265,7 @@ def run(
             cell_timeout_s=cell_timeout, concurrency=_split(concurrency, "--concurrency", int),
             request_rate=_split(request_rate, "--request-rate", float), burstiness=burstiness,
             num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
-            request_timeout_s=request_timeout)
+            request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e)
         pm = _pm()
         det = do_detect(pm)
         from infbench.plan import engine_specs
@@ -300,7 +303,7 @@ def run(
     eopts = {"n_threads": threads, "base_url": base_url, "api_key_env": api_key_env, "endpoint": endpoint,
              "served_model": served_model_name, "prompt_format": prompt_format}
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options={k: v for k, v in eopts.items() if v is not None})
+                      engine_options={k: v for k, v in eopts.items() if v is not None}, slo=sweep.slo())
     prov = provenance(det, pm)
     if not as_json:
         out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}), store {store.path}")
@@ -358,8 +361,16 @@ def results(
     run_id: Annotated[str | None, typer.Option("--run", help="Only this run (id prefix).")] = None,
     all_attempts: Annotated[bool, typer.Option("--all", help="Every attempt, not just the newest per cell.")] = False,
     status: Annotated[str | None, typer.Option("--status", help="Only ok or failed cells.")] = None,
+    best: Annotated[bool, typer.Option("--best", help="Per model and device, the cell with the highest output tok/s per device that meets the --max-* limits.")] = False,
+    max_ttft: Annotated[float | None, typer.Option("--max-ttft", help="TTFT limit in s (with --best).")] = None,
+    max_tpot: Annotated[float | None, typer.Option("--max-tpot", help="TPOT limit in s (with --best).")] = None,
+    max_e2e: Annotated[float | None, typer.Option("--max-e2e", help="E2E limit in s (with --best), e.g. 25.6 as in Perplexity's A100/H100 study.")] = None,
+    percentile: Annotated[str, typer.Option("--percentile", help="Statistic that must meet the limits: mean, p50, p90, p99, max.")] = "p99",
 ) -> None:
     """Show stored results: the newest attempt of every cell.
+
+    `--best --max-e2e 25.6` keeps the cells whose p99 E2E latency is within 25.6 s and
+    shows, per model and device, the one with the highest output throughput per device.
 
     `--format json` gives each cell's spec, device, engine versions and metrics
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
@@ -377,6 +388,19 @@ def results(
     rows = store.results(run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
+    limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}
+    if limits and not best:
+        _fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))
+    if best:
+        from infbench.report.select import best as pick
+
+        try:
+            rows = pick(rows, limits, percentile)
+        except ValueError as exc:
+            _fail(ConfigError(str(exc), hint="e.g. infbench results --best --max-e2e 25.6"))
+        if not rows and fmt == "table":
+            err.print(f"no ok cell meets {limits} at {percentile}")
+            raise typer.Exit(1)
     if fmt == "json":
         _json(results_json(rows))
     elif fmt == "csv":

@@ -21,14 +21,27 @@ from infbench.schema import Cell, DeviceInfo, Load, Sweep
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
 #: model on llama.cpp, a few minutes on 2 CPU cores. ``paper`` is the LLM-Inference-Bench
-#: grid (input/output 128..2048, batch 1/16/32/64) for the model(s) you pass.
+#: grid (input/output 128..2048, batch 1/16/32/64) for the model(s) you pass. ``genz-*``
+#: are GenZ's use cases (question answering, chat, RAG, summarisation, code generation):
+#: their input/output lengths and TTFT/TPOT SLOs, which give each cell its goodput.
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
               "batch": [1, 4, 8], "input_len": [128, 512], "output_len": [64]},
     "paper": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
               "batch": [1, 16, 32, 64], "input_len": [128, 256, 512, 1024, 2048],
               "output_len": [128, 256, 512, 1024, 2048]},
+    # GenZ use cases (Bambhaniya et al., "Demystifying AI Platform Design for Distributed
+    # Inference of Next-Generation LLMs", Table of use cases): lengths and SLOs.
+    "genz-qa": {"input_len": [1000], "output_len": [200], "slo_ttft_s": 0.2, "slo_tpot_s": 0.010},
+    "genz-chat": {"input_len": [3000], "output_len": [1000], "slo_ttft_s": 0.2, "slo_tpot_s": 0.010},
+    "genz-rag": {"input_len": [10000], "output_len": [200], "slo_ttft_s": 0.4, "slo_tpot_s": 0.010},
+    "genz-summarization": {"input_len": [15000], "output_len": [1000], "slo_ttft_s": 2.0, "slo_tpot_s": 0.020},
+    "genz-codegen": {"input_len": [20000], "output_len": [50], "slo_ttft_s": 0.5, "slo_tpot_s": 0.020},
 }
+#: Presets that set only lengths and SLOs take the rest from ``quick``.
+for _name, _p in PRESETS.items():
+    if "models" not in _p:
+        PRESETS[_name] = {**PRESETS["quick"], **_p}
 
 
 @dataclass

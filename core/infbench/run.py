@@ -139,12 +139,14 @@ class RunOptions:
         cell_timeout_s: abort a cell after this many seconds (stored as failed).
         power_interval_s: power sampling interval in s.
         engine_options: passed to the engine adapters (``n_threads``...).
+        slo: per-request limits for goodput (``Sweep.slo()``).
     """
 
     force: bool = False
     cell_timeout_s: float | None = None
     power_interval_s: float = 0.1
     engine_options: dict[str, Any] = field(default_factory=dict)
+    slo: dict[str, float] | None = None
 
 
 @dataclass
@@ -181,7 +183,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         finally:
             readings = monitor.stop()
         energy, note = monitor.energy()
-        metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy)
+        metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy, slo=opts.slo)
         if out.warnings:
             metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0

@@ -205,6 +205,8 @@ class Sweep(BaseModel):
         concurrency, request_rate: serving-mode load levels (server engines only).
         burstiness, num_requests, duration_s, warmup_requests, request_timeout_s:
             the rest of each :class:`Load`.
+        slo_ttft_s, slo_tpot_s, slo_e2e_s: per-request limits in s; each cell then gets
+            ``goodput_req_s`` (requests meeting all of them per s, DistServe).
 
     Raises:
         pydantic.ValidationError: on unknown fields or values out of range; the CLI
@@ -230,6 +232,15 @@ class Sweep(BaseModel):
     duration_s: float | None = Field(None, gt=0)
     warmup_requests: int = Field(1, ge=0)
     request_timeout_s: float | None = Field(None, gt=0)
+    slo_ttft_s: float | None = Field(None, gt=0)
+    slo_tpot_s: float | None = Field(None, gt=0)
+    slo_e2e_s: float | None = Field(None, gt=0)
+
+    def slo(self) -> dict[str, float] | None:
+        """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""
+        d = {k: v for k, v in (("ttft_s", self.slo_ttft_s), ("tpot_s", self.slo_tpot_s),
+                               ("e2e_s", self.slo_e2e_s)) if v is not None}
+        return d or None
 
     _coerce = field_validator(
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",

@@ -55,6 +55,21 @@ def test_run_json_skip_force_csv(tmp_path):
     csv = infbench("results", "--store", store, "--format", "csv").stdout.splitlines()
     header = csv[0].split(",")
     assert len(csv) == 5 and "ttft_s_p50" in header and "ttft_s_count" in header and "output_tok_s" in header
+    best = json.loads(infbench("results", "--store", store, "--format", "json", "--best", "--max-e2e", "1000").stdout)
+    assert len(best) == 1                     # one model on one device: the fastest of the 4 cells
+    fastest = max(c["metrics"]["output_tok_s_per_device"] for c in forced["cells"])
+    assert best[0]["metrics"]["output_tok_s_per_device"] == fastest
+    none = infbench("results", "--store", store, "--best", "--max-e2e", "1e-9", check=False)
+    assert none.returncode == 1 and "no ok cell meets" in none.stderr
+    p = infbench("results", "--store", store, "--max-e2e", "1", check=False)
+    assert p.returncode == 2 and "--best" in p.stderr
+
+
+def test_genz_preset_gives_goodput(tmp_path):
+    out = json.loads(infbench("run", "--preset", "genz-qa", "--model", "tiny", "--batch", "2", "--input-len", "64",
+                              "--output-len", "8", "--store", str(tmp_path / "s.db"), "--json").stdout)
+    m = out["cells"][0]["metrics"]
+    assert m["slo"] == {"ttft_s": 0.2, "tpot_s": 0.01} and m["goodput_req_s"] is not None
 
 
 def test_timeout_cells_stored_failed_with_exit_3(tmp_path):

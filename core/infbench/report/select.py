@@ -1,0 +1,54 @@
+"""SLO-aware selection: the best configuration under a latency limit.
+
+The Perplexity A100-vs-H100 study compared devices by the highest throughput per GPU
+whose latency stayed within a limit (E2E <= 25.6 s for 512 output tokens). :func:`best`
+does that over stored cells: keep the cells whose latency percentile meets every limit,
+then per (model, device) the one with the highest ``output_tok_s_per_device``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LIMIT_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+def meets(row: dict[str, Any], limits: dict[str, float], percentile: str = "p99") -> bool:
+    """True if the cell is ok and its ``percentile`` of each limited metric is <= the limit (s)."""
+    if row["status"] != "ok":
+        return False
+    m = row["metrics"] or {}
+    for k, v in limits.items():
+        got = (m.get(k) or {}).get(percentile)
+        if got is None or got > v:
+            return False
+    return True
+
+
+def best(rows: list[dict[str, Any]], limits: dict[str, float], percentile: str = "p99") -> list[dict[str, Any]]:
+    """Per (model, device vendor, device model): the cell meeting ``limits`` with the
+    highest ``output_tok_s_per_device``.
+
+    Args:
+        rows: ``Store.results()`` items.
+        limits: e.g. ``{"e2e_s": 25.6}``; keys from :data:`LIMIT_METRICS`.
+        percentile: which summary statistic must meet the limit (``p50``, ``p90``,
+            ``p99``, ``max`` or ``mean``).
+
+    Raises:
+        ValueError: no limit, or an unknown metric or percentile.
+    """
+    if not limits:
+        raise ValueError("give at least one limit (--max-ttft, --max-tpot or --max-e2e)")
+    bad = [k for k in limits if k not in LIMIT_METRICS]
+    if bad or percentile not in ("mean", "p50", "p90", "p99", "max"):
+        raise ValueError(f"unknown limit {bad} or percentile {percentile!r}")
+    winners: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if not meets(r, limits, percentile):
+            continue
+        key = (r["spec"]["model"], r["device"]["vendor"], r["device"]["model"])
+        tput = r["metrics"].get("output_tok_s_per_device") or 0.0
+        if key not in winners or tput > (winners[key]["metrics"].get("output_tok_s_per_device") or 0.0):
+            winners[key] = r
+    return sorted(winners.values(), key=lambda r: -(r["metrics"].get("output_tok_s_per_device") or 0.0))
