@@ -115,19 +115,6 @@ def _resolve(name: str, lenient: bool) -> ModelShape:
         raise
 
 
-def sweep_from_preset(name: str, **overrides: Any) -> Sweep:
-    """A :class:`Sweep` from a preset with some axes replaced (None values are ignored).
-
-    Raises:
-        ConfigError: unknown preset name.
-    """
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
-    data = dict(PRESETS[name])
-    data.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
-    return Sweep(**data)
-
-
 def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
 

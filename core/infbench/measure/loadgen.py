@@ -12,6 +12,7 @@ client that falls behind its schedule shows as queue wait, not as TTFT.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable
 
@@ -67,16 +68,9 @@ async def run_load(send: Send, load: Load, n_prompts: int, batch: int = 1, seed:
     n = load.num_requests or (None if load.duration_s else max(4 * (load.concurrency or 1), 16))
     if load.mode == "concurrency":
         c = load.concurrency or 1
-        idx = range(w, w + n) if n else _count(w)
+        idx = range(w, w + n) if n else itertools.count(w)
         return await _concurrent(send, idx, c, load.duration_s, load.timeout_s)
     return await _rate(send, load, w, n, seed)
-
-
-def _count(start: int):
-    i = start
-    while True:
-        yield i
-        i += 1
 
 
 async def _concurrent(send: Send, indices, width: int, duration_s: float | None,
