@@ -227,6 +227,10 @@ batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two o
     infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
     infbench run --preset paper --model tinyllama-1.1b
     infbench run --sweep my-sweep.yaml --force
+    infbench run --engine vllm --model tiny --batch 1,8          # vLLM offline, batch mode
+    infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
+    infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
+    infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
 
 Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
 `--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
@@ -237,7 +241,7 @@ and the sweep goes on.
 @app.command(help=RUN_HELP)
 def run(
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Zoo name, HF id, HF folder or .gguf file. Repeat or comma list.")] = None,
-    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="Engine(s): llama.cpp, transformers.")] = None,
+    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="Engine(s): llama.cpp, transformers, vllm (batch mode); llama.cpp-server, vllm-server, openai (serving mode). See `infbench plugins`.")] = None,
     dtype: Annotated[list[str] | None, typer.Option("--dtype", help="Engine dtype (f16, q8_0, bfloat16...) or class (fp16, bf16, int8).")] = None,
     batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="Prompts submitted together.")] = None,
     input_len: Annotated[list[str] | None, typer.Option("--input-len", help="Prompt length in tokens.")] = None,
@@ -265,6 +269,9 @@ def run(
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions (default) or chat.")] = None,
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name sent to the server (default: --model).")] = None,
     prompt_format: Annotated[str | None, typer.Option("--prompt-format", help="token_ids (exact lengths, zoo model served with dummy weights) or text.")] = None,
+    dataset: Annotated[Path | None, typer.Option("--dataset", help="Serving mode: replay chat conversations from a JSONL file (OpenAI messages, ShareGPT or LMSYS); each request's output is forced to its dropped final assistant turn's length.")] = None,
+    max_input_len: Annotated[int | None, typer.Option("--max-input-len", help="--dataset: skip conversations whose prompt is longer (tokens; default 1024).")] = None,
+    max_output_len: Annotated[int | None, typer.Option("--max-output-len", help="--dataset: skip conversations whose final assistant turn is longer (tokens; default 1024).")] = None,
     slo_ttft: Annotated[float | None, typer.Option("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
     slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
     slo_e2e: Annotated[float | None, typer.Option("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
@@ -285,7 +292,9 @@ def run(
             cell_timeout_s=cell_timeout, concurrency=_split(concurrency, "--concurrency", int),
             request_rate=_split(request_rate, "--request-rate", float), burstiness=burstiness,
             num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
-            request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e)
+            request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
+            dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
+            dataset_max_output_len=max_output_len)
         pm = _pm()
         det = do_detect(pm)
         from infbench.plan import engine_specs

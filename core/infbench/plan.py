@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from infbench.engines.base import EngineSpec
 from infbench.errors import ConfigError, EngineUnavailable, suggest
 from infbench.models import ModelShape, resolve
 from infbench.plugins import PluginManager
-from infbench.schema import Cell, DeviceInfo, Load, Sweep
+from infbench.schema import Cell, Dataset, DeviceInfo, Load, Sweep
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
 #: model on llama.cpp, a few minutes on 2 CPU cores. ``paper`` is the LLM-Inference-Bench
@@ -115,6 +116,28 @@ def _resolve(name: str, lenient: bool) -> ModelShape:
         raise
 
 
+def _dataset(sweep: Sweep, model: ModelShape, batch: int, load: Load | None) -> tuple[Dataset, int, int]:
+    """The :class:`Dataset` of a conversation-replay cell and its mean input/output lengths.
+
+    Conversations sampled: the load's ``num_requests`` (batch mode: ``batch``; default 64)
+    plus its warm-up requests. Raises :class:`ConfigError` for a bad file or too few
+    conversations passing the filter."""
+    from infbench.workloads.chat import chat_requests, file_digest, token_counter
+
+    timed = load.num_requests if load is not None and load.num_requests else (
+        batch if load is None or load.mode == "batch" else 64)
+    n = timed + (load.warmup_requests if load is not None else 0)
+    data = Dataset(path=str(Path(sweep.dataset).resolve()), sha256=file_digest(sweep.dataset)
+                   if Path(sweep.dataset).is_file() else "missing", n=n,
+                   min_input_len=sweep.dataset_min_input_len, max_input_len=sweep.dataset_max_input_len,
+                   min_output_len=sweep.dataset_min_output_len, max_output_len=sweep.dataset_max_output_len)
+    reqs = chat_requests(data.path, token_counter(model)[0], n, sweep.seed, data.min_input_len, data.max_input_len,
+                         data.min_output_len, data.max_output_len)
+    mean_in = round(sum(r.input_len for r in reqs) / n)
+    mean_out = round(sum(r.output_len for r in reqs) / n)
+    return data, max(1, mean_in), max(1, mean_out)
+
+
 def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
 
@@ -164,6 +187,10 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     models = {m: _resolve(m, lenient) for m in sweep.models}
     loads = sweep.loads()
     batch_only = [e for e in sweep.engines if not specs[e].serving]
+    if sweep.dataset and batch_only:
+        serving = sorted(n for n, s in specs.items() if s.serving)
+        raise ConfigError(f"--dataset replays chat conversations through a server; {', '.join(batch_only)} runs "
+                          "batch mode on synthetic prompts only", hint=f"server engines: {', '.join(serving)}")
     if loads and batch_only:
         serving = sorted(n for n, s in specs.items() if s.serving)
         raise ConfigError(f"--concurrency/--request-rate need a server engine; {', '.join(batch_only)} runs batch "
@@ -190,6 +217,13 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                                    timeout_s=sweep.request_timeout_s)) for b in sorted(set(sweep.batch))]
             else:
                 shapes = [(b, None) for b in sorted(set(sweep.batch))]
+            if sweep.dataset:
+                for b, ld in shapes:
+                    data, i, o = _dataset(sweep, models[mname], b, ld)
+                    g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
+                                        output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
+                                        warmup=sweep.warmup, load=ld, dataset=data))
+                continue
             for (b, ld), i, o in itertools.product(shapes, sorted(set(sweep.input_len)),
                                                    sorted(set(sweep.output_len))):
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,

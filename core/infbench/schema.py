@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -123,6 +124,28 @@ class Load(BaseModel):
         return f"c{self.concurrency}" if self.mode == "concurrency" else "batch"
 
 
+class Dataset(BaseModel):
+    """A conversation file replayed by a serving cell (:mod:`infbench.workloads.chat`).
+
+    Attributes:
+        path: the JSONL file.
+        sha256: first 16 hex digits of its SHA-256; a changed file is a different workload.
+        n: conversations sampled (timed + warm-up requests).
+        min_input_len, max_input_len, min_output_len, max_output_len: the length filter
+            in tokens (prompt, and the final assistant turn that sets the output length).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    sha256: str
+    n: int = Field(ge=1)
+    min_input_len: int = Field(4, ge=0)
+    max_input_len: int = Field(1024, ge=1)
+    min_output_len: int = Field(4, ge=1)
+    max_output_len: int = Field(1024, ge=1)
+
+
 class Cell(BaseModel):
     """One point of a sweep: a workload on one engine configuration.
 
@@ -142,6 +165,8 @@ class Cell(BaseModel):
         warmup: warm-up passes before the timed one (same batch and prompt length,
             2 output tokens), excluded from the figures.
         load: serving-mode load (server engines); None for in-process batch mode.
+        dataset: conversations replayed instead of synthetic prompts; ``input_len`` and
+            ``output_len`` are then the sample's mean lengths, each request forcing its own.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -156,6 +181,7 @@ class Cell(BaseModel):
     seed: int = 0
     warmup: int = Field(1, ge=0)
     load: Load | None = None
+    dataset: Dataset | None = None
 
     def spec(self) -> dict[str, Any]:
         """The workload fields that define what is measured (warm-up excluded; unset
@@ -181,7 +207,8 @@ class Cell(BaseModel):
         """Short human label: ``smollm2-135m llama.cpp f16 b4 i128 o64``."""
         tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         size = self.load.label() if self.load is not None and self.load.mode != "batch" else f"b{self.batch}"
-        return f"{self.model} {self.engine} {self.dtype}{tp} {size} i{self.input_len} o{self.output_len}"
+        data = f" {Path(self.dataset.path).name}" if self.dataset is not None else ""
+        return f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} o{self.output_len}"
 
 
 def _as_list(v: Any) -> Any:
@@ -207,6 +234,10 @@ class Sweep(BaseModel):
             the rest of each :class:`Load`.
         slo_ttft_s, slo_tpot_s, slo_e2e_s: per-request limits in s; each cell then gets
             ``goodput_req_s`` (requests meeting all of them per s, DistServe).
+        dataset: a JSONL conversation file replayed instead of synthetic prompts (server
+            engines); ``input_len``/``output_len`` are then ignored.
+        dataset_min_input_len, dataset_max_input_len, dataset_min_output_len,
+            dataset_max_output_len: its length filter in tokens.
 
     Raises:
         pydantic.ValidationError: on unknown fields or values out of range; the CLI
@@ -235,6 +266,11 @@ class Sweep(BaseModel):
     slo_ttft_s: float | None = Field(None, gt=0)
     slo_tpot_s: float | None = Field(None, gt=0)
     slo_e2e_s: float | None = Field(None, gt=0)
+    dataset: str | None = None
+    dataset_min_input_len: int = Field(4, ge=0)
+    dataset_max_input_len: int = Field(1024, ge=1)
+    dataset_min_output_len: int = Field(4, ge=1)
+    dataset_max_output_len: int = Field(1024, ge=1)
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""

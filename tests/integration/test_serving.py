@@ -187,3 +187,32 @@ def test_client_ttft_agrees_with_server_timings(llama_results):
         assert ttft_ms >= prompt_ms * 0.95
         diffs.append(ttft_ms - prompt_ms)
     assert sorted(diffs)[len(diffs) // 2] < 50.0
+
+
+def test_cli_dataset_replay_on_llama_server(tmp_path):
+    """`--dataset chats.jsonl`: each request is a conversation without its final assistant
+    turn, forced to that turn's length; the prompt length comes from the server's usage."""
+    from infbench.store import Store
+    from infbench.workloads.chat import chat_requests, word_count
+    from tests.support.conversations import write_conversations
+
+    conv = tmp_path / "chats.jsonl"
+    write_conversations(conv)
+    store = tmp_path / "s.db"
+    p = cli("run", "--engine", "llama.cpp-server", "--model", "tiny", "--dataset", str(conv), "--concurrency", "2",
+            "--num-requests", "10", "--max-input-len", "60", "--seed", "3", "--store", str(store), "--json")
+    assert p.returncode == 0, p.stderr
+    (c,) = json.loads(p.stdout)["cells"]
+    assert c["status"] == "ok" and c["spec"]["dataset"]["n"] == 11 and "warnings" not in c["metrics"]
+    want = chat_requests(conv, word_count, 11, seed=3, max_input_len=60)      # 1 warm-up + 10 timed
+    recs = Store(store).records(Store(store).results()[0]["id"])
+    assert [r.n_out for r in recs] == [q.output_len for q in want[1:]]
+    assert all(r.n_out_source == "usage" and r.n_in > 0 for r in recs)
+    assert c["spec"]["output_len"] == round(sum(q.output_len for q in want) / 11)
+    conv.write_text(conv.read_text() + "\n")                                 # a changed file: planned anew
+    again = cli("run", "--engine", "llama.cpp-server", "--model", "tiny", "--dataset", str(conv), "--concurrency",
+                "2", "--num-requests", "10", "--max-input-len", "60", "--seed", "3", "--store", str(store), "--dry-run",
+                "--json")
+    assert json.loads(again.stdout)["cells"][0]["dataset"]["sha256"] != c["spec"]["dataset"]["sha256"]
+    bad = cli("run", "--engine", "llama.cpp", "--model", "tiny", "--dataset", str(conv))
+    assert bad.returncode == 2 and "--dataset replays chat conversations through a server" in bad.stderr

@@ -149,3 +149,25 @@ def test_cli_serving_run_then_ctrl_c(tmp_path):
     assert m["n_completed"] == 400 and m["ttft_s"]["p99"] > 0 and 0 <= m["goodput_req_s"] <= m["request_s"]
     log = cell["engine"]["server_log"]
     assert os.path.exists(log) and "vllm" in open(log).read().lower()
+
+
+def test_server_replays_conversations(server_engine, tmp_path):
+    """A dataset cell on vLLM's chat endpoint: output lengths forced per conversation; the
+    prompt tokens vLLM counted are the words plus its chat template's tokens."""
+    from infbench.schema import Dataset
+    from infbench.workloads.chat import chat_requests, file_digest, word_count
+    from tests.support.conversations import write_conversations
+
+    e, base = server_engine
+    conv = tmp_path / "chats.jsonl"
+    write_conversations(conv)
+    d = Dataset(path=str(conv), sha256=file_digest(conv), n=9, max_input_len=100)
+    cell = base.model_copy(update={"dataset": d, "load": Load(mode="concurrency", concurrency=3, num_requests=8,
+                                                              warmup_requests=1)})
+    out = e.run(cell, e.make_prompts(cell, resolve("tiny")))
+    want = chat_requests(conv, word_count, 9, max_input_len=100)
+    assert [r.error for r in out.records] == [None] * 8 and not out.warnings
+    assert [r.n_out for r in out.records] == [q.output_len for q in want[1:]]
+    for r, q in zip(out.records, want[1:]):
+        # template "role: content\n" per message + "assistant:": a few tokens per turn
+        assert q.input_len < r.n_in <= q.input_len + 4 * len(q.messages) + 4

@@ -17,8 +17,8 @@ def test_tiny_llama_round_trip(tmp_path, dtype, qtype):
     assert len(t) == 3 + 9 * m.layers
     assert t["blk.0.attn_q.weight"].tensor_type.name == qtype
     assert t["blk.0.attn_norm.weight"].tensor_type.name == "F32"
-    assert list(t["blk.1.attn_k.weight"].shape) == [64, 32]        # gguf lists ne0 (cols) first
-    assert list(t["token_embd.weight"].shape) == [64, 512]
+    assert list(t["blk.1.attn_k.weight"].shape) == [256, 128]      # gguf lists ne0 (cols) first
+    assert list(t["token_embd.weight"].shape) == [256, 512]
     cfg = gguf_config(p)
     assert cfg["vocab_size"] == 512 and cfg["num_key_value_heads"] == 2 and cfg["num_hidden_layers"] == 2
     assert abs(p.stat().st_size - dummy_gguf_size(m, dtype)) < 64 * 1024

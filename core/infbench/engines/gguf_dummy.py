@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from infbench.engines.hf_dummy import CHAT_TEMPLATE
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
 from infbench.schema import short_hash
@@ -56,23 +57,53 @@ def _tensors(m: ModelShape) -> list[tuple[str, tuple[int, ...], bool]]:
 
 
 #: Bumped whenever the files this module writes change, so cached GGUFs are rewritten.
-WRITER_VERSION = 2
+WRITER_VERSION = 4
+
+
+#: Printable ASCII characters held as single pieces, so any ASCII text tokenizes
+#: without byte fallback (llama.cpp's SPM tokenizer needs a piece or a byte token for
+#: every character it sees).
+ASCII_PIECES = [chr(c) for c in range(33, 127)]
 
 
 def _vocab(n: int) -> tuple[list[bytes], list[float], list[int]]:
     """A synthetic SPM vocabulary: ``<unk> <s> </s>``, the newline byte piece ``<0x0A>``
-    (llama.cpp looks it up at load), then word pieces ``▁t{i}``.
+    (llama.cpp looks it up at load), ``▁``, the printable ASCII characters, ``▁t``, then
+    word pieces ``▁t0 ▁t1 ...`` up to ``n``.
 
-    No other byte pieces: a random model would emit them in sequences that are not valid
-    UTF-8, which llama.cpp's server holds back as empty text, hiding those tokens' times.
+    Every prefix of a word piece is a piece (``▁t``, ``▁t1``, ``▁t17``), so SPM's bigram
+    merges turn the word ``t17`` into one token (:func:`dummy_text` maps text to such
+    words). No other byte pieces: a random model would emit them in sequences that are
+    not valid UTF-8, which llama.cpp's server holds back as empty text, hiding those
+    tokens' times. Non-ASCII text therefore cannot be tokenized: map it first.
     """
     import gguf
 
-    toks = [b"<unk>", b"<s>", b"</s>", b"<0x0A>"]
+    head = [b"<unk>", b"<s>", b"</s>", b"<0x0A>", "\u2581".encode()] + [c.encode() for c in ASCII_PIECES]
+    head.append("\u2581t".encode())
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL, gguf.TokenType.BYTE]
-    toks += [f"\u2581t{i}".encode() for i in range(n - len(toks))]
+    types += [gguf.TokenType.NORMAL] * (len(head) - len(types))
+    if n < len(head) + 16:
+        raise ConfigError(f"vocab_size {n} is too small for the dummy GGUF vocabulary (at least {len(head) + 16})")
+    toks = head + [f"\u2581t{i}".encode() for i in range(n - len(head))]
     types += [gguf.TokenType.NORMAL] * (n - len(types))
-    return toks[:n], [-float(i) for i in range(n)], [int(t) for t in types[:n]]
+    return toks, [-float(i) for i in range(n)], [int(t) for t in types]
+
+
+def dummy_words(vocab_size: int) -> int:
+    """How many ``▁t{i}`` word pieces the dummy vocabulary of ``vocab_size`` holds."""
+    return vocab_size - 6 - len(ASCII_PIECES)
+
+
+def dummy_text(text: str, vocab_size: int) -> str:
+    """``text`` with each whitespace-separated word replaced by a dummy word ``t{i}``
+    (same word, same ``i``; CRC32 of the word), so it is one token per word for the dummy
+    GGUF and the dummy HF tokenizer alike. Line breaks become spaces (a word at the start
+    of a line would lose SPM's ``▁`` prefix and cost three tokens)."""
+    import zlib
+
+    k = dummy_words(vocab_size)
+    return " ".join(f"t{zlib.crc32(w.encode()) % k}" for w in text.split())
 
 
 def dummy_gguf_size(m: ModelShape, dtype: str) -> int:
@@ -152,6 +183,8 @@ def write_dummy_gguf(m: ModelShape, dtype: str, out: Path, seed: int = 0) -> Pat
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
     w.add_add_eos_token(False)
+    # The same minimal template as the dummy HF folder, so /v1/chat/completions works.
+    w.add_chat_template(CHAT_TEMPLATE)
 
     rng = np.random.default_rng(seed)
     cache: dict[tuple, np.ndarray] = {}

@@ -225,7 +225,22 @@ class OpenAIEngine(Engine):
         return fmt
 
     def make_prompts(self, cell: Cell, model) -> list[Any]:
-        """Enough distinct prompts for the warm-up and timed requests of ``cell``."""
+        """Enough distinct prompts for the warm-up and timed requests of ``cell``: sampled
+        conversations (:class:`~infbench.workloads.chat.ChatRequest`) for a dataset cell,
+        else synthetic token ids or text.
+
+        Raises:
+            ConfigError: the dataset file changed since the cell was planned.
+        """
+        if cell.dataset is not None:
+            from infbench.workloads.chat import chat_requests, file_digest, token_counter
+
+            d = cell.dataset
+            if file_digest(d.path) != d.sha256:
+                raise ConfigError(f"{d.path} changed since this cell was planned (sha256 {d.sha256})",
+                                  hint="plan again: the file's hash is part of the cell's identity")
+            return chat_requests(d.path, token_counter(model)[0], d.n, cell.seed, d.min_input_len, d.max_input_len,
+                                 d.min_output_len, d.max_output_len)
         load = cell.load or Load(mode="batch")
         n = cell.batch if load.mode == "batch" else (load.num_requests or 64)
         n += load.warmup_requests
@@ -238,13 +253,19 @@ class OpenAIEngine(Engine):
         """Serving cells warm up with ``load.warmup_requests`` inside :meth:`run`."""
 
     def payload(self, cell: Cell, prompt: Any) -> dict[str, Any]:
-        """The JSON body of one request (streaming, usage requested, greedy, forced length)."""
+        """The JSON body of one request (streaming, usage requested, greedy, forced length:
+        ``cell.output_len``, or a conversation's own final-turn length)."""
+        from infbench.workloads.chat import ChatRequest
+
+        n_out = prompt.output_len if isinstance(prompt, ChatRequest) else cell.output_len
         body: dict[str, Any] = {"model": self.options.get("served_model") or cell.model, "stream": True,
-                                "stream_options": {"include_usage": True}, "max_tokens": cell.output_len,
+                                "stream_options": {"include_usage": True}, "max_tokens": n_out,
                                 "temperature": 0.0}
         if self.options.get("force_output", True):
-            body.update(ignore_eos=True, min_tokens=cell.output_len)
-        if self.options.get("endpoint", "completions") == "chat":
+            body.update(ignore_eos=True, min_tokens=n_out)
+        if isinstance(prompt, ChatRequest):
+            body["messages"] = list(prompt.messages)
+        elif self._chat(cell):
             text = prompt if isinstance(prompt, str) else json.dumps(prompt)
             body["messages"] = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) \
                 else [{"role": "user", "content": text}]
@@ -252,6 +273,10 @@ class OpenAIEngine(Engine):
             body["prompt"] = prompt
         body.update(self.options.get("extra_body") or {})
         return body
+
+    def _chat(self, cell: Cell) -> bool:
+        """True if requests go to ``/chat/completions`` (``endpoint: chat``, or a dataset cell)."""
+        return cell.dataset is not None or self.options.get("endpoint", "completions") == "chat"
 
     def run(self, cell: Cell, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
         """Offer ``cell.load`` to the server; one record per timed request."""
@@ -261,14 +286,20 @@ class OpenAIEngine(Engine):
             load = load.model_copy(update={"duration_s": min(load.duration_s or left, left),
                                            "timeout_s": min(load.timeout_s or left, left)})
         t0 = time.perf_counter_ns()
+        self._wrong_length = 0
         records = asyncio.run(self._run(cell, load, prompts))
         t1 = time.perf_counter_ns()
         warnings = []
-        short = [r for r in records if r.error is None and r.n_out != cell.output_len]
-        if short:
-            warnings.append(f"{len(short)} request(s) returned an output length other than {cell.output_len} "
+        if self._wrong_length:
+            want = "the forced length" if cell.dataset is not None else str(cell.output_len)
+            warnings.append(f"{self._wrong_length} request(s) returned an output length other than {want} "
                             "(server ignored ignore_eos/min_tokens?)")
-        if any(r.n_out_source == "chunks" for r in records):
+        if cell.dataset is None and prompts and isinstance(prompts[0], str):
+            seen = [r.n_in for r in records if r.error is None and r.n_out_source == "usage"]
+            if seen and any(n != cell.input_len for n in seen):
+                warnings.append(f"text prompts of {cell.input_len} words were {min(seen)}-{max(seen)} tokens by the "
+                                "server's usage (each request's own count is stored)")
+        if any(r.n_out_source == "chunks" for r in records if r.error is None):
             warnings.append("server sent no usage: token counts are one per streamed chunk (estimate)")
         return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings)
 
@@ -279,8 +310,8 @@ class OpenAIEngine(Engine):
         if load.mode == "rate" and not load.concurrency:
             width = 1000
         limits = httpx.Limits(max_connections=width + 8, max_keepalive_connections=width + 8)
-        path = "/chat/completions" if self.options.get("endpoint", "completions") == "chat" else "/completions"
-        chat = path == "/chat/completions"
+        chat = self._chat(cell)
+        path = "/chat/completions" if chat else "/completions"
         async with httpx.AsyncClient(base_url=self.base_url, headers=self._headers(), limits=limits,
                                      timeout=httpx.Timeout(None, connect=30)) as client:
 
@@ -317,6 +348,8 @@ class OpenAIEngine(Engine):
                 rec = to_record(parse_stream(reads, chat), t_send, t_sched, n_in, err)
                 if retried:
                     rec = rec.model_copy(update={"server": {**(rec.server or {}), "client_retry": retried}})
+                if rec.error is None and rec.n_out != body["max_tokens"]:
+                    self._wrong_length += 1
                 if rec.error:
                     rec = rec.model_copy(update={"error": self._scrub(rec.error)})
                 return rec
