@@ -9,7 +9,12 @@ after 2 tokens), ``close_early`` (connection dropped after 2 tokens), ``http500`
 ``drop_once`` (the first such request gets its connection closed with no response).
 ``ttft_s`` and ``itl_s`` in the body (or the server defaults) inject delays. Every
 request's headers and the time each token was written (``perf_counter_ns``, the same
-clock as the client's on Linux) are logged in ``server.log``.
+clock as the client's on Linux) are logged in ``server.log`` (``GET /_log`` returns and
+clears it); the first token's text is `` r<id>`` with the log entry's id.
+
+As a separate process (the measurer benchmark)::
+
+    python -m tests.support.stub_server --port 8123 --ttft-s 0.05 --itl-s 0.01
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from aiohttp import web
 class StubServer:
     """Start with ``with StubServer() as s: s.base_url``."""
 
-    def __init__(self, ttft_s: float = 0.0, itl_s: float = 0.0):
-        self.ttft_s, self.itl_s = ttft_s, itl_s
+    def __init__(self, ttft_s: float = 0.0, itl_s: float = 0.0, port: int = 0):
+        self.ttft_s, self.itl_s, self._port = ttft_s, itl_s, port
         self.log: list[dict] = []
         self._ready = threading.Event()
 
@@ -35,10 +40,13 @@ class StubServer:
         return web.json_response({"object": "list", "data": [{"id": "normal", "object": "model"}]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        received = time.perf_counter_ns()
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
         mode = body.get("model", "normal")
-        entry = {"path": request.path, "headers": dict(request.headers), "body": body, "written_ns": []}
+        rid = self._next_id = getattr(self, "_next_id", -1) + 1
+        entry = {"id": rid, "path": request.path, "headers": dict(request.headers), "body": body,
+                 "received_ns": received, "written_ns": []}
         self.log.append(entry)
         if mode == "drop_once" and not getattr(self, "_dropped", False):
             self._dropped = True
@@ -83,7 +91,8 @@ class StubServer:
             if mode == "close_early" and i == 2:
                 request.transport.close()
                 return resp
-            await send(ev(" tok" * min(step, n - i)))
+            # the first token names the request, so a client's saved text can be matched to this log
+            await send(ev((f" r{rid}" if i == 0 else " tok") + " tok" * (min(step, n - i) - 1)))
             entry["written_ns"].append(time.perf_counter_ns())
         await send(ev("", finish="length"))
         if mode != "no_usage":
@@ -92,6 +101,12 @@ class StubServer:
         await send(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
+
+    async def take_log(self, request: web.Request) -> web.Response:
+        """``GET /_log``: the log so far (without headers), then cleared."""
+        out = [{k: v for k, v in e.items() if k != "headers"} for e in self.log]
+        self.log.clear()
+        return web.json_response(out)
 
     # -- life cycle ----------------------------------------------------------------
     def __enter__(self) -> StubServer:
@@ -102,14 +117,20 @@ class StubServer:
         return self
 
     def _serve(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        try:                                   # uvloop: a cheaper server, closer to its own schedule
+            import uvloop
+
+            self.loop = uvloop.new_event_loop()
+        except ImportError:
+            self.loop = asyncio.new_event_loop()
         app = web.Application()
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/_log", self.take_log)
         self.runner = web.AppRunner(app, access_log=None)
         self.loop.run_until_complete(self.runner.setup())
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        site = web.TCPSite(self.runner, "127.0.0.1", self._port, backlog=1024)
         self.loop.run_until_complete(site.start())
         self.port = site._server.sockets[0].getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -121,3 +142,26 @@ class StubServer:
         fut.result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
+
+
+def main() -> None:
+    """Serve on ``--port`` until SIGTERM/SIGINT."""
+    import argparse
+    import signal
+
+    ap = argparse.ArgumentParser(description="streaming OpenAI-style stub server with injected delays")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ttft-s", type=float, default=0.0)
+    ap.add_argument("--itl-s", type=float, default=0.0)
+    a = ap.parse_args()
+    s = StubServer(a.ttft_s, a.itl_s, port=a.port)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with s:
+        print(f"stub server on {s.base_url}", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

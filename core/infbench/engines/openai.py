@@ -1,6 +1,8 @@
 """Any OpenAI-compatible server: streaming ``/v1/completions`` or ``/v1/chat/completions``.
 
-One pooled ``httpx.AsyncClient`` per cell sends every request. While a response streams,
+One pooled ``aiohttp.ClientSession`` per cell sends every request (aiohttp rather than
+httpx: its lighter request path halved the client's own share of TTFT on a loaded host,
+docs/benchmarks.md); the body is serialised before the clock starts. While a response streams,
 the client does no per-token work beyond recording ``(perf_counter_ns(), raw bytes)`` for
 each network read; the server-sent events are parsed after the request ends
 (:func:`parse_stream`). Rules (METRICS.md):
@@ -167,12 +169,14 @@ class OpenAIEngine(Engine):
 
         Raises:
             ConfigError: no base URL, or the named API key variable is unset.
-            EngineUnavailable: httpx missing, or the server does not answer ``/models``.
+            EngineUnavailable: aiohttp/httpx missing, or the server does not answer ``/models``.
         """
         try:
+            import aiohttp  # noqa: F401
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise EngineUnavailable("the openai engine needs httpx", hint="pip install 'infbench[serve]'") from exc
+            raise EngineUnavailable("the openai engine needs aiohttp and httpx",
+                                    hint="pip install 'infbench[serve]'") from exc
         if not self.base_url:
             raise ConfigError("the openai engine needs a server URL", hint="pass --base-url http://HOST:PORT/v1")
         env = self.options.get("api_key_env")
@@ -206,11 +210,11 @@ class OpenAIEngine(Engine):
         """Nothing to free: the HTTP client lives only while a cell runs."""
 
     def describe(self) -> dict[str, Any]:
-        """Base URL, endpoint, the API key variable's *name*, and httpx's version."""
-        import httpx
+        """Base URL, endpoint, the API key variable's *name*, and the HTTP client's version."""
+        import aiohttp
 
         return {"name": self.name, "base_url": self.base_url, "endpoint": self.options.get("endpoint", "completions"),
-                "api_key_env": self.options.get("api_key_env"), "versions": {"httpx": httpx.__version__}}
+                "api_key_env": self.options.get("api_key_env"), "versions": {"aiohttp": aiohttp.__version__}}
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
@@ -304,20 +308,30 @@ class OpenAIEngine(Engine):
         return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings)
 
     async def _run(self, cell: Cell, load: Load, prompts: list[Any]) -> list[RequestRecord]:
-        import httpx
+        import aiohttp
 
         width = max(load.concurrency or 0, cell.batch if load.mode == "batch" else 0, 1)
         if load.mode == "rate" and not load.concurrency:
             width = 1000
-        limits = httpx.Limits(max_connections=width + 8, max_keepalive_connections=width + 8)
         chat = self._chat(cell)
-        path = "/chat/completions" if chat else "/completions"
-        async with httpx.AsyncClient(base_url=self.base_url, headers=self._headers(), limits=limits,
-                                     timeout=httpx.Timeout(None, connect=30)) as client:
+        url = self.base_url.rstrip("/") + ("/chat/completions" if chat else "/completions")
+        headers = {**self._headers(), "Content-Type": "application/json"}
+        connector = aiohttp.TCPConnector(limit=width + 8, limit_per_host=width + 8)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        # Retries go through a session that never reuses a connection: a kept-alive
+        # connection the server has closed is not reliably detected by aiohttp
+        # (aio-libs/aiohttp#7297), and cpp-httplib (llama.cpp's server) closes one after
+        # a fixed number of requests.
+        fresh = aiohttp.TCPConnector(force_close=True, limit=width + 8)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
+                                         auto_decompress=False) as session, \
+                aiohttp.ClientSession(connector=fresh, timeout=timeout, headers=headers,
+                                      auto_decompress=False) as retry_session:
 
             async def send(i: int, t_sched: int) -> RequestRecord:
                 prompt = prompts[i % len(prompts)]
                 body = self.payload(cell, prompt)
+                data = json.dumps(body).encode()          # serialised before the clock starts
                 n_in = len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else None
                 retried = None
                 for attempt in (0, 1):
@@ -326,15 +340,15 @@ class OpenAIEngine(Engine):
                     got_response = False
                     t_send = time.perf_counter_ns()
                     try:
-                        async with client.stream("POST", path, json=body) as resp:
+                        async with (retry_session if attempt else session).post(url, data=data) as resp:
                             got_response = True
-                            if resp.status_code != 200:
-                                text = (await resp.aread()).decode(errors="replace")[:300]
-                                err = f"HTTP {resp.status_code}: {text}"
+                            if resp.status != 200:
+                                text = (await resp.read()).decode(errors="replace")[:300]
+                                err = f"HTTP {resp.status}: {text}"
                             else:
-                                async for data in resp.aiter_raw():
-                                    reads.append((time.perf_counter_ns(), data))
-                    except httpx.RemoteProtocolError as exc:
+                                async for chunk in resp.content.iter_any():
+                                    reads.append((time.perf_counter_ns(), chunk))
+                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                         err = f"{type(exc).__name__}: {exc}"
                         # A kept-alive connection the server closed as we reused it: no
                         # response at all, so the server never ran the request. Retry once
@@ -342,7 +356,7 @@ class OpenAIEngine(Engine):
                         if attempt == 0 and not got_response and not reads:
                             retried = err
                             continue
-                    except httpx.HTTPError as exc:
+                    except (aiohttp.ClientError, OSError) as exc:
                         err = f"{type(exc).__name__}: {exc}"
                     break
                 rec = to_record(parse_stream(reads, chat), t_send, t_sched, n_in, err)
