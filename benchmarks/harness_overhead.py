@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from infbench.models import resolve
-from infbench.platforms.cpu import cpu_device
 from infbench.plan import Group
+from infbench.platforms.cpu import cpu_device
 from infbench.plugins import build_plugin_manager
 from infbench.run import RunOptions, launch, measure_cell, power_sampler
 from infbench.schema import Cell

