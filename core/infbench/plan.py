@@ -127,12 +127,12 @@ def _dataset(sweep: Sweep, model: ModelShape, batch: int, load: Load | None) -> 
     timed = load.num_requests if load is not None and load.num_requests else (
         batch if load is None or load.mode == "batch" else 64)
     n = timed + (load.warmup_requests if load is not None else 0)
-    data = Dataset(path=str(Path(sweep.dataset).resolve()), sha256=file_digest(sweep.dataset)
-                   if Path(sweep.dataset).is_file() else "missing", n=n,
-                   min_input_len=sweep.dataset_min_input_len, max_input_len=sweep.dataset_max_input_len,
-                   min_output_len=sweep.dataset_min_output_len, max_output_len=sweep.dataset_max_output_len)
-    reqs = chat_requests(data.path, token_counter(model)[0], n, sweep.seed, data.min_input_len, data.max_input_len,
-                         data.min_output_len, data.max_output_len)
+    path = str(Path(sweep.dataset).resolve())
+    reqs = chat_requests(path, token_counter(model)[0], n, sweep.seed, sweep.dataset_min_input_len,
+                         sweep.dataset_max_input_len, sweep.dataset_min_output_len, sweep.dataset_max_output_len)
+    data = Dataset(path=path, sha256=file_digest(path), n=n, min_input_len=sweep.dataset_min_input_len,
+                   max_input_len=sweep.dataset_max_input_len, min_output_len=sweep.dataset_min_output_len,
+                   max_output_len=sweep.dataset_max_output_len)
     mean_in = round(sum(r.input_len for r in reqs) / n)
     mean_out = round(sum(r.output_len for r in reqs) / n)
     return data, max(1, mean_in), max(1, mean_out)

@@ -74,12 +74,13 @@ def test_offline_batch_cells(tmp_path):
 
 @pytest.fixture(scope="module")
 def server_engine(tmp_path_factory):
-    os.environ["INFBENCH_HOME"] = str(tmp_path_factory.mktemp("vllm-home"))
     m = resolve("tiny")
     cells = [Cell(model=m.name, engine="vllm-server", dtype="bfloat16", batch=1, input_len=24, output_len=8,
                   load=Load(mode="concurrency", concurrency=4, num_requests=12, warmup_requests=1))]
     e = VllmServerEngine(cpu_device(), {})
-    e.start(Group(m, "vllm-server", "bfloat16", 1, cells))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INFBENCH_HOME", str(tmp_path_factory.mktemp("vllm-home")))
+        e.start(Group(m, "vllm-server", "bfloat16", 1, cells))
     yield e, cells[0]
     e.stop()
 

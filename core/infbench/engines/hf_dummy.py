@@ -19,6 +19,7 @@ random weights are valid for timing. The folder is cached under
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from infbench.models import ModelShape
@@ -79,5 +80,8 @@ def dummy_hf_dir(m: ModelShape, cache_dir: Path) -> Path:
     if not (path / "tokenizer_config.json").exists():
         tmp = path.with_name(path.name + ".tmp")
         write_dummy_hf_dir(m, tmp)
-        tmp.rename(path) if not path.exists() else None
+        try:
+            tmp.replace(path)                   # atomic: a reader never sees half a folder
+        except OSError:                         # another process wrote it first
+            shutil.rmtree(tmp, ignore_errors=True)
     return path

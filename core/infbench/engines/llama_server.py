@@ -11,12 +11,10 @@ in the last event; both are stored with each request.
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.engines.openai import OpenAIEngine
-from infbench.engines.server_process import ServerProcess, free_port
+from infbench.engines.server_process import ManagedServerEngine
 from infbench.errors import ConfigError, EngineUnavailable
 
 
@@ -32,16 +30,11 @@ def slots_needed(cells) -> int:
     return n
 
 
-class LlamaServerEngine(OpenAIEngine):
+class LlamaServerEngine(ManagedServerEngine):
     """``llama.cpp-server``: a managed llama.cpp server. Options: ``n_threads``,
     ``parallel`` (slots; default from the group), ``startup_timeout_s`` (default 120)."""
 
     name = "llama.cpp-server"
-    default_prompt_format = "token_ids"
-
-    def __init__(self, device, options=None):
-        super().__init__(device, options)
-        self.server: ServerProcess | None = None
 
     def start(self, group) -> None:
         """Write/locate the GGUF, start the server, wait for ``/health``, then check ``/v1/models``."""
@@ -65,17 +58,13 @@ class LlamaServerEngine(OpenAIEngine):
         parallel = int(self.options.get("parallel") or slots_needed(group.cells))
         per_slot = max(c.input_len + c.output_len for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
-        port = free_port()
-        argv = [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path, "--port", str(port),
-                "--parallel", str(parallel), "--ctx", str(parallel * per_slot)]
-        if self.options.get("n_threads"):
-            argv += ["--threads", str(self.options["n_threads"])]
+        extra = ["--threads", str(self.options["n_threads"])] if self.options.get("n_threads") else []
         if self.device.kind == "gpu":
-            argv += ["--n-gpu-layers", "999"]
-        log = default_home() / "logs" / f"llama-server-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
-        self.server = ServerProcess(argv, f"http://127.0.0.1:{port}/health", log)
-        self.server.start(float(self.options.get("startup_timeout_s", 120)))
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+            extra += ["--n-gpu-layers", "999"]
+        self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path,
+                                         "--port", str(port), "--parallel", str(parallel),
+                                         "--ctx", str(parallel * per_slot), *extra],
+                           float(self.options.get("startup_timeout_s", 120)))
         self.options.setdefault("served_model", path)
         self.parallel = parallel
         super().start(group)
@@ -102,17 +91,11 @@ class LlamaServerEngine(OpenAIEngine):
 
         return [conv(p) for p in prompts]
 
-    def stop(self) -> None:
-        """Stop the server process (SIGTERM, then SIGKILL)."""
-        if self.server is not None:
-            self.server.stop()
-
     def describe(self) -> dict[str, Any]:
         """xllamacpp version, slots, and the server log kept beside the results."""
         import xllamacpp
 
         d = super().describe()
-        d.update(name=self.name, server_log=str(self.server.log_path) if self.server else None,
-                 parallel=getattr(self, "parallel", None))
+        d["parallel"] = getattr(self, "parallel", None)
         d["versions"]["xllamacpp"] = xllamacpp.__version__
         return d

@@ -1,6 +1,7 @@
 """Start an inference server as a subprocess, wait until it is healthy, stop it cleanly.
 
-Shared by the server engines (llama.cpp server, later ``vllm serve``): the server runs in
+Shared by the server engines (llama.cpp's and vLLM's, through
+:class:`ManagedServerEngine`): the server runs in
 its own process group with its output in a log file kept beside the results
 (``$INFBENCH_HOME/logs/``), is polled on its health URL, and is terminated (SIGTERM,
 then SIGKILL after a grace period) on stop, on error and on Ctrl-C.
@@ -13,8 +14,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from infbench.engines.openai import OpenAIEngine
 from infbench.errors import EngineUnavailable
 
 
@@ -91,3 +95,51 @@ class ServerProcess:
             p.wait(5)
         except ProcessLookupError:
             pass
+
+
+class ManagedServerEngine(OpenAIEngine):
+    """An OpenAI-compatible server that infbench starts, drives and stops itself.
+
+    Subclasses build the command line in ``start`` and call :meth:`launch_server`; the
+    client side (prompts as token ids, load generation, parsing) is
+    :class:`~infbench.engines.openai.OpenAIEngine`'s.
+    """
+
+    default_prompt_format = "token_ids"
+    #: Seconds between SIGTERM and SIGKILL on stop.
+    stop_grace_s = 10.0
+
+    def __init__(self, device, options=None):
+        super().__init__(device, options)
+        self.server: ServerProcess | None = None
+
+    def launch_server(self, argv: Callable[[int], list[str]], timeout_s: float,
+                      env: dict[str, str] | None = None) -> int:
+        """Start ``argv(port)`` on a free port of 127.0.0.1, wait for ``/health``, point the
+        client at ``/v1``; the log goes to ``$INFBENCH_HOME/logs/<engine>-<time>-<port>.log``.
+
+        Returns:
+            The port.
+
+        Raises:
+            EngineUnavailable: the server exited or was not healthy within ``timeout_s``.
+        """
+        from infbench.store import default_home
+
+        port = free_port()
+        log = default_home() / "logs" / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
+        self.server = ServerProcess(argv(port), f"http://127.0.0.1:{port}/health", log, env=env)
+        self.server.start(timeout_s)
+        self.base_url = f"http://127.0.0.1:{port}/v1"
+        return port
+
+    def stop(self) -> None:
+        """Stop the server process group (SIGTERM, then SIGKILL); safe to call twice."""
+        if self.server is not None:
+            self.server.stop(self.stop_grace_s)
+
+    def describe(self) -> dict[str, Any]:
+        """The client's description plus the server log kept beside the results."""
+        d = super().describe()
+        d.update(name=self.name, server_log=str(self.server.log_path) if self.server else None)
+        return d

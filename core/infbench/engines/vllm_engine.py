@@ -38,8 +38,7 @@ from typing import Any
 
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.llama_server import slots_needed
-from infbench.engines.openai import OpenAIEngine
-from infbench.engines.server_process import ServerProcess, free_port
+from infbench.engines.server_process import ManagedServerEngine
 from infbench.errors import ConfigError, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
@@ -191,18 +190,14 @@ class VllmEngine(Engine):
         return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None)}
 
 
-class VllmServerEngine(OpenAIEngine):
+class VllmServerEngine(ManagedServerEngine):
     """``vllm-server``: vLLM's OpenAI server, started by infbench, in serving mode.
 
     Options: ``startup_timeout_s`` (default 600), plus any ``vllm.EngineArgs`` name
     (passed as ``--key-name value``)."""
 
     name = "vllm-server"
-    default_prompt_format = "token_ids"
-
-    def __init__(self, device, options=None):
-        super().__init__(device, options)
-        self.server: ServerProcess | None = None
+    stop_grace_s = 20.0
 
     def start(self, group) -> None:
         """Start the server, wait for ``/health``, then check ``/v1/models``.
@@ -211,31 +206,19 @@ class VllmServerEngine(OpenAIEngine):
             EngineUnavailable: vLLM missing, or the server exited or was not healthy in
                 time (the message carries the end of its log).
         """
-        from infbench.store import default_home
-
         vllm = _need_vllm()
         self.vllm_version = vllm.__version__
         self.args = vllm_args(group, self.device, self.options)
-        port = free_port()
         served = group.model.name
-        log = default_home() / "logs" / f"vllm-server-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
-        env = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        self.server = ServerProcess(server_argv(self.args, port, served), f"http://127.0.0.1:{port}/health", log,
-                                    env=env)
-        self.server.start(float(self.options.get("startup_timeout_s", 600)))
-        self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.launch_server(lambda port: server_argv(self.args, port, served),
+                           float(self.options.get("startup_timeout_s", 600)),
+                           env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
         self.options["served_model"] = served
         super().start(group)
-
-    def stop(self) -> None:
-        """Stop the server process group (SIGTERM, then SIGKILL); safe to call twice."""
-        if self.server is not None:
-            self.server.stop(grace_s=20)
 
     def describe(self) -> dict[str, Any]:
         """vLLM version, engine arguments, and the server log kept beside the results."""
         d = super().describe()
-        d.update(name=self.name, engine_args=getattr(self, "args", None),
-                 server_log=str(self.server.log_path) if self.server else None)
+        d["engine_args"] = getattr(self, "args", None)
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
         return d
