@@ -99,6 +99,11 @@ def _main(
 
 # --- detect ---------------------------------------------------------------------------
 
+#: DeviceInfo properties shown in the `detect` table's details column.
+DETAIL_KEYS = ("arch", "physical_cores", "logical_cpus", "compute_capability", "mig_mode", "gfx_version",
+               "base_url", "api_key_set", "power_source", "uuids")
+
+
 @app.command()
 def detect(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:
     """Find the devices on this host: the PCI bus plus every plugin's detect hook.
@@ -118,13 +123,24 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help="Machine-readabl
     for d in det.devices:
         mem = f"{d.memory_bytes / 2**30:,.1f} GiB" if d.memory_bytes else "-"
         p = d.properties
-        details = ", ".join(f"{k}={v}" for k, v in p.items() if k in ("arch", "physical_cores", "logical_cpus"))
+        details = ", ".join(f"{k}={v}" for k, v in p.items() if k in DETAIL_KEYS)
         t.add_row(d.vendor, d.kind, d.model, str(d.count), mem, d.driver or "-", details or "-", d.plugin)
     out.print(t)
+    from infbench.devices import device_limits
     from infbench.plan import device_precisions
 
     for d in det.devices:
         out.print(f"{d.vendor}: precisions {', '.join(device_precisions(_pm(), d))}")
+        try:
+            lim = device_limits(_pm(), d)
+        except InfbenchError as exc:
+            lim = None
+            err.print(f"[yellow]note:[/] device descriptions: {exc}")
+        if lim:
+            bw = lim.get("memory_bandwidth_bytes_s")
+            out.print(f"{d.vendor}: described as {lim.get('id', '?')}"
+                      + (f", {bw / 1e12:.2f} TB/s" if bw else "")
+                      + (f", TDP {lim['tdp_w']:g} W" if lim.get("tdp_w") else "") + " (see `infbench devices`)")
         if d.properties.get("isa_flags"):
             out.print(f"{d.vendor}: ISA flags {' '.join(d.properties['isa_flags'])}")
     for m in det.missing:
@@ -216,6 +232,25 @@ def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sw
         raise _validation_message(exc, source) from None
 
 
+def user_power_sampler(command: str | None, watts: float | None, label: str | None):
+    """The sampler of ``--power-command`` / ``--power-watts`` (labelled user-supplied), or None.
+
+    Raises:
+        ConfigError: both given, or a non-positive wattage.
+    """
+    from infbench.measure.power import CommandPowerSampler, FixedPowerSampler
+
+    if command and watts is not None:
+        raise ConfigError("give --power-command or --power-watts, not both")
+    if watts is not None:
+        if watts <= 0:
+            raise ConfigError(f"--power-watts must be > 0, got {watts}")
+        return FixedPowerSampler(watts, f"user-supplied: {label}" if label else None)
+    if command:
+        return CommandPowerSampler(command, f"user-supplied: {label}" if label else None)
+    return None
+
+
 def parse_engine_args(items: list[str]) -> dict[str, Any]:
     """``["quantization=fp8", "enforce_eager=true"]`` -> ``{"quantization": "fp8", "enforce_eager": True}``
     (values read as YAML scalars: numbers, true/false, null; dashes in keys become underscores).
@@ -277,6 +312,9 @@ def run(
     cell_timeout: Annotated[float | None, typer.Option("--cell-timeout", help="Seconds before a cell is stopped and stored as failed.")] = None,
     threads: Annotated[int | None, typer.Option("--threads", help="CPU threads for the engine.")] = None,
     power_interval: Annotated[float, typer.Option("--power-interval", help="Power sampling interval (s).")] = 0.1,
+    power_command: Annotated[str | None, typer.Option("--power-command", help="Replace the device's power sampler by a shell command that prints watts (a PDU or BMC reading); energy is then labelled user-supplied.")] = None,
+    power_watts: Annotated[float | None, typer.Option("--power-watts", help="Replace the device's power sampler by a declared constant power in W (not measured; labelled so).")] = None,
+    power_label: Annotated[str | None, typer.Option("--power-label", help="What --power-command/--power-watts covers, stored with the energy (e.g. 'rack PDU, 8 nodes').")] = None,
     concurrency: Annotated[list[str] | None, typer.Option("--concurrency", "-c", help="Serving mode: requests kept in flight (server engines).")] = None,
     request_rate: Annotated[list[str] | None, typer.Option("--request-rate", "-r", help="Serving mode: mean arrivals per s (Poisson; see --burstiness).")] = None,
     burstiness: Annotated[float | None, typer.Option("--burstiness", help="Gamma shape of inter-arrival times: 1 = Poisson, <1 burstier.")] = None,
@@ -301,7 +339,7 @@ def run(
 ) -> None:
     from infbench.detect import detect as do_detect
     from infbench.plan import plan as make_plan
-    from infbench.run import RunOptions, provenance, remote_device, run_plan, select_device
+    from infbench.run import RunOptions, provenance, resolve_remote_device, run_plan, select_device
     from infbench.store import Store
 
     try:
@@ -321,14 +359,14 @@ def run(
         from infbench.plan import engine_specs
 
         specs = engine_specs(pm)
-        remote = [e for e in sweep.engines if e in specs and specs[e].platforms == ["remote"]]
+        remote = [e for e in sweep.engines if e in specs and specs[e].any_model]
         if remote:
             if len(remote) != len(sweep.engines):
                 raise ConfigError("a remote endpoint (--engine openai) runs in a sweep of its own",
                                   hint="run the local engines in a separate `infbench run`")
-            if not base_url:
-                raise ConfigError("--engine openai needs --base-url", hint="e.g. --base-url http://127.0.0.1:8000/v1")
-            dev = remote_device(base_url)
+            dev = resolve_remote_device(det, device, base_url)
+            base_url = base_url or dev.properties.get("base_url")
+            api_key_env = api_key_env or dev.properties.get("api_key_env")
         else:
             dev = select_device(det, device)
         the_plan = make_plan(sweep, dev, pm)
@@ -357,8 +395,14 @@ def run(
     except ConfigError as exc:
         _fail(exc)
         return
+    try:
+        override = user_power_sampler(power_command, power_watts, power_label)
+    except ConfigError as exc:
+        _fail(exc)
+        return
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options={k: v for k, v in eopts.items() if v is not None}, slo=sweep.slo())
+                      engine_options={k: v for k, v in eopts.items() if v is not None}, slo=sweep.slo(),
+                      power_override=override)
     prov = provenance(det, pm)
     if not as_json:
         out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}), store {store.path}")
@@ -466,7 +510,47 @@ def results(
         out.print(results_table(rows, title=f"results in {store.path}"))
 
 
-# --- models, plugins -------------------------------------------------------------------
+# --- models, devices, plugins ----------------------------------------------------------
+
+@app.command()
+def devices(
+    vendor: Annotated[str | None, typer.Option("--vendor", help="Only this vendor (nvidia, amd, ...).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output (base units: B, B/s, FLOP/s, W).")] = False,
+) -> None:
+    """List the device descriptions the installed plugins publish: memory, bandwidth,
+    dense peak TFLOP/s per precision and TDP, with their sources.
+
+    These feed the roofline (MBU/MFU) and `infbench predict --device ID`. Install a vendor
+    plugin (e.g. `pip install infbench-nvidia`) to get its devices.
+    """
+    from infbench.devices import catalog
+
+    try:
+        specs = [s for s in catalog(_pm()) if vendor is None or s.vendor == vendor]
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        _json([{**s.model_dump(), "per_device": s.per_device()} for s in specs])
+        return
+    if not specs:
+        err.print("no device descriptions" + (f" for {vendor}" if vendor else "")
+                  + ": install a vendor plugin (pip install infbench-nvidia ...)")
+        raise typer.Exit(1)
+    t = Table(title="Device descriptions (dense peaks, per package)", header_style="bold")
+    for c in ("id", "vendor", "name", "memory", "TB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "int8 TOPS", "TDP"):
+        t.add_column(c, justify="left" if c in ("id", "vendor", "name") else "right")
+
+    def f(v: float | None, fmt: str = "{:,.1f}") -> str:
+        return fmt.format(v) if v else "-"
+
+    for s in sorted(specs, key=lambda s: (s.vendor, s.id)):
+        t.add_row(s.id, s.vendor, s.name, f(s.memory_gib, "{:g} GiB"), f(s.bandwidth_tb_s, "{:g}"),
+                  f(s.peak_tflops.get("bf16")), f(s.peak_tflops.get("fp8")), f(s.peak_tflops.get("int8")),
+                  f(s.tdp_w, "{:g} W"))
+    out.print(t)
+    out.print("[dim]sources: `infbench devices --json`; notes on each entry there.[/]")
+
 
 @app.command()
 def models(as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False) -> None:

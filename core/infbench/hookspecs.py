@@ -15,8 +15,10 @@ Rules every hook follows (see docs/plugins.md):
 * A hook must not raise on a machine without its hardware or its vendor library:
   ``infbench_detect`` returns ``[]`` there.
 
-The contract is versioned by :data:`CONTRACT_VERSION`; a hook may gain optional
-keyword arguments in a minor version, never lose one.
+The contract is versioned by :data:`CONTRACT_VERSION`; a minor version may add hooks
+(every hook is optional to implement) or optional keyword arguments, never remove one.
+
+History: 1.0 first release; 1.1 adds ``infbench_device_catalog``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.engines.base import Engine, EngineSpec
     from infbench.measure.power import PowerSampler
-    from infbench.schema import DeviceInfo
+    from infbench.schema import DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.0"
+CONTRACT_VERSION = "1.1"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -48,9 +50,21 @@ def infbench_detect() -> list[DeviceInfo]:
     """
 
 
+@hookspec
+def infbench_device_catalog() -> list[DeviceSpec]:
+    """Descriptions of the device models this plugin knows, detected here or not
+    (memory, bandwidth, dense peak FLOP/s per precision, TDP, sources); used by the
+    roofline, ``infbench predict --device ID`` and ``infbench devices``. Load them from a
+    ``devices.yaml`` with :func:`infbench.devices.load_device_specs`. Since 1.1.
+    """
+
+
 @hookspec(firstresult=True)
 def infbench_device_info(device: DeviceInfo) -> dict[str, Any] | None:
     """Describe the hardware limits of ``device`` for the roofline and reports.
+
+    A plugin with a catalog need not implement this: when no plugin answers, the core
+    matches ``device.model`` against the catalog (:func:`infbench.devices.device_limits`).
 
     Returns:
         A dict with any of ``memory_bandwidth_bytes_s`` (B/s), ``peak_flops``

@@ -84,18 +84,29 @@ class Plan:
 
 
 def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
-    """All engines from every plugin's ``infbench_engines`` hook, merged by name
-    (platforms are united; the first spec with a factory provides it)."""
+    """All engines from every plugin's ``infbench_engines`` hook, merged by name.
+
+    Platforms are united; the first spec with a factory provides the adapter, its
+    modules and install hint; dtypes are united, the provider's first (default) dtype
+    staying first, so a vendor plugin can add the dtypes its hardware brings (``fp8``
+    for vLLM on H100). Whether a device can run a dtype's precision is decided by the
+    device's ``infbench_supported_precisions``, not here."""
     merged: dict[str, EngineSpec] = {}
     for specs in pm.hook.infbench_engines():
         for s in specs or []:
             if s.name not in merged:
-                merged[s.name] = EngineSpec(**{**s.__dict__, "platforms": list(s.platforms)})
+                merged[s.name] = EngineSpec(**{**s.__dict__, "platforms": list(s.platforms),
+                                               "dtypes": dict(s.dtypes)})
                 continue
             m = merged[s.name]
             m.platforms = sorted(set(m.platforms) | set(s.platforms))
             if m.factory is None and s.factory is not None:
-                m.factory, m.dtypes, m.modules, m.install = s.factory, s.dtypes, s.modules, s.install
+                m.factory, m.modules, m.install = s.factory, s.modules, s.install
+                m.serving, m.any_model = s.serving, s.any_model
+                m.description = s.description or m.description
+                m.dtypes = {**s.dtypes, **m.dtypes}
+            else:
+                m.dtypes = {**m.dtypes, **{k: v for k, v in s.dtypes.items() if k not in m.dtypes}}
     return merged
 
 

@@ -101,6 +101,40 @@ def remote_device(base_url: str) -> DeviceInfo:
                       properties={"base_url": base_url})
 
 
+def resolve_remote_device(det: Detection, name: str | None, base_url: str | None) -> DeviceInfo:
+    """The device a remote-endpoint sweep (``--engine openai``) runs against.
+
+    * ``--device NAME`` naming a remote platform a plugin reported (SambaNova, Cerebras:
+      declared in the site config): that platform, its endpoint and power source.
+    * ``--base-url URL`` alone: a configured remote platform with that endpoint if there
+      is one, else the bare endpoint (:func:`remote_device`, no power source).
+    * neither: the only configured remote platform, if exactly one.
+
+    Raises:
+        ConfigError: nothing to talk to, or ``--device`` names a local device.
+    """
+    remotes = [d for d in det.devices if d.kind == "remote"]
+    if name:
+        for d in remotes:
+            if name.lower() in (d.vendor.lower(), d.model.lower()):
+                return d
+        raise ConfigError(f"--device {name!r} is not a configured remote platform "
+                          f"(configured: {', '.join(d.vendor for d in remotes) or 'none'})",
+                          hint="declare it in the site config (docs/plugins.md#site-configuration), or use "
+                               "--base-url for any OpenAI-compatible endpoint")
+    if base_url:
+        for d in remotes:
+            if str(d.properties.get("base_url", "")).rstrip("/") == base_url.rstrip("/"):
+                return d
+        return remote_device(base_url)
+    if len(remotes) == 1:
+        return remotes[0]
+    raise ConfigError("--engine openai needs --base-url" + (" or --device" if remotes else ""),
+                      hint="e.g. --base-url http://127.0.0.1:8000/v1"
+                           + (f"; configured remote platforms: {', '.join(d.vendor for d in remotes)}"
+                              if remotes else ""))
+
+
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
     """Create the adapter: a plugin's ``infbench_launch_engine`` if one answers, else the
     engine's registered factory."""
@@ -141,6 +175,8 @@ class RunOptions:
         power_interval_s: power sampling interval in s.
         engine_options: passed to the engine adapters (``n_threads``...).
         slo: per-request limits for goodput (``Sweep.slo()``).
+        power_override: a sampler replacing the device plugin's (``--power-command`` /
+            ``--power-watts``: a PDU or chassis reading, or a declared wattage).
     """
 
     force: bool = False
@@ -148,6 +184,7 @@ class RunOptions:
     power_interval_s: float = 0.1
     engine_options: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] | None = None
+    power_override: PowerSampler | None = None
 
 
 @dataclass
@@ -185,6 +222,11 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             readings = monitor.stop()
         energy, note = monitor.energy()
         metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy, slo=opts.slo)
+        if energy is not None:
+            src = monitor.source()
+            metrics["energy_source"] = src["name"]
+            if src["label"]:
+                metrics["energy_label"] = src["label"]
         if out.warnings:
             metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0
@@ -226,7 +268,7 @@ def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str,
     run_id = store.begin_run(provenance_, command=" ".join(sys.argv))
     summary = RunSummary(run_id)
     done = set() if opts.force else store.finished_cell_ids()
-    sampler = power_sampler(pm, device)
+    sampler = opts.power_override or power_sampler(pm, device)
     try:
         for group in plan.groups:
             todo = []

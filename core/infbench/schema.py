@@ -367,3 +367,59 @@ class CellResult(BaseModel):
     engine_s: float | None = None
     started_at: float
     finished_at: float
+
+
+class DeviceSpec(BaseModel):
+    """Published limits of one device model, for the roofline and reports.
+
+    Vendor plugins ship these in a ``devices.yaml`` (see :mod:`infbench.devices`) and
+    return them from ``infbench_device_catalog``. Figures are the vendor's datasheet
+    numbers for dense math (no structured sparsity); ``sources`` says where each came from.
+
+    Attributes:
+        id: short name used on the command line (``h100-sxm``).
+        name: full marketing name.
+        vendor: the plugin's vendor key (``nvidia``).
+        match: lower-case substrings of the model name the driver reports
+            (``"h100 80gb hbm3"``); the longest match wins.
+        memory_gib: memory per package in GiB (HBM capacity is binary).
+        bandwidth_tb_s: peak memory bandwidth per package in TB/s (10^12 B/s).
+        peak_tflops: dense peak per precision class in TFLOP/s (int8: TOPS).
+        tdp_w: board/module power limit in W.
+        devices_per_package: devices the driver shows per package (MI250: 2 GCDs);
+            :meth:`per_device` divides by it.
+        sources: datasheet URLs or documents.
+        notes: caveats (what the TDP covers, unknown figures).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    name: str
+    vendor: str
+    match: list[str] = Field(default_factory=list)
+    memory_gib: float | None = None
+    bandwidth_tb_s: float | None = None
+    peak_tflops: dict[Precision, float] = Field(default_factory=dict)
+    tdp_w: float | None = None
+    devices_per_package: int = Field(1, ge=1)
+    sources: list[str] = Field(min_length=1)
+    notes: str | None = None
+
+    def per_device(self) -> dict[str, Any]:
+        """The ``infbench_device_info`` dict for one device as the driver shows it.
+
+        Returns:
+            ``{"id", "memory_bytes" (B), "memory_bandwidth_bytes_s" (B/s), "peak_flops"
+            (precision -> FLOP/s), "tdp_w" (W), "source"}``, each divided by
+            ``devices_per_package``; unknown figures are None.
+        """
+        k = self.devices_per_package
+        return {
+            "id": self.id,
+            "memory_bytes": int(self.memory_gib * 2**30 / k) if self.memory_gib else None,
+            "memory_bandwidth_bytes_s": self.bandwidth_tb_s * 1e12 / k if self.bandwidth_tb_s else None,
+            "peak_flops": {p: v * 1e12 / k for p, v in self.peak_tflops.items()},
+            "tdp_w": self.tdp_w / k if self.tdp_w else None,
+            "source": "; ".join(self.sources),
+        }

@@ -10,13 +10,20 @@ integration of power over time (:func:`energy_j`).
 
 from __future__ import annotations
 
+import re
+import shlex
+import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from infbench.schema import PowerReading
+
+#: Counter energy and integrated power disagreeing by more than this fraction means one
+#: of them is wrong (AMD: some GPUs report bad counters; MI250's second GCD reads 0 W).
+CROSS_CHECK_TOLERANCE = 0.5
 
 
 class PowerSampler(ABC):
@@ -52,6 +59,10 @@ class PowerSampler(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook, most samplers hold nothing
         """Release handles (NVML, subprocesses). Default: nothing to do."""
+
+    def drain(self) -> None:  # noqa: B027 - optional hook
+        """Forget readings buffered before a measurement starts (samplers that collect in
+        the background, such as :class:`StreamSampler`). Default: nothing to do."""
 
 
 class NoPower(PowerSampler):
@@ -107,6 +118,11 @@ class PowerMonitor:
         """Take the first reading and start the sampling thread."""
         self.readings = []
         self._stop.clear()
+        if self.error is None:
+            try:
+                self.sampler.drain()
+            except Exception as exc:  # noqa: BLE001 - sampling must not stop the run
+                self.error = f"{self.sampler.name} failed: {type(exc).__name__}: {exc}"
         self._read_once()
         if self.error is None:
             self._thread = threading.Thread(target=self._loop, name="infbench-power", daemon=True)
@@ -122,11 +138,21 @@ class PowerMonitor:
         return list(self.readings)
 
     def energy(self) -> tuple[float | None, str | None]:
-        """(energy in J over the interval, reason if unavailable)."""
+        """(energy in J over the interval, reason if unavailable or a cross-check note).
+
+        Uses :func:`energy_summary`; a note is returned with a value when the counter
+        failed its cross-check against power and integrated power was used instead."""
         if self.error is not None:
             return None, self.error
-        e = energy_j(self.readings)
-        return (e, None) if e is not None else (None, f"{self.sampler.name}: too few readings")
+        e, _method, note = energy_summary(self.readings)
+        if e is None:
+            return None, f"{self.sampler.name}: {note or 'too few readings'}"
+        return e, (f"{self.sampler.name}: {note}" if note else None)
+
+    def source(self) -> dict[str, str | None]:
+        """What the energy of this monitor came from: ``{"name", "source", "label"}``
+        (stored with each cell so user-supplied readings stay labelled as such)."""
+        return {"name": self.sampler.name, "source": self.sampler.source, "label": self.sampler.label}
 
 
 def energy_j(readings: Iterable[PowerReading]) -> float | None:
@@ -161,6 +187,228 @@ def energy_j(readings: Iterable[PowerReading]) -> float | None:
             for a, b in zip(ps, ps[1:]):
                 total += 0.5 * (a.power_w + b.power_w) * (b.t_ns - a.t_ns) / 1e9
     return total
+
+
+def energy_summary(readings: Iterable[PowerReading],
+                   tolerance: float = CROSS_CHECK_TOLERANCE) -> tuple[float | None, str | None, str | None]:
+    """Energy in J with the method used and a note, cross-checking counters against power.
+
+    Per device: when readings carry both a cumulative counter (``energy_j``) and power
+    (``power_w``), the counter energy is compared with the trapezoidal integral of the
+    power. If they differ by more than ``tolerance`` (relative to the larger), or the
+    counter did not advance while the power was above 1 W, the counter is distrusted and
+    the integral is used for that device. (AMD documents wrong counters on some GPUs, and
+    MI250's second GCD reports 0 W; either side can be the broken one, but a counter stuck
+    at zero under load is the common case, and power integration is the method the
+    energy study used.)
+
+    Returns:
+        ``(energy_j or None, method, note)``; method is ``counter``, ``power`` or
+        ``mixed``; note explains a fallback or why energy is None.
+    """
+    by_dev: dict[int, list[PowerReading]] = defaultdict(list)
+    for r in readings:
+        by_dev[r.device_index].append(r)
+    if not by_dev:
+        return None, None, "no readings"
+    total, methods, notes = 0.0, set(), []
+    for dev, rs in sorted(by_dev.items()):
+        rs.sort(key=lambda r: r.t_ns)
+        counter = energy_j(rs) if all(r.energy_j is not None for r in rs) else None
+        ps = [r for r in rs if r.power_w is not None]
+        integral = energy_j([r.model_copy(update={"energy_j": None}) for r in ps]) if len(ps) >= 2 else None
+        if counter is not None and integral is not None:
+            hi = max(abs(counter), abs(integral))
+            stuck = counter == 0 and integral > 1.0 * (rs[-1].t_ns - rs[0].t_ns) / 1e9
+            if stuck or (hi > 0 and abs(counter - integral) / hi > tolerance):
+                notes.append(f"device {dev}: energy counter gave {counter:.3f} J but power x time gave "
+                             f"{integral:.3f} J; using power x time")
+                total += integral
+                methods.add("power")
+                continue
+        if counter is not None:
+            total += counter
+            methods.add("counter")
+        elif integral is not None:
+            total += integral
+            methods.add("power")
+        else:
+            return None, None, f"device {dev}: fewer than two usable readings"
+    method = methods.pop() if len(methods) == 1 else "mixed"
+    return total, method, "; ".join(notes) or None
+
+
+class FixedPowerSampler(PowerSampler):
+    """A constant, user-declared power (W) for a whole system, e.g. a rack's nameplate or
+    a PDU average measured separately, as the energy study did for SambaNova and Cerebras.
+
+    Energy is ``watts x duration``: it says nothing about the workload and is labelled so.
+
+    Args:
+        watts: the declared power in W (> 0).
+        label: what the number is (stored with every cell).
+
+    Raises:
+        ValueError: ``watts`` is not positive.
+    """
+
+    name = "fixed"
+    source = "power"
+
+    def __init__(self, watts: float, label: str | None = None):
+        if not watts > 0:
+            raise ValueError(f"a fixed power must be > 0 W, got {watts}")
+        self.watts = float(watts)
+        self.label = label or f"user-supplied fixed power {self.watts:g} W (not measured)"
+
+    def read(self) -> list[PowerReading]:
+        """One reading of the declared power now."""
+        return [PowerReading(t_ns=now_ns(), power_w=self.watts)]
+
+
+_NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def parse_watts(text: str) -> float:
+    """The first number in a command's output, in W (``"2315.5"``, ``"Power: 2315 W"``).
+
+    Raises:
+        ValueError: no number in ``text``.
+    """
+    m = _NUMBER.search(text)
+    if not m:
+        raise ValueError(f"no number in power command output {text.strip()[:80]!r}")
+    return float(m.group())
+
+
+class CommandPowerSampler(PowerSampler):
+    """Power from a user command that prints watts (a PDU or BMC reading, for example
+    ``ipmitool dcmi power reading`` piped through awk), run once per sample.
+
+    Args:
+        command: shell command line; its first number on stdout is the power in W.
+        label: what the reading covers (stored with every cell).
+        timeout_s: limit per call; a slow command lowers the effective sampling rate.
+
+    Raises (from :meth:`read`):
+        subprocess.CalledProcessError, subprocess.TimeoutExpired, ValueError: the
+        command failed, hung or printed no number; the monitor then marks energy
+        unavailable with that reason.
+    """
+
+    name = "command"
+    source = "power"
+
+    def __init__(self, command: str, label: str | None = None, timeout_s: float = 5.0):
+        self.command = command
+        self.timeout_s = timeout_s
+        self.label = label or f"user-supplied power command: {command}"
+
+    def read(self) -> list[PowerReading]:
+        """Run the command once; one reading stamped halfway through the call."""
+        t0 = now_ns()
+        out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s,
+                             check=True).stdout
+        t1 = now_ns()
+        return [PowerReading(t_ns=(t0 + t1) // 2, power_w=parse_watts(out))]
+
+
+class StreamSampler(PowerSampler):
+    """Readings from a long-running vendor tool that prints one line per sample
+    (``xpu-smi dump``, ``hl-smi -l``): a reader thread parses lines as they come, and
+    :meth:`read` hands over what arrived since the last call.
+
+    This suits tools too slow to start per sample (xpu-smi answers in hundreds of ms):
+    the tool keeps its own interval and the monitor's interval only sets how often the
+    readings are collected.
+
+    Args:
+        argv: the command (list of arguments, no shell).
+        parse_line: ``parse_line(line, t_ns) -> list[PowerReading]`` (``[]`` for headers
+            and blank lines); raising ValueError marks the line unparseable.
+        name: sampler name shown in results.
+        source: ``power`` or ``energy_counter``.
+        start_timeout_s: :meth:`start` waits this long for the first reading.
+
+    Raises (from :meth:`read`):
+        RuntimeError: the tool exited, or printed a line the parser rejected.
+    """
+
+    def __init__(self, argv: Sequence[str], parse_line: Callable[[str, int], list[PowerReading]],
+                 name: str = "stream", source: str = "power", start_timeout_s: float = 10.0):
+        self.argv = list(argv)
+        self.parse_line = parse_line
+        self.name = name
+        self.source = source
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen | None = None
+        self._buf: list[PowerReading] = []
+        self._lock = threading.Lock()
+        self._error: str | None = None
+        self._got = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the tool and wait for its first reading.
+
+        Raises:
+            FileNotFoundError: the tool is not installed.
+            RuntimeError: no reading within ``start_timeout_s`` or it exited.
+        """
+        self._proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      bufsize=1)
+        self._thread = threading.Thread(target=self._pump, name=f"infbench-{self.name}", daemon=True)
+        self._thread.start()
+        if not self._got.wait(self.start_timeout_s):
+            self.close()
+            raise RuntimeError(self._error or f"{shlex.join(self.argv)} gave no reading in {self.start_timeout_s} s")
+        if self._error:
+            self.close()
+            raise RuntimeError(self._error)
+
+    def _pump(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                rs = self.parse_line(line, now_ns())
+            except ValueError as exc:
+                self._error = f"{self.argv[0]} printed an unparseable line {line.strip()[:80]!r}: {exc}"
+                self._got.set()
+                return
+            if rs:
+                with self._lock:
+                    self._buf.extend(rs)
+                self._got.set()
+        err = (self._proc.stderr.read() if self._proc.stderr else "").strip()
+        self._error = self._error or f"{self.argv[0]} exited ({self._proc.wait()}): {err[:200]}"
+        self._got.set()
+
+    def drain(self) -> None:
+        """Start the tool if needed and drop readings taken before now."""
+        if self._proc is None:
+            self.start()
+        with self._lock:
+            self._buf = []
+
+    def read(self) -> list[PowerReading]:
+        """The readings parsed since the last call (possibly none)."""
+        if self._proc is None:
+            self.start()
+        with self._lock:
+            out, self._buf = self._buf, []
+        if not out and self._error:
+            raise RuntimeError(self._error)
+        return out
+
+    def close(self) -> None:
+        """Stop the tool (SIGTERM, then SIGKILL after 2 s)."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._proc = None
 
 
 def now_ns() -> int:

@@ -1,0 +1,100 @@
+"""Helpers for remote platforms: inference services reached over an OpenAI-compatible API.
+
+A remote platform is "detected" when the site configuration declares it
+(:mod:`infbench.site`), not when hardware is found. Vendor plugins for such platforms
+(SambaNova, Cerebras) supply their defaults (endpoint, key variable, system name) and use
+:class:`RemotePlatform` to validate the site's table, build the
+:class:`~infbench.schema.DeviceInfo` and the user-supplied power sampler. Nothing here is
+vendor-specific.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from infbench.errors import ConfigError
+from infbench.measure.power import CommandPowerSampler, FixedPowerSampler, NoPower, PowerSampler
+from infbench.schema import DeviceInfo
+from infbench.site import site_config_path
+
+
+class RemotePlatform(BaseModel):
+    """One remote platform as a site declares it (a table of ``site.toml``).
+
+    Attributes:
+        base_url: the OpenAI-compatible API root (``https://api.cerebras.ai/v1``).
+        api_key_env: environment variable holding the API key (never the key itself).
+        system: what serves the requests (``CS-3``, ``SN40L-16``), as the device model.
+        count: systems (or chips) behind the endpoint, for per-device figures.
+        power_w: declared power of the system(s) in W (e.g. the rack's PDU average).
+        power_command: a shell command printing the current power in W (PDU/BMC).
+        power_label: what the power covers; stored with every cell's energy.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    api_key_env: str
+    system: str
+    count: int = Field(1, ge=1)
+    power_w: float | None = Field(None, gt=0)
+    power_command: str | None = None
+    power_label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_power_source(self) -> RemotePlatform:
+        if self.power_w is not None and self.power_command:
+            raise ValueError("give power_w or power_command, not both")
+        return self
+
+    @classmethod
+    def from_site(cls, name: str, section: dict[str, Any] | None, defaults: dict[str, Any]) -> RemotePlatform | None:
+        """Validate the site's ``[name]`` table over the plugin's ``defaults``.
+
+        Returns:
+            None when the site does not declare ``[name]``.
+
+        Raises:
+            ConfigError: an unknown key or a bad value, naming the table and the file.
+        """
+        if section is None:
+            return None
+        try:
+            return cls(**{**defaults, **section})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in exc.errors())
+            raise ConfigError(f"[{name}] in {site_config_path()}: {problems}",
+                              hint="keys: base_url, api_key_env, system, count, power_w | power_command, "
+                                   "power_label") from exc
+
+    def device(self, vendor: str) -> DeviceInfo:
+        """The platform as a device group (``kind="remote"``); properties carry the
+        endpoint, the key variable, whether the key is set, and the power source."""
+        return DeviceInfo(
+            vendor=vendor, kind="remote", model=self.system, count=self.count, plugin=vendor,
+            properties={"base_url": self.base_url, "api_key_env": self.api_key_env,
+                        "api_key_set": bool(os.environ.get(self.api_key_env)),
+                        "power_source": self.power_description()},
+        )
+
+    def power_description(self) -> str:
+        """One line saying where energy figures for this platform come from."""
+        if self.power_w is not None:
+            return self.power_label or f"user-supplied fixed {self.power_w:g} W (not measured)"
+        if self.power_command:
+            return self.power_label or f"user-supplied power command: {self.power_command}"
+        return "none: no device power API; set power_w or power_command in the site config"
+
+    def power_sampler(self) -> PowerSampler:
+        """The user-supplied power source, labelled, or :class:`NoPower` saying how to add one."""
+        if self.power_w is not None:
+            label = f"user-supplied: {self.power_label}" if self.power_label else None
+            return FixedPowerSampler(self.power_w, label)
+        if self.power_command:
+            label = f"user-supplied: {self.power_label}" if self.power_label else None
+            return CommandPowerSampler(self.power_command, label)
+        return NoPower("remote platform without a power API: declare power_w or power_command in "
+                       f"{site_config_path()} (e.g. the rack PDU reading) to get tokens per joule")

@@ -1,0 +1,71 @@
+"""Site configuration: what a site declares because it cannot be detected.
+
+Remote platforms (an inference API in someone else's data centre) are not on the PCI
+bus; a site declares them, and the power readings that come from outside any device
+API (a rack PDU, a chassis BMC), in one TOML file::
+
+    # $INFBENCH_HOME/site.toml  (or the file named by $INFBENCH_SITE_CONFIG)
+    [sambanova]
+    base_url = "https://api.sambanova.ai/v1"
+    api_key_env = "SAMBANOVA_API_KEY"
+    system = "SN40L-16"
+    power_w = 10000                 # or: power_command = "ipmitool dcmi power reading | awk '/Instant/{print $4}'"
+    power_label = "rack PDU, 16 RDUs"
+
+Each vendor plugin reads its own table (:func:`site_section`) and validates it with its
+own model (remote platforms use :class:`infbench.platforms.remote.RemotePlatform`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from infbench.errors import ConfigError
+
+#: Environment variable naming the site file (default ``$INFBENCH_HOME/site.toml``).
+SITE_ENV = "INFBENCH_SITE_CONFIG"
+
+
+def site_config_path() -> Path:
+    """``$INFBENCH_SITE_CONFIG`` if set, else ``$INFBENCH_HOME/site.toml`` (``~/.infbench``)."""
+    env = os.environ.get(SITE_ENV)
+    if env:
+        return Path(env).expanduser()
+    home = Path(os.environ.get("INFBENCH_HOME") or Path.home() / ".infbench").expanduser()
+    return home / "site.toml"
+
+
+def site_config(path: str | Path | None = None) -> dict[str, Any]:
+    """The whole site file as a dict (``{}`` when there is none).
+
+    Raises:
+        ConfigError: the file exists but is not valid TOML (the message names the file
+            and TOML's line/column), or ``$INFBENCH_SITE_CONFIG`` names a missing file.
+    """
+    p = Path(path) if path else site_config_path()
+    if not p.is_file():
+        if path or os.environ.get(SITE_ENV):
+            raise ConfigError(f"site config {p} does not exist", hint=f"create it or unset {SITE_ENV}")
+        return {}
+    try:
+        return tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"site config {p} is not valid TOML: {exc}",
+                          hint="see docs/plugins.md#site-configuration for the format") from exc
+
+
+def site_section(name: str, path: str | Path | None = None) -> dict[str, Any] | None:
+    """The ``[name]`` table of the site file, or None if the site declares no such table.
+
+    Raises:
+        ConfigError: see :func:`site_config`; also when ``[name]`` is not a table.
+    """
+    sec = site_config(path).get(name)
+    if sec is None:
+        return None
+    if not isinstance(sec, dict):
+        raise ConfigError(f"[{name}] in {path or site_config_path()} must be a table, got {type(sec).__name__}")
+    return sec
