@@ -132,3 +132,29 @@ def _has_dist(name: str) -> bool:
 def get_plugin_manager() -> PluginManager:
     """The process-wide plugin manager (built once; tests call :func:`build_plugin_manager`)."""
     return build_plugin_manager()
+
+
+def check_plugin(plugin: object, name: str = "plugin-under-test") -> list[str]:
+    """Validate a plugin object against the hook specs, for plugin authors' tests.
+
+    Registers ``plugin`` in a fresh :class:`PluginManager` (pluggy checks that each
+    ``@hookimpl``'s arguments are a subset of its spec's) and requires every function
+    named ``infbench_*`` to be a marked implementation of a known hook.
+
+    Returns:
+        The names of the hooks it implements, sorted.
+
+    Raises:
+        pluggy.PluginValidationError: an implementation's arguments do not match its spec,
+            or a hook name is unknown (misspelled).
+        ValueError: an ``infbench_*`` function lacks ``@hookimpl`` (pluggy would ignore it).
+    """
+    pm = PluginManager()
+    pm.register(plugin, name=name)
+    pm.check_pending()
+    hooks = _hooks_of(pm, plugin)
+    unmarked = sorted(n for n in dir(plugin) if n.startswith("infbench_") and callable(getattr(plugin, n))
+                      and n not in hooks)
+    if unmarked:
+        raise ValueError(f"{', '.join(unmarked)} look like hooks but lack @infbench.hookspecs.hookimpl")
+    return hooks

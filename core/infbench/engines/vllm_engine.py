@@ -43,7 +43,10 @@ from infbench.errors import ConfigError, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
-VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+#: ``fp8`` is not a vLLM ``--dtype``: it runs as ``--quantization fp8`` (dynamic per-tensor
+#: FP8 weights and activations) over bfloat16 (vLLM docs, "FP8 W8A8"); the device's
+#: precision list decides where it is offered (H100/H200/MI300X, not A100 or the CPU).
+VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
 
 #: Options of the infbench adapters themselves, not passed to vLLM.
 ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
@@ -90,7 +93,10 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
         path = str(dummy_hf_dir(m, default_home() / "cache" / "hf"))
         args["load_format"] = "dummy"
     longest = max(c.input_len + c.output_len for c in group.cells)
-    args.update(model=path, tokenizer=path, dtype=group.dtype, tensor_parallel_size=group.tensor_parallel_size,
+    dtype = {"fp8": "bfloat16"}.get(group.dtype, group.dtype)
+    if group.dtype == "fp8":
+        args["quantization"] = "fp8"
+    args.update(model=path, tokenizer=path, dtype=dtype, tensor_parallel_size=group.tensor_parallel_size,
                 max_num_seqs=slots_needed(group.cells), max_model_len=-(-(longest + 16) // 256) * 256,
                 seed=group.cells[0].seed if group.cells else 0)
     if device.vendor == "cpu":

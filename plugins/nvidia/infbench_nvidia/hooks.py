@@ -1,0 +1,117 @@
+"""Hook implementations of the NVIDIA plugin (contract: :mod:`infbench.hookspecs`)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from infbench.devices import load_device_specs
+from infbench.engines.base import Engine, EngineSpec
+from infbench.hookspecs import hookimpl
+from infbench.measure.power import NoPower, PowerSampler
+from infbench.schema import DeviceInfo, DeviceSpec
+
+from infbench_nvidia import __version__
+from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
+from infbench_nvidia.trtllm import TRTLLM_DTYPES
+
+VENDOR = "nvidia"
+#: Images built from this plugin's Dockerfiles (`infbench containers build --vendor nvidia`).
+IMAGES = {"vllm": f"infbench/nvidia-vllm:{__version__}", "trtllm": f"infbench/nvidia-trtllm:{__version__}"}
+#: Engine -> image it runs in.
+ENGINE_IMAGE = {"vllm": "vllm", "vllm-server": "vllm", "transformers": "vllm", "trtllm-serve": "trtllm"}
+
+
+@hookimpl
+def infbench_detect() -> list[DeviceInfo]:
+    """NVIDIA GPUs through NVML, grouped by model; ``[]`` without NVML or GPUs."""
+    try:
+        nvml = load_nvml()
+    except NvmlUnavailable:
+        return []
+    try:
+        return device_groups(nvml)
+    finally:
+        nvml.nvmlShutdown()
+
+
+@hookimpl
+def infbench_supported_precisions(device: DeviceInfo) -> list[str] | None:
+    """Precisions from the group's CUDA compute capability (:func:`precisions_for_cc`)."""
+    if device.vendor != VENDOR:
+        return None
+    cc = str(device.properties.get("compute_capability", "0.0"))
+    major, _, minor = cc.partition(".")
+    return precisions_for_cc(int(major), int(minor or 0))
+
+
+@hookimpl
+def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
+    """:class:`NvmlSampler` over the group's GPUs, or :class:`NoPower` with NVML's reason."""
+    if device.vendor != VENDOR:
+        return None
+    try:
+        nvml = load_nvml()
+    except NvmlUnavailable as exc:
+        return NoPower(str(exc))
+    indices = device.properties.get("indices") or list(range(device.count))
+    try:
+        return NvmlSampler(nvml, indices, module_scope=bool(device.properties.get("grace_hopper")))
+    except ValueError as exc:
+        return NoPower(f"NVML: {exc}")
+
+
+def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench_nvidia.trtllm import TrtllmServeEngine
+
+    return TrtllmServeEngine(device, options)
+
+
+@hookimpl
+def infbench_engines() -> list[EngineSpec]:
+    """vLLM (offline and server) and transformers from the core run on NVIDIA GPUs, and
+    TensorRT-LLM's ``trtllm-serve`` comes with this plugin."""
+    return [
+        EngineSpec("vllm", None, [VENDOR]),
+        EngineSpec("vllm-server", None, [VENDOR]),
+        EngineSpec("transformers", None, [VENDOR]),
+        EngineSpec("trtllm-serve", _trtllm, [VENDOR], dict(TRTLLM_DTYPES), modules=["aiohttp", "httpx", "yaml"],
+                   install="run in the TensorRT-LLM image (plugins/nvidia/docker/Dockerfile.trtllm)", serving=True,
+                   description="TensorRT-LLM's OpenAI server (trtllm-serve, PyTorch backend), serving mode"),
+    ]
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> tuple[DeviceSpec, ...]:
+    return tuple(load_device_specs(Path(__file__).with_name("devices.yaml")))
+
+
+@hookimpl
+def infbench_device_catalog() -> list[DeviceSpec]:
+    """A100 40/80 GB, H100 SXM, H200, GH200 (``devices.yaml``, datasheet figures)."""
+    return list(_catalog())
+
+
+@hookimpl
+def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+    """All GPUs through the NVIDIA container toolkit, host IPC (NCCL shared memory) and
+    the ulimits TensorRT-LLM's container guide asks for (memlock unlimited, 64 MiB stack)."""
+    if device.vendor != VENDOR or engine not in ENGINE_IMAGE:
+        return None
+    try:
+        from docker.types import DeviceRequest, Ulimit
+
+        gpus = DeviceRequest(count=-1, capabilities=[["gpu"]])
+        ulimits = [Ulimit(name="memlock", soft=-1, hard=-1), Ulimit(name="stack", soft=67108864, hard=67108864)]
+    except ImportError:  # same wire format as the docker SDK's dict subclasses
+        gpus = {"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}
+        ulimits = [{"Name": "memlock", "Soft": -1, "Hard": -1}, {"Name": "stack", "Soft": 67108864, "Hard": 67108864}]
+    return {
+        "image": IMAGES[ENGINE_IMAGE[engine]],
+        "device_requests": [gpus],
+        "ipc_mode": "host",
+        "shm_size": "16g",
+        "ulimits": ulimits,
+        "environment": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
+    }

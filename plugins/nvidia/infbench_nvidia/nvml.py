@@ -1,0 +1,221 @@
+"""NVML access: device groups, precisions by compute capability, and the power sampler.
+
+Every function takes the NVML module (``pynvml`` from ``nvidia-ml-py``) as an argument,
+so the logic runs the same against the real library and against a recorded one in tests.
+NVML references: NVML API Reference Guide, "Device Queries" (nvmlDeviceGetTotalEnergyConsumption,
+nvmlDeviceGetPowerUsage, nvmlDeviceGetFieldValues) and nvml.h (``NVML_FI_DEV_POWER_INSTANT``,
+``NVML_POWER_SCOPE_MODULE``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import ModuleType
+from typing import Any
+
+from infbench.measure.power import PowerSampler, now_ns
+from infbench.schema import DeviceInfo, PowerReading
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot be used here (no library, no driver, no GPU); the message says which."""
+
+
+def load_nvml() -> ModuleType:
+    """Import ``pynvml`` (nvidia-ml-py) and call ``nvmlInit``.
+
+    Raises:
+        NvmlUnavailable: the binding is not installed, or libnvidia-ml.so is missing
+            (``NVMLError_LibraryNotFound``), or the driver is not loaded.
+    """
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailable("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from exc
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # NVMLError subclasses; the library may be absent entirely
+        raise NvmlUnavailable(f"NVML: {exc}") from exc
+    return pynvml
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def precisions_for_cc(major: int, minor: int) -> list[str]:
+    """Precision classes with tensor-core (or native) support for a compute capability.
+
+    * 7.0-7.5 (V100, T4): fp32, fp16, int8.
+    * 8.0-8.7 (A100, A10, Orin): adds bf16 and int4 (W4A16 kernels); no fp8
+      (A100 runs int8 w8a16 but has no FP8 tensor cores).
+    * 8.9 (L4, L40S) and 9.0+ (H100, H200, GH200, Blackwell): adds fp8.
+    * older: fp32 and fp16.
+
+    Source: CUDA C++ Programming Guide, "Compute Capabilities" (tensor core data types),
+    and the A100/H100 datasheets.
+    """
+    cc = (major, minor)
+    if cc < (7, 0):
+        return ["fp32", "fp16"]
+    out = ["fp32", "fp16", "int8"]
+    if cc >= (8, 0):
+        out += ["bf16", "int4"]
+    if cc >= (8, 9):
+        out.append("fp8")
+    return out
+
+
+def device_groups(nvml: ModuleType) -> list[DeviceInfo]:
+    """One :class:`DeviceInfo` per group of identical GPUs (same name and memory).
+
+    Properties: ``indices`` (NVML indices), ``uuids``, ``compute_capability`` ("9.0"),
+    ``mig_mode`` (enabled/disabled/unsupported), ``cuda_driver_version`` ("12.4"),
+    ``power_limit_w``, ``grace_hopper`` (True on GH200: module power covers CPU+GPU).
+    """
+    n = nvml.nvmlDeviceGetCount()
+    driver = _s(nvml.nvmlSystemGetDriverVersion())
+    try:
+        v = nvml.nvmlSystemGetCudaDriverVersion()
+        cuda = f"{v // 1000}.{v % 1000 // 10}"
+    except Exception:  # noqa: BLE001 - optional detail
+        cuda = None
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for i in range(n):
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        name = _s(nvml.nvmlDeviceGetName(h))
+        mem = int(nvml.nvmlDeviceGetMemoryInfo(h).total)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
+        try:
+            current, _pending = nvml.nvmlDeviceGetMigMode(h)
+            mig = "enabled" if current else "disabled"
+        except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED on GPUs without MIG
+            mig = "unsupported"
+        try:
+            limit_w = nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0
+        except Exception:  # noqa: BLE001
+            limit_w = None
+        try:
+            pci = _s(nvml.nvmlDeviceGetPciInfo(h).busId)
+        except Exception:  # noqa: BLE001
+            pci = None
+        groups[(name, mem)].append({"index": i, "uuid": _s(nvml.nvmlDeviceGetUUID(h)), "cc": f"{major}.{minor}",
+                                    "mig": mig, "limit_w": limit_w, "pci": pci})
+    out = []
+    for (name, mem), gs in groups.items():
+        out.append(DeviceInfo(
+            vendor="nvidia", kind="gpu", model=name, count=len(gs), memory_bytes=mem, driver=driver,
+            pci_ids=[g["pci"] for g in gs if g["pci"]],
+            properties={"indices": [g["index"] for g in gs], "uuids": [g["uuid"] for g in gs],
+                        "compute_capability": gs[0]["cc"], "mig_mode": gs[0]["mig"],
+                        "cuda_driver_version": cuda, "power_limit_w": gs[0]["limit_w"],
+                        "grace_hopper": "gh200" in name.lower()},
+        ))
+    return out
+
+
+def field_value(nvml: ModuleType, fv: Any) -> float:
+    """The number in an ``nvmlFieldValue_t`` according to its ``valueType``.
+
+    Raises:
+        ValueError: the field's ``nvmlReturn`` is not NVML_SUCCESS (unsupported field).
+    """
+    if fv.nvmlReturn != nvml.NVML_SUCCESS:
+        raise ValueError(f"field {fv.fieldId} not available (nvmlReturn {fv.nvmlReturn})")
+    t = fv.valueType
+    v = fv.value
+    if t == nvml.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if t == nvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if t == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if t == nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return float(v.ullVal)
+    if t == nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    return float(v.siVal)
+
+
+class NvmlSampler(PowerSampler):
+    """Energy and power of a group of GPUs through NVML.
+
+    Per GPU, the first method that works is used (chosen once, at construction):
+
+    1. ``energy``: ``nvmlDeviceGetTotalEnergyConsumption`` in mJ since the driver loaded
+       (Volta and newer), stored as a cumulative counter in J. The instantaneous power
+       field is read alongside when available, so the core can cross-check the two.
+    2. ``instant``: the ``NVML_FI_DEV_POWER_INSTANT`` field in mW, integrated over time;
+       on Grace Hopper with ``scope=NVML_POWER_SCOPE_MODULE`` (CPU + GPU + memory).
+    3. ``average``: ``nvmlDeviceGetPowerUsage`` in mW. On Ampere and newer this is a 1 s
+       moving average, so cells shorter than a few seconds are smeared; it is the last
+       resort and the sampler's name says ``nvml-power-avg``.
+
+    Args:
+        nvml: the initialised ``pynvml`` module.
+        indices: NVML indices of the GPUs to read.
+        module_scope: read module power (Grace Hopper) instead of the GPU energy counter.
+
+    Raises:
+        ValueError: no method works on one of the GPUs (the message names it).
+    """
+
+    def __init__(self, nvml: ModuleType, indices: list[int], module_scope: bool = False):
+        self.nvml = nvml
+        self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
+        self.methods: list[str] = []
+        self.instant_ok: list[bool] = []
+        scope = getattr(nvml, "NVML_POWER_SCOPE_MODULE", 1) if module_scope else getattr(nvml, "NVML_POWER_SCOPE_GPU", 0)
+        self.field = (nvml.NVML_FI_DEV_POWER_INSTANT, scope)
+        for i, h in zip(indices, self.handles):
+            instant = self._try(lambda h=h: self._instant_w(h))
+            self.instant_ok.append(instant)
+            if not module_scope and self._try(lambda h=h: nvml.nvmlDeviceGetTotalEnergyConsumption(h)):
+                self.methods.append("energy")
+            elif instant:
+                self.methods.append("instant")
+            elif self._try(lambda h=h: nvml.nvmlDeviceGetPowerUsage(h)):
+                self.methods.append("average")
+            else:
+                raise ValueError(f"GPU {i}: NVML gives neither energy nor power")
+        kinds = set(self.methods)
+        self.source = "energy_counter" if kinds == {"energy"} else "power"
+        self.name = {"energy": "nvml-energy", "instant": "nvml-power-instant",
+                     "average": "nvml-power-avg"}[self.methods[0]] if len(kinds) == 1 else "nvml-mixed"
+        if module_scope:
+            self.name = "nvml-module-power"
+            self.label = "Grace Hopper module power (CPU + GPU + memory), NVML_POWER_SCOPE_MODULE"
+
+    @staticmethod
+    def _try(fn) -> bool:
+        try:
+            fn()
+            return True
+        except Exception:  # noqa: BLE001 - probing what the GPU supports
+            return False
+
+    def _instant_w(self, handle: Any) -> float:
+        (fv,) = self.nvml.nvmlDeviceGetFieldValues(handle, [self.field])
+        return field_value(self.nvml, fv) / 1000.0
+
+    def read(self) -> list[PowerReading]:
+        """One reading per GPU: energy in J (mJ / 1000) and/or power in W (mW / 1000)."""
+        out = []
+        for i, (h, m) in enumerate(zip(self.handles, self.methods)):
+            t = now_ns()
+            if m == "energy":
+                e = self.nvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0
+                p = self._instant_w(h) if self.instant_ok[i] else None
+                out.append(PowerReading(t_ns=t, device_index=i, energy_j=e, power_w=p))
+            elif m == "instant":
+                out.append(PowerReading(t_ns=t, device_index=i, power_w=self._instant_w(h)))
+            else:
+                out.append(PowerReading(t_ns=t, device_index=i, power_w=self.nvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
+        return out
+
+    def close(self) -> None:
+        """``nvmlShutdown`` (NVML reference-counts init/shutdown)."""
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass

@@ -1,0 +1,178 @@
+"""The NVIDIA plugin: hooks against the contract, NVML logic against a recorded NVML
+(a GPU's answers replayed), and the real nvidia-ml-py on this GPU-less machine."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from infbench.measure.power import energy_summary
+from infbench.plugins import check_plugin
+from infbench.schema import DeviceInfo
+from infbench_nvidia import hooks
+from infbench_nvidia.nvml import NvmlSampler, device_groups, field_value, precisions_for_cc
+
+
+def test_hooks_match_the_contract():
+    assert check_plugin(hooks) == sorted([
+        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
+        "infbench_power_sampler", "infbench_supported_precisions"])
+
+
+def test_real_nvml_without_gpu_detects_nothing_and_says_why():
+    """nvidia-ml-py is installed here, libnvidia-ml.so is not: no error, no device."""
+    assert hooks.infbench_detect() == []
+    dev = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", properties={"indices": [0]})
+    s = hooks.infbench_power_sampler(dev)
+    assert not s.available and "NVML" in s.reason
+
+
+@pytest.mark.parametrize("cc, has, lacks", [
+    ((7, 0), {"fp16", "int8"}, {"bf16", "fp8"}),          # V100
+    ((8, 0), {"bf16", "int8", "int4"}, {"fp8"}),          # A100: no fp8
+    ((8, 9), {"bf16", "fp8"}, set()),                     # L40S
+    ((9, 0), {"fp16", "bf16", "fp8", "int8"}, set()),     # H100/H200/GH200
+])
+def test_precisions_by_compute_capability(cc, has, lacks):
+    p = set(precisions_for_cc(*cc))
+    assert has <= p and not (lacks & p)
+
+
+def test_precision_hook_reads_the_device_group():
+    a100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA A100-SXM4-80GB",
+                      properties={"compute_capability": "8.0"})
+    assert "fp8" not in hooks.infbench_supported_precisions(a100)
+    assert hooks.infbench_supported_precisions(a100.model_copy(update={"vendor": "amd"})) is None
+
+
+class RecordedNvml:
+    """NVML's answers for two H100s, as pynvml returns them (mW, mJ, bytes, ctypes-like
+    field values). ``energy_mj`` advances 350 J per read = 350 W at 1 read/s."""
+
+    NVML_SUCCESS = 0
+    NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT = 0, 1
+    NVML_VALUE_TYPE_UNSIGNED_LONG, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 2, 3
+    NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 4, 5
+    NVML_FI_DEV_POWER_INSTANT = 186
+    NVML_POWER_SCOPE_GPU, NVML_POWER_SCOPE_MODULE = 0, 1
+
+    def __init__(self, names=("NVIDIA H100 80GB HBM3",) * 2, energy=True, instant=True):
+        self.names, self.energy, self.instant = names, energy, instant
+        self.energy_mj = [1_000_000_000, 2_000_000_000]
+        self.shutdowns = 0
+
+    def nvmlDeviceGetCount(self):
+        return len(self.names)
+
+    def nvmlSystemGetDriverVersion(self):
+        return "550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetName(self, h):
+        return self.names[h]
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return SimpleNamespace(total=85520809984, used=0, free=85520809984)
+
+    def nvmlDeviceGetCudaComputeCapability(self, h):
+        return (9, 0)
+
+    def nvmlDeviceGetMigMode(self, h):
+        return (0, 0)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return 700000
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return SimpleNamespace(busId=f"00000000:{0x18 + h:02X}:00.0".encode())
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-0000000{h}-1111-2222-3333-444444444444"
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        if not self.energy:
+            raise RuntimeError("NVMLError_NotSupported")
+        self.energy_mj[h] += 350_000
+        return self.energy_mj[h]
+
+    def nvmlDeviceGetFieldValues(self, h, fields):
+        (fid, scope), = fields
+        ok = self.instant
+        return [SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=0 if ok else 3, valueType=1,
+                                value=SimpleNamespace(uiVal=351_000 + 1000 * scope))]
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return 349_500
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+
+def test_device_groups_group_identical_gpus():
+    nv = RecordedNvml(names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"))
+    groups = device_groups(nv)
+    assert [(g.model, g.count) for g in groups] == [("NVIDIA H100 80GB HBM3", 2), ("NVIDIA A100-SXM4-40GB", 1)]
+    h = groups[0]
+    assert h.properties["compute_capability"] == "9.0" and h.properties["mig_mode"] == "disabled"
+    assert h.properties["cuda_driver_version"] == "12.4" and h.properties["power_limit_w"] == 700
+    assert h.pci_ids == ["00000000:18:00.0", "00000000:19:00.0"] and h.driver == "550.54.15"
+
+
+def test_sampler_prefers_the_energy_counter_and_converts_units():
+    s = NvmlSampler(RecordedNvml(), [0, 1])
+    assert s.name == "nvml-energy" and s.source == "energy_counter"
+    a, b = s.read(), s.read()  # the probe at construction read the counter once already
+    assert a[0].energy_j == pytest.approx(1_000_700.0) and a[0].power_w == pytest.approx(351.0)
+    assert b[1].energy_j - a[1].energy_j == pytest.approx(350.0)
+    # counters differenced per GPU (power stripped: the recorded reads are microseconds apart)
+    e, method, _ = energy_summary([r.model_copy(update={"power_w": None}) for r in a + b])
+    assert e == pytest.approx(700.0) and method == "counter"
+
+
+def test_sampler_falls_back_to_instant_power_then_the_1s_average():
+    s = NvmlSampler(RecordedNvml(energy=False), [0])
+    assert s.name == "nvml-power-instant" and s.read()[0].energy_j is None
+    s = NvmlSampler(RecordedNvml(energy=False, instant=False), [0])
+    assert s.name == "nvml-power-avg" and s.read()[0].power_w == pytest.approx(349.5)
+
+
+def test_grace_hopper_reads_module_scope_power():
+    s = NvmlSampler(RecordedNvml(names=("NVIDIA GH200 480GB",)), [0], module_scope=True)
+    assert s.name == "nvml-module-power" and "module" in s.label
+    assert s.read()[0].power_w == pytest.approx(352.0)  # scope 1 answered
+
+
+def test_field_value_decodes_by_type_and_rejects_errors():
+    nv = RecordedNvml()
+    fv = SimpleNamespace(fieldId=186, nvmlReturn=0, valueType=0, value=SimpleNamespace(dVal=12.5))
+    assert field_value(nv, fv) == 12.5
+    with pytest.raises(ValueError, match="not available"):
+        field_value(nv, SimpleNamespace(fieldId=186, nvmlReturn=3, valueType=1, value=None))
+
+
+def test_container_spec_requests_gpus_host_ipc_and_trtllm_ulimits():
+    dev = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
+    spec = hooks.infbench_container_spec(dev, "trtllm-serve")
+    assert spec["image"].startswith("infbench/nvidia-trtllm:")
+    assert spec["device_requests"][0]["Capabilities"] == [["gpu"]] and spec["ipc_mode"] == "host"
+    lim = {u["Name"]: u["Soft"] for u in spec["ulimits"]}
+    assert lim == {"memlock": -1, "stack": 67108864} and not spec.get("privileged")
+    assert hooks.infbench_container_spec(dev, "llama.cpp") is None
+    assert hooks.infbench_container_spec(dev.model_copy(update={"vendor": "cpu"}), "vllm") is None
+
+
+def test_catalog_matches_driver_names():
+    from infbench.devices import match_device
+
+    cat = hooks.infbench_device_catalog()
+    assert {s.id for s in cat} == {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "gh200"}
+    for name, ident in [("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+                        ("NVIDIA H200", "h200"), ("NVIDIA GH200 480GB", "gh200")]:
+        assert match_device(cat, DeviceInfo(vendor="nvidia", kind="gpu", model=name)).id == ident
+    h100 = next(s for s in cat if s.id == "h100-sxm").per_device()
+    assert h100["memory_bandwidth_bytes_s"] == pytest.approx(3.35e12)
+    assert h100["peak_flops"]["bf16"] == pytest.approx(989.4e12) and "fp8" in h100["peak_flops"]
