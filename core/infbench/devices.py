@@ -17,6 +17,7 @@ A ``devices.yaml`` is a list of DeviceSpec fields::
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -99,3 +100,18 @@ def device_limits(pm: PluginManager, device: DeviceInfo) -> dict | None:
         return info
     spec = match_device(catalog(pm), device)
     return spec.per_device() if spec else None
+
+
+@cache
+def packaged_specs(package: str, filename: str = "devices.yaml") -> tuple[DeviceSpec, ...]:
+    """The device descriptions a plugin package ships as ``filename`` (read once).
+
+    A plugin's ``infbench_device_catalog`` is then one line:
+    ``return list(packaged_specs("infbench_nvidia"))``.
+
+    Raises:
+        ConfigError: see :func:`load_device_specs`.
+    """
+    from importlib.resources import files
+
+    return tuple(load_device_specs(Path(str(files(package) / filename))))

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from infbench.devices import load_device_specs
+from infbench.devices import packaged_specs
 from infbench.engines.base import Engine, EngineSpec
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler
 from infbench.schema import DeviceInfo, DeviceSpec
-
 from infbench_nvidia import __version__
 from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
 from infbench_nvidia.trtllm import TRTLLM_DTYPES
@@ -82,15 +79,10 @@ def infbench_engines() -> list[EngineSpec]:
     ]
 
 
-@lru_cache(maxsize=1)
-def _catalog() -> tuple[DeviceSpec, ...]:
-    return tuple(load_device_specs(Path(__file__).with_name("devices.yaml")))
-
-
 @hookimpl
 def infbench_device_catalog() -> list[DeviceSpec]:
     """A100 40/80 GB, H100 SXM, H200, GH200 (``devices.yaml``, datasheet figures)."""
-    return list(_catalog())
+    return list(packaged_specs("infbench_nvidia"))
 
 
 @hookimpl

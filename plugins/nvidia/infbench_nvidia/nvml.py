@@ -165,7 +165,10 @@ class NvmlSampler(PowerSampler):
         self.handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in indices]
         self.methods: list[str] = []
         self.instant_ok: list[bool] = []
-        scope = getattr(nvml, "NVML_POWER_SCOPE_MODULE", 1) if module_scope else getattr(nvml, "NVML_POWER_SCOPE_GPU", 0)
+        if module_scope:
+            scope = getattr(nvml, "NVML_POWER_SCOPE_MODULE", 1)
+        else:
+            scope = getattr(nvml, "NVML_POWER_SCOPE_GPU", 0)
         self.field = (nvml.NVML_FI_DEV_POWER_INSTANT, scope)
         for i, h in zip(indices, self.handles):
             instant = self._try(lambda h=h: self._instant_w(h))

@@ -1,0 +1,100 @@
+"""The AMD plugin: amd-smi JSON parsers against the documented-format samples
+(tests/samples/SOURCES.md), amdsmi value decoding, and detection on a GPU-less host."""
+
+from pathlib import Path
+
+import pytest
+
+from infbench.measure.power import energy_summary
+from infbench.plugins import check_plugin
+from infbench.schema import DeviceInfo, PowerReading
+from infbench_amd import hooks
+from infbench_amd.smi import (
+    energy_j_from_count,
+    groups_from_static,
+    parse_json_output,
+    power_w_from_info,
+    precisions_for_gfx,
+    readings_from_metric,
+)
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+def sample(name):
+    return parse_json_output((SAMPLES / name).read_text())
+
+
+def test_hooks_match_the_contract():
+    assert check_plugin(hooks) == sorted([
+        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
+        "infbench_power_sampler", "infbench_supported_precisions"])
+
+
+def test_no_gpu_here_detects_nothing_without_error():
+    """amdsmi is importable only with libamd_smi.so and amd-smi is not installed: []."""
+    assert hooks.infbench_detect() == []
+    s = hooks.infbench_power_sampler(DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI300X"))
+    assert not s.available and "amd-smi" in s.reason
+
+
+def test_static_json_groups_identical_gpus():
+    (g,) = groups_from_static(sample("amd-smi-static-mi300x.json"))
+    assert g.model == "AMD Instinct MI300X" and g.count == 2
+    assert g.memory_bytes == 196592 * 2**20 and g.driver == "6.8.5"
+    assert g.pci_ids == ["0000:0c:00.0", "0000:22:00.0"] and g.properties["gfx_version"] == "gfx942"
+    assert g.properties["indices"] == [0, 1]
+    assert "fp8" in hooks.infbench_supported_precisions(g)
+
+
+def test_metric_json_rocm7_power_and_energy_units():
+    rs = readings_from_metric(sample("amd-smi-metric-rocm7.json"), t_ns=5, indices=[0, 1])
+    assert [(r.device_index, r.power_w) for r in rs] == [(0, 542.0), (1, 141.0)]
+    assert rs[0].energy_j == pytest.approx(2148573.406)
+    only1 = readings_from_metric(sample("amd-smi-metric-rocm7.json"), t_ns=5, indices=[1])
+    assert [(r.device_index, r.power_w) for r in only1] == [(0, 141.0)]
+
+
+def test_metric_json_after_a_warning_line_with_uj_and_average_power():
+    rs = readings_from_metric(sample("amd-smi-metric-mi250-warning.txt"), t_ns=0)
+    assert rs[0].power_w == 212.0 and rs[0].energy_j == pytest.approx(730.2145125)
+    assert rs[1].power_w == 0.0 and rs[1].energy_j == 0.0
+
+
+def test_counter_that_disagrees_with_power_is_replaced_by_power_x_time():
+    """A GPU whose counter stays at 0 J while it reports 500 W for 2 s: 1000 J from power."""
+    s = 1_000_000_000
+    rs = [PowerReading(t_ns=0, energy_j=0.0, power_w=500.0), PowerReading(t_ns=2 * s, energy_j=0.0, power_w=500.0)]
+    e, method, note = energy_summary(rs)
+    assert e == pytest.approx(1000.0) and method == "power" and "using power x time" in note
+
+
+def test_amdsmi_library_values():
+    assert energy_j_from_count({"energy_accumulator": 1_000_000, "counter_resolution": 15.3,
+                                "timestamp": 1}) == pytest.approx(15.3)
+    assert energy_j_from_count({"power": 2_000_000, "counter_resolution": 15.3}) == pytest.approx(30.6)
+    assert power_w_from_info({"socket_power": "N/A", "current_socket_power": 612, "average_socket_power": "N/A"}) == 612
+    assert power_w_from_info({"socket_power": 65535}) is None
+
+
+def test_precisions_by_gfx_target():
+    assert "fp8" not in precisions_for_gfx("gfx90a") and "bf16" in precisions_for_gfx("gfx90a")
+    assert "fp8" in precisions_for_gfx("gfx942")
+    assert precisions_for_gfx(None) == ["fp32", "fp16"]
+
+
+def test_container_spec_rocm_devices():
+    spec = hooks.infbench_container_spec(DeviceInfo(vendor="amd", kind="gpu", model="x"), "vllm-server")
+    assert spec["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    assert spec["group_add"] == ["video"] and spec["ipc_mode"] == "host"
+    assert spec["security_opt"] == ["seccomp=unconfined"] and not spec.get("privileged")
+
+
+def test_mi250_catalog_is_per_gcd():
+    from infbench.devices import match_device
+
+    cat = hooks.infbench_device_catalog()
+    s = match_device(cat, DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI250X / MI250"))
+    d = s.per_device()
+    assert s.id == "mi250" and d["memory_bytes"] == 64 * 2**30
+    assert d["peak_flops"]["bf16"] == pytest.approx(181.05e12) and "fp8" not in d["peak_flops"]
