@@ -20,6 +20,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -47,9 +48,9 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def _fail(exc: InfbenchError) -> None:
-    err.print(f"[bold red]error:[/] {exc.message}")
+    err.print(f"[bold red]error:[/] {escape(exc.message)}")
     if exc.hint:
-        err.print(f"[yellow]hint:[/] {exc.hint}")
+        err.print(f"[yellow]hint:[/] {escape(exc.hint)}")
     raise typer.Exit(exc.exit_code)
 
 
@@ -146,7 +147,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help="Machine-readabl
     for m in det.missing:
         err.print(f"[yellow]note:[/] {m.message()}")
     for plugin, e in det.errors:
-        err.print(f"[red]plugin {plugin} failed to detect:[/] {e}")
+        err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(e)}")
 
 
 # --- run -------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
             m = merged[s.name]
             m.platforms = sorted(set(m.platforms) | set(s.platforms))
             if m.factory is None and s.factory is not None:
-                m.factory, m.modules, m.install = s.factory, s.modules, s.install
+                m.factory, m.modules, m.install, m.commands = s.factory, s.modules, s.install, s.commands
                 m.serving, m.any_model = s.serving, s.any_model
                 m.description = s.description or m.description
                 m.dtypes = {**s.dtypes, **m.dtypes}
@@ -177,7 +177,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
             raise EngineUnavailable(f"engine {e!r} has no adapter installed", hint=spec.install or None)
         missing = spec.missing_modules()
         if missing:
-            raise EngineUnavailable(f"engine {e!r} needs the Python package(s) {', '.join(missing)}",
+            raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)} (not found here)",
                                     hint=spec.install or None)
         engine_dtypes[e] = []
         if spec.dtypes == {"auto": "auto"}:  # a remote server decides its own precision

@@ -118,6 +118,9 @@ def resolve_remote_device(det: Detection, name: str | None, base_url: str | None
         for d in remotes:
             if name.lower() in (d.vendor.lower(), d.model.lower()):
                 return d
+        for plugin, error in det.errors:
+            if plugin.lower() == name.lower():
+                raise ConfigError(f"the {plugin} plugin could not read its configuration: {error}")
         raise ConfigError(f"--device {name!r} is not a configured remote platform "
                           f"(configured: {', '.join(d.vendor for d in remotes) or 'none'})",
                           hint="declare it in the site config (docs/plugins.md#site-configuration), or use "
@@ -220,7 +223,9 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             out = engine.run(cell, prompts, deadline_ns=deadline)
         finally:
             readings = monitor.stop()
-        energy, note = monitor.energy()
+        done = [r for r in out.records if r.error is None and r.t_tokens_ns]
+        window = (min(r.t_send_ns for r in done), max(r.t_tokens_ns[-1] for r in done)) if done else None
+        energy, note = monitor.energy(window)
         metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy, slo=opts.slo)
         if energy is not None:
             src = monitor.source()

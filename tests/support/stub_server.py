@@ -6,7 +6,8 @@ The requested ``model`` picks the behaviour:
 event, an empty event, then content), ``no_usage``, ``error_midstream`` (an error event
 after 2 tokens), ``close_early`` (connection dropped after 2 tokens), ``http500``,
 ``short`` (ignores the forced length: 3 tokens), ``multi`` (two tokens per event),
-``drop_once`` (the first such request gets its connection closed with no response).
+``drop_once`` (the first such request gets its connection closed with no response),
+``time_info`` (the usage event also carries Cerebras' ``time_info`` object).
 ``ttft_s`` and ``itl_s`` in the body (or the server defaults) inject delays. Every
 request's headers and the time each token was written (``perf_counter_ns``, the same
 clock as the client's on Linux) are logged in ``server.log`` (``GET /_log`` returns and
@@ -96,8 +97,13 @@ class StubServer:
             entry["written_ns"].append(time.perf_counter_ns())
         await send(ev("", finish="length"))
         if mode != "no_usage":
-            await send({"object": "text_completion", "choices": [],
-                        "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}})
+            last = {"object": "text_completion", "choices": [],
+                    "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}
+            if mode == "time_info":  # Cerebras Inference's per-request server timings (s)
+                total = (time.perf_counter_ns() - received) / 1e9
+                last["time_info"] = {"queue_time": 0.0001, "prompt_time": ttft, "completion_time": total - ttft,
+                                     "total_time": total, "created": time.time()}
+            await send(last)
         await send(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

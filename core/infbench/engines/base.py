@@ -49,6 +49,8 @@ class EngineSpec:
         serving: True for server engines driven by the load generator (serving mode).
         any_model: True if the engine accepts a model name outside the zoo (a remote
             server's model id).
+        commands: executables it needs on PATH (``trtllm-serve``), checked with
+            ``shutil.which``.
     """
 
     name: str
@@ -60,10 +62,15 @@ class EngineSpec:
     description: str = ""
     serving: bool = False
     any_model: bool = False
+    commands: list[str] = field(default_factory=list)
 
     def missing_modules(self) -> list[str]:
-        """The required modules that cannot be imported here."""
-        return [m for m in self.modules if importlib.util.find_spec(m) is None]
+        """The required modules that cannot be imported here, and required commands
+        not on PATH (named ``command: NAME``)."""
+        import shutil
+
+        return ([m for m in self.modules if importlib.util.find_spec(m) is None]
+                + [f"command: {c}" for c in self.commands if shutil.which(c) is None])
 
     def resolve_dtype(self, name: str) -> str | None:
         """Map a user's dtype (this engine's spelling, another engine's, or a precision

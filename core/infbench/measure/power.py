@@ -137,14 +137,18 @@ class PowerMonitor:
         self._read_once()
         return list(self.readings)
 
-    def energy(self) -> tuple[float | None, str | None]:
-        """(energy in J over the interval, reason if unavailable or a cross-check note).
+    def energy(self, window: tuple[int, int] | None = None) -> tuple[float | None, str | None]:
+        """(energy in J, reason if unavailable or a cross-check note).
+
+        Args:
+            window: ``(t0_ns, t1_ns)`` to which the energy is interpolated (the cell's
+                timed part); None for the whole sampled span.
 
         Uses :func:`energy_summary`; a note is returned with a value when the counter
         failed its cross-check against power and integrated power was used instead."""
         if self.error is not None:
             return None, self.error
-        e, _method, note = energy_summary(self.readings)
+        e, _method, note = energy_summary(self.readings, window)
         if e is None:
             return None, f"{self.sampler.name}: {note or 'too few readings'}"
         return e, (f"{self.sampler.name}: {note}" if note else None)
@@ -189,17 +193,53 @@ def energy_j(readings: Iterable[PowerReading]) -> float | None:
     return total
 
 
-def energy_summary(readings: Iterable[PowerReading],
-                   tolerance: float = CROSS_CHECK_TOLERANCE) -> tuple[float | None, str | None, str | None]:
-    """Energy in J with the method used and a note, cross-checking counters against power.
+def _cumulative(rs: list[PowerReading], counter: bool) -> list[tuple[int, float]]:
+    """``(t_ns, J so far)`` from counter differences (wraparound as in :func:`energy_j`) or
+    from the trapezoidal integral of power; ``rs`` sorted by time."""
+    out = [(rs[0].t_ns, 0.0)]
+    for a, b in zip(rs, rs[1:]):
+        if counter:
+            d = b.energy_j - a.energy_j
+            if d < 0:
+                d = d + b.energy_range_j if b.energy_range_j else 0.0
+        else:
+            d = 0.5 * (a.power_w + b.power_w) * (b.t_ns - a.t_ns) / 1e9
+        out.append((b.t_ns, out[-1][1] + d))
+    return out
 
-    Per device: when readings carry both a cumulative counter (``energy_j``) and power
-    (``power_w``), the counter energy is compared with the trapezoidal integral of the
-    power. If they differ by more than ``tolerance`` (relative to the larger), or the
-    counter did not advance while the power was above 1 W, the counter is distrusted and
-    the integral is used for that device. (AMD documents wrong counters on some GPUs, and
-    MI250's second GCD reports 0 W; either side can be the broken one, but a counter stuck
-    at zero under load is the common case, and power integration is the method the
+
+def _at(cum: list[tuple[int, float]], t: int) -> float:
+    """Cumulative energy at ``t``: linear between readings, and beyond the first or last
+    reading along the slope of the edge segment (a sampler slower than the cell)."""
+    if t <= cum[0][0]:
+        (t0, e0), (t1, e1) = cum[0], cum[1]
+    elif t >= cum[-1][0]:
+        (t0, e0), (t1, e1) = cum[-2], cum[-1]
+    else:
+        i = next(i for i in range(1, len(cum)) if cum[i][0] >= t)
+        (t0, e0), (t1, e1) = cum[i - 1], cum[i]
+    return e0 if t1 == t0 else e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+
+
+def energy_summary(readings: Iterable[PowerReading], window: tuple[int, int] | None = None,
+                   tolerance: float = CROSS_CHECK_TOLERANCE) -> tuple[float | None, str | None, str | None]:
+    """Energy in J over ``window`` with the method used and a note, cross-checking counters
+    against power.
+
+    Per device, the readings become a cumulative energy curve, from counter differences
+    (wraparound handled as in :func:`energy_j`) or from the trapezoidal integral of power.
+    With ``window=(t0_ns, t1_ns)`` (the cell's timed part: first send to last token, the
+    ``duration_s`` of METRICS.md) the curve is interpolated at t0 and t1, so the energy
+    covers exactly the interval that ``avg_power_w = energy_j / duration_s`` divides by,
+    however far before and after it the sampler read; beyond the first/last reading it
+    is extended along the edge segment's slope. Without a window the whole span is used.
+
+    Cross-check: when readings carry both a counter (``energy_j``) and power
+    (``power_w``), the two energies are compared; if they differ by more than
+    ``tolerance`` (relative to the larger), or the counter did not advance while the
+    power was above 1 W, the counter is distrusted and power x time is used for that
+    device. (AMD documents wrong counters on some GPUs, and MI250's second GCD reads 0 W;
+    a counter stuck under load is the common case, and power integration is what the
     energy study used.)
 
     Returns:
@@ -214,12 +254,19 @@ def energy_summary(readings: Iterable[PowerReading],
     total, methods, notes = 0.0, set(), []
     for dev, rs in sorted(by_dev.items()):
         rs.sort(key=lambda r: r.t_ns)
-        counter = energy_j(rs) if all(r.energy_j is not None for r in rs) else None
+        t0, t1 = window if window else (rs[0].t_ns, rs[-1].t_ns)
+        counter = None
+        if len(rs) >= 2 and all(r.energy_j is not None for r in rs):
+            cum = _cumulative(rs, counter=True)
+            counter = _at(cum, t1) - _at(cum, t0)
         ps = [r for r in rs if r.power_w is not None]
-        integral = energy_j([r.model_copy(update={"energy_j": None}) for r in ps]) if len(ps) >= 2 else None
+        integral = None
+        if len(ps) >= 2:
+            cum = _cumulative(ps, counter=False)
+            integral = _at(cum, t1) - _at(cum, t0)
         if counter is not None and integral is not None:
             hi = max(abs(counter), abs(integral))
-            stuck = counter == 0 and integral > 1.0 * (rs[-1].t_ns - rs[0].t_ns) / 1e9
+            stuck = counter == 0 and integral > 1.0 * max(t1 - t0, 0) / 1e9
             if stuck or (hi > 0 and abs(counter - integral) / hi > tolerance):
                 notes.append(f"device {dev}: energy counter gave {counter:.3f} J but power x time gave "
                              f"{integral:.3f} J; using power x time")

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infbench.errors import ConfigError
+from infbench.hookspecs import hookimpl
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler, NoPower, PowerSampler
 from infbench.schema import DeviceInfo
 from infbench.site import site_config_path
@@ -98,3 +99,71 @@ class RemotePlatform(BaseModel):
             return CommandPowerSampler(self.power_command, label)
         return NoPower("remote platform without a power API: declare power_w or power_command in "
                        f"{site_config_path()} (e.g. the rack PDU reading) to get tokens per joule")
+
+
+class RemotePlatformPlugin:
+    """A ready-made plugin object for a remote platform: a vendor plugin instantiates it
+    with its defaults and exposes the instance as its entry point
+    (``cerebras = "infbench_cerebras.hooks:plugin"``).
+
+    Hooks: ``infbench_detect`` (the site's ``[vendor]`` table as a ``remote`` device, or
+    ``[]``), ``infbench_power_sampler`` (the site's power source), ``infbench_engines``
+    (the core's ``openai`` engine runs on this platform), ``infbench_supported_precisions``
+    and ``infbench_device_catalog``.
+
+    Args:
+        vendor: plugin name and ``DeviceInfo.vendor``.
+        defaults: default table values (``base_url``, ``api_key_env``, ``system``).
+        precisions: what the platform serves (informational: the server picks).
+        package: the plugin package holding ``devices.yaml`` (None: no catalog).
+    """
+
+    def __init__(self, vendor: str, defaults: dict[str, Any], precisions: list[str], package: str | None = None):
+        self.vendor = vendor
+        self.defaults = defaults
+        self.precisions = precisions
+        self.package = package
+
+    def config(self) -> RemotePlatform | None:
+        """The validated site table, or None when the site does not declare the platform.
+
+        Raises:
+            ConfigError: an invalid table (see :meth:`RemotePlatform.from_site`).
+        """
+        from infbench.site import site_section
+
+        return RemotePlatform.from_site(self.vendor, site_section(self.vendor), self.defaults)
+
+    @hookimpl
+    def infbench_detect(self) -> list[DeviceInfo]:
+        """The declared platform as one remote device group; ``[]`` if not declared.
+        An invalid table raises ConfigError, which ``infbench detect`` reports."""
+        cfg = self.config()
+        return [cfg.device(self.vendor)] if cfg else []
+
+    @hookimpl
+    def infbench_supported_precisions(self, device: DeviceInfo) -> list[str] | None:
+        """The precisions the platform serves (the server decides per model)."""
+        return list(self.precisions) if device.vendor == self.vendor else None
+
+    @hookimpl
+    def infbench_power_sampler(self, device: DeviceInfo) -> PowerSampler | None:
+        """The site's user-supplied power source (labelled), or NoPower saying how to add one."""
+        if device.vendor != self.vendor:
+            return None
+        cfg = self.config()
+        return cfg.power_sampler() if cfg else NoPower(f"{self.vendor} is not declared in {site_config_path()}")
+
+    @hookimpl
+    def infbench_engines(self) -> list:
+        """The core's ``openai`` client runs against this platform."""
+        from infbench.engines.base import EngineSpec
+
+        return [EngineSpec("openai", None, [self.vendor])]
+
+    @hookimpl
+    def infbench_device_catalog(self) -> list:
+        """The platform's system descriptions from ``devices.yaml``."""
+        from infbench.devices import packaged_specs
+
+        return list(packaged_specs(self.package)) if self.package else []

@@ -67,13 +67,17 @@ def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM (offline and server) and transformers from the core run on NVIDIA GPUs, and
+    """vLLM (offline and server), transformers and llama.cpp (CUDA build) from the core run
+    on NVIDIA GPUs, and
     TensorRT-LLM's ``trtllm-serve`` comes with this plugin."""
     return [
         EngineSpec("vllm", None, [VENDOR]),
         EngineSpec("vllm-server", None, [VENDOR]),
         EngineSpec("transformers", None, [VENDOR]),
+        EngineSpec("llama.cpp", None, [VENDOR]),
+        EngineSpec("llama.cpp-server", None, [VENDOR]),
         EngineSpec("trtllm-serve", _trtllm, [VENDOR], dict(TRTLLM_DTYPES), modules=["aiohttp", "httpx", "yaml"],
+                   commands=["trtllm-serve"],
                    install="run in the TensorRT-LLM image (plugins/nvidia/docker/Dockerfile.trtllm)", serving=True,
                    description="TensorRT-LLM's OpenAI server (trtllm-serve, PyTorch backend), serving mode"),
     ]
