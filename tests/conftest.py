@@ -27,8 +27,20 @@ def infbench_home(tmp_path, monkeypatch, gguf_cache):
     get_plugin_manager.cache_clear()
 
 
+#: The vendor plugins under plugins/ (installed by scripts/test.sh).
+VENDOR_PLUGINS = "nvidia,amd,intel,habana,sambanova,cerebras"
+
+
 @pytest.fixture
 def pm():
+    return build_plugin_manager()
+
+
+@pytest.fixture
+def core_pm(monkeypatch):
+    """A plugin manager with only the core's built-ins (vendor plugins disabled), for tests
+    that register stand-in vendor plugins of their own."""
+    monkeypatch.setenv("INFBENCH_DISABLE_PLUGINS", VENDOR_PLUGINS)
     return build_plugin_manager()
 
 

@@ -32,9 +32,9 @@ def test_scan_pci_filters_by_vendor_and_class(tmp_path):
     assert scan_pci(tmp_path / "missing") == []
 
 
-def test_missing_plugins_named_with_package(tmp_path, pm):
+def test_missing_plugins_named_with_package(tmp_path, core_pm):
     fake_bus(tmp_path)
-    det = detect(pm, pci_root=tmp_path)
+    det = detect(core_pm, pci_root=tmp_path)
     assert [d.vendor for d in det.devices] == ["cpu"]
     msgs = {m.vendor.plugin: m.message() for m in det.missing}
     assert set(msgs) == {"nvidia", "amd", "habana"}
@@ -56,11 +56,11 @@ class Broken:
         raise RuntimeError("driver exploded")
 
 
-def test_plugin_reports_merge_and_broken_plugin_isolated(tmp_path, pm):
+def test_plugin_reports_merge_and_broken_plugin_isolated(tmp_path, core_pm):
     fake_bus(tmp_path)
-    pm.register(FakeNvidia(), name="nvidia")
-    pm.register(Broken(), name="broken")
-    det = detect(pm, pci_root=tmp_path)
+    core_pm.register(FakeNvidia(), name="nvidia")
+    core_pm.register(Broken(), name="broken")
+    det = detect(core_pm, pci_root=tmp_path)
     vendors = {d.vendor: d for d in det.devices}
     assert vendors["nvidia"].count == 2 and vendors["nvidia"].plugin == "nvidia"
     assert "nvidia" not in {m.vendor.plugin for m in det.missing}

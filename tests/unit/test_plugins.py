@@ -5,6 +5,7 @@ import pytest
 
 from infbench import hookimpl
 from infbench.plugins import build_plugin_manager
+from tests.conftest import VENDOR_PLUGINS
 
 
 def test_builtins_and_their_hooks(pm):
@@ -15,7 +16,7 @@ def test_builtins_and_their_hooks(pm):
 
 
 def test_disable_env(monkeypatch):
-    monkeypatch.setenv("INFBENCH_DISABLE_PLUGINS", "cpu, other")
+    monkeypatch.setenv("INFBENCH_DISABLE_PLUGINS", "cpu, other, " + VENDOR_PLUGINS)
     pm = build_plugin_manager()
     assert not pm.has_plugin("cpu") and pm.infos["cpu"].disabled
     assert pm.hook.infbench_detect() == []
