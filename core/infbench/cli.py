@@ -521,7 +521,7 @@ def devices(
     """List the device descriptions the installed plugins publish: memory, bandwidth,
     dense peak TFLOP/s per precision and TDP, with their sources.
 
-    These feed the roofline (MBU/MFU) and `infbench predict --device ID`. Install a vendor
+    They are what the roofline (MBU/MFU) and a predictor will read (not built yet). Install a vendor
     plugin (e.g. `pip install infbench-nvidia`) to get its devices.
     """
     from infbench.devices import catalog
@@ -592,7 +592,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
     if as_json:
         _json({"plugins": [i.__dict__ for i in infos],
                "engines": [{"name": s.name, "platforms": s.platforms, "dtypes": s.dtypes,
-                            "installed": s.factory is not None and not s.missing_modules(),
+                            "installed": s.factory is not None and not s.missing(),
                             "install": s.install} for s in specs.values()]})
         return
     t = Table(title="Plugins", header_style="bold")
@@ -607,7 +607,7 @@ def plugins(as_json: Annotated[bool, typer.Option("--json", help="Machine-readab
     for c in ("engine", "platforms", "dtypes", "installed"):
         e.add_column(c)
     for s in specs.values():
-        miss = s.missing_modules()
+        miss = s.missing()
         e.add_row(s.name, ", ".join(s.platforms), ", ".join(s.dtypes),
                   "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({s.install})")
     out.print(e)

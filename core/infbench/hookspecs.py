@@ -54,7 +54,7 @@ def infbench_detect() -> list[DeviceInfo]:
 def infbench_device_catalog() -> list[DeviceSpec]:
     """Descriptions of the device models this plugin knows, detected here or not
     (memory, bandwidth, dense peak FLOP/s per precision, TDP, sources); used by the
-    roofline, ``infbench predict --device ID`` and ``infbench devices``. Load them from a
+    roofline and ``infbench devices``. Load them from a
     ``devices.yaml`` with :func:`infbench.devices.load_device_specs`. Since 1.1.
     """
 

@@ -175,7 +175,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                               hint=f"engines for {device.vendor}: {', '.join(here) or 'none'}")
         if spec.factory is None:
             raise EngineUnavailable(f"engine {e!r} has no adapter installed", hint=spec.install or None)
-        missing = spec.missing_modules()
+        missing = spec.missing()
         if missing:
             raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)} (not found here)",
                                     hint=spec.install or None)

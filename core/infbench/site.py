@@ -31,11 +31,10 @@ SITE_ENV = "INFBENCH_SITE_CONFIG"
 
 def site_config_path() -> Path:
     """``$INFBENCH_SITE_CONFIG`` if set, else ``$INFBENCH_HOME/site.toml`` (``~/.infbench``)."""
+    from infbench.store import default_home
+
     env = os.environ.get(SITE_ENV)
-    if env:
-        return Path(env).expanduser()
-    home = Path(os.environ.get("INFBENCH_HOME") or Path.home() / ".infbench").expanduser()
-    return home / "site.toml"
+    return Path(env).expanduser() if env else default_home() / "site.toml"
 
 
 def site_config(path: str | Path | None = None) -> dict[str, Any]:

@@ -64,7 +64,7 @@ class EngineSpec:
     any_model: bool = False
     commands: list[str] = field(default_factory=list)
 
-    def missing_modules(self) -> list[str]:
+    def missing(self) -> list[str]:
         """The required modules that cannot be imported here, and required commands
         not on PATH (named ``command: NAME``)."""
         import shutil

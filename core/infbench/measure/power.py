@@ -176,20 +176,11 @@ def energy_j(readings: Iterable[PowerReading]) -> float | None:
     total = 0.0
     for rs in by_dev.values():
         rs.sort(key=lambda r: r.t_ns)
-        if all(r.energy_j is not None for r in rs):
-            if len(rs) < 2:
-                return None
-            for a, b in zip(rs, rs[1:]):
-                d = b.energy_j - a.energy_j
-                if d < 0:
-                    d = d + b.energy_range_j if b.energy_range_j else 0.0
-                total += d
-        else:
-            ps = [r for r in rs if r.power_w is not None]
-            if len(ps) < 2:
-                return None
-            for a, b in zip(ps, ps[1:]):
-                total += 0.5 * (a.power_w + b.power_w) * (b.t_ns - a.t_ns) / 1e9
+        counter = all(r.energy_j is not None for r in rs)
+        usable = rs if counter else [r for r in rs if r.power_w is not None]
+        if len(usable) < 2:
+            return None
+        total += _cumulative(usable, counter)[-1][1]
     return total
 
 
