@@ -156,7 +156,9 @@ class LlamaCppEngine(Engine):
         self._free_ctx()
         cp = L.llama_context_default_params()
         cp.n_ctx = batch * per_seq
-        cp.n_batch = max(batch * n_tokens, batch)
+        # Sized for the rounded length, so every cell that reuses this context fits
+        # (a cell with more tokens but the same rounded length once overflowed the batch).
+        cp.n_batch = batch * per_seq
         cp.n_ubatch = int(self.options.get("n_ubatch", 512))
         cp.n_seq_max = batch
         cp.n_threads = cp.n_threads_batch = self.threads
@@ -164,7 +166,7 @@ class LlamaCppEngine(Engine):
         if not self.ctx:
             raise MemoryError(f"llama.cpp could not create a context for {batch} x {per_seq} tokens")
         self.ctx_key = key
-        self._batch = _Batch(L, max(batch * n_tokens, batch))
+        self._batch = _Batch(L, batch * per_seq)
         return self.ctx
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:

@@ -1,16 +1,22 @@
-"""The built-in CPU plugin: detection, precisions and RAPL power.
+"""The built-in CPU plugin: detection, precisions, RAPL power and measured limits.
 
 Device info comes from py-cpuinfo (model, ISA flags) and psutil (cores, memory);
 sockets from sysfs ``physical_package_id``. Power comes from the Linux powercap RAPL
 interface (``/sys/class/powercap/intel-rapl:N/energy_uj``, one per package; AMD CPUs
 expose the same files), as cumulative energy that wraps at ``max_energy_range_uj``.
+
+CPUs have no datasheet table in infbench, so their roofline limits are measured once
+per host (:func:`measure_limits`, the Empirical Roofline Toolkit's idea: the bandwidth of
+a large copy and the rate of a large GEMM) and kept in ``$INFBENCH_HOME/cpu_limits.json``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -143,12 +149,84 @@ def rapl_sampler(root: str | Path = POWERCAP_ROOT) -> PowerSampler:
         return NoPower(f"power unavailable: RAPL counters unreadable: {exc}")
 
 
+def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) -> dict:
+    """Measure this host's attainable memory bandwidth and fp32 GEMM rate with numpy.
+
+    Bandwidth: best of ``repeats`` reads (a sum) of a ``read_mib`` MiB float32 array
+    split over one thread per CPU (numpy releases the GIL in the loop); LLM decode is
+    read-dominated, so a read rate, not STREAM's copy, is the matching ceiling. Rate:
+    best of ``repeats`` ``gemm_n`` x ``gemm_n`` fp32 matmuls (2 n^3 FLOP) through numpy's
+    BLAS on all cores. These are attainable rates, not datasheet peaks, so CPU
+    utilisations read against what this host reached.
+
+    Returns:
+        An ``infbench_device_info`` dict: ``memory_bandwidth_bytes_s`` (B/s),
+        ``peak_flops`` (FLOP/s; every precision class gets the fp32 rate, as CPU
+        engines such as llama.cpp compute f16/bf16/quantised weights in fp32 or in
+        integer dot products of similar throughput), ``source``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    n = os.cpu_count() or 1
+    a = np.ones(read_mib * 2**20 // 4, dtype=np.float32)
+    parts = np.array_split(a, n)
+    best_read = float("inf")
+    with ThreadPoolExecutor(n) as ex:
+        for _ in range(repeats + 1):  # the first pass faults the pages in
+            t = time.perf_counter()
+            list(ex.map(np.sum, parts))
+            best_read = min(best_read, time.perf_counter() - t)
+    x = np.random.default_rng(0).random((gemm_n, gemm_n), dtype=np.float32)
+    x @ x  # noqa: B018 - warm the BLAS threads
+    best_mm = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        x @ x  # noqa: B018
+        best_mm = min(best_mm, time.perf_counter() - t)
+    flops = 2 * gemm_n**3 / best_mm
+    return {"id": "cpu", "memory_bandwidth_bytes_s": a.nbytes / best_read,
+            "peak_flops": {p: flops for p in ("fp32", "fp16", "bf16", "int8", "int4")},
+            "source": f"measured on this host: {n}-thread numpy read of {read_mib} MiB and "
+                      f"{gemm_n}x{gemm_n} fp32 GEMM, best of {repeats} (attainable, not datasheet)"}
+
+
+def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
+    """:func:`measure_limits` for ``device``, measured once and kept in ``path``
+    (default ``$INFBENCH_HOME/cpu_limits.json``, keyed by the CPU model and core count)."""
+    from infbench.store import default_home
+
+    path = path or default_home() / "cpu_limits.json"
+    key = f"{device.model}|{device.properties.get('physical_cores') or device.count}"
+    try:
+        cache = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    if key not in cache:
+        cache[key] = {**measure_limits(), "measured_at": time.time()}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(cache, indent=2))
+        except OSError:
+            pass
+    return cache[key]
+
+
 # --- hook implementations -----------------------------------------------------------
 
 @hookimpl
 def infbench_detect() -> list[DeviceInfo]:
     """The host CPU, always exactly one entry."""
     return [cpu_device()]
+
+
+@hookimpl
+def infbench_device_info(device: DeviceInfo) -> dict | None:
+    """Measured limits of the host CPU (:func:`cached_limits`)."""
+    if device.vendor != "cpu":
+        return None
+    return cached_limits(device)
 
 
 @hookimpl
