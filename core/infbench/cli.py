@@ -511,6 +511,350 @@ def results(
         out.print(results_table(rows, title=f"results in {store.path}"))
 
 
+# --- report, export, compare, predict -------------------------------------------------
+
+def _open_store(store_path: Path | None):
+    from infbench.store import Store
+
+    try:
+        return Store(store_path)
+    except InfbenchError as exc:
+        _fail(exc)
+
+
+def _select_rows(rows: list[dict[str, Any]], model: list[str] | None, device: list[str] | None,
+                 engine: list[str] | None) -> list[dict[str, Any]]:
+    """Keep rows whose model / engine is listed and whose device vendor or model name
+    contains one of ``device`` (case-insensitive)."""
+    models, engines = _split(model, "--model"), _split(engine, "--engine")
+    devs = [d.lower() for d in (_split(device, "--device") or [])]
+    return [r for r in rows
+            if (not models or r["spec"]["model"] in models) and (not engines or r["spec"]["engine"] in engines)
+            and (not devs or any(d in f"{r['device']['vendor']} {r['device']['model']}".lower() for d in devs))]
+
+
+def _need(extra: str, exc: ImportError) -> None:
+    _fail(ConfigError(f"this command needs {exc.name or 'an optional package'}",
+                      hint=f"pip install 'infbench[{extra}]'"))
+
+
+@app.command()
+def report(
+    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for index.html and figures/.")] = Path("infbench-report"),
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run (id prefix).")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Only these models.")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="Only devices whose vendor or name contains this.")] = None,
+    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="Only these engines.")] = None,
+    static: Annotated[bool, typer.Option("--static/--no-static", help="Also write PNG and SVG figures for papers (matplotlib).")] = True,
+    title: Annotated[str, typer.Option("--title", help="Page title.")] = "infbench report",
+    slo_ttft: Annotated[float | None, typer.Option("--slo-ttft", help="TTFT p99 limit (s) marked in the trade-off figure (editable in the page).")] = None,
+    slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="TPOT p99 limit (s) marked in the trade-off figure.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
+) -> None:
+    """Write an interactive HTML report of stored results (one self-contained file that
+    works offline) and, with `--static`, PNG/SVG figures.
+
+    Figures: throughput vs batch size, an input x output heatmap, TTFT and ITL bars,
+    power and tokens per joule, the latency-throughput trade-off with its Pareto front and
+    the SLO-meeting cells, and measured latency against the roofline floor. The page has
+    filters (device, engine, model, precision, batch, lengths, tp, run) and axis
+    selectors. Example: `infbench report --out report && xdg-open report/index.html`.
+    """
+    from infbench.report.data import flat_row, limits_resolver
+
+    store = _open_store(store_path)
+    rows = _select_rows(store.results(run_id=run_id), model, device, engine)
+    if not rows:
+        err.print(f"no results to report in {store.path}" + (" for these filters" if (run_id or model or device or engine) else "; run `infbench run` first"))
+        raise typer.Exit(1)
+    resolve = limits_resolver(_pm())
+    flat = [flat_row(r, resolve) for r in rows]
+    try:
+        from infbench.report.html import write_report
+
+        page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
+                            slo_tpot * 1e3 if slo_tpot else None)
+        figs = []
+        if static:
+            from infbench.report.static import write_figures
+
+            figs = write_figures(flat, out_dir / "figures")
+    except ImportError as exc:
+        _need("report", exc)
+        return
+    backfilled = sum(1 for f in flat if f["roofline_backfilled"])
+    if as_json:
+        _json({"html": str(page), "figures": [str(p) for p in figs], "cells": len(flat),
+               "roofline_backfilled": backfilled})
+        return
+    out.print(f"[green]wrote[/] {page} ({len(flat)} cells" + (f"; roofline computed now for {backfilled} older cells" if backfilled else "") + ")")
+    if figs:
+        out.print(f"[green]wrote[/] {len(figs)} figure files in {out_dir / 'figures'}")
+
+
+@app.command()
+def export(
+    fmt: Annotated[str, typer.Option("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv or json.")] = "lib-csv",
+    out_file: Annotated[Path | None, typer.Option("--out", "-o", help="File to write (default: stdout).")] = None,
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database.")] = None,
+    run_id: Annotated[str | None, typer.Option("--run", help="Only this run (id prefix).")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Only these models.")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", help="Only devices whose vendor or name contains this.")] = None,
+    engine: Annotated[list[str] | None, typer.Option("--engine", "-e", help="Only these engines.")] = None,
+) -> None:
+    """Export stored results for other tools.
+
+    `--format lib-csv` writes LLM-Inference-Bench's columns (Hardware, Num of Hardware,
+    Framework, Model, Input Output Length, Batch Size, Latency, Throughput, then Input
+    Length, Output Length, TTFT Latency, end_latency, avg_power in mW) for ok batch-mode
+    cells, so its dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+    """
+    import csv
+    import io
+
+    from infbench.report.data import lib_rows
+    from infbench.report.tables import results_csv, results_json
+
+    if fmt not in ("lib-csv", "csv", "json"):
+        _fail(ConfigError(f"unknown format {fmt!r}", hint="use lib-csv, csv or json"))
+    store = _open_store(store_path)
+    rows = _select_rows(store.results(run_id=run_id), model, device, engine)
+    if fmt == "json":
+        text = json.dumps(results_json(rows), indent=2, default=str) + "\n"
+    elif fmt == "csv":
+        text = results_csv(rows) if rows else ""
+    else:
+        lib = lib_rows(rows)
+        buf = io.StringIO()
+        cols = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
+                "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power"]
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        w.writerows(lib)
+        text = buf.getvalue()
+        if not lib:
+            err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no serving-mode columns)")
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text)
+        err.print(f"wrote {out_file}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Side A: run id (prefix), results .db file, or FILE.db:RUN.")],
+    run_b: Annotated[str, typer.Argument(help="Side B, the same forms.")],
+    store_path: Annotated[Path | None, typer.Option("--store", help="Database for run ids.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write a plot of the ratios (HTML).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
+    power and tokens per joule, for cells with the same workload (spec hash).
+
+    Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
+    `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them.
+    """
+    from infbench.report.compare import COMPARED, compare_rows, load_side, write_compare_html
+
+    try:
+        la, a = load_side(run_a, store_path)
+        lb, b = load_side(run_b, store_path)
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    res = compare_rows(a, b)
+    if html_out:
+        try:
+            write_compare_html(res, la, lb, html_out)
+        except ImportError as exc:
+            _need("report", exc)
+    if as_json:
+        _json({"a": la, "b": lb, **res})
+        return
+    if not res["pairs"]:
+        err.print(f"no cell is ok on both sides ({res['only_a']} only in A, {res['only_b']} only in B)")
+        raise typer.Exit(1)
+    t = Table(title=f"B / A  (A = {la}, B = {lb})", header_style="bold")
+    t.add_column("cell")
+    keys = [k for k in COMPARED if any(p["ratio"][k] is not None for p in res["pairs"])]
+    for k in keys:
+        t.add_column(COMPARED[k][0], justify="right")
+
+    def cell(v: float | None, higher_better: bool) -> str:
+        if v is None:
+            return "-"
+        good = (v > 1.02) if higher_better else (v < 0.98)
+        bad = (v < 0.98) if higher_better else (v > 1.02)
+        return f"[green]{v:.3f}[/]" if good else (f"[red]{v:.3f}[/]" if bad else f"{v:.3f}")
+
+    for p in res["pairs"]:
+        t.add_row(escape(p["label"]), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
+    t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], COMPARED[k][1]) for k in keys])
+    out.print(t)
+    out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
+              "(matched by workload spec hash; green = B better)")
+    if html_out:
+        out.print(f"[green]wrote[/] {html_out}")
+
+
+def _predict_limits(pm, ident: str):
+    """Limits of a described device id, or of this host's CPU for ``cpu``."""
+    from infbench.analysis.roofline import Limits, RooflineError
+    from infbench.devices import catalog, find_spec
+
+    try:
+        if ident.lower() == "cpu":
+            from infbench.platforms.cpu import cpu_device
+            from infbench.run import device_roofline_limits
+
+            lim, why = device_roofline_limits(pm, cpu_device())
+            if lim is None:
+                raise ConfigError(f"no limits for this CPU: {why}")
+            return lim
+        return Limits.from_info(find_spec(catalog(pm), ident).per_device())
+    except RooflineError as exc:
+        raise ConfigError(f"cannot predict on {ident}: {exc}", hint="see `infbench devices --json`") from exc
+
+
+def _rows_of_device(pm, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
+    from infbench.devices import catalog, match_device
+    from infbench.schema import DeviceInfo
+
+    specs = catalog(pm)
+    keep = []
+    for r in rows:
+        d = DeviceInfo(**r["device"])
+        if ident.lower() == "cpu":
+            if d.vendor == "cpu":
+                keep.append(r)
+        else:
+            s = match_device(specs, d)
+            if s is not None and s.id.lower() == ident.lower():
+                keep.append(r)
+    return keep
+
+
+@app.command()
+def predict(
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Zoo model(s) (`infbench models`).")] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", "-d", help="Described device id(s) (`infbench devices`), or cpu for this host's measured CPU.")] = None,
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="Batch size(s) / concurrency.")] = None,
+    input_len: Annotated[list[str] | None, typer.Option("--input", "--input-len", help="Input length(s) in tokens.")] = None,
+    output_len: Annotated[list[str] | None, typer.Option("--output", "--output-len", help="Output length(s) in tokens.")] = None,
+    tp: Annotated[list[str] | None, typer.Option("--tp", "--tensor-parallel-size", help="Devices per model instance.")] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="Precision class or engine dtype (bf16, fp16, fp8, q8_0...).")] = "bf16",
+    calibrate_: Annotated[bool, typer.Option("--calibrate", help="Fit the efficiency factors to this device's stored cells (held-out error reported) and keep them for later predictions.")] = False,
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database (for --calibrate).")] = None,
+    eff_compute: Annotated[float | None, typer.Option("--eff-compute", help="Override: fraction of peak FLOP/s reached (0-1].")] = None,
+    eff_memory: Annotated[float | None, typer.Option("--eff-memory", help="Override: fraction of peak bandwidth reached (0-1].")] = None,
+    overhead_ms: Annotated[float | None, typer.Option("--overhead-ms", help="Override: fixed time per forward pass (ms).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Predict TTFT, TPOT, E2E and throughput analytically (GenZ's per-operator roofline
+    with efficiency factors, plus the tensor-parallel all-reduce).
+
+    Example: `infbench predict --model llama-3-8b --device h100-sxm --batch 16 --input 1024
+    --output 128 --tp 1 --dtype bf16`. Lists (`--batch 1,16,64`) predict a grid at once.
+    `--calibrate` fits the factors to the stored cells of the device and prints the
+    geometric-mean error on held-out cells; later predictions for that device use them.
+    Method and formulas: docs/roofline.md.
+    """
+    import numpy as np
+
+    from infbench.analysis import predict as P
+    from infbench.analysis.roofline import RooflineError
+    from infbench.models import resolve
+    from infbench.store import default_home
+
+    pm = _pm()
+    devices_ = _split(device, "--device") or ["cpu"]
+    home = default_home()
+    report_cal: list[dict[str, Any]] = []
+    try:
+        limits = {d: _predict_limits(pm, d) for d in devices_}
+        if calibrate_:
+            store = _open_store(store_path)
+            rows = store.results()
+            for d, lim in limits.items():
+                pts = P.measured_points(_rows_of_device(pm, rows, d))
+                try:
+                    cal = P.calibrate(pts, lim)
+                except ImportError as exc:
+                    _need("report", exc)
+                    return
+                path = P.save_calibration(home, cal)
+                report_cal.append({**cal.to_dict(), "saved": str(path)})
+        shapes = [resolve(m) for m in (_split(model, "--model") or [])]
+        grid = [np.asarray(_split(v, flag, int) or [dflt], dtype=float) for v, flag, dflt in
+                ((batch, "--batch", 1), (input_len, "--input", 1024), (output_len, "--output", 128), (tp, "--tp", 1))]
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    if not shapes and not calibrate_:
+        _fail(ConfigError("give --model (and --device), or --calibrate", hint="e.g. infbench predict --model llama-3-8b --device h100-sxm"))
+    gb, gi, go, gt = np.meshgrid(*grid, indexing="ij")
+    results_: list[dict[str, Any]] = []
+    for d, lim in limits.items():
+        cal = P.load_calibration(home, lim.id)
+        eff = cal.efficiency if cal else P.Efficiency()
+        if eff_compute or eff_memory or overhead_ms is not None:
+            eff = P.Efficiency(eff_compute or eff.eff_compute, eff_memory or eff.eff_memory,
+                             overhead_ms / 1e3 if overhead_ms is not None else eff.overhead_s, source="command line")
+        for m in shapes:
+            try:
+                pr = P.predict(m, lim, gb, gi, go, gt, dtype, eff)
+            except RooflineError as exc:
+                _fail(ConfigError(f"cannot predict {m.name} on {d}: {exc}"))
+            from infbench.analysis.roofline import act_bytes, weight_bytes
+
+            prec = dtype.lower() if dtype.lower() in ("fp32", "fp16", "bf16", "fp8", "int8", "int4") else None
+            from infbench.engines.base import DTYPE_ALIASES
+
+            prec = prec or DTYPE_ALIASES.get(dtype.lower(), "bf16")
+            need = (m.param_counts()["total"] * weight_bytes(dtype, prec)
+                    + gb * (gi + go) * m.kv_bytes_per_token() * act_bytes(prec) / 2) / gt
+            for idx in np.ndindex(gb.shape):
+                results_.append({
+                    "model": m.name, "device": d, "dtype": dtype, "batch": int(gb[idx]), "input_len": int(gi[idx]),
+                    "output_len": int(go[idx]), "tp": int(gt[idx]),
+                    **{k: P.finite(float(v[idx])) for k, v in pr.items()},
+                    "fits_memory": bool(need[idx] <= lim.memory_bytes) if lim.memory_bytes else None,
+                    "efficiency": eff.__dict__})
+    if as_json:
+        _json({"predictions": results_, "calibrations": report_cal})
+        return
+    for c in report_cal:
+        et, ed = c["error_test"], c["error_default"]
+
+        def pct(v: float | None) -> str:
+            return "-" if v is None or v != v else f"{100 * v:.1f} %"
+
+        e = c["efficiency"]
+        out.print(f"[bold]calibrated {c['device_id']}[/] on {c['n_train']} cells, {c['n_test']} held out: "
+                  f"eff_compute {e['eff_compute']:.3f}, eff_memory {e['eff_memory']:.3f}, overhead {e['overhead_s'] * 1e3:.2f} ms")
+        out.print(f"  held-out geometric-mean error: TTFT {pct(et['ttft_s'])}, TPOT {pct(et['tpot_s'])}, "
+                  f"E2E {pct(et['e2e_s'])}, output tok/s {pct(et['output_tok_s'])} "
+                  f"(uncalibrated defaults: TTFT {pct(ed['ttft_s'])}, TPOT {pct(ed['tpot_s'])}); saved {c['saved']}")
+    if not results_:
+        return
+    t = Table(title="Predicted (analytical; docs/roofline.md)", header_style="bold")
+    for c in ("model", "device", "dtype", "tp", "batch", "in", "out", "TTFT ms", "TPOT ms", "E2E s", "out tok/s",
+              "total tok/s", "fits"):
+        t.add_column(c, justify="left" if c in ("model", "device", "dtype") else "right")
+    for r in results_:
+        t.add_row(r["model"], r["device"], r["dtype"], str(r["tp"]), str(r["batch"]), str(r["input_len"]),
+                  str(r["output_len"]), f"{r['ttft_s'] * 1e3:,.2f}", f"{r['tpot_s'] * 1e3:,.3f}", f"{r['e2e_s']:,.3f}",
+                  f"{r['output_tok_s']:,.1f}", f"{r['total_tok_s']:,.1f}",
+                  {True: "yes", False: "[red]no[/]", None: "?"}[r["fits_memory"]])
+    out.print(t)
+    src = {r["device"]: r["efficiency"]["source"] for r in results_}
+    for d, s in src.items():
+        out.print(f"[dim]{d}: efficiency factors {s}[/]")
+
+
 # --- models, devices, plugins ----------------------------------------------------------
 
 @app.command()
@@ -521,8 +865,8 @@ def devices(
     """List the device descriptions the installed plugins publish: memory, bandwidth,
     dense peak TFLOP/s per precision and TDP, with their sources.
 
-    They are what the roofline (MBU/MFU) and a predictor will read (not built yet). Install a vendor
-    plugin (e.g. `pip install infbench-nvidia`) to get its devices.
+    They are what the roofline (MBU/MFU per cell) and `infbench predict` read. Install a
+    vendor plugin (e.g. `pip install infbench-nvidia`) to get its devices.
     """
     from infbench.devices import catalog
 

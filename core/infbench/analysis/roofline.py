@@ -82,6 +82,7 @@ class Limits:
         link_bytes_s: device-to-device bandwidth, one direction (B/s), for the
             tensor-parallel all-reduce; None if unknown.
         source: where the numbers come from.
+        memory_bytes: device memory (B), None if unknown.
     """
 
     id: str
@@ -89,6 +90,7 @@ class Limits:
     peak_flops: dict[str, float]
     link_bytes_s: float | None = None
     source: str = ""
+    memory_bytes: float | None = None
 
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> Limits:
@@ -103,7 +105,8 @@ class Limits:
             raise RooflineError(f"device {info.get('id', '?')} has no memory bandwidth or peak FLOP/s "
                                 "in its description")
         return cls(id=str(info.get("id") or "?"), bandwidth_bytes_s=float(bw), peak_flops=peaks,
-                   link_bytes_s=info.get("link_bytes_s"), source=str(info.get("source") or ""))
+                   link_bytes_s=info.get("link_bytes_s"), source=str(info.get("source") or ""),
+                   memory_bytes=info.get("memory_bytes"))
 
     def peak(self, precision: str) -> tuple[float, str]:
         """The peak rate (FLOP/s) a ``precision`` runs at, and the class it was taken from.

@@ -1,0 +1,122 @@
+// infbench report: draws the six figures from the embedded cells and redraws them on every
+// filter or selector change. Loaded inline by infbench.report.html (no server, works offline).
+(function(){
+const D = JSON.parse(document.getElementById('infbench-data').textContent);
+const rows = D.rows.filter(r => r.status === 'ok');
+const dims = D.dimensions, mets = D.metrics;
+const $ = id => document.getElementById(id);
+const uniq = k => [...new Set(rows.map(r => r[k]).filter(v => v !== null && v !== undefined))]
+  .sort((a, b) => (typeof a === 'number' && typeof b === 'number') ? a - b : String(a).localeCompare(String(b)));
+// filters
+const fbox = $('filters');
+for (const [k, label] of Object.entries(dims)) {
+  const vals = uniq(k);
+  const l = document.createElement('label'); l.textContent = label;
+  const s = document.createElement('select'); s.multiple = true; s.id = 'filter-' + k; s.dataset.dim = k;
+  s.size = Math.min(4, Math.max(2, vals.length));
+  for (const v of vals) { const o = document.createElement('option'); o.value = String(v); o.textContent = String(v); o.selected = true; s.appendChild(o); }
+  s.addEventListener('change', render); l.appendChild(s); fbox.appendChild(l);
+}
+for (const id of ['x-axis', 'y-axis', 'color-by', 'latency-metric', 'slo-ttft', 'slo-tpot']) $(id).addEventListener('change', render);
+function filtered() {
+  const sel = {};
+  for (const k of Object.keys(dims)) {
+    const s = $('filter-' + k); sel[k] = new Set([...s.selectedOptions].map(o => o.value));
+  }
+  return rows.filter(r => Object.keys(dims).every(k => r[k] === null || r[k] === undefined || sel[k].has(String(r[k]))));
+}
+const num = v => (v === null || v === undefined || Number.isNaN(v)) ? null : v;
+function varying(rs, keys) { return keys.filter(k => new Set(rs.map(r => r[k])).size > 1); }
+function key(r, keys) { return keys.map(k => (k === 'tp' ? 'tp' : k === 'input_len' ? 'i' : k === 'output_len' ? 'o' : k === 'batch' ? 'b' : '') + r[k]).join(' '); }
+function empty(id, title, why) {
+  Plotly.react(id, [], {title: {text: title}, xaxis: {visible: false}, yaxis: {visible: false},
+    annotations: [{text: why, showarrow: false, font: {size: 14, color: '#888'}}]}, {responsive: true});
+}
+const base = t => ({title: {text: t, font: {size: 14}}, margin: {t: 40, r: 20, b: 60, l: 70}, legend: {font: {size: 10}}, hovermode: 'closest'});
+function figThroughput(rs) {
+  const x = $('x-axis').value, y = $('y-axis').value, id = 'fig-throughput';
+  const pts = rs.filter(r => num(r[y]) !== null && num(r[x]) !== null);
+  if (!pts.length) return empty(id, mets[y], 'no cells with ' + mets[y]);
+  const cb = $('color-by').value;
+  const keys = cb === 'config' ? varying(pts, ['device', 'engine', 'model', 'dtype', 'tp', 'batch', 'input_len', 'output_len'].filter(k => k !== x)) : [cb];
+  const groups = new Map();
+  for (const r of pts) { const g = key(r, keys) || 'all'; if (!groups.has(g)) groups.set(g, []); groups.get(g).push(r); }
+  const traces = [...groups].map(([g, rs2]) => { rs2.sort((a, b) => a[x] - b[x]);
+    return {type: 'scatter', mode: 'lines+markers', name: g, x: rs2.map(r => r[x]), y: rs2.map(r => r[y]), text: rs2.map(r => r.label), hovertemplate: '%{text}<br>%{y:.4g}<extra></extra>'}; });
+  Plotly.react(id, traces, {...base(mets[y] + ' vs ' + dims[x]), xaxis: {title: {text: dims[x]}, type: x === 'tp' ? 'linear' : 'log'}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
+}
+function figHeatmap(rs) {
+  const y = $('y-axis').value, id = 'fig-heatmap';
+  const pts = rs.filter(r => num(r[y]) !== null);
+  const ins = [...new Set(pts.map(r => r.input_len))].sort((a, b) => a - b), outs = [...new Set(pts.map(r => r.output_len))].sort((a, b) => a - b);
+  if (!pts.length) return empty(id, 'Input x output', 'no cells with ' + mets[y]);
+  const z = outs.map(o => ins.map(i => { const v = pts.filter(r => r.input_len === i && r.output_len === o).map(r => r[y]); return v.length ? Math.max(...v) : null; }));
+  const fixed = ['device', 'engine', 'model', 'batch'].filter(k => new Set(pts.map(r => r[k])).size === 1).map(k => pts[0][k]);
+  Plotly.react(id, [{type: 'heatmap', x: ins.map(String), y: outs.map(String), z: z, colorscale: 'Viridis', texttemplate: '%{z:.3s}', hovertemplate: 'in %{x} out %{y}: %{z:.4g}<extra></extra>', colorbar: {title: {text: 'best'}}}],
+    {...base(mets[y] + ' (best over the rest)' + (fixed.length ? ' - ' + fixed.join(', ') : '')), xaxis: {title: {text: 'input length'}, type: 'category'}, yaxis: {title: {text: 'output length'}, type: 'category'}}, {responsive: true});
+}
+function bars(rs, p50, p99, name) {
+  const pts = rs.filter(r => num(r[p50]) !== null);
+  return {type: 'bar', name: name, x: pts.map(r => r.label), y: pts.map(r => r[p50]),
+          error_y: {type: 'data', symmetric: false, array: pts.map(r => num(r[p99]) === null ? 0 : r[p99] - r[p50]), arrayminus: pts.map(() => 0)}};
+}
+function figLatency(rs) {
+  const id = 'fig-latency', pts = rs.slice(0, 40);
+  if (!pts.some(r => num(r.ttft_ms_p50) !== null)) return empty(id, 'TTFT and ITL', 'no latency data');
+  Plotly.react(id, [bars(pts, 'ttft_ms_p50', 'ttft_ms_p99', 'TTFT p50 (ms)'), bars(pts, 'itl_ms_p50', 'itl_ms_p99', 'ITL p50 (ms)')],
+    {...base('TTFT and ITL p50, whiskers to p99' + (rs.length > 40 ? ' (first 40 cells; filter to see others)' : '')), barmode: 'group', yaxis: {title: {text: 'ms'}, type: 'log'}, xaxis: {tickfont: {size: 8}}}, {responsive: true});
+}
+function figPower(rs) {
+  const id = 'fig-power';
+  const pts = rs.filter(r => num(r.avg_power_w) !== null || num(r.tokens_per_j) !== null);
+  if (!pts.length) return empty(id, 'Power and tokens per joule', 'no energy measured for these cells (see power_note in `infbench results --format json`)');
+  const g = new Map();
+  for (const r of pts) { const k = r.device + ' | ' + r.engine + ' | ' + r.model; if (!g.has(k)) g.set(k, []); g.get(k).push(r); }
+  const mean = (a, k) => { const v = a.map(r => r[k]).filter(x => num(x) !== null); return v.length ? v.reduce((s, x) => s + x, 0) / v.length : null; };
+  const ks = [...g.keys()];
+  Plotly.react(id, [
+    {type: 'bar', name: 'avg power (W)', x: ks, y: ks.map(k => mean(g.get(k), 'avg_power_w')), offsetgroup: 1},
+    {type: 'bar', name: 'tokens per J', x: ks, y: ks.map(k => mean(g.get(k), 'tokens_per_j')), yaxis: 'y2', offsetgroup: 2}],
+    {...base('Average power and tokens per joule (mean over cells)'), barmode: 'group', yaxis: {title: {text: 'W'}}, yaxis2: {title: {text: 'tokens/J'}, overlaying: 'y', side: 'right'}}, {responsive: true});
+}
+function figPareto(rs) {
+  const id = 'fig-pareto', lm = $('latency-metric').value;
+  const pts = rs.filter(r => num(r[lm]) !== null && num(r.output_tok_s_per_device) !== null);
+  if (!pts.length) return empty(id, 'Latency vs throughput', 'no cells with both');
+  const sloT = parseFloat($('slo-ttft').value), sloP = parseFloat($('slo-tpot').value);
+  const meets = r => (Number.isNaN(sloT) || (num(r.ttft_ms_p99) !== null && r.ttft_ms_p99 <= sloT)) && (Number.isNaN(sloP) || (num(r.tpot_ms_p99) !== null && r.tpot_ms_p99 <= sloP));
+  const traces = [];
+  for (const dev of [...new Set(pts.map(r => r.device))]) {
+    const d = pts.filter(r => r.device === dev);
+    const order = d.map((r, i) => i).sort((a, b) => d[a][lm] - d[b][lm] || d[b].output_tok_s_per_device - d[a].output_tok_s_per_device);
+    const front = []; let best = -Infinity;
+    for (const i of order) if (d[i].output_tok_s_per_device > best) { front.push(d[i]); best = d[i].output_tok_s_per_device; }
+    traces.push({type: 'scatter', mode: 'markers', name: dev, x: d.map(r => r[lm]), y: d.map(r => r.output_tok_s_per_device), text: d.map(r => r.label + (meets(r) ? '<br>meets SLO' : '')),
+      marker: {size: d.map(r => meets(r) ? 12 : 7), symbol: d.map(r => meets(r) ? 'star' : 'circle')}, hovertemplate: '%{text}<extra></extra>'});
+    traces.push({type: 'scatter', mode: 'lines', name: dev + ' Pareto front', x: front.map(r => r[lm]), y: front.map(r => r.output_tok_s_per_device), line: {dash: 'dot'}});
+  }
+  const n = pts.filter(meets).length;
+  Plotly.react(id, traces, {...base('Latency vs throughput per device: ' + n + ' of ' + pts.length + ' cells meet the SLO (stars)'), xaxis: {title: {text: mets[lm]}, type: 'log'}, yaxis: {title: {text: mets.output_tok_s_per_device}}}, {responsive: true});
+}
+function figRoofline(rs) {
+  const id = 'fig-roofline';
+  const t = rs.filter(r => num(r.ttft_floor_ms) !== null && num(r.ttft_ms_mean) !== null), p = rs.filter(r => num(r.tpot_floor_ms) !== null && num(r.tpot_ms_mean) !== null);
+  if (!t.length && !p.length) return empty(id, 'Measured vs roofline floor', 'no cell with a described device (see `infbench devices`)');
+  const all = t.map(r => r.ttft_floor_ms).concat(t.map(r => r.ttft_ms_mean), p.map(r => r.tpot_floor_ms), p.map(r => r.tpot_ms_mean));
+  const lo = Math.min(...all) / 1.5, hi = Math.max(...all) * 1.5;
+  const pct = v => num(v) === null ? 'n/a' : (100 * v).toFixed(1) + ' %';
+  Plotly.react(id, [
+    {type: 'scatter', mode: 'markers', name: 'TTFT (prefill)', x: t.map(r => r.ttft_floor_ms), y: t.map(r => r.ttft_ms_mean), text: t.map(r => r.label + '<br>MFU ' + pct(r.mfu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
+    {type: 'scatter', mode: 'markers', name: 'TPOT (decode)', marker: {symbol: 'diamond'}, x: p.map(r => r.tpot_floor_ms), y: p.map(r => r.tpot_ms_mean), text: p.map(r => r.label + '<br>MBU ' + pct(r.mbu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
+    {type: 'scatter', mode: 'lines', name: 'hardware limit (measured = floor)', x: [lo, hi], y: [lo, hi], line: {color: '#999', dash: 'dash'}}],
+    {...base('Measured mean vs roofline floor (ms)'), xaxis: {title: {text: 'roofline floor (ms)'}, type: 'log'}, yaxis: {title: {text: 'measured (ms)'}, type: 'log'}}, {responsive: true});
+}
+function render() {
+  const rs = filtered();
+  $('status').textContent = rs.length + ' of ' + rows.length + ' ok cells shown' + (D.failed ? ' (' + D.failed + ' failed cells are in the store, not plotted)' : '');
+  figThroughput(rs); figHeatmap(rs); figLatency(rs); figPower(rs); figPareto(rs); figRoofline(rs);
+  window.infbench.renders += 1;
+}
+window.infbench = {rows: rows, filtered: filtered, render: render, renders: 0};
+render();
+})();

@@ -1,0 +1,116 @@
+"""``infbench report``: one self-contained interactive HTML page (plotly.js inlined, the
+cells embedded as JSON; opens offline from disk, no server).
+
+Figures (those of LLM-Inference-Bench and the energy study), all redrawn in the browser
+from the filtered cells:
+
+* ``fig-throughput``: a metric against batch size (or input/output length, tp), one
+  line per configuration; the axis and colour selectors of LLM-Inference-Bench's
+  dashboard (``InferenceGraphPlotter``).
+* ``fig-heatmap``: input x output length, coloured by the selected metric (best over
+  the dimensions not shown).
+* ``fig-latency``: TTFT and ITL p50 per configuration, whiskers to p99.
+* ``fig-power``: average power (W) and tokens per joule per device / engine / model.
+* ``fig-pareto``: latency against throughput per device, the Pareto front drawn and the
+  cells meeting the SLO (TTFT and TPOT limits typed into the page) marked.
+* ``fig-roofline``: measured TTFT and TPOT against their roofline floors (the
+  diagonal is the hardware limit), with MBU / MFU on hover.
+
+Filters (multi-select) cover device, engine, model, precision, batch, lengths, tp and
+run. The page exposes ``window.infbench`` (``rows``, ``filtered()``, ``render()``) so a
+browser test can check what it shows.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from infbench.report.data import DIMENSIONS, METRICS
+
+FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline")
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#222;background:#fafafa}
+header{padding:12px 20px;background:#1f2937;color:#fff}header h1{margin:0;font-size:20px}
+header p{margin:4px 0 0;font-size:13px;color:#cbd5e1}
+#controls{display:flex;flex-wrap:wrap;gap:10px;padding:10px 20px;background:#fff;border-bottom:1px solid #ddd}
+#controls label{font-size:12px;font-weight:600;display:flex;flex-direction:column;gap:2px}
+#controls select{min-width:110px;font-size:12px}#controls input{width:80px}
+main{display:grid;grid-template-columns:repeat(auto-fit,minmax(560px,1fr));gap:12px;padding:12px 20px}
+section{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px}
+section h2{font-size:14px;margin:2px 6px 6px}.fig{height:430px}
+#status{font-size:12px;color:#555;padding:0 20px 6px}
+"""
+
+def _script() -> str:
+    from importlib.resources import files
+
+    return files("infbench.report").joinpath("dashboard.js").read_text(encoding="utf-8")
+
+
+
+def _select(id_: str, label: str, options: dict[str, str], selected: str) -> str:
+    opts = "".join(f'<option value="{html.escape(k)}"{" selected" if k == selected else ""}>{html.escape(v)}</option>'
+                   for k, v in options.items())
+    return f'<label>{html.escape(label)}<select id="{id_}">{opts}</select></label>'
+
+
+def render_html(rows: list[dict[str, Any]], title: str = "infbench report", failed: int = 0,
+                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> str:
+    """The report page for flat rows (:func:`infbench.report.data.flat_row`).
+
+    Args:
+        rows: flat rows (ok and failed; failed ones are counted, not plotted).
+        title: page title.
+        failed: failed cells to mention.
+        slo_ttft_ms, slo_tpot_ms: initial SLO limits (p99, ms) of the trade-off figure.
+
+    Raises:
+        ImportError: plotly is not installed (``pip install 'infbench[report]'``).
+    """
+    from plotly.offline import get_plotlyjs
+
+    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed}
+    payload = json.dumps(data, default=str).replace("</", "<\\/")
+    xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
+    ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
+                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu")}
+    colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
+                                                          ("device", "engine", "model", "dtype", "tp")}}
+    lat = {k: METRICS[k] for k in ("tpot_ms_p50", "ttft_ms_p50", "itl_ms_p50", "e2e_s_p50", "tpot_ms_p99")}
+    controls = (
+        '<div id="filters" style="display:contents"></div>'
+        + _select("x-axis", "X axis", xs, "batch") + _select("y-axis", "Y axis", ys, "output_tok_s")
+        + _select("color-by", "Colour by", colors, "config")
+        + _select("latency-metric", "Trade-off latency", lat, "tpot_ms_p50")
+        + f'<label>SLO TTFT p99 (ms)<input id="slo-ttft" type="number" min="0" '
+          f'value="{"" if slo_ttft_ms is None else slo_ttft_ms:}"></label>'
+        + f'<label>SLO TPOT p99 (ms)<input id="slo-tpot" type="number" min="0" '
+          f'value="{"" if slo_tpot_ms is None else slo_tpot_ms:}"></label>')
+    titles = {"fig-throughput": "Throughput vs batch size", "fig-heatmap": "Input x output length",
+              "fig-latency": "TTFT and ITL", "fig-power": "Power and tokens per joule",
+              "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor"}
+    sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
+    stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
+    n_ok = sum(1 for r in rows if r["status"] == "ok")
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
+            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells, {failed} failed; generated {stamp} by "
+            f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
+            f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}</main>"
+            f"<script type=\"application/json\" id=\"infbench-data\">{payload}</script>"
+            f"<script>{_script()}</script></body></html>")
+
+
+def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infbench report",
+                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Path:
+    """Write ``out_dir/index.html`` (self-contained); returns its path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failed = sum(1 for r in rows if r["status"] != "ok")
+    p = out_dir / "index.html"
+    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms), encoding="utf-8")
+    return p

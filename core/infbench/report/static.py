@@ -1,0 +1,166 @@
+"""Static figures for papers (matplotlib, PNG and SVG): the same six views as the HTML
+report, drawn from all ok cells given (filter with ``infbench report --model/--device
+...`` first).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from infbench.report.data import METRICS, pareto_front
+
+
+def _series_key(r: dict[str, Any], keys: list[str]) -> str:
+    return " ".join(str(r[k]) for k in keys) or "all"
+
+
+def _varying(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
+    return [k for k in keys if len({r[k] for r in rows}) > 1]
+
+
+def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str, ...] = ("png", "svg"),
+                  dpi: int = 150) -> list[Path]:
+    """Draw the figures of ok ``rows`` (flat rows) into ``out_dir``.
+
+    Returns:
+        The files written (a figure without data is skipped).
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install 'infbench[report]'``).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ok = [r for r in rows if r["status"] == "ok"]
+    written: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        for fmt in formats:
+            p = out_dir / f"{name}.{fmt}"
+            fig.savefig(p, dpi=dpi)
+            written.append(p)
+        plt.close(fig)
+
+    # 1. throughput vs batch size, one line per configuration
+    pts = [r for r in ok if r["output_tok_s"] is not None and r["batch"] is not None]
+    if pts:
+        keys = _varying(pts, ["device", "engine", "model", "dtype", "tp", "input_len", "output_len"])
+        series: dict[str, list] = defaultdict(list)
+        for r in pts:
+            series[_series_key(r, keys)].append(r)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, rs in sorted(series.items()):
+            rs.sort(key=lambda r: r["batch"])
+            ax.plot([r["batch"] for r in rs], [r["output_tok_s"] for r in rs], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size / concurrency")
+        ax.set_ylabel(METRICS["output_tok_s"])
+        ax.grid(alpha=0.3)
+        if len(series) <= 12:
+            ax.legend(fontsize=7)
+        save(fig, "throughput_vs_batch")
+
+    # 2. input x output heatmap (best over the rest)
+    if pts:
+        ins = sorted({r["input_len"] for r in pts})
+        outs = sorted({r["output_len"] for r in pts})
+        import numpy as np
+
+        z = np.full((len(outs), len(ins)), np.nan)
+        for r in pts:
+            i, o = ins.index(r["input_len"]), outs.index(r["output_len"])
+            z[o, i] = np.nanmax([z[o, i], r["output_tok_s"]])
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        im = ax.imshow(z, origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(ins)), [str(v) for v in ins])
+        ax.set_yticks(range(len(outs)), [str(v) for v in outs])
+        for o in range(len(outs)):
+            for i in range(len(ins)):
+                if not np.isnan(z[o, i]):
+                    ax.text(i, o, f"{z[o, i]:.3g}", ha="center", va="center", color="w", fontsize=8)
+        ax.set_xlabel("input length (tokens)")
+        ax.set_ylabel("output length (tokens)")
+        fig.colorbar(im, label="best output tokens/s")
+        save(fig, "heatmap_input_output")
+
+    # 3. TTFT and ITL bars
+    lat = [r for r in ok if r["ttft_ms_p50"] is not None][:30]
+    if lat:
+        import numpy as np
+
+        x = np.arange(len(lat))
+        fig, ax = plt.subplots(figsize=(max(7, len(lat) * 0.35), 5))
+        for off, (p50, p99, name) in zip((-0.2, 0.2), (("ttft_ms_p50", "ttft_ms_p99", "TTFT"),
+                                                       ("itl_ms_p50", "itl_ms_p99", "ITL"))):
+            y = [r[p50] or 0 for r in lat]
+            err = [max((r[p99] or r[p50] or 0) - (r[p50] or 0), 0) for r in lat]
+            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{name} p50 (whisker p99)", capsize=2)
+        ax.set_xticks(x, [r["label"] for r in lat], rotation=75, ha="right", fontsize=6)
+        ax.set_yscale("log")
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=8)
+        save(fig, "ttft_itl")
+
+    # 4. power and tokens per joule per device/engine/model
+    pw = [r for r in ok if r["avg_power_w"] is not None]
+    if pw:
+        import numpy as np
+
+        groups: dict[str, list] = defaultdict(list)
+        for r in pw:
+            groups[f"{r['device']}\n{r['engine']} {r['model']}"].append(r)
+        names = sorted(groups)
+        fig, ax = plt.subplots(figsize=(max(6, len(names) * 1.2), 4.5))
+        x = np.arange(len(names))
+        ax.bar(x - 0.2, [np.mean([r["avg_power_w"] for r in groups[n]]) for n in names], 0.4, label="avg power (W)")
+        ax2 = ax.twinx()
+        ax2.bar(x + 0.2, [np.mean([r["tokens_per_j"] or 0 for r in groups[n]]) for n in names], 0.4,
+                color="tab:green", label="tokens per J")
+        ax.set_xticks(x, names, fontsize=7)
+        ax.set_ylabel("W")
+        ax2.set_ylabel("tokens/J")
+        fig.legend(fontsize=8, loc="upper right")
+        save(fig, "power_tokens_per_joule")
+
+    # 5. latency-throughput trade-off with the Pareto front
+    tr = [r for r in ok if r["tpot_ms_p50"] is not None and r["output_tok_s_per_device"] is not None]
+    if tr:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for dev in sorted({r["device"] for r in tr}):
+            d = [r for r in tr if r["device"] == dev]
+            xy = [(r["tpot_ms_p50"], r["output_tok_s_per_device"]) for r in d]
+            ax.scatter(*zip(*xy), label=dev, s=18)
+            front = [xy[i] for i in pareto_front(xy)]
+            ax.plot(*zip(*front), linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_xlabel(METRICS["tpot_ms_p50"])
+        ax.set_ylabel(METRICS["output_tok_s_per_device"])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "latency_throughput_pareto")
+
+    # 6. measured vs roofline floor
+    rf = [r for r in ok if r["tpot_floor_ms"] is not None and r["tpot_ms_mean"] is not None]
+    if rf:
+        fig, ax = plt.subplots(figsize=(5.5, 5))
+        t = [r for r in rf if r["ttft_floor_ms"] is not None and r["ttft_ms_mean"] is not None]
+        ax.scatter([r["ttft_floor_ms"] for r in t], [r["ttft_ms_mean"] for r in t], label="TTFT (prefill)", s=18)
+        ax.scatter([r["tpot_floor_ms"] for r in rf], [r["tpot_ms_mean"] for r in rf], marker="D",
+                   label="TPOT (decode)", s=18)
+        vals = [v for r in rf for v in (r["tpot_floor_ms"], r["tpot_ms_mean"])] + \
+               [v for r in t for v in (r["ttft_floor_ms"], r["ttft_ms_mean"])]
+        lo, hi = min(vals) / 1.5, max(vals) * 1.5
+        ax.plot([lo, hi], [lo, hi], "--", color="grey", label="hardware limit")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("roofline floor (ms)")
+        ax.set_ylabel("measured mean (ms)")
+        ax.legend(fontsize=8)
+        save(fig, "measured_vs_roofline")
+    return written
