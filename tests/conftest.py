@@ -1,5 +1,5 @@
 """Shared fixtures. Every test gets its own INFBENCH_HOME (store, caches) under tmp_path,
-except that dummy GGUF files are cached per session to save time."""
+except that dummy GGUF files and the measured CPU limits are kept per session to save time."""
 
 from __future__ import annotations
 
@@ -15,11 +15,18 @@ def gguf_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("gguf-cache")
 
 
+@pytest.fixture(scope="session")
+def cpu_limits_file(tmp_path_factory):
+    """One measurement of this host's CPU limits (roofline) for the whole session."""
+    return tmp_path_factory.mktemp("cpu-limits") / "cpu_limits.json"
+
+
 @pytest.fixture(autouse=True)
-def infbench_home(tmp_path, monkeypatch, gguf_cache):
+def infbench_home(tmp_path, monkeypatch, gguf_cache, cpu_limits_file):
     home = tmp_path / "home"
     (home / "cache").mkdir(parents=True)
     os.symlink(gguf_cache, home / "cache" / "gguf")
+    os.symlink(cpu_limits_file, home / "cpu_limits.json")
     monkeypatch.setenv("INFBENCH_HOME", str(home))
     monkeypatch.delenv("INFBENCH_DISABLE_PLUGINS", raising=False)
     get_plugin_manager.cache_clear()

@@ -28,6 +28,9 @@ def check_cells(cells):
         for k in REQUIRED:
             assert m[k]["p50"] is not None and m[k]["count"] == c["spec"]["batch"]
         assert m["output_tok_s"] > 0 and m["total_tok_s"] > 0 and m["n_completed"] == c["spec"]["batch"]
+        # The CPU is a known device (limits measured on this host), so every cell has its roofline.
+        assert 0 < m["mfu"] < 5 and 0 < m["mbu"] < 5, m.get("roofline")
+        assert m["roofline"]["tpot_floor_s"] > 0 and m["roofline"]["device_id"] == "cpu"
 
 
 def test_default_main_job():

@@ -186,7 +186,8 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
         x @ x  # noqa: B018
         best_mm = min(best_mm, time.perf_counter() - t)
     flops = 2 * gemm_n**3 / best_mm
-    return {"id": "cpu", "memory_bandwidth_bytes_s": a.nbytes / best_read, "memory_bytes": psutil.virtual_memory().total,
+    return {"id": "cpu", "memory_bandwidth_bytes_s": a.nbytes / best_read,
+            "memory_bytes": psutil.virtual_memory().total,
             "peak_flops": {p: flops for p in ("fp32", "fp16", "bf16", "int8", "int4")},
             "source": f"measured on this host: {n}-thread numpy read of {read_mib} MiB and "
                       f"{gemm_n}x{gemm_n} fp32 GEMM, best of {repeats} (attainable, not datasheet)"}

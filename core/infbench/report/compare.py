@@ -47,7 +47,9 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
         raise ConfigError(f"no results database at {path}")
     store = Store(path or default_store)
     try:
-        rows = store.results(run_id=run)
+        # A run's own attempts (not the newest attempt of each cell, which a later run
+        # of the same cells would replace).
+        rows = store.results(run_id=run, all_attempts=run is not None)
         if not rows:
             runs = ", ".join(r["run_id"] for r in store.runs()[:8]) or "none"
             raise ConfigError(f"{arg!r} matches no stored cell in {store.path}",

@@ -32,7 +32,7 @@ function empty(id, title, why) {
   Plotly.react(id, [], {title: {text: title}, xaxis: {visible: false}, yaxis: {visible: false},
     annotations: [{text: why, showarrow: false, font: {size: 14, color: '#888'}}]}, {responsive: true});
 }
-const base = t => ({title: {text: t, font: {size: 14}}, margin: {t: 40, r: 20, b: 60, l: 70}, legend: {font: {size: 10}}, hovermode: 'closest'});
+const base = t => ({title: {text: t, x: 0.01, xanchor: 'left', font: {size: 13}}, margin: {t: 40, r: 20, b: 60, l: 70}, legend: {font: {size: 10}}, hovermode: 'closest'});
 function figThroughput(rs) {
   const x = $('x-axis').value, y = $('y-axis').value, id = 'fig-throughput';
   const pts = rs.filter(r => num(r[y]) !== null && num(r[x]) !== null);
