@@ -18,7 +18,8 @@ Rules every hook follows (see docs/plugins.md):
 The contract is versioned by :data:`CONTRACT_VERSION`; a minor version may add hooks
 (every hook is optional to implement) or optional keyword arguments, never remove one.
 
-History: 1.0 first release; 1.1 adds ``infbench_device_catalog``.
+History: 1.0 first release; 1.1 adds ``infbench_device_catalog``; 1.2 adds the optional
+``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.1"
+CONTRACT_VERSION = "1.2"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -68,7 +69,8 @@ def infbench_device_info(device: DeviceInfo) -> dict[str, Any] | None:
 
     Returns:
         A dict with any of ``memory_bandwidth_bytes_s`` (B/s), ``peak_flops``
-        (mapping precision class -> dense FLOP/s), ``tdp_w`` (W) and ``source``
+        (mapping precision class -> dense FLOP/s), ``memory_bytes`` (B), ``tdp_w`` (W),
+        ``link_bytes_s`` (device-to-device B/s, one direction; since 1.2) and ``source``
         (where the numbers come from), or ``None`` if the plugin does not own
         ``device`` or does not know it.
     """

@@ -386,6 +386,9 @@ class DeviceSpec(BaseModel):
         bandwidth_tb_s: peak memory bandwidth per package in TB/s (10^12 B/s).
         peak_tflops: dense peak per precision class in TFLOP/s (int8: TOPS).
         tdp_w: board/module power limit in W.
+        link_bandwidth_gb_s: device-to-device bandwidth in GB/s, one direction (NVLink
+            900 GB/s total is 450 each way), for the tensor-parallel all-reduce of
+            ``infbench predict``; None if not described.
         devices_per_package: devices the driver shows per package (MI250: 2 GCDs);
             :meth:`per_device` divides by it.
         sources: datasheet URLs or documents.
@@ -402,6 +405,7 @@ class DeviceSpec(BaseModel):
     bandwidth_tb_s: float | None = None
     peak_tflops: dict[Precision, float] = Field(default_factory=dict)
     tdp_w: float | None = None
+    link_bandwidth_gb_s: float | None = None
     devices_per_package: int = Field(1, ge=1)
     sources: list[str] = Field(min_length=1)
     notes: str | None = None
@@ -411,8 +415,9 @@ class DeviceSpec(BaseModel):
 
         Returns:
             ``{"id", "memory_bytes" (B), "memory_bandwidth_bytes_s" (B/s), "peak_flops"
-            (precision -> FLOP/s), "tdp_w" (W), "source"}``, each divided by
-            ``devices_per_package``; unknown figures are None.
+            (precision -> FLOP/s), "tdp_w" (W), "link_bytes_s" (B/s, one direction),
+            "source"}``, each divided by ``devices_per_package`` (the link excepted);
+            unknown figures are None.
         """
         k = self.devices_per_package
         return {
@@ -421,5 +426,6 @@ class DeviceSpec(BaseModel):
             "memory_bandwidth_bytes_s": self.bandwidth_tb_s * 1e12 / k if self.bandwidth_tb_s else None,
             "peak_flops": {p: v * 1e12 / k for p, v in self.peak_tflops.items()},
             "tdp_w": self.tdp_w / k if self.tdp_w else None,
+            "link_bytes_s": self.link_bandwidth_gb_s * 1e9 if self.link_bandwidth_gb_s else None,
             "source": "; ".join(self.sources),
         }
