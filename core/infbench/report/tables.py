@@ -51,13 +51,14 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
-    """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy."""
+    """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy,
+    MBU/MFU (roofline utilisations, %)."""
     t = Table(title=title, header_style="bold", show_lines=False)
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
                       ("TTFT p50 ms", "right"), ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
                       ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
-                      ("tok/J", "right"), ("n", "right")]:
+                      ("tok/J", "right"), ("MBU %", "right"), ("MFU %", "right"), ("n", "right")]:
         t.add_column(col, justify=just, no_wrap=col in ("model",))
     for r in rows:
         s, m = r["spec"], r["metrics"] or {}
@@ -73,5 +74,6 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
                   _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),
-                  _fmt(m.get("tokens_per_j"), 1, 2), str(m.get("n_completed", "-")))
+                  _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
+                  str(m.get("n_completed", "-")))
     return t
