@@ -336,6 +336,7 @@ def run(
     slo_tpot: Annotated[float | None, typer.Option("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
     slo_e2e: Annotated[float | None, typer.Option("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the planned cells and exit.")] = False,
+    write_spec: Annotated[Path | None, typer.Option("--write-spec", help="Write the planned cells as a worker spec (for `infbench worker --spec FILE --out DIR` elsewhere, then `infbench ingest DIR`) and exit.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.detect import detect as do_detect
@@ -374,6 +375,20 @@ def run(
         for w in the_plan.warnings:
             err.print(f"[yellow]warning:[/] {w}")
         cells = the_plan.cells
+        if write_spec is not None:
+            from infbench.worker import write_spec as _write_spec
+
+            wspec = _write_spec(the_plan, write_spec, RunOptions(
+                cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
+                engine_options={k: v for k, v in {"n_threads": threads, "base_url": base_url, "api_key_env": api_key_env,
+                                                  "endpoint": endpoint, "served_model": served_model_name,
+                                                  "prompt_format": prompt_format, **parse_engine_args(engine_arg or [])
+                                                  }.items() if v is not None}))
+            if as_json:
+                _json({"spec": str(write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
+            else:
+                out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
+            return
         if dry_run:
             rows = [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in cells]
             if as_json:
@@ -509,6 +524,73 @@ def results(
         err.print(f"no results in {store.path}; run `infbench run` first")
     else:
         out.print(results_table(rows, title=f"results in {store.path}"))
+
+
+# --- worker ------------------------------------------------------------------------------
+
+@app.command()
+def worker(
+    spec: Annotated[Path, typer.Option("--spec", help="Worker spec (`infbench run --write-spec FILE` writes one).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for provenance.json, cells.jsonl and worker.db.")],
+) -> None:
+    """Run the cells of a worker spec here and write raw results and provenance to --out.
+
+    This is what a vendor image runs (`ENTRYPOINT ["infbench", "worker"]`), with --out
+    mounted from the host; a batch job on another node runs it the same way. Bring the
+    results back with `infbench ingest DIR`. Each finished cell is appended to
+    cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
+    from an infbench with another store schema is refused (exit 2).
+    """
+    from infbench.worker import run_worker
+
+    def on_event(kind: str, payload: Any) -> None:
+        # One line per event on stderr: what a host streams into its progress display.
+        if kind == "group":
+            err.print(f"infbench-worker: loading {payload.label()}")
+        elif kind == "cell_start":
+            err.print(f"infbench-worker: cell {payload.label()}")
+        elif kind == "cell_done":
+            err.print(f"infbench-worker: done {payload.cell_id} {payload.status}"
+                      + (f" {payload.error}" if payload.error else ""))
+
+    try:
+        prov = run_worker(spec, out_dir, on_event)
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] finished cells are in cells.jsonl")
+        raise typer.Exit(130) from None
+    out.print(f"worker {prov['status']}: results in {out_dir}")
+    if prov["status"] not in ("completed",):
+        raise typer.Exit(3)
+
+
+@app.command()
+def ingest(
+    out_dir: Annotated[Path, typer.Argument(help="A worker's --out folder.")],
+    store_path: Annotated[Path | None, typer.Option("--store", help="Results database.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Store a worker's results (its --out folder) as one run, with the worker's provenance.
+
+    Cell ids and spec hashes are kept as the worker computed them, so the same workload
+    run in another image or on another site compares cell by cell (`infbench compare`).
+    """
+    from infbench.worker import ingest as do_ingest
+
+    store = _open_store(store_path)
+    try:
+        res = do_ingest(out_dir, store, command=" ".join(sys.argv))
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    cells = res.pop("cells")
+    if as_json:
+        _json({**res, "cell_ids": [c.cell_id for c in cells]})
+        return
+    out.print(f"run {res['run_id']}: {res['ok']} ok, {res['failed']} failed ingested from {out_dir} "
+              f"(worker status {res['status']}" + (f"; {res['skipped_lines']} incomplete line(s) skipped" if res["skipped_lines"] else "") + ")")
 
 
 # --- report, export, compare, predict -------------------------------------------------
