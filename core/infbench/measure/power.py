@@ -405,8 +405,10 @@ class StreamSampler(PowerSampler):
             raise RuntimeError(self._error)
 
     def _pump(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
+        # A local reference: close() may drop self._proc while this thread still reads.
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        for line in proc.stdout:
             try:
                 rs = self.parse_line(line, now_ns())
             except ValueError as exc:
@@ -417,8 +419,11 @@ class StreamSampler(PowerSampler):
                 with self._lock:
                     self._buf.extend(rs)
                 self._got.set()
-        err = (self._proc.stderr.read() if self._proc.stderr else "").strip()
-        self._error = self._error or f"{self.argv[0]} exited ({self._proc.wait()}): {err[:200]}"
+        try:
+            err = (proc.stderr.read() if proc.stderr else "").strip()
+        except (OSError, ValueError):  # the pipe was closed by close()
+            err = ""
+        self._error = self._error or f"{self.argv[0]} exited ({proc.wait()}): {err[:200]}"
         self._got.set()
 
     def drain(self) -> None:
