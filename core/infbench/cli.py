@@ -890,20 +890,12 @@ def predict(
                 pr = P.predict(m, lim, gb, gi, go, gt, dtype, eff)
             except RooflineError as exc:
                 _fail(ConfigError(f"cannot predict {m.name} on {d}: {exc}"))
-            from infbench.analysis.roofline import act_bytes, weight_bytes
-
-            prec = dtype.lower() if dtype.lower() in ("fp32", "fp16", "bf16", "fp8", "int8", "int4") else None
-            from infbench.engines.base import DTYPE_ALIASES
-
-            prec = prec or DTYPE_ALIASES.get(dtype.lower(), "bf16")
-            need = (m.param_counts()["total"] * weight_bytes(dtype, prec)
-                    + gb * (gi + go) * m.kv_bytes_per_token() * act_bytes(prec) / 2) / gt
             for idx in np.ndindex(gb.shape):
                 results_.append({
                     "model": m.name, "device": d, "dtype": dtype, "batch": int(gb[idx]), "input_len": int(gi[idx]),
                     "output_len": int(go[idx]), "tp": int(gt[idx]),
                     **{k: P.finite(float(v[idx])) for k, v in pr.items()},
-                    "fits_memory": bool(need[idx] <= lim.memory_bytes) if lim.memory_bytes else None,
+                    "fits_memory": bool(pr["memory_bytes"][idx] <= lim.memory_bytes) if lim.memory_bytes else None,
                     "efficiency": eff.__dict__})
     if as_json:
         _json({"predictions": results_, "calibrations": report_cal})

@@ -59,6 +59,11 @@ def test_predict_grid_shape_and_physics():
     assert np.all(np.diff(pr["tpot_s"], axis=1) < 0)          # more devices, faster decode
     assert np.all(np.diff(pr["output_tok_s"], axis=0) > 0)     # bigger batch, more throughput
     assert np.allclose(pr["e2e_s"], pr["ttft_s"] + 127 * pr["tpot_s"])
+    # Per device: 70.6e9 bf16 weights = 141 GB (does not fit one 80 GB device) plus the KV
+    # cache, 2 x 80 layers x 8 kv heads x 128 x 2 B = 327,680 B per token; both split over tp.
+    weights = resolve("llama-3-70b").param_counts()["total"] * 2
+    assert pr["memory_bytes"][0, 0] == pytest.approx(weights + 1 * 1152 * 327_680)
+    assert pr["memory_bytes"][2, 3] == pytest.approx((weights + 64 * 1152 * 327_680) / 8)
     # tp = 1 has no all-reduce; tp = 2 pays one even where compute halves.
     one = predict(m, A100, 1, 1024, 128, 1, "bf16", Efficiency(1, 1, 0))
     two = predict(m, A100, 1, 1024, 128, 2, "bf16", Efficiency(1, 1, 0))

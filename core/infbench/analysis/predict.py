@@ -45,6 +45,7 @@ from infbench.analysis.roofline import (
     effective_batch,
     pass_time,
     prefill_ops,
+    weight_bytes,
 )
 from infbench.engines.base import DTYPE_ALIASES
 from infbench.errors import ConfigError
@@ -100,7 +101,8 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
 
     Returns:
         ``{"ttft_s", "tpot_s", "e2e_s" (s), "output_tok_s", "total_tok_s" (tokens/s),
-        "output_tok_s_per_device"}`` arrays of the broadcast shape.
+        "output_tok_s_per_device", "memory_bytes" (B per device: weights / tp + the KV
+        cache of B x (n_in + n_out) tokens / tp)}`` arrays of the broadcast shape.
 
     Raises:
         RooflineError: the device lacks a figure.
@@ -117,8 +119,11 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
             + allreduce_time(m, precision, b, 1.0, t, link) + eff.overhead_s)
     e2e = ttft + np.maximum(o - 1, 0) * tpot
     out_tps = b * o / e2e
+    # Memory each device holds: its share of the weights and of the full KV cache.
+    mem = (m.param_counts()["total"] * weight_bytes(dtype, precision)
+           + b * (i + o) * 2 * m.layers * m.kv_heads * m.head_dim * act_bytes(precision)) / t
     return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "output_tok_s": out_tps,
-            "total_tok_s": b * (i + o) / e2e, "output_tok_s_per_device": out_tps / t}
+            "total_tok_s": b * (i + o) / e2e, "output_tok_s_per_device": out_tps / t, "memory_bytes": mem}
 
 
 # -- calibration -------------------------------------------------------------------------

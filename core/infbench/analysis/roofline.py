@@ -165,7 +165,7 @@ def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any
         "attention": (4 * M * c * q, bkv * B * cr * 2 * k + bkv * M * 2 * k + ba * 2 * M * q, L),
         "o_proj": (2 * M * q * H, bw * q * H + ba * M * (q + H), L),
         "ffn": (6 * M * H * I * e, bw * 3 * H * I * touched + ba * M * (2 * H + 3 * I * e), L),
-        "lm_head": (2 * B * H * V, bw * H * V + ba * B * (H + V) + 0 * M, 1.0),
+        "lm_head": (2 * B * H * V, bw * H * V + ba * B * (H + V), 1.0),
     }
 
 
