@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -287,6 +288,13 @@ batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two o
     infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
     infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
+    infbench run --runtime docker                                  # inside the worker image
+
+**Where cells run** (`--runtime`): `auto` runs in-process on the CPU and, on vendor
+hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
+present; `docker` / `apptainer` force a container (build images with `infbench
+containers build`); `none` forces in-process. Container results are stored like
+in-process ones, with the image in the run's provenance.
 
 Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
 `--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
@@ -337,6 +345,7 @@ def run(
     slo_e2e: Annotated[float | None, typer.Option("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the planned cells and exit.")] = False,
     write_spec: Annotated[Path | None, typer.Option("--write-spec", help="Write the planned cells as a worker spec (for `infbench worker --spec FILE --out DIR` elsewhere, then `infbench ingest DIR`) and exit.")] = None,
+    runtime: Annotated[str, typer.Option("--runtime", help="auto, none (in-process), docker or apptainer (the plugin's worker image). auto: in-process on the CPU, the image on vendor hardware when a container runtime is present.")] = "auto",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.detect import detect as do_detect
@@ -400,6 +409,12 @@ def run(
                     for c in g.cells:
                         out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
             return
+        from infbench.runtimes import choose_runtime
+
+        rt = choose_runtime(runtime, dev, sweep.engines, pm)
+        if rt is not None and (power_command or power_watts is not None):
+            raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
+                              f"a worker container (--runtime {rt.name})", hint="add --runtime none")
         store = Store(store_path)
     except InfbenchError as exc:
         _fail(exc)
@@ -421,7 +436,8 @@ def run(
                       power_override=override)
     prov = provenance(det, pm)
     if not as_json:
-        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}), store {store.path}")
+        where = f", in {rt.name} worker containers" if rt is not None else ""
+        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, store {store.path}")
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
                         disable=as_json)
@@ -435,12 +451,24 @@ def run(
         elif kind in ("cell_done", "cell_skipped"):
             progress.advance(task)
             if kind == "cell_done" and payload.status != "ok":
-                progress.console.print(f"[red]failed[/] {payload.cell.label()}: {payload.error}")
+                progress.console.print(f"[red]failed[/] {payload.cell.label()}: {escape(str(payload.error))}")
+        elif kind == "note":
+            progress.console.print(f"[yellow]note:[/] {escape(payload)}")
+        elif kind == "log":
+            logging.getLogger("infbench.worker").debug("%s", payload)
 
     summary = None
     try:
         with progress, _stdout_to_stderr(as_json):
-            summary = run_plan(the_plan, store, pm, prov, opts, on_event)
+            if rt is None:
+                summary = run_plan(the_plan, store, pm, prov, opts, on_event)
+            else:
+                from infbench.runtimes.launcher import run_plan_in_containers
+
+                summary = run_plan_in_containers(the_plan, store, pm, rt, prov, opts, on_event)
+    except InfbenchError as exc:
+        _fail(exc)
+        return
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
         raise typer.Exit(130) from None
@@ -544,14 +572,18 @@ def worker(
     from infbench.worker import run_worker
 
     def on_event(kind: str, payload: Any) -> None:
-        # One line per event on stderr: what a host streams into its progress display.
+        # One plain line per event on stderr (never wrapped): what a host's launcher parses
+        # (infbench.runtimes.launcher) to move its progress display and store finished cells.
         if kind == "group":
-            err.print(f"infbench-worker: loading {payload.label()}")
+            line = f"loading {payload.label()}"
         elif kind == "cell_start":
-            err.print(f"infbench-worker: cell {payload.label()}")
+            line = f"cell {payload.spec_hash()} {payload.label()}"
         elif kind == "cell_done":
-            err.print(f"infbench-worker: done {payload.cell_id} {payload.status}"
-                      + (f" {payload.error}" if payload.error else ""))
+            line = f"done {payload.spec_hash} {payload.cell_id} {payload.status}" + (
+                f" {' '.join(str(payload.error).split())}" if payload.error else "")
+        else:
+            return
+        print(f"infbench-worker: {line}", file=sys.stderr, flush=True)
 
     try:
         prov = run_worker(spec, out_dir, on_event)
@@ -591,6 +623,123 @@ def ingest(
         return
     out.print(f"run {res['run_id']}: {res['ok']} ok, {res['failed']} failed ingested from {out_dir} "
               f"(worker status {res['status']}" + (f"; {res['skipped_lines']} incomplete line(s) skipped" if res["skipped_lines"] else "") + ")")
+
+
+# --- containers ------------------------------------------------------------------------
+containers_app = typer.Typer(
+    help="Worker images: build the vendor plugins' images (`containers/cpu/Dockerfile.*`, "
+         "`plugins/<vendor>/docker/Dockerfile.*`) and list what is built. `infbench run --runtime docker` "
+         "runs cells in them.", no_args_is_help=True, rich_markup_mode="markdown")
+app.add_typer(containers_app, name="containers")
+
+
+def _build_args(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise ConfigError(f"--build-arg {it!r} is not KEY=VALUE", hint="e.g. --build-arg BASE_IMAGE=python:3.11-slim")
+        out[k] = v
+    return out
+
+
+@containers_app.command("build")
+def containers_build(
+    vendor: Annotated[list[str] | None, typer.Option("--vendor", help="Only these vendors (cpu, nvidia, amd, intel, habana). Repeat or comma list. Default: all.")] = None,
+    image: Annotated[list[str] | None, typer.Option("--image", help="Only these recipes by Dockerfile suffix (vllm, trtllm, llamacpp).")] = None,
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="KEY=VALUE for the Dockerfile (BASE_IMAGE, ENGINE_VERSION, PIP_ARGS...). Repeat for more.")] = None,
+    network: Annotated[str | None, typer.Option("--network", help="Network of the RUN steps: none (offline builds), host, or the engine's default.")] = None,
+    context: Annotated[Path | None, typer.Option("--context", help="The infbench source tree (default: the checkout infbench runs from).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Build worker images with the docker SDK, tagged infbench/<vendor>-<name>:<infbench version>
+    and :<infbench version>-<engine><engine version>.
+
+    A recipe whose base image cannot be pulled fails with the reason and the others go on
+    (exit 1 if any failed). Offline hosts: build the base locally and pass it, e.g.
+    `bash containers/cpu/prepare-offline.sh` then `infbench containers build --vendor cpu
+    --build-arg BASE_IMAGE=infbench/debian-python:bookworm --build-arg PIP_ARGS=--no-index --network none`.
+    """
+    from infbench.runtimes import images as im
+
+    try:
+        root = im.source_root(context)
+        args = _build_args(build_arg or [])
+        recipes = im.find_recipes(root)
+        vendors = _split(vendor, "--vendor")
+        names = _split(image, "--image")
+        chosen = [r for r in recipes if (not vendors or r.vendor in vendors) and (not names or r.name in names)]
+        if not chosen:
+            raise ConfigError(f"no image recipe matches vendor={vendors} image={names}",
+                              hint="known: " + ", ".join(f"{r.vendor}/{r.name}" for r in recipes))
+        im._client()
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    results = []
+    for r in chosen:
+        status = err.status(f"building {r.repository} from {r.dockerfile}") if not as_json else contextlib.nullcontext()
+        t0 = time.perf_counter()
+        with status as st:
+            def line(ln: str, st=st, r=r) -> None:
+                logging.getLogger("infbench.build").debug("%s", ln)
+                if st is not None:
+                    st.update(f"building {r.repository}: {escape(ln[:100])}")
+            try:
+                tags = im.build(r, root, args, network, line)
+                results.append({"recipe": f"{r.vendor}/{r.name}", "dockerfile": r.dockerfile, "ok": True, "tags": tags,
+                                "seconds": round(time.perf_counter() - t0, 1)})
+            except InfbenchError as exc:
+                results.append({"recipe": f"{r.vendor}/{r.name}", "dockerfile": r.dockerfile, "ok": False,
+                                "error": exc.message, "hint": exc.hint})
+        if not as_json:
+            res = results[-1]
+            if res["ok"]:
+                out.print(f"[green]built[/] {', '.join(res['tags'])} ({res['seconds']} s)")
+            else:
+                out.print(f"[red]failed[/] {res['recipe']} ({r.dockerfile}): {escape(res['error'])}")
+    if as_json:
+        _json({"context": str(root), "results": results})
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
+@containers_app.command("list")
+def containers_list(
+    context: Annotated[Path | None, typer.Option("--context", help="The infbench source tree, for the recipes.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show the image recipes and the infbench images built on this Docker engine
+    (engine and its version, infbench version, store schema: images with another schema
+    are refused by `infbench run` until rebuilt)."""
+    from infbench.runtimes import images as im
+
+    try:
+        built = im.list_images()
+    except InfbenchError as exc:
+        _fail(exc)
+        return
+    try:
+        recipes = im.find_recipes(im.source_root(context))
+    except ConfigError:
+        recipes = []
+    tags = {t for b in built for t in b["tags"]}
+    missing = [{"recipe": f"{r.vendor}/{r.name}", "dockerfile": r.dockerfile, "image": r.tags()[0]}
+               for r in recipes if r.tags()[0] not in tags]
+    if as_json:
+        _json({"images": built, "not_built": missing})
+        return
+    t = Table(title="infbench worker images")
+    for col in ("image", "vendor", "engine", "infbench", "schema", "size", "base"):
+        t.add_column(col)
+    for b in built:
+        schema = b["schema_version"] if b["compatible"] else f"[red]{b['schema_version']} (rebuild)[/]"
+        t.add_row("\n".join(b["tags"]) or b["id"], b["vendor"], f"{b['engine']} {b['engine_version']}".strip(),
+                  b["infbench_version"], schema, f"{(b['size_bytes'] or 0) / 2**20:,.0f} MiB", b["base_image"] or "")
+    out.print(t)
+    for m in missing:
+        out.print(f"[dim]not built: {m['image']} ({m['dockerfile']}): `infbench containers build --vendor "
+                  f"{m['recipe'].split('/')[0]} --image {m['recipe'].split('/')[1]}`[/]")
 
 
 # --- report, export, compare, predict -------------------------------------------------

@@ -104,6 +104,12 @@ class Store:
                             (run_id, time.time(), None, "running", command, json.dumps(provenance, default=str)))
         return run_id
 
+    def update_provenance(self, run_id: str, provenance: dict[str, Any]) -> None:
+        """Replace a run's provenance (a container run learns the worker's once it starts)."""
+        with self.db:
+            self.db.execute("UPDATE runs SET provenance=? WHERE run_id=?",
+                            (json.dumps(provenance, default=str), run_id))
+
     def finish_run(self, run_id: str, status: str) -> None:
         """Mark a run ``completed``, ``failed`` or ``interrupted``."""
         with self.db:

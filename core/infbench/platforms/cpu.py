@@ -244,3 +244,22 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
     if device.vendor != "cpu":
         return None
     return rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT))
+
+
+#: Engines the core's CPU worker image (``containers/cpu/Dockerfile.llamacpp``) carries.
+CPU_IMAGE_ENGINES = ("llama.cpp", "llama.cpp-server")
+
+
+@hookimpl
+def infbench_container_spec(device: DeviceInfo, engine: str) -> dict | None:
+    """The CPU worker image ``infbench/cpu-llamacpp:<version>`` for the llama.cpp engines.
+
+    No devices are passed: the CPU is visible in every container. The Docker default
+    /dev/shm (64 MiB) is raised to 1 GiB for engines that share memory between processes.
+    """
+    if device.vendor != "cpu" or engine not in CPU_IMAGE_ENGINES:
+        return None
+    from infbench import __version__
+
+    return {"image": f"infbench/cpu-llamacpp:{__version__}", "shm_size": "1g"}
+

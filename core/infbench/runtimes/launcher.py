@@ -1,0 +1,309 @@
+"""Run a plan's cells in worker containers and store them as one ordinary run.
+
+For each run of consecutive groups that share an image (the plugin's
+:func:`~infbench.hookspecs.infbench_container_spec` for the group's engine), the launcher
+
+1. writes a worker spec of the cells not yet stored ok into a job folder
+   (``$INFBENCH_HOME/jobs/<run>-<n>/``),
+2. starts the worker (:class:`~infbench.runtimes.docker_runtime.DockerRuntime` or
+   :class:`~infbench.runtimes.apptainer.ApptainerRuntime`) and reads its log: each
+   ``infbench-worker: ...`` line moves the progress display, and at each ``done`` line
+   the cell just appended to ``out/cells.jsonl`` is stored at once in the host's store,
+3. if the worker dies mid-cell (killed, out of memory, crashed, or silent for longer
+   than the stall limit), stores that cell as failed with the exit status and the last
+   log lines, and starts a fresh worker for the cells after it: the sweep goes on.
+
+The container is removed after every attempt, including timeouts and Ctrl-C. The run's
+provenance is the worker's (libraries of the image, devices it saw) plus ``container``
+(runtime, image, image id and labels) and ``launcher`` (the host's provenance), so
+container runs and in-process runs have the same form and compare cell by cell.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from infbench.errors import ConfigError
+from infbench.plan import Group, Plan
+from infbench.run import Event, RunOptions, RunSummary
+from infbench.schema import Cell, CellResult
+from infbench.store import Store, default_home
+
+PREFIX = "infbench-worker: "
+#: Seconds of silence (no worker event) allowed on top of the cell timeout before the
+#: worker is killed; covers loading a model.
+STALL_GRACE_S = 600.0
+#: Stall limit when no cell timeout is set.
+DEFAULT_STALL_S = 3600.0
+
+
+def container_spec(pm: Any, device: Any, engine: str) -> dict[str, Any]:
+    """The plugin's container spec for ``engine`` on ``device``.
+
+    Raises:
+        ConfigError: no plugin provides an image for this engine on this device.
+    """
+    spec = pm.hook.infbench_container_spec(device=device, engine=engine)
+    if not spec or not spec.get("image"):
+        raise ConfigError(f"no worker image for engine {engine} on {device.vendor} ({device.model})",
+                          hint="run it in-process with --runtime none, or use an engine the plugin's images carry "
+                               "(`infbench containers list`)")
+    return dict(spec)
+
+
+def _local_paths(cells: list[Cell]) -> list[str]:
+    """Models and datasets given as host paths (mounted read-only into the worker)."""
+    paths = set()
+    for c in cells:
+        if Path(c.model).exists():
+            paths.add(str(Path(c.model).resolve()))
+        if c.dataset is not None and Path(c.dataset.path).exists():
+            paths.add(str(Path(c.dataset.path).resolve()))
+    return sorted(paths)
+
+
+class _CellsTail:
+    """Reads the complete lines appended to a worker's ``cells.jsonl`` since the last read."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+
+    def read(self) -> list[CellResult]:
+        if not self.path.is_file():
+            return []
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for line in data[:end].splitlines():
+            if line.strip():
+                try:
+                    out.append(CellResult.model_validate_json(line))
+                except ValueError:
+                    pass
+        return out
+
+
+def _batches(plan: Plan, pm: Any) -> list[tuple[dict[str, Any], list[Group]]]:
+    out: list[tuple[dict[str, Any], list[Group]]] = []
+    for g in plan.groups:
+        spec = container_spec(pm, plan.device, g.engine)
+        if out and out[-1][0] == spec:
+            out[-1][1].append(g)
+        else:
+            out.append((spec, [g]))
+    return out
+
+
+def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host_provenance: dict[str, Any],
+                           opts: RunOptions | None = None, on_event: Event | None = None,
+                           job_root: Path | None = None) -> RunSummary:
+    """Run ``plan`` in worker containers (see the module doc); same contract as
+    :func:`infbench.run.run_plan`.
+
+    Args:
+        plan: the cells and their device (as planned on the host).
+        store: the host's store; every cell is saved as soon as the worker finishes it.
+        pm: the plugin manager (container specs).
+        runtime: a :class:`~infbench.runtimes.docker_runtime.DockerRuntime` or
+            :class:`~infbench.runtimes.apptainer.ApptainerRuntime`.
+        host_provenance: the host's provenance (kept under ``launcher``).
+        opts: run options (``force``, ``cell_timeout_s`` also sets the stall limit).
+        on_event: as :func:`~infbench.run.run_plan`'s (``group``, ``cell_start``,
+            ``cell_done``, ``cell_skipped``), plus ``note`` (str: warnings such as a
+            privileged container) and ``log`` (str: a worker log line that is not an event).
+        job_root: where job folders go (default ``$INFBENCH_HOME/jobs``).
+
+    Returns:
+        The :class:`~infbench.run.RunSummary` (``status`` completed,
+        completed_with_failures or interrupted).
+
+    Raises:
+        ConfigError: no image for an engine (before anything runs), image not built.
+        VersionSkew: an image holds another store schema.
+        KeyboardInterrupt: after killing and removing the container and marking the run
+            interrupted; finished cells are stored.
+    """
+    opts = opts or RunOptions()
+    emit = on_event or (lambda kind, payload: None)
+    device = plan.device
+    batches = _batches(plan, pm)
+    for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
+        runtime.check_image(spec["image"])
+    run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(sys.argv))
+    summary = RunSummary(run_id)
+    done = set() if opts.force else store.finished_cell_ids()
+    root = Path(job_root or default_home() / "jobs")
+    cache = default_home() / "cache"
+    home = default_home() / "worker-home"
+    stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
+    provenance_set = False
+    attempt = 0
+    try:
+        for spec, groups in batches:
+            remaining: list[Cell] = []
+            for g in groups:
+                for c in g.cells:
+                    if c.cell_id(device) in done:
+                        summary.skipped.append(c)
+                        emit("cell_skipped", c)
+                    else:
+                        remaining.append(c)
+            by_hash = {c.spec_hash(): c for c in remaining}
+            group_of = {g.label(): g for g in groups}
+            while remaining:
+                attempt += 1
+                job = root / f"{run_id}-{attempt}"
+                _write_job(plan, remaining, opts, job)
+                res = _attempt(runtime, spec, job, home, cache, f"infbench-{run_id}-{attempt}", remaining, stall_s,
+                               by_hash, group_of, store, run_id, summary, emit)
+                if not provenance_set and res["provenance"]:
+                    store.update_provenance(run_id, {**res["provenance"], "container": res["description"],
+                                                     "launcher": host_provenance, "runtime": runtime.name})
+                    provenance_set = True
+                finished = res["finished"]
+                remaining = [c for c in remaining if c.spec_hash() not in finished]
+                if not remaining:
+                    break
+                victim = by_hash.get(res["running"] or "") or remaining[0]
+                if res["exit_code"] == 2 and not finished:
+                    # The worker refused the spec (no device, bad spec): every attempt would.
+                    victims, why = list(remaining), "the worker refused the job"
+                else:
+                    victims, why = [victim], res["reason"]
+                tail = " | ".join(res["tail"][-5:])
+                for c in victims:
+                    r = CellResult(cell_id=c.cell_id(device), spec_hash=c.spec_hash(), cell=c, device=device,
+                                   status="failed", engine={"name": c.engine},
+                                   error=f"worker {why} (exit status {res['exit_code']}) during this cell; "
+                                         f"last log lines: {tail}",
+                                   started_at=res["started_at"], finished_at=time.time())
+                    store.save_cell(run_id, r)
+                    summary.failed.append(r)
+                    emit("cell_done", r)
+                remaining = [c for c in remaining if c not in victims]
+        summary.status = "completed" if not summary.failed else "completed_with_failures"
+    except KeyboardInterrupt:
+        summary.status = "interrupted"
+        raise
+    finally:
+        if summary.status == "running":
+            summary.status = "failed"
+        store.finish_run(run_id, summary.status)
+    return summary
+
+
+def _write_job(plan: Plan, cells: list[Cell], opts: RunOptions, job: Path) -> None:
+    from infbench.plan import Plan as _Plan
+    from infbench.worker import write_spec
+
+    groups: dict[tuple, Group] = {}
+    for g in plan.groups:
+        for c in g.cells:
+            if c in cells:
+                new = Group(g.model, g.engine, g.dtype, g.tensor_parallel_size)
+                groups.setdefault(c.group_key(), new).cells.append(c)
+    write_spec(_Plan(device=plan.device, groups=list(groups.values())), job / "spec.json", opts)
+
+
+def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: Path, name: str, cells: list[Cell],
+             stall_s: float, by_hash: dict[str, Cell], group_of: dict[str, Group], store: Store, run_id: str,
+             summary: RunSummary, emit: Event) -> dict[str, Any]:
+    """One worker: start it, follow its log, store cells as they finish, remove it."""
+    import json
+
+    started_at = time.time()
+    mounts = _local_paths(cells)
+    handle = runtime.start(spec, job, home, cache, name, extra_mounts=mounts)
+    for n in handle.notes:
+        emit("note", n)
+    tail_cells = _CellsTail(job / "out" / "cells.jsonl")
+    finished: set[str] = set()
+    running: str | None = None
+    log_tail: collections.deque[str] = collections.deque(maxlen=40)
+    stalled = threading.Event()
+    timer: list[threading.Timer] = []
+
+    def arm() -> None:
+        if timer:
+            timer[0].cancel()
+            timer.clear()
+
+        def fire() -> None:
+            stalled.set()
+            handle.kill()
+
+        t = threading.Timer(stall_s, fire)
+        t.daemon = True
+        t.start()
+        timer.append(t)
+
+    def take() -> None:
+        for r in tail_cells.read():
+            if r.spec_hash in finished:
+                continue
+            finished.add(r.spec_hash)
+            store.save_cell(run_id, r)
+            (summary.ok if r.status == "ok" else summary.failed).append(r)
+            emit("cell_done", r)
+
+    exit_code = None
+    try:
+        arm()
+        with (job / "worker.log").open("a") as log:
+            for line in handle.lines():
+                log.write(line + "\n")
+                log.flush()
+                if not line.startswith(PREFIX):
+                    log_tail.append(line)
+                    emit("log", line)
+                    continue
+                arm()
+                kind, _, rest = line[len(PREFIX):].partition(" ")
+                if kind == "loading" and rest in group_of:
+                    emit("group", group_of[rest])
+                elif kind == "cell":
+                    running = rest.split(" ", 1)[0]
+                    if running in by_hash:
+                        emit("cell_start", by_hash[running])
+                elif kind == "done":
+                    take()
+                    running = None
+                else:
+                    log_tail.append(line)
+        exit_code = handle.wait()
+        take()
+    except KeyboardInterrupt:
+        handle.kill()
+        take()
+        raise
+    finally:
+        if timer:
+            timer[0].cancel()
+        handle.cleanup()
+    prov = None
+    try:
+        prov = json.loads((job / "out" / "provenance.json").read_text()).get("provenance")
+    except (OSError, ValueError):
+        pass
+    if stalled.is_set():
+        reason = (f"reported nothing for {stall_s:.0f} s and was killed "
+                  f"(stall limit: --cell-timeout + {STALL_GRACE_S:.0f} s)")
+    elif exit_code == 137:
+        reason = "was killed (SIGKILL: out of memory, `docker kill`, or the OOM killer)"
+    elif exit_code is None:
+        reason = "vanished (its exit status could not be read)"
+    else:
+        reason = f"exited with status {exit_code}"
+    return {"finished": finished, "running": running, "exit_code": exit_code, "reason": reason,
+            "tail": list(log_tail), "provenance": prov, "description": handle.description,
+            "started_at": started_at}
