@@ -12,6 +12,14 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver
 fi
+# A Docker engine for the worker-container tests (Debian's docker.io; started without a
+# bridge network) and debootstrap, which builds the CPU worker image's Debian base offline.
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends docker.io debootstrap
+fi
+bash scripts/dockerd.sh
 # PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"

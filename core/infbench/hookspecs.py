@@ -19,7 +19,10 @@ The contract is versioned by :data:`CONTRACT_VERSION`; a minor version may add h
 (every hook is optional to implement) or optional keyword arguments, never remove one.
 
 History: 1.0 first release; 1.1 adds ``infbench_device_catalog``; 1.2 adds the optional
-``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``.
+``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``;
+1.3 adds the optional ``apptainer_options`` key of ``infbench_container_spec`` and the image
+recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGINE`` and
+``ARG ENGINE_VERSION``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.2"
+CONTRACT_VERSION = "1.3"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -133,6 +136,14 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
     Returns:
         A dict with ``image`` and any of ``device_requests``, ``devices``, ``runtime``,
         ``environment``, ``ipc_mode``, ``shm_size``, ``ulimits``, ``cap_add``,
-        ``group_add``, ``security_opt``, ``privileged`` (keyword arguments of
-        ``docker.containers.run``), or ``None`` if this plugin does not own ``device``.
+        ``group_add``, ``security_opt``, ``privileged``, ``network_mode``, ``user``
+        (keyword arguments of ``docker.containers.run``), and optionally
+        ``apptainer_options`` (extra ``apptainer exec`` options, e.g. device binds, used
+        only by ``--runtime apptainer``; since contract 1.3), or ``None`` if this plugin
+        does not own ``device`` or has no image for ``engine``. The image must be built
+        from a recipe ``plugins/<vendor>/docker/Dockerfile.<name>`` and named
+        ``infbench/<vendor>-<name>:<version>`` (``infbench containers build``); its
+        ENTRYPOINT runs ``infbench worker``. The launcher adds the job and cache mounts,
+        the host user, ``network_mode="none"`` unless given, and never ``privileged``
+        unless given (then the user is told).
     """

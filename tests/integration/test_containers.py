@@ -22,7 +22,6 @@ import pytest
 
 from infbench import SCHEMA_VERSION, __version__
 from infbench.runtimes.docker_runtime import docker_available
-
 from tests.integration.test_cli import check_cells, infbench
 
 pytestmark = pytest.mark.integration
@@ -188,7 +187,8 @@ def test_engine_without_image_and_skewed_image_are_refused(cpu_image, docker_cli
     from infbench.worker import VersionSkew
 
     df = f"FROM {IMAGE}\nLABEL org.infbench.schema_version={SCHEMA_VERSION + 1}\n"
-    docker_client.images.build(fileobj=io.BytesIO(df.encode()), tag="infbench/skew-test:1", network_mode="none", rm=True)
+    docker_client.images.build(fileobj=io.BytesIO(df.encode()), tag="infbench/skew-test:1", network_mode="none",
+                               rm=True)
     try:
         with pytest.raises(VersionSkew, match=f"store schema {SCHEMA_VERSION + 1}"):
             DockerRuntime().check_image("infbench/skew-test:1")

@@ -12,6 +12,9 @@ The plugin's Docker container spec is translated by :func:`apptainer_args`:
 * other ``devices`` (``/dev/dri`` for Intel GPUs, ``/dev/accel`` for Gaudi) are bound in
   with ``--bind`` (Apptainer shares the host's ``/dev`` unless ``--contain``; the binds
   make the need explicit and survive ``--contain`` site defaults);
+* ``apptainer_options`` (a plugin's own list, ignored by Docker) is passed as is: the
+  Gaudi plugin binds ``/dev/accel`` there, since Docker's ``runtime="habana"`` has no
+  Apptainer counterpart;
 * ``environment`` becomes ``--env``; ``ipc_mode=host`` and ``/dev/shm`` are Apptainer's
   defaults;
 * ``ulimits``, ``cap_add`` and ``privileged`` have no unprivileged equivalent: they are
@@ -81,6 +84,7 @@ def apptainer_args(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
     for d in devs:
         if d not in ("/dev/kfd",) and not (d.startswith("/dev/dri") and "--rocm" in opts):
             opts += ["--bind", d]
+    opts += [str(o) for o in spec.get("apptainer_options") or []]   # the plugin's own, e.g. Gaudi's /dev/accel
     for k, v in (spec.get("environment") or {}).items():
         opts += ["--env", f"{k}={v}"]
     if spec.get("ulimits"):

@@ -163,6 +163,7 @@ class DockerRuntime:
         """
         kw = dict(spec)
         image = kw.pop("image")
+        kw.pop("apptainer_options", None)
         info = self.check_image(image)
         env = {**(kw.pop("environment", None) or {}), "INFBENCH_HOME": HOME, "HOME": HOME, "PYTHONUNBUFFERED": "1"}
         for d in (job_dir, home_dir / "cache", cache_dir):

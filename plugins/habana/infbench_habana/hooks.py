@@ -88,4 +88,6 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
     if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
         return None
     return {"image": IMAGE, "runtime": "habana", "cap_add": ["SYS_NICE"], "ipc_mode": "host", "shm_size": "16g",
-            "environment": {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"}}
+            "environment": {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
+            # --runtime apptainer: the Gaudi device nodes (habanalabs driver: /dev/accel/accel*)
+            "apptainer_options": ["--bind", "/dev/accel"]}

@@ -1,0 +1,122 @@
+"""Runtime choice, image recipes, Apptainer translation and the launcher's cells.jsonl tail
+(no Docker engine needed; tests/integration/test_containers.py runs the real one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infbench import __version__
+from infbench.errors import ConfigError
+from infbench.runtimes import choose_runtime
+from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_args, sif_name
+from infbench.runtimes.images import find_recipes, source_root
+from infbench.runtimes.launcher import _CellsTail
+from infbench.schema import DeviceInfo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dev(vendor: str, kind: str = "gpu") -> DeviceInfo:
+    return DeviceInfo(vendor=vendor, kind=kind, model=f"{vendor}-model")
+
+
+def test_recipes_match_the_images_the_plugins_name(pm):
+    """Every image a container spec names is built by exactly one recipe, and vice versa."""
+    recipes = {r.tags()[0]: r for r in find_recipes(source_root(ROOT))}
+    assert {f"{r.vendor}/{r.name}" for r in recipes.values()} == {
+        "cpu/llamacpp", "nvidia/vllm", "nvidia/trtllm", "amd/vllm", "intel/vllm", "habana/vllm"}
+    named = set()
+    for vendor, engines in {"cpu": ["llama.cpp", "llama.cpp-server"], "nvidia": ["vllm", "vllm-server", "trtllm-serve"],
+                            "amd": ["vllm", "vllm-server"], "intel": ["vllm"], "habana": ["vllm-server"]}.items():
+        for e in engines:
+            spec = pm.hook.infbench_container_spec(device=dev(vendor, "cpu" if vendor == "cpu" else "gpu"), engine=e)
+            assert spec and spec["image"].endswith(f":{__version__}"), (vendor, e)
+            named.add(spec["image"])
+    assert named == set(recipes)
+    nv = recipes[f"infbench/nvidia-vllm:{__version__}"]
+    assert nv.args["ENGINE_VERSION"] == "0.11.0" and nv.tags()[1] == f"infbench/nvidia-vllm:{__version__}-vllm0.11.0"
+    # a build arg overrides the Dockerfile's default in tags and labels; odd characters are made tag-safe
+    assert nv.tags({"ENGINE_VERSION": "0.12.0+cu129"})[1].endswith("-vllm0.12.0_cu129")
+    assert nv.labels({"ENGINE_VERSION": "0.12.0"})["org.infbench.engine.version"] == "0.12.0"
+
+
+def test_no_image_for_cpu_transformers(pm):
+    assert pm.hook.infbench_container_spec(device=dev("cpu", "cpu"), engine="transformers") is None
+
+
+def test_source_root_refuses_other_folders(tmp_path):
+    with pytest.raises(ConfigError, match="not an infbench source tree"):
+        source_root(tmp_path)
+
+
+def test_choose_runtime(pm, monkeypatch):
+    assert choose_runtime("none", dev("nvidia"), ["vllm"], pm) is None
+    assert choose_runtime("auto", dev("cpu", "cpu"), ["llama.cpp"], pm) is None        # in-process on the CPU
+    assert choose_runtime("auto", dev("remote", "remote"), ["openai"], pm) is None
+    with pytest.raises(ConfigError, match="unknown runtime"):
+        choose_runtime("podman", dev("cpu", "cpu"), [], pm)
+    # vendor hardware, but no container runtime here: in-process
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert choose_runtime("auto", dev("nvidia"), ["vllm"], pm) is None
+    with pytest.raises(ConfigError, match="no Docker engine reachable"):
+        choose_runtime("docker", dev("cpu", "cpu"), ["llama.cpp"], pm)
+    with pytest.raises(ConfigError, match="apptainer"):
+        choose_runtime("apptainer", dev("cpu", "cpu"), ["llama.cpp"], pm)
+
+
+def test_apptainer_translation_per_vendor(pm):
+    nv, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("nvidia"), engine="trtllm-serve"))
+    assert nv[0] == "--nv" and "--rocm" not in nv and "NVIDIA_VISIBLE_DEVICES=all" in nv
+    assert any("ulimits" in n for n in notes)                     # TensorRT-LLM's memlock/stack
+    amd, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("amd"), engine="vllm"))
+    assert amd == ["--rocm"]                                      # /dev/kfd + /dev/dri: --rocm covers both
+    intel, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("intel"), engine="vllm"))
+    assert intel == ["--bind", "/dev/dri"]
+    gaudi, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("habana"), engine="vllm"))
+    assert gaudi[:2] == ["--bind", "/dev/accel"] and "HABANA_VISIBLE_DEVICES=all" in gaudi
+    assert any("privileges" in n for n in notes)                  # cap_add SYS_NICE is not granted
+    cpu, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("cpu", "cpu"), engine="llama.cpp"))
+    assert cpu == [] and notes == []
+
+
+def test_apptainer_command_line(pm, tmp_path, monkeypatch):
+    binary = tmp_path / "bin" / "apptainer"
+    binary.parent.mkdir()
+    binary.write_text("#!/bin/sh\nexit 0\n")
+    binary.chmod(0o755)
+    monkeypatch.setenv("PATH", str(binary.parent))
+    monkeypatch.setenv("INFBENCH_SIF_DIR", str(tmp_path / "sif"))
+    rt = ApptainerRuntime()
+    spec = pm.hook.infbench_container_spec(device=dev("nvidia"), engine="vllm")
+    with pytest.raises(ConfigError, match="apptainer build .*docker-daemon://infbench/nvidia-vllm"):
+        rt.check_image(spec["image"])
+    sif = tmp_path / "sif" / sif_name(spec["image"])
+    sif.parent.mkdir()
+    sif.write_bytes(b"")
+    cmd, _ = rt.command(spec, tmp_path / "job", tmp_path / "home", tmp_path / "cache", [str(tmp_path)])
+    assert cmd[:4] == [str(binary), "exec", "--cleanenv", "--nv"]
+    assert f"{tmp_path / 'job'}:/job" in cmd and f"{tmp_path / 'cache'}:/job/home/cache" in cmd
+    assert f"{tmp_path}:{tmp_path}:ro" in cmd and "INFBENCH_HOME=/job/home" in cmd
+    assert cmd[cmd.index(str(sif)) + 1:] == ["infbench", "worker", "--spec", "/job/spec.json", "--out", "/job/out"]
+
+
+def test_cells_tail_waits_for_complete_lines(tmp_path):
+    from infbench.schema import Cell, CellResult
+
+    c = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=2)
+    d = dev("cpu", "cpu")
+    r = CellResult(cell_id=c.cell_id(d), spec_hash=c.spec_hash(), cell=c, device=d, status="ok",
+                   started_at=1.0, finished_at=2.0)
+    path = tmp_path / "cells.jsonl"
+    tail = _CellsTail(path)
+    assert tail.read() == []                                      # no file yet
+    line = r.model_dump_json()
+    path.write_text(line[:40])                                    # being written
+    assert tail.read() == []
+    path.write_text(line + "\n" + line[:10])
+    got = tail.read()
+    assert [x.spec_hash for x in got] == [c.spec_hash()]
+    assert tail.read() == []                                      # consumed once; the partial line waits
