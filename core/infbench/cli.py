@@ -411,7 +411,10 @@ def run(
             return
         from infbench.runtimes import choose_runtime
 
-        rt = choose_runtime(runtime, dev, sweep.engines, pm)
+        rt_notes: list[str] = []
+        rt = choose_runtime(runtime, dev, sweep.engines, pm, rt_notes)
+        for n in rt_notes:
+            err.print(f"[yellow]note:[/] {escape(n)}")
         if rt is not None and (power_command or power_watts is not None):
             raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
                               f"a worker container (--runtime {rt.name})", hint="add --runtime none")
