@@ -203,3 +203,15 @@ def test_vendor_images_fail_clearly_without_their_registry(docker_client):
     assert p.returncode == 1
     res = json.loads(p.stdout)["results"]
     assert res[0]["ok"] is False and "vllm/vllm-openai" in res[0]["error"]
+
+
+def test_auto_runtime_on_vendor_hardware_without_its_image_runs_in_process(docker_client, pm):
+    """A Docker engine answers but the NVIDIA image is not built: `auto` says so and runs in-process."""
+    from infbench.runtimes import choose_runtime
+    from infbench.schema import DeviceInfo
+
+    notes: list[str] = []
+    gpu = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
+    assert choose_runtime("auto", gpu, ["vllm"], pm, notes) is None
+    assert len(notes) == 1 and f"infbench/nvidia-vllm:{__version__} is not built" in notes[0]
+    assert "infbench containers build" in notes[0]
