@@ -204,6 +204,22 @@ class RunSummary:
 Event = Callable[[str, Any], None]
 
 
+def unmeasured_failure(cell: Cell, device: DeviceInfo, error: str, started_at: float | None = None) -> CellResult:
+    """A failed result for a cell that produced no measurement (its engine did not start,
+    its worker died): status ``failed``, ``error`` as given, no records.
+
+    Args:
+        cell: the cell.
+        device: the device group it was planned on (its ``cell_id`` uses it).
+        error: what went wrong, for the user.
+        started_at: UNIX time (s) the attempt began; default now.
+    """
+    now = time.time()
+    return CellResult(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
+                      status="failed", error=error, engine={"name": cell.engine},
+                      started_at=started_at or now, finished_at=now)
+
+
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
                  opts: RunOptions) -> CellResult:
     """Warm up, run the timed part with power sampling, derive metrics. Never raises
@@ -339,9 +355,7 @@ def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str,
             except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
                 err = f"engine start failed: {describe_error(exc)}"
                 for c in todo:
-                    r = CellResult(cell_id=c.cell_id(device), spec_hash=c.spec_hash(), cell=c, device=device,
-                                   status="failed", error=err, engine={"name": group.engine},
-                                   started_at=time.time(), finished_at=time.time())
+                    r = unmeasured_failure(c, device, err)
                     store.save_cell(run_id, r)
                     summary.failed.append(r)
                     emit("cell_done", r)

@@ -30,7 +30,7 @@ from typing import Any
 
 from infbench.errors import ConfigError
 from infbench.plan import Group, Plan
-from infbench.run import Event, RunOptions, RunSummary
+from infbench.run import Event, RunOptions, RunSummary, unmeasured_failure
 from infbench.schema import Cell, CellResult
 from infbench.store import Store, default_home
 
@@ -182,11 +182,8 @@ def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host
                     victims, why = [victim], res["reason"]
                 tail = " | ".join(res["tail"][-5:])
                 for c in victims:
-                    r = CellResult(cell_id=c.cell_id(device), spec_hash=c.spec_hash(), cell=c, device=device,
-                                   status="failed", engine={"name": c.engine},
-                                   error=f"worker {why} (exit status {res['exit_code']}) during this cell; "
-                                         f"last log lines: {tail}",
-                                   started_at=res["started_at"], finished_at=time.time())
+                    r = unmeasured_failure(c, device, f"worker {why} (exit status {res['exit_code']}) during this "
+                                                      f"cell; last log lines: {tail}", res["started_at"])
                     store.save_cell(run_id, r)
                     summary.failed.append(r)
                     emit("cell_done", r)
