@@ -675,7 +675,7 @@ def containers_build(
         if not chosen:
             raise ConfigError(f"no image recipe matches vendor={vendors} image={names}",
                               hint="known: " + ", ".join(f"{r.vendor}/{r.name}" for r in recipes))
-        im._client()
+        im.docker_client()  # a Docker engine answers, before any build
     except InfbenchError as exc:
         _fail(exc)
         return

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata as md
 import platform
 import socket
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,44 +335,34 @@ def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str,
     done = set() if opts.force else store.finished_cell_ids()
     sampler = opts.power_override or power_sampler(pm, device)
     limits, limits_reason = device_roofline_limits(pm, device)
+    with finishing(store, summary):
+        try:
+            _run_groups(plan, store, pm, opts, emit, summary, done, sampler, limits, limits_reason)
+        finally:
+            sampler.close()
+    return summary
+
+
+def pending_cells(cells: list[Cell], device: DeviceInfo, done: set[str], summary: RunSummary,
+                  emit: Event) -> list[Cell]:
+    """The cells not in ``done`` (cell ids stored ok); the others are added to
+    ``summary.skipped`` and announced as ``cell_skipped``."""
+    todo = []
+    for c in cells:
+        if c.cell_id(device) in done:
+            summary.skipped.append(c)
+            emit("cell_skipped", c)
+        else:
+            todo.append(c)
+    return todo
+
+
+@contextlib.contextmanager
+def finishing(store: Store, summary: RunSummary) -> Iterator[None]:
+    """Around a run's body: set ``summary.status`` (completed, completed_with_failures,
+    interrupted on Ctrl-C, failed on any other exception) and record it in ``store``."""
     try:
-        for group in plan.groups:
-            todo = []
-            for c in group.cells:
-                if c.cell_id(device) in done:
-                    summary.skipped.append(c)
-                    emit("cell_skipped", c)
-                else:
-                    todo.append(c)
-            if not todo:
-                continue
-            emit("group", group)
-            engine: Engine | None = None
-            try:
-                engine = launch(pm, group.engine, device, opts.engine_options)
-                engine.start(group)
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
-                err = f"engine start failed: {describe_error(exc)}"
-                for c in todo:
-                    r = unmeasured_failure(c, device, err)
-                    store.save_cell(run_id, r)
-                    summary.failed.append(r)
-                    emit("cell_done", r)
-                if engine is not None:
-                    engine.stop()
-                continue
-            try:
-                for c in todo:
-                    emit("cell_start", c)
-                    r = measure_cell(engine, group, c, device, sampler, opts)
-                    add_roofline(r, group.model, limits, limits_reason)
-                    store.save_cell(run_id, r)
-                    (summary.ok if r.status == "ok" else summary.failed).append(r)
-                    emit("cell_done", r)
-            finally:
-                engine.stop()
+        yield
         summary.status = "completed" if not summary.failed else "completed_with_failures"
     except KeyboardInterrupt:
         summary.status = "interrupted"
@@ -379,6 +370,40 @@ def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str,
     finally:
         if summary.status == "running":
             summary.status = "failed"
-        store.finish_run(run_id, summary.status)
-        sampler.close()
-    return summary
+        store.finish_run(summary.run_id, summary.status)
+
+
+def _run_groups(plan: Plan, store: Store, pm: PluginManager, opts: RunOptions, emit: Event, summary: RunSummary,
+                done: set[str], sampler: PowerSampler, limits: Any, limits_reason: str | None) -> None:
+    device, run_id = plan.device, summary.run_id
+    for group in plan.groups:
+        todo = pending_cells(group.cells, device, done, summary, emit)
+        if not todo:
+            continue
+        emit("group", group)
+        engine: Engine | None = None
+        try:
+            engine = launch(pm, group.engine, device, opts.engine_options)
+            engine.start(group)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
+            err = f"engine start failed: {describe_error(exc)}"
+            for c in todo:
+                r = unmeasured_failure(c, device, err)
+                store.save_cell(run_id, r)
+                summary.failed.append(r)
+                emit("cell_done", r)
+            if engine is not None:
+                engine.stop()
+            continue
+        try:
+            for c in todo:
+                emit("cell_start", c)
+                r = measure_cell(engine, group, c, device, sampler, opts)
+                add_roofline(r, group.model, limits, limits_reason)
+                store.save_cell(run_id, r)
+                (summary.ok if r.status == "ok" else summary.failed).append(r)
+                emit("cell_done", r)
+        finally:
+            engine.stop()

@@ -26,6 +26,7 @@ from typing import Any
 
 from infbench import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
+from infbench.runtimes.docker_runtime import docker_client
 
 LABEL_VERSION = "org.infbench.version"
 LABEL_SCHEMA = "org.infbench.schema_version"
@@ -113,12 +114,6 @@ def find_recipes(root: Path) -> list[Recipe]:
     return found
 
 
-def _client() -> Any:
-    from infbench.runtimes.docker_runtime import docker_client
-
-    return docker_client()
-
-
 def build(recipe: Recipe, root: Path, build_args: dict[str, str] | None = None, network: str | None = None,
           on_line: Callable[[str], None] | None = None) -> list[str]:
     """Build ``recipe`` with the docker SDK and tag it (:meth:`Recipe.tags`).
@@ -137,7 +132,7 @@ def build(recipe: Recipe, root: Path, build_args: dict[str, str] | None = None, 
         ImageBuildError: a build step failed (message: the error and the last log lines).
         ConfigError: no Docker engine reachable.
     """
-    client = _client()
+    client = docker_client()
     tags = recipe.tags(build_args)
     tail: list[str] = []
     image_id = None
@@ -173,7 +168,7 @@ def list_images() -> list[dict[str, Any]]:
         ``compatible`` (same store schema as this infbench).
     """
     rows = []
-    for img in _client().images.list(filters={"label": LABEL_VERSION}):
+    for img in docker_client().images.list(filters={"label": LABEL_VERSION}):
         lab = img.labels or {}
         rows.append({"id": img.short_id.split(":")[-1], "tags": img.tags, "vendor": lab.get(LABEL_VENDOR),
                      "engine": lab.get(LABEL_ENGINE), "engine_version": lab.get(LABEL_ENGINE_VERSION),

@@ -30,7 +30,7 @@ from typing import Any
 
 from infbench.errors import ConfigError
 from infbench.plan import Group, Plan
-from infbench.run import Event, RunOptions, RunSummary, unmeasured_failure
+from infbench.run import Event, RunOptions, RunSummary, finishing, pending_cells, unmeasured_failure
 from infbench.schema import Cell, CellResult
 from infbench.store import Store, default_home
 
@@ -148,16 +148,9 @@ def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host
     stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
     provenance_set = False
     attempt = 0
-    try:
+    with finishing(store, summary):
         for spec, groups in batches:
-            remaining: list[Cell] = []
-            for g in groups:
-                for c in g.cells:
-                    if c.cell_id(device) in done:
-                        summary.skipped.append(c)
-                        emit("cell_skipped", c)
-                    else:
-                        remaining.append(c)
+            remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, emit)
             by_hash = {c.spec_hash(): c for c in remaining}
             group_of = {g.label(): g for g in groups}
             while remaining:
@@ -170,16 +163,14 @@ def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host
                     store.update_provenance(run_id, {**res["provenance"], "container": res["description"],
                                                      "launcher": host_provenance, "runtime": runtime.name})
                     provenance_set = True
-                finished = res["finished"]
-                remaining = [c for c in remaining if c.spec_hash() not in finished]
+                remaining = [c for c in remaining if c.spec_hash() not in res["finished"]]
                 if not remaining:
                     break
-                victim = by_hash.get(res["running"] or "") or remaining[0]
-                if res["exit_code"] == 2 and not finished:
+                if res["exit_code"] == 2 and not res["finished"]:
                     # The worker refused the spec (no device, bad spec): every attempt would.
-                    victims, why = list(remaining), "the worker refused the job"
+                    victims, why = list(remaining), "refused the job"
                 else:
-                    victims, why = [victim], res["reason"]
+                    victims, why = [by_hash.get(res["running"] or "") or remaining[0]], res["reason"]
                 tail = " | ".join(res["tail"][-5:])
                 for c in victims:
                     r = unmeasured_failure(c, device, f"worker {why} (exit status {res['exit_code']}) during this "
@@ -188,28 +179,17 @@ def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host
                     summary.failed.append(r)
                     emit("cell_done", r)
                 remaining = [c for c in remaining if c not in victims]
-        summary.status = "completed" if not summary.failed else "completed_with_failures"
-    except KeyboardInterrupt:
-        summary.status = "interrupted"
-        raise
-    finally:
-        if summary.status == "running":
-            summary.status = "failed"
-        store.finish_run(run_id, summary.status)
     return summary
 
 
 def _write_job(plan: Plan, cells: list[Cell], opts: RunOptions, job: Path) -> None:
-    from infbench.plan import Plan as _Plan
+    """Write ``job/spec.json`` for ``cells``, keeping the plan's groups and order."""
     from infbench.worker import write_spec
 
-    groups: dict[tuple, Group] = {}
-    for g in plan.groups:
-        for c in g.cells:
-            if c in cells:
-                new = Group(g.model, g.engine, g.dtype, g.tensor_parallel_size)
-                groups.setdefault(c.group_key(), new).cells.append(c)
-    write_spec(_Plan(device=plan.device, groups=list(groups.values())), job / "spec.json", opts)
+    want = {c.spec_hash() for c in cells}
+    groups = [Group(g.model, g.engine, g.dtype, g.tensor_parallel_size, [c for c in g.cells if c.spec_hash() in want])
+              for g in plan.groups]
+    write_spec(Plan(device=plan.device, groups=[g for g in groups if g.cells]), job / "spec.json", opts)
 
 
 def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: Path, name: str, cells: list[Cell],
@@ -300,7 +280,7 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
     elif exit_code is None:
         reason = "vanished (its exit status could not be read)"
     else:
-        reason = f"exited with status {exit_code}"
+        reason = "exited"
     return {"finished": finished, "running": running, "exit_code": exit_code, "reason": reason,
             "tail": list(log_tail), "provenance": prov, "description": handle.description,
             "started_at": started_at}
