@@ -14,9 +14,10 @@ The flow of a run follows the package layout:
 
 __version__ = "0.1.0"
 
-#: Version of the stored result layout (records, metrics, SQLite tables). Bump on any
-#: incompatible change so hosts and workers of different versions detect the skew.
-SCHEMA_VERSION = 1
+#: Version of the stored result layout (records, metrics, SQLite tables): the number of
+#: the newest store migration (:mod:`infbench.store.migrations`). Hosts and workers of
+#: different versions detect the skew by it.
+SCHEMA_VERSION = 2
 
 
 def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`

@@ -139,6 +139,40 @@ def resolve_remote_device(det: Detection, name: str | None, base_url: str | None
                               if remotes else ""))
 
 
+def choose_device(det: Detection, engines: list[str], pm: PluginManager, device: str | None = None,
+                  base_url: str | None = None, api_key_env: str | None = None) -> tuple[DeviceInfo, dict[str, Any]]:
+    """The device a sweep runs on, and the endpoint options a remote sweep needs.
+
+    A sweep of remote-endpoint engines (``openai``: ``EngineSpec.any_model``) runs against
+    :func:`resolve_remote_device`, whose ``base_url`` and ``api_key_env`` fill the options
+    the user did not give; any other sweep runs on :func:`select_device`.
+
+    Args:
+        det: the detection.
+        engines: the sweep's engine names.
+        pm: the plugin manager (for the engine registry).
+        device: ``--device``, or None.
+        base_url: ``--base-url``, or None.
+        api_key_env: ``--api-key-env``, or None.
+
+    Returns:
+        ``(device, {"base_url": ..., "api_key_env": ...})`` with None for what is unknown.
+
+    Raises:
+        ConfigError: local and remote engines mixed in one sweep, or no device matches.
+    """
+    specs = engine_specs(pm)
+    remote = [e for e in engines if e in specs and specs[e].any_model]
+    if not remote:
+        return select_device(det, device), {"base_url": base_url, "api_key_env": api_key_env}
+    if len(remote) != len(engines):
+        raise ConfigError("a remote endpoint (--engine openai) runs in a sweep of its own",
+                          hint="run the local engines in a separate `infbench run`")
+    dev = resolve_remote_device(det, device, base_url)
+    return dev, {"base_url": base_url or dev.properties.get("base_url"),
+                 "api_key_env": api_key_env or dev.properties.get("api_key_env")}
+
+
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
     """Create the adapter: a plugin's ``infbench_launch_engine`` if one answers, else the
     engine's registered factory."""

@@ -78,6 +78,26 @@ class WorkerSpec(BaseModel):
         return short_hash([c.spec_hash() for c in self.cells])
 
 
+def event_line(kind: str, payload: Any) -> str | None:
+    """The worker's stderr line for a run event, or None for events it does not announce.
+
+    One plain, never-wrapped line per event, parsed by a host's launcher
+    (:mod:`infbench.runtimes.launcher`) to move its progress display and store finished
+    cells: ``infbench-worker: loading <group>``, ``infbench-worker: cell <spec_hash>
+    <label>``, ``infbench-worker: done <spec_hash> <cell_id> ok|failed [error]``.
+    """
+    if kind == "group":
+        line = f"loading {payload.label()}"
+    elif kind == "cell_start":
+        line = f"cell {payload.spec_hash()} {payload.label()}"
+    elif kind == "cell_done":
+        line = f"done {payload.spec_hash} {payload.cell_id} {payload.status}" + (
+            f" {' '.join(str(payload.error).split())}" if payload.error else "")
+    else:
+        return None
+    return f"infbench-worker: {line}"
+
+
 def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
     return VersionSkew(
         f"{what} was written by infbench {their_version} (store schema {their_schema}); this is infbench "

@@ -2,10 +2,10 @@
 
 import pytest
 
-from infbench.cli import build_sweep
 from infbench.errors import ConfigError
 from infbench.plan import plan
 from infbench.schema import Cell, DeviceInfo, Sweep
+from infbench.sweeps import build_sweep
 
 
 def sweep(**kw):
@@ -102,7 +102,7 @@ def test_build_sweep_errors(tmp_path):
 
 
 def test_engine_args_parsed_as_yaml_scalars():
-    from infbench.cli import parse_engine_args
+    from infbench.engines.options import parse_engine_args
     from infbench.errors import ConfigError
 
     got = parse_engine_args(["quantization=fp8", "gpu-memory-utilization=0.85", "enforce_eager=true",

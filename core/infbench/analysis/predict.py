@@ -300,3 +300,89 @@ def load_calibration(home: Path, device_id: str) -> Calibration | None:
 def finite(x: float | None) -> float | None:
     """``x`` if it is a finite number, else None (for JSON output)."""
     return x if x is not None and math.isfinite(x) else None
+
+
+def limits_for_id(pm: Any, ident: str) -> Limits:
+    """The :class:`Limits` of a described device id (``h100-sxm``; ``infbench devices``),
+    or of this host's CPU for ``cpu``.
+
+    Raises:
+        ConfigError: an unknown id, or a description without bandwidth or peak rate.
+    """
+    from infbench.analysis.roofline import RooflineError
+    from infbench.devices import catalog, find_spec
+
+    try:
+        if ident.lower() == "cpu":
+            from infbench.platforms.cpu import cpu_device
+            from infbench.run import device_roofline_limits
+
+            lim, why = device_roofline_limits(pm, cpu_device())
+            if lim is None:
+                raise ConfigError(f"no limits for this CPU: {why}")
+            return lim
+        return Limits.from_info(find_spec(catalog(pm), ident).per_device())
+    except RooflineError as exc:
+        raise ConfigError(f"cannot predict on {ident}: {exc}", hint="see `infbench devices --json`") from exc
+
+
+def rows_of_device(pm: Any, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
+    """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
+    matched through the catalog as the roofline matches them."""
+    from infbench.devices import catalog, match_device
+    from infbench.schema import DeviceInfo
+
+    specs = catalog(pm)
+    keep = []
+    for r in rows:
+        d = DeviceInfo(**r["device"])
+        if ident.lower() == "cpu":
+            if d.vendor == "cpu":
+                keep.append(r)
+        else:
+            s = match_device(specs, d)
+            if s is not None and s.id.lower() == ident.lower():
+                keep.append(r)
+    return keep
+
+
+def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: list[int], n_in: list[int],
+                 n_out: list[int], tp: list[int], dtype: str,
+                 efficiency: dict[str, Efficiency]) -> list[dict[str, Any]]:
+    """Predictions for every (device, model, batch, input, output, tp) of a grid, one
+    flat dict each (the rows of ``infbench predict``).
+
+    Args:
+        models: resolved model shapes.
+        limits: device id -> its limits.
+        batch, n_in, n_out, tp: the grid's axes (tokens; tp in devices).
+        dtype: precision class or engine dtype.
+        efficiency: device id -> the efficiency factors to use.
+
+    Returns:
+        Dicts with ``model``, ``device``, ``dtype``, ``batch``, ``input_len``, ``output_len``,
+        ``tp``, every key of :func:`predict` (s, tokens/s, B) as finite floats or None,
+        ``fits_memory`` (None when the device's memory is unknown) and ``efficiency``.
+
+    Raises:
+        ConfigError: a model that cannot be predicted on a device (e.g. no shape).
+    """
+    from infbench.analysis.roofline import RooflineError
+
+    gb, gi, go, gt = np.meshgrid(*(np.asarray(v, dtype=float) for v in (batch, n_in, n_out, tp)), indexing="ij")
+    rows: list[dict[str, Any]] = []
+    for d, lim in limits.items():
+        eff = efficiency[d]
+        for m in models:
+            try:
+                pr = predict(m, lim, gb, gi, go, gt, dtype, eff)
+            except RooflineError as exc:
+                raise ConfigError(f"cannot predict {m.name} on {d}: {exc}") from exc
+            for idx in np.ndindex(gb.shape):
+                rows.append({
+                    "model": m.name, "device": d, "dtype": dtype, "batch": int(gb[idx]), "input_len": int(gi[idx]),
+                    "output_len": int(go[idx]), "tp": int(gt[idx]),
+                    **{k: finite(float(v[idx])) for k, v in pr.items()},
+                    "fits_memory": bool(pr["memory_bytes"][idx] <= lim.memory_bytes) if lim.memory_bytes else None,
+                    "efficiency": eff.__dict__})
+    return rows

@@ -457,3 +457,27 @@ class StreamSampler(PowerSampler):
 def now_ns() -> int:
     """``time.perf_counter_ns()``: the one clock of a measurement (METRICS.md)."""
     return time.perf_counter_ns()
+
+
+def user_power_sampler(command: str | None, watts: float | None, label: str | None) -> PowerSampler | None:
+    """The sampler of ``--power-command`` / ``--power-watts`` (labelled user-supplied), or None.
+
+    Args:
+        command: a shell command printing watts (a PDU or BMC reading), or None.
+        watts: a declared constant power in W, or None.
+        label: what the reading covers (``"rack PDU, 8 nodes"``), stored with the energy.
+
+    Raises:
+        ConfigError: both given, or a non-positive wattage.
+    """
+    from infbench.errors import ConfigError
+
+    if command and watts is not None:
+        raise ConfigError("give --power-command or --power-watts, not both")
+    if watts is not None:
+        if watts <= 0:
+            raise ConfigError(f"--power-watts must be > 0, got {watts}")
+        return FixedPowerSampler(watts, f"user-supplied: {label}" if label else None)
+    if command:
+        return CommandPowerSampler(command, f"user-supplied: {label}" if label else None)
+    return None

@@ -185,3 +185,31 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "avg_power": f["avg_power_w"] * 1e3 if f["avg_power_w"] is not None else None,
         })
     return out
+
+
+#: The columns of LLM-Inference-Bench's CSV (``Plots/All_results.csv``), in its order.
+LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
+               "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power"]
+
+
+def lib_csv(rows: list[dict[str, Any]]) -> str:
+    """The CSV text of ``export --format lib-csv``: a header of :data:`LIB_COLUMNS` and one
+    line per ok batch-mode cell (:func:`lib_rows`)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=LIB_COLUMNS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(lib_rows(rows))
+    return buf.getvalue()
+
+
+def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, devices: list[str] | None = None,
+                engines: list[str] | None = None) -> list[dict[str, Any]]:
+    """Keep stored rows whose model and engine are listed (None: any) and whose device
+    vendor or model name contains one of ``devices`` (case-insensitive)."""
+    devs = [d.lower() for d in (devices or [])]
+    return [r for r in rows
+            if (not models or r["spec"]["model"] in models) and (not engines or r["spec"]["engine"] in engines)
+            and (not devs or any(d in f"{r['device']['vendor']} {r['device']['model']}".lower() for d in devs))]

@@ -10,6 +10,9 @@ Default location: ``$INFBENCH_HOME/results.db``, with ``INFBENCH_HOME`` defaulti
 * ``requests``: the raw per-request records (token times as little-endian int64 blobs).
 * ``power_samples``: raw power readings per cell.
 
+The layout is built and upgraded by numbered migrations (:mod:`infbench.store.migrations`);
+a store written by a newer infbench is refused.
+
 The newest attempt of a ``cell_id`` is its current result; a cell whose newest attempt
 is ``ok`` is skipped by later runs unless ``--force``.
 """
@@ -29,26 +32,7 @@ import numpy as np
 from infbench import SCHEMA_VERSION
 from infbench.errors import InfbenchError
 from infbench.schema import CellResult, PowerReading, RequestRecord
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY, started_at REAL, finished_at REAL, status TEXT,
-    command TEXT, provenance TEXT);
-CREATE TABLE IF NOT EXISTS cells (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, cell_id TEXT NOT NULL, spec_hash TEXT NOT NULL,
-    run_id TEXT NOT NULL REFERENCES runs(run_id), status TEXT NOT NULL, error TEXT,
-    spec TEXT NOT NULL, device TEXT NOT NULL, metrics TEXT, engine TEXT, power_note TEXT,
-    wall_s REAL, engine_s REAL, started_at REAL, finished_at REAL);
-CREATE INDEX IF NOT EXISTS cells_by_cell_id ON cells(cell_id, id);
-CREATE TABLE IF NOT EXISTS requests (
-    cell_row INTEGER NOT NULL REFERENCES cells(id), idx INTEGER NOT NULL, t_send_ns INTEGER,
-    t_tokens_ns BLOB, n_in INTEGER, n_out INTEGER, n_out_source TEXT, error TEXT, t_sched_ns INTEGER,
-    server TEXT);
-CREATE INDEX IF NOT EXISTS requests_by_cell ON requests(cell_row);
-CREATE TABLE IF NOT EXISTS power_samples (
-    cell_row INTEGER NOT NULL REFERENCES cells(id), t_ns INTEGER, device_index INTEGER,
-    power_w REAL, energy_j REAL, energy_range_j REAL);
-"""
+from infbench.store import migrations
 
 
 def default_home() -> Path:
@@ -87,9 +71,8 @@ class Store:
             raise StoreVersionError(
                 f"{self.path} was written by a newer infbench (store schema {version}, this one reads "
                 f"{SCHEMA_VERSION})", hint="upgrade infbench, or use another --store")
-        with self.db:
-            self.db.executescript(_DDL)
-            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        #: The migrations this open applied (empty when the store was current).
+        self.migrated = migrations.apply(self.db)
 
     def close(self) -> None:
         """Close the connection."""

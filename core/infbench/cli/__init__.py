@@ -1,0 +1,60 @@
+"""The ``infbench`` command line (typer + rich), one module per command group.
+
+Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``worker``,
+``ingest`` (:mod:`.run`) -> ``results`` (:mod:`.results`) -> ``report``, ``export``,
+``compare`` (:mod:`.report`); ``predict`` (:mod:`.predict`); ``devices``, ``models``,
+``plugins`` (:mod:`.catalog`) list what is available; ``containers`` (:mod:`.containers`)
+builds worker images. The modules hold options and printing; what a command computes
+lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...), where tests
+call it without a subprocess.
+
+Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
+2 bad input, 3 some cells failed (their errors are stored), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from infbench import __version__
+from infbench.cli import catalog, containers, detect, predict, report, results, run
+from infbench.cli.common import out
+
+app = typer.Typer(
+    name="infbench",
+    help="Benchmark LLM inference the same way on any accelerator.\n\n"
+         "Start with `infbench detect`, then `infbench run` (a quick default sweep on the detected "
+         "device), then `infbench results`.",
+    no_args_is_help=True, add_completion=False, rich_markup_mode="markdown",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"infbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log engine messages (debug).")] = False,
+) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+#: The command modules, in the order their commands appear in ``--help``.
+COMMAND_MODULES = (detect, run, results, report, predict, catalog, containers)
+for _m in COMMAND_MODULES:
+    _m.register(app)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,188 @@
+"""``infbench report`` (HTML and figures), ``infbench export`` (CSV/JSON for other tools)
+and ``infbench compare`` (two runs, stores or sites, cell by cell)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from infbench.cli.common import JSON_HELP, err, fail, need, open_store, out, plugin_manager, print_json, split
+from infbench.errors import ConfigError, InfbenchError
+
+Opt = typer.Option
+ListOpt = list[str] | None
+
+
+def _filtered(store, run_id, model, device, engine):
+    from infbench.report.data import select_rows
+
+    return select_rows(store.results(run_id=run_id), split(model, "--model"), split(device, "--device"),
+                       split(engine, "--engine"))
+
+
+def report(
+    out_dir: Annotated[Path, Opt("--out", "-o", help="Folder for index.html and figures/.")] = Path("infbench-report"),
+    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
+    run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
+    model: Annotated[ListOpt, Opt("--model", "-m", help="Only these models.")] = None,
+    device: Annotated[ListOpt, Opt("--device", help="Only devices whose vendor or name contains this.")] = None,
+    engine: Annotated[ListOpt, Opt("--engine", "-e", help="Only these engines.")] = None,
+    static: Annotated[bool, Opt("--static/--no-static", help="Also write PNG and SVG figures for papers "
+                                "(matplotlib).")] = True,
+    title: Annotated[str, Opt("--title", help="Page title.")] = "infbench report",
+    slo_ttft: Annotated[float | None, Opt("--slo-ttft", help="TTFT p99 limit (s) marked in the trade-off figure "
+                                          "(editable in the page).")] = None,
+    slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT p99 limit (s) marked in the trade-off "
+                                          "figure.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print what was written as JSON.")] = False,
+) -> None:
+    """Write an interactive HTML report of stored results (one self-contained file that
+    works offline) and, with `--static`, PNG/SVG figures.
+
+    Figures: throughput vs batch size, an input x output heatmap, TTFT and ITL bars,
+    power and tokens per joule, the latency-throughput trade-off with its Pareto front and
+    the SLO-meeting cells, and measured latency against the roofline floor. The page has
+    filters (device, engine, model, precision, batch, lengths, tp, run) and axis
+    selectors. Example: `infbench report --out report && xdg-open report/index.html`.
+    """
+    from infbench.report.data import flat_row, limits_resolver
+
+    store = open_store(store_path)
+    rows = _filtered(store, run_id, model, device, engine)
+    if not rows:
+        filtered = run_id or model or device or engine
+        err.print(f"no results to report in {store.path}"
+                  + (" for these filters" if filtered else "; run `infbench run` first"))
+        raise typer.Exit(1)
+    resolve = limits_resolver(plugin_manager())
+    flat = [flat_row(r, resolve) for r in rows]
+    try:
+        from infbench.report.html import write_report
+
+        page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
+                            slo_tpot * 1e3 if slo_tpot else None)
+        figs = []
+        if static:
+            from infbench.report.static import write_figures
+
+            figs = write_figures(flat, out_dir / "figures")
+    except ImportError as exc:
+        need("report", exc)
+    backfilled = sum(1 for f in flat if f["roofline_backfilled"])
+    if as_json:
+        print_json({"html": str(page), "figures": [str(p) for p in figs], "cells": len(flat),
+                    "roofline_backfilled": backfilled})
+        return
+    note = f"; roofline computed now for {backfilled} older cells" if backfilled else ""
+    out.print(f"[green]wrote[/] {page} ({len(flat)} cells{note})")
+    if figs:
+        out.print(f"[green]wrote[/] {len(figs)} figure files in {out_dir / 'figures'}")
+
+
+def export(
+    fmt: Annotated[str, Opt("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv or "
+                            "json.")] = "lib-csv",
+    out_file: Annotated[Path | None, Opt("--out", "-o", help="File to write (default: stdout).")] = None,
+    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
+    run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
+    model: Annotated[ListOpt, Opt("--model", "-m", help="Only these models.")] = None,
+    device: Annotated[ListOpt, Opt("--device", help="Only devices whose vendor or name contains this.")] = None,
+    engine: Annotated[ListOpt, Opt("--engine", "-e", help="Only these engines.")] = None,
+) -> None:
+    """Export stored results for other tools.
+
+    `--format lib-csv` writes LLM-Inference-Bench's columns (Hardware, Num of Hardware,
+    Framework, Model, Input Output Length, Batch Size, Latency, Throughput, then Input
+    Length, Output Length, TTFT Latency, end_latency, avg_power in mW) for ok batch-mode
+    cells, so its dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+    """
+    from infbench.report.data import lib_csv, lib_rows
+    from infbench.report.tables import results_csv, results_json
+
+    if fmt not in ("lib-csv", "csv", "json"):
+        fail(ConfigError(f"unknown format {fmt!r}", hint="use lib-csv, csv or json"))
+    store = open_store(store_path)
+    rows = _filtered(store, run_id, model, device, engine)
+    if fmt == "json":
+        text = json.dumps(results_json(rows), indent=2, default=str) + "\n"
+    elif fmt == "csv":
+        text = results_csv(rows) if rows else ""
+    else:
+        text = lib_csv(rows)
+        if not lib_rows(rows):
+            err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no "
+                      "serving-mode columns)")
+    if out_file:
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text)
+        err.print(f"wrote {out_file}")
+    else:
+        sys.stdout.write(text)
+
+
+def compare(
+    run_a: Annotated[str, typer.Argument(help="Side A: run id (prefix), results .db file, or FILE.db:RUN.")],
+    run_b: Annotated[str, typer.Argument(help="Side B, the same forms.")],
+    store_path: Annotated[Path | None, Opt("--store", help="Database for run ids.")] = None,
+    html_out: Annotated[Path | None, Opt("--out", "-o", help="Also write a plot of the ratios (HTML).")] = None,
+    as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
+    power and tokens per joule, for cells with the same workload (spec hash).
+
+    Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
+    `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them.
+    """
+    from infbench.report.compare import COMPARED, compare_rows, load_side, write_compare_html
+
+    try:
+        la, a = load_side(run_a, store_path)
+        lb, b = load_side(run_b, store_path)
+    except InfbenchError as exc:
+        fail(exc)
+    res = compare_rows(a, b)
+    if html_out:
+        try:
+            write_compare_html(res, la, lb, html_out)
+        except ImportError as exc:
+            need("report", exc)
+    if as_json:
+        print_json({"a": la, "b": lb, **res})
+        return
+    if not res["pairs"]:
+        err.print(f"no cell is ok on both sides ({res['only_a']} only in A, {res['only_b']} only in B)")
+        raise typer.Exit(1)
+    t = Table(title=f"B / A  (A = {la}, B = {lb})", header_style="bold")
+    t.add_column("cell")
+    keys = [k for k in COMPARED if any(p["ratio"][k] is not None for p in res["pairs"])]
+    for k in keys:
+        t.add_column(COMPARED[k][0], justify="right")
+
+    def cell(v: float | None, higher_better: bool) -> str:
+        if v is None:
+            return "-"
+        good = (v > 1.02) if higher_better else (v < 0.98)
+        bad = (v < 0.98) if higher_better else (v > 1.02)
+        return f"[green]{v:.3f}[/]" if good else (f"[red]{v:.3f}[/]" if bad else f"{v:.3f}")
+
+    for p in res["pairs"]:
+        t.add_row(escape(p["label"]), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
+    t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], COMPARED[k][1]) for k in keys])
+    out.print(t)
+    out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
+              "(matched by workload spec hash; green = B better)")
+    if html_out:
+        out.print(f"[green]wrote[/] {html_out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command()(report)
+    app.command()(export)
+    app.command()(compare)

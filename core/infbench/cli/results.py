@@ -1,0 +1,74 @@
+"""``infbench results``: the stored cells as a table, JSON or CSV, or the best per SLO."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from infbench.cli.common import err, fail, open_store, out, print_json
+from infbench.errors import ConfigError
+
+Opt = typer.Option
+
+
+def results(
+    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
+    fmt: Annotated[str, Opt("--format", "-f", help="table, json or csv.")] = "table",
+    run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
+    all_attempts: Annotated[bool, Opt("--all", help="Every attempt, not just the newest per cell.")] = False,
+    status: Annotated[str | None, Opt("--status", help="Only ok or failed cells.")] = None,
+    best: Annotated[bool, Opt("--best", help="Per model and device, the cell with the highest output tok/s per "
+                              "device that meets the --max-* limits.")] = False,
+    max_ttft: Annotated[float | None, Opt("--max-ttft", help="TTFT limit in s (with --best).")] = None,
+    max_tpot: Annotated[float | None, Opt("--max-tpot", help="TPOT limit in s (with --best).")] = None,
+    max_e2e: Annotated[float | None, Opt("--max-e2e", help="E2E limit in s (with --best), e.g. 25.6 as in "
+                                         "Perplexity's A100/H100 study.")] = None,
+    percentile: Annotated[str, Opt("--percentile", help="Statistic that must meet the limits: mean, p50, p90, "
+                                   "p99, max.")] = "p99",
+) -> None:
+    """Show stored results: the newest attempt of every cell.
+
+    `--best --max-e2e 25.6` keeps the cells whose p99 E2E latency is within 25.6 s and
+    shows, per model and device, the one with the highest output throughput per device.
+
+    `--format json` gives each cell's spec, device, engine versions and metrics
+    (latency summaries with mean/p50/p90/p99/max and the request count behind them);
+    `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
+    """
+    from infbench.report.tables import results_csv, results_json, results_table
+
+    if fmt not in ("table", "json", "csv"):
+        fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
+    store = open_store(store_path)
+    rows = store.results(run_id=run_id, all_attempts=all_attempts)
+    if status:
+        rows = [r for r in rows if r["status"] == status]
+    limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}
+    if limits and not best:
+        fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))
+    if best:
+        from infbench.report.select import best as pick
+
+        try:
+            rows = pick(rows, limits, percentile)
+        except ValueError as exc:
+            fail(ConfigError(str(exc), hint="e.g. infbench results --best --max-e2e 25.6"))
+        if not rows and fmt == "table":
+            err.print(f"no ok cell meets {limits} at {percentile}")
+            raise typer.Exit(1)
+    if fmt == "json":
+        print_json(results_json(rows))
+    elif fmt == "csv":
+        sys.stdout.write(results_csv(rows) if rows else "")
+    elif not rows:
+        err.print(f"no results in {store.path}; run `infbench run` first")
+    else:
+        out.print(results_table(rows, title=f"results in {store.path}"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command()(results)

