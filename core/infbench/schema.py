@@ -178,6 +178,8 @@ class Dataset(BaseModel):
         think_time_s: multi-turn: pause between an answer and the next user turn (s).
         tokenizer: the tokenizer that counted lengths for the filter (``--tokenizer``;
             None: the model's own, or one token per word).
+        max_total_len: multi-turn: the longest session's context at its last answer
+            (tokens, with an allowance for the chat template), to size a server's context.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -192,6 +194,7 @@ class Dataset(BaseModel):
     multi_turn: bool | None = None
     think_time_s: float | None = Field(None, ge=0)
     tokenizer: str | None = None
+    max_total_len: int | None = Field(None, ge=1)
 
     @field_validator("multi_turn")
     @classmethod
@@ -210,6 +213,7 @@ class Trace(BaseModel):
         format: ``mooncake`` or ``azure``.
         n: trace records replayed (the first ``n`` in time order).
         block_tokens: tokens per ``hash_ids`` block (Mooncake: 512).
+        max_total_len: the longest replayed request, input + output tokens.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -219,6 +223,7 @@ class Trace(BaseModel):
     format: Literal["mooncake", "azure"]
     n: int = Field(ge=1)
     block_tokens: int = Field(512, ge=1)
+    max_total_len: int = Field(1, ge=1)
 
 
 class Cell(BaseModel):
@@ -280,6 +285,17 @@ class Cell(BaseModel):
         if self.load is not None:
             d["load"] = self.load.model_dump(exclude={"warmup_requests", "timeout_s"}, exclude_none=True)
         return d
+
+    def longest(self) -> int:
+        """The longest request of the cell, prompt + output tokens (to size a server's
+        context): ``input_len + output_len``, or for a trace or dataset its longest record
+        (a single-turn dataset: its filter's bounds)."""
+        if self.trace is not None:
+            return max(self.trace.max_total_len, self.input_len + self.output_len)
+        if self.dataset is not None:
+            d = self.dataset
+            return d.max_total_len or (d.max_input_len + d.max_output_len + 16)
+        return self.input_len + self.output_len
 
     def spec_hash(self) -> str:
         """Stable 16-hex-digit hash of :meth:`spec`: same workload, same hash, on any site."""

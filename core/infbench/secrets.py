@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 #: Options whose value is a URL that may carry credentials: userinfo and query are dropped.
@@ -93,6 +94,20 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 pending = name
             continue
         out.append(a)
+    return out
+
+
+#: Engine options whose value is a URL (credentials dropped when options are written out).
+URL_ENGINE_OPTIONS: tuple[str, ...] = ("base_url",)
+
+
+def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of engine options safe to write to a file (a worker spec): URL options
+    through :func:`redact_url`. A worker then authenticates with ``api_key_env`` only."""
+    out = dict(options or {})
+    for k in URL_ENGINE_OPTIONS:
+        if isinstance(out.get(k), str):
+            out[k] = redact_url(out[k])
     return out
 
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, ValidationError
 from infbench import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
+from infbench.secrets import redact_options
 
 SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
 
@@ -121,7 +122,7 @@ def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
     o = WorkerOptions()
     if opts is not None:
         o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=dict(opts.engine_options), slo=opts.slo)
+                          engine_options=redact_options(opts.engine_options), slo=opts.slo)
     spec = WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, options=o)
     path.parent.mkdir(parents=True, exist_ok=True)

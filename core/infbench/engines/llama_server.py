@@ -56,7 +56,7 @@ class LlamaServerEngine(ManagedServerEngine):
                                   hint=f"use one of {', '.join(GGUF_DTYPES)}")
             path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
         parallel = int(self.options.get("parallel") or slots_needed(group.cells))
-        per_slot = max(c.input_len + c.output_len for c in group.cells) + 16
+        per_slot = max(c.longest() for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
         extra = ["--threads", str(self.options["n_threads"])] if self.options.get("n_threads") else []
         if self.device.kind == "gpu":

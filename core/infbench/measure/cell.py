@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.engines.base import Engine
 from infbench.errors import CellTimeout
-from infbench.measure.metrics import cell_metrics
+from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.schema import Cell, CellResult, DeviceInfo
 
@@ -56,12 +56,13 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["energy_source"] = src["name"]
             if src["label"]:
                 metrics["energy_label"] = src["label"]
+        metrics.update(out.metrics)
         if out.warnings:
             metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0
         status, error = "ok", None
         if metrics["n_completed"] == 0:
-            status, error = "failed", "no request completed"
+            status, error = "failed", failure_summary(out.records)
         return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
                           power=readings, power_note=note, wall_s=wall, engine_s=out.engine_s,
                           finished_at=time.time())

@@ -318,7 +318,9 @@ class HttpClient:
         Never raises for a transport failure (it is the response's ``error``); a
         cancellation (the caller's timeout) aborts the connection and propagates. A request
         whose kept-alive connection turns out closed before any response byte is sent
-        once more on a new connection (``t_send_ns`` taken again; ``retried`` says why).
+        once more on a new connection (``t_send_ns`` taken again; ``retried`` says why): a
+        server that closes a connection it had kept alive (cpp-httplib, llama.cpp's server,
+        after a fixed number of requests) never ran the request.
         """
         loop = asyncio.get_running_loop()
         retried = None
@@ -347,7 +349,7 @@ class HttpClient:
                 conn.abort()
                 self._all.discard(conn)
                 raise
-            if error is not None and reused and not conn.got_bytes and attempt == 0:
+            if error is not None and not conn.got_bytes and attempt == 0 and conn.closed:
                 retried = error
                 self._all.discard(conn)
                 continue

@@ -10,7 +10,10 @@ the trace. Every record carries ``t_sched_ns`` (release time) beside ``t_send_ns
 ``release_lag_s``, not as TTFT.
 
 A unit of work may be a single request or a multi-turn session (``send`` then returns
-the session's records, and applies the per-request timeout to each turn itself).
+the session's records, and applies the per-request timeout to each turn itself). ``send``
+may also return any object with an ``error`` attribute standing for a record to be built
+later (the serving client parses responses after the timed part); such objects come back
+as they are, in the records' place.
 
 Client health: while the timed part runs, a monitor task measures the event loop's lag
 (how late a 10 ms sleep wakes up: the time any ready network read waited) into
@@ -93,7 +96,10 @@ class _Run:
             if self.timeout_s is None:
                 out = await self.send(i, t_sched)
             else:
-                out = await asyncio.wait_for(self.send(i, t_sched), self.timeout_s)
+                # asyncio.timeout, not wait_for: the request runs in this task, with no extra
+                # task (whose first step would wait behind every ready read) before it is sent.
+                async with asyncio.timeout(self.timeout_s):
+                    out = await self.send(i, t_sched)
         except TimeoutError:
             out = RequestRecord(t_send_ns=t_sched, t_sched_ns=t_sched,
                                 error=f"timeout after {self.timeout_s:g} s (--request-timeout)")
@@ -191,6 +197,17 @@ async def _concurrent(run: _Run, indices, width: int, duration_s: float | None,
     return [r for _, recs in sorted(out, key=lambda p: p[0]) for r in recs]
 
 
+async def _sleep_until(t_ns: int) -> None:
+    """Sleep until ``perf_counter_ns() >= t_ns``. Event-loop timers have 1 ms granularity
+    (libuv's, under uvloop) and may wake up to 1 ms early; an early wake sleeps again, and
+    the last fraction of a ms is waited by yielding to the loop."""
+    while True:
+        left = t_ns - time.perf_counter_ns()
+        if left <= 0:
+            return
+        await asyncio.sleep(left / 1e9 if left > 200_000 else 0)
+
+
 async def _scheduled(run: _Run, load: Load, first: int, offsets: list[float],
                      prepare: Callable[[int], None] | None) -> list[RequestRecord]:
     """Release unit ``first + k`` at ``t0 + offsets[k]``; an optional concurrency cap delays
@@ -213,9 +230,7 @@ async def _scheduled(run: _Run, load: Load, first: int, offsets: list[float],
             break
         if prepare is not None:
             prepare(first + k)
-        delay = (t_sched - time.perf_counter_ns()) / 1e9
-        if delay > 0:
-            await asyncio.sleep(delay)
+        await _sleep_until(t_sched)
         tasks.append(asyncio.create_task(capped(first + k, t_sched) if cap else run.one(first + k, t_sched)))
     outs = await asyncio.gather(*tasks)
     return [r for recs in outs for r in recs]
