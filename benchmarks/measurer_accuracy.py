@@ -43,7 +43,7 @@ from infbench.engines.openai import OpenAIEngine  # noqa: E402
 from infbench.engines.server_process import ServerProcess, free_port  # noqa: E402
 from infbench.models import resolve  # noqa: E402
 from infbench.plan import Group  # noqa: E402
-from infbench.schema import Cell, Load  # noqa: E402
+from infbench.schema import Cell, Load, Trace  # noqa: E402
 from infbench.target import remote_device  # noqa: E402
 
 IN_LEN, OUT_LEN = 32, 32
@@ -69,13 +69,26 @@ def take_log(base: str) -> list[dict]:
     return httpx.get(f"{base}/_log", timeout=30).json()
 
 
-def run_infbench(base: str, load: Load) -> dict:
-    """infbench's OpenAI client (as ``infbench run --engine openai``) under ``load``."""
+def write_trace(path: Path, n: int, rate: float, seed: int = 0) -> Trace:
+    """A Mooncake-format trace of ``n`` requests arriving as a Poisson process at ``rate``/s
+    (timestamps in ms, as Mooncake's), IN_LEN/OUT_LEN tokens, no shared blocks."""
+    from infbench.measure.loadgen import arrival_offsets_s
+    from infbench.workloads.chat import file_digest
+
+    offs = arrival_offsets_s(n, rate, seed=seed)
+    path.write_text("".join(json.dumps({"timestamp": int(round(o * 1000)), "input_length": IN_LEN,
+                                        "output_length": OUT_LEN, "hash_ids": []}) + "\n" for o in offs))
+    return Trace(path=str(path), sha256=file_digest(path), format="mooncake", n=n, max_total_len=IN_LEN + OUT_LEN)
+
+
+def run_infbench(base: str, load: Load, trace: Trace | None = None) -> dict:
+    """infbench's OpenAI client (as ``infbench run --engine openai``) under ``load`` (a
+    trace replay when ``trace`` is given)."""
     m = resolve("tiny")
     e = OpenAIEngine(remote_device(f"{base}/v1"), {"base_url": f"{base}/v1", "served_model": "normal",
                                                    "prompt_format": "token_ids"})
     cell = Cell(model=m.name, engine="openai", dtype="auto", batch=1, input_len=IN_LEN, output_len=OUT_LEN,
-                load=load)
+                load=load, trace=trace)
     e.start(Group(m, "openai", "auto", 1, [cell]))
     prompts = e.make_prompts(cell, m)
     take_log(base)
@@ -87,7 +100,8 @@ def run_infbench(base: str, load: Load) -> dict:
     for i, r in enumerate(out.records):
         if r.error:
             continue
-        entry = by_prompt[tuple(prompts[load.warmup_requests + i])]   # timed requests follow the warm-up
+        p = prompts[load.warmup_requests + i]                     # timed requests follow the warm-up
+        entry = by_prompt[tuple(p.materialize().content if hasattr(p, "materialize") else p)]
         t_ttft, t_tpot = truth(entry)
         ttft_err.append((r.t_tokens_ns[0] - r.t_send_ns) / 1e9 - t_ttft)
         wire_err.append((r.t_tokens_ns[0] - r.t_send_ns) / 1e9 - truth(entry, wire=True)[0])
@@ -138,7 +152,8 @@ def run_vllm(base: str, tokenizer: Path, n: int, concurrency: int | None, rate: 
         arrivals = np.cumsum([st + ttft, *itl])              # vLLM keeps start_time and the gaps
         recv += [a - b / 1e9 for a, b in zip(arrivals, entry["written_ns"])]
     return {"ttft_err": summary(ttft_err), "ttft_err_wire": summary(wire_err), "tpot_err": summary(tpot_err),
-            "token_recv_lag": summary(recv), "completed": res["completed"], "failed": res["failed"], "req_s": round(res["request_throughput"], 2)}
+            "token_recv_lag": summary(recv), "completed": res["completed"], "failed": res["failed"],
+            "req_s": round(res["request_throughput"], 2)}
 
 
 def max_rate(base: str, n: int) -> tuple[float, list[dict]]:
@@ -164,6 +179,8 @@ def main() -> None:
     ap.add_argument("--levels", default="1,16,64,256")
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM's client")
     ap.add_argument("--no-rate", action="store_true", help="skip the highest-sustained-rate search")
+    ap.add_argument("--trace-rate", type=float, default=50.0,
+                    help="also replay a Poisson trace at this rate and report its release lag (0: skip)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     from infbench.engines.hf_dummy import dummy_hf_dir
@@ -185,6 +202,13 @@ def main() -> None:
             vl = None if a.no_vllm else run_vllm(base, tok, n, c, None)
             rows.append({"level": f"c{c}", "requests": n, "infbench": ib, "vllm_bench": vl})
             print(f"  infbench TTFT err {ib['ttft_err']}  vllm {vl and vl['ttft_err']}", flush=True)
+        if a.trace_rate:
+            print(f"trace replay at {a.trace_rate:g}/s", flush=True)
+            tr = write_trace(Path(tempfile.mkdtemp()) / "trace.jsonl", a.requests, a.trace_rate)
+            ib = run_infbench(base, Load(mode="trace", trace_speed=1.0, warmup_requests=1), tr)
+            rows.append({"level": f"trace{a.trace_rate:g}", "requests": a.requests, "infbench": ib,
+                         "vllm_bench": None})
+            print(f"  release lag vs the trace {ib['release_lag']}  TTFT err {ib['ttft_err']}", flush=True)
         trials = []
         if not a.no_rate:
             print("max sustained rate", flush=True)

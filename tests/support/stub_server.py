@@ -11,7 +11,8 @@ after 2 tokens), ``close_early`` (connection dropped after 2 tokens), ``http500`
 ``reasoning`` (half the tokens as ``reasoning_content`` deltas, then answer deltas; the
 usage carries ``completion_tokens_details.reasoning_tokens``), ``think`` (the same as
 ``<think>...</think>`` text, no details), ``usage_negative`` / ``usage_huge``
-(``completion_tokens`` -5 / 10**9), ``malformed`` (one event ``{"choices": "notalist"}``),
+(``completion_tokens`` -5 / 10**9), ``malformed_once`` (the first such request gets one
+event ``{"choices": "notalist"}``),
 ``hang`` (never sends a token), ``echo_auth`` (HTTP 401 whose body echoes the request's
 ``Authorization`` header after 280 characters, with ANSI/OSC escapes), ``bos`` (usage
 counts one prompt token more than the words). A body with ``"stream": false`` gets one
@@ -138,7 +139,8 @@ class StubServer:
             if mode == "close_early" and i == 2:
                 request.transport.close()
                 return resp
-            if mode == "malformed" and i == 2:
+            if mode == "malformed_once" and i == 2 and not getattr(self, "_malformed", False):
+                self._malformed = True
                 await send({"object": "text_completion", "choices": "notalist"})
             # the first token names the request, so a client's saved text can be matched to this log
             text = (f" r{rid}" if i == 0 else " tok") + " tok" * (min(step, n - i) - 1)
@@ -190,7 +192,7 @@ class StubServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/_log", self.take_log)
-        self.runner = web.AppRunner(app, access_log=None)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", self._port, backlog=1024)
         self.loop.run_until_complete(site.start())
