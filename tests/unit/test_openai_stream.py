@@ -95,6 +95,7 @@ def test_malformed_choices_is_the_requests_error_not_an_exception():
 
 
 @pytest.mark.parametrize("ct,why", [(-5, "not a token count"), (10**9, "not a token count in 0..8"),
+                                    (float("inf"), "not a token count"), (2.5, "not a token count"),
                                     (1, "but 2 events with text"), (True, "not a token count"),
                                     ("7", "not a token count")])
 def test_impossible_usage_fails_the_request(ct, why):
@@ -155,3 +156,25 @@ def test_non_streaming_response():
 def test_error_event_text_is_cleaned():
     p = parse_stream(stream(ev({"error": {"message": "bad \x1b[31mthing\x1b[0m"}})))
     assert to_record(p, 0, 0, 1, None).error == "bad thing"
+
+
+# --- fuzz: whatever a server streams, the client records an error, never raises -------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSONS = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["choices", "text", "delta", "content", "reasoning_content", "usage",
+                                          "completion_tokens", "prompt_tokens", "finish_reason", "error",
+                                          "message", "timings"]), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(events=st.lists(JSONS | st.binary(max_size=20), max_size=6), chat=st.booleans(),
+       cut=st.integers(0, 50), streamed=st.booleans())
+def test_any_stream_gives_a_record(events, chat, cut, streamed):
+    raw = b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+    reads = [(1, raw[:cut]), (2, raw[cut:])]
+    r = to_record(parse_stream(reads, chat=chat, keep_text=True), 0, 0, None, None, max_tokens=8, streamed=streamed)
+    assert r.error is not None or (r.n_out <= 8 and len(r.t_tokens_ns) <= 8)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -249,7 +250,8 @@ def _count(usage: dict[str, Any], key: str, bound: int) -> int | None:
     if key not in usage or usage[key] is None:
         return None
     v = usage[key]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 0 <= v <= bound:
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v)
+            or not 0 <= v <= bound):
         raise ValueError(f"usage.{key}={str(v)[:40]} is not a token count in 0..{bound}")
     return int(v)
 
