@@ -125,3 +125,6 @@ def test_cli_trace_replay_on_llama_server(tmp_path):
     m = c["metrics"]
     assert m["n_out_total"] == 2 + 3 + 4 + 5 + 6 and m["release_lag_s"]["count"] == 5
     assert "client_lag_p99_ms" in m and m["client"]["event_loop"] in ("uvloop", "asyncio")
+    table = subprocess.run([sys.executable, "-m", "infbench.cli", "results", "--store", str(store)],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert table.returncode == 0 and "trace x2" in table.stdout, table.stderr

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from infbench.measure.metrics import flatten
+from infbench.schema import load_label
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -68,8 +69,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
 
         status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r['error'] or '')[:60]}"
         ld = s.get("load")
-        size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
-            f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        size = str(s["batch"]) if not ld or ld["mode"] == "batch" else load_label(ld)
         t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
