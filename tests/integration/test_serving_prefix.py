@@ -107,7 +107,8 @@ def test_multi_turn_context_grows_by_the_servers_answers(llama, tmp_path):
         turns.sort(key=lambda r: r.turn)
         for a, b in zip(turns, turns[1:]):
             # turn k+1's prompt holds turn k's prompt and the answer the server gave to it
-            assert b.n_in >= a.n_in + a.n_out
+            # (a generated special token detokenises to nothing: allow a few)
+            assert b.n_in >= a.n_in + a.n_out - 3
             assert b.t_sched_ns >= a.t_tokens_ns[-1]
 
 

@@ -203,7 +203,8 @@ def hit_rate_of(e, cell) -> tuple[float, list]:
 
 def test_prefix_cache_hits_from_traces_and_shared_prefixes_only(server_engine, tmp_path):
     """Repeated trace hash_ids and the shared-prefix workload give vLLM prefix-cache hits;
-    distinct prompts give none (vLLM caches whole 16-token blocks: no chance match)."""
+    distinct prompts give none (vLLM caches whole blocks, 128 tokens on the CPU: no chance
+    match, and a shared prefix must span whole blocks to be reused)."""
     from infbench.schema import Trace
     from infbench.workloads.chat import file_digest
 
@@ -213,7 +214,8 @@ def test_prefix_cache_hits_from_traces_and_shared_prefixes_only(server_engine, t
                                                  warmup_requests=0)})
     rate, _ = hit_rate_of(e, plain)
     assert rate == 0
-    rate, _ = hit_rate_of(e, plain.model_copy(update={"seed": 12, "prefix_len": 96, "num_prefixes": 2}))
+    shared = plain.model_copy(update={"seed": 12, "input_len": 320, "prefix_len": 256, "num_prefixes": 2})
+    rate, _ = hit_rate_of(e, shared)
     assert rate > 0.3
     rows = [{"timestamp": 100 * i, "input_length": 600, "output_length": 2 + i, "hash_ids": [3, 50 + i]}
             for i in range(4)]
@@ -270,4 +272,5 @@ def test_multi_turn_sessions_on_vllm_chat(server_engine, tmp_path):
         turns.sort(key=lambda r: r.turn)
         assert [r.turn for r in turns] == list(range(1, len(turns) + 1))
         for a, b in zip(turns, turns[1:]):
-            assert b.n_in >= a.n_in + a.n_out
+            # (a generated special token detokenises to nothing: allow a few)
+            assert b.n_in >= a.n_in + a.n_out - 3
