@@ -145,3 +145,21 @@ def test_results_report_and_export_show_suspect():
     pytest.importorskip("plotly")
     page = render_html(flat)
     assert 'id="suspect-cells"' in page and "(1 suspect)" in page and "MBU 1.90 &gt; 1" in page
+
+
+def test_published_h100_figure_implies_its_mbu():
+    """LLM-Inference-Bench's 0.994 s (Llama-3-8B, vLLM, b1, in = out = 128) on the H100 SXM's
+    3.35 TB/s: TPOT at most (0.994 - TTFT floor) / 127, MBU at least bytes / (TPOT x bw)."""
+    from infbench.analysis.physics import LIB_H100_LLAMA3_8B as pub
+    from infbench.analysis.physics import published_utilisation
+
+    h100 = Limits("h100-sxm", 3.35e12, {"bf16": 989.4e12})
+    spec = {k: pub[k] for k in ("model", "dtype", "batch", "input_len", "output_len")}
+    r = published_utilisation(spec, pub["e2e_s"], h100)
+    floor = roofline_for({**spec, "load": None}, None, h100)
+    tpot = (0.994 - floor["ttft_floor_s"]) / 127
+    assert r["tpot_s_at_most"] == pytest.approx(tpot)
+    assert r["mbu_at_least"] == pytest.approx(floor["decode_bytes_per_step"] / (tpot * 3.35e12))
+    assert 0.5 < r["mbu_at_least"] < 0.65 and r["e2e_utilisation"] == pytest.approx(floor["e2e_floor_s"] / 0.994)
+    # 15.04 GB per decode step: Llama-3-8B's bf16 weights without the embedding table, plus KV and activations
+    assert floor["decode_bytes_per_step"] == pytest.approx(15.04e9, rel=0.01)

@@ -244,3 +244,48 @@ def mark_suspect(result: Any, limits: Limits | None, shape: Any = None) -> None:
         reasons = [f"physics check failed: {type(exc).__name__}: {exc}"]
     if reasons:
         result.metrics["suspect"] = "; ".join(reasons)
+
+
+#: LLM-Inference-Bench's published H100 cell for Llama-3-8B on vLLM at batch 1, input =
+#: output = 128 tokens: 0.994 s end to end (Chitty-Venkata et al., "LLM-Inference-Bench:
+#: Inference Benchmarking of Large Language Models on AI Accelerators", SC'24 workshops,
+#: arXiv:2411.00136; their Plots/All_results.csv). The comparison of docs/hardware-runs.md.
+LIB_H100_LLAMA3_8B = {"model": "llama-3-8b", "engine": "vllm", "dtype": "bfloat16", "batch": 1, "input_len": 128,
+                      "output_len": 128, "e2e_s": 0.994,
+                      "source": "LLM-Inference-Bench (arXiv:2411.00136), H100, vLLM, Llama-3-8B, batch 1, "
+                                "in = out = 128"}
+
+
+def published_utilisation(spec: dict[str, Any], e2e_s: float, limits: Limits, shape: Any = None) -> dict[str, Any]:
+    """The utilisations a published end-to-end latency implies on a described device.
+
+    A paper that gives only E2E leaves TTFT open; with TTFT at its floor the decode steps get
+    all the rest, ``TPOT = (E2E - TTFT_floor) / (n_out - 1)``, the largest TPOT the figure
+    allows, so ``MBU = decode bytes per step / (TPOT x bandwidth)`` is the lowest MBU it
+    allows (a real TTFT above the floor only raises it). An implied MBU above 1 means the
+    figure cannot come from that device.
+
+    Args:
+        spec: the cell (``Cell.model_dump()`` fields: model, dtype, batch, input_len, output_len).
+        e2e_s: the published end-to-end latency (s).
+        limits: the device's limits.
+        shape: the model shape (default: the zoo's).
+
+    Returns:
+        ``{"e2e_s", "e2e_floor_s", "e2e_utilisation" (floor / E2E), "tpot_s_at_most",
+        "mbu_at_least", "device_id", "bandwidth_bytes_s"}``.
+
+    Raises:
+        RooflineError: the device lacks a figure; ValueError: the model is unknown.
+    """
+    from infbench.analysis.roofline import roofline_for
+
+    r = roofline_for({**spec, "load": None}, None, limits, shape=shape)
+    if r is None:
+        raise ValueError(f"no roofline for {spec.get('model')!r}")
+    n_out = int(spec["output_len"])
+    tpot = (e2e_s - r["ttft_floor_s"]) / max(n_out - 1, 1)
+    return {"e2e_s": e2e_s, "e2e_floor_s": r["e2e_floor_s"], "e2e_utilisation": r["e2e_floor_s"] / e2e_s,
+            "tpot_s_at_most": tpot, "mbu_at_least": r["decode_bytes_per_step"] / (tpot * limits.bandwidth_bytes_s),
+            "decode_bytes_per_step": r["decode_bytes_per_step"], "device_id": limits.id,
+            "bandwidth_bytes_s": limits.bandwidth_bytes_s}
