@@ -1,8 +1,8 @@
 """Benchmark: does running in the worker container change the numbers, and what does it cost?
 
 Runs the same sweep (default: the `quick` preset, 6 cells of SmolLM2-135M on llama.cpp)
-``--repeat`` times alternately in-process (``--runtime none``) and in the CPU worker image
-(``--runtime docker``), each into its own store, and reports per cell the ratio
+``--repeat`` times alternately in-process (``--executor inprocess``) and in the CPU worker image
+(``--executor container``), each into its own store, and reports per cell the ratio
 container / in-process of the medians of TTFT p50, TPOT p50 and output tok/s over the
 repeats, with their geometric means, plus the wall time of each ``infbench run`` (the
 container's fixed cost: start, worker start-up, plugin loading). Ratios from one run of
@@ -33,12 +33,13 @@ KEYS = {"ttft_p50_s": ("ttft_s", "p50"), "tpot_p50_s": ("tpot_s", "p50"), "outpu
 def run(runtime: str, store: Path, home: Path) -> tuple[float, list[dict]]:
     """One `infbench run --json` with ``runtime``; returns (wall s, cells)."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "infbench.cli", "run", "--runtime", runtime, "--store", str(store),
+    executor = {"none": "inprocess", "docker": "container"}[runtime]
+    p = subprocess.run([sys.executable, "-m", "infbench.cli", "run", "--executor", executor, "--store", str(store),
                         "--force", "--json"], capture_output=True, text=True,
                        env={**os.environ, "INFBENCH_HOME": str(home)}, timeout=1800)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        raise SystemExit(f"infbench run --runtime {runtime} failed:\n{p.stderr[-3000:]}")
+        raise SystemExit(f"infbench run --executor {executor} failed:\n{p.stderr[-3000:]}")
     return wall, json.loads(p.stdout)["cells"]
 
 

@@ -24,11 +24,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from infbench.engines.launch import launch
+from infbench.measure.cell import measure_cell
+from infbench.measure.power import device_power_sampler as power_sampler
 from infbench.models import resolve
 from infbench.plan import Group
 from infbench.platforms.cpu import cpu_device
 from infbench.plugins import build_plugin_manager
-from infbench.run import RunOptions, launch, measure_cell, power_sampler
+from infbench.run import RunOptions
 from infbench.schema import Cell
 from infbench.store import Store
 

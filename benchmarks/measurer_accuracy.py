@@ -43,8 +43,8 @@ from infbench.engines.openai import OpenAIEngine  # noqa: E402
 from infbench.engines.server_process import ServerProcess, free_port  # noqa: E402
 from infbench.models import resolve  # noqa: E402
 from infbench.plan import Group  # noqa: E402
-from infbench.run import remote_device  # noqa: E402
 from infbench.schema import Cell, Load  # noqa: E402
+from infbench.target import remote_device  # noqa: E402
 
 IN_LEN, OUT_LEN = 32, 32
 TTFT_S, ITL_S = 0.050, 0.020

@@ -114,16 +114,18 @@ def plugin_default(pm: Any, device: DeviceInfo) -> tuple[dict[str, Any] | None, 
     return None, "core"
 
 
-def default_sweep(pm: Any, device: DeviceInfo, runtime: str = "auto", engines: list[str] | None = None) -> DefaultSweep:
+def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: list[str] | None = None,
+                  container_runtime: str | None = None) -> DefaultSweep:
     """The default sweep of ``device`` and its engine (see the module doc).
 
     Args:
         pm: the plugin manager.
         device: the device group.
-        runtime: ``--runtime``: ``none`` skips the image candidates, ``docker`` or
-            ``apptainer`` keeps only them.
+        executor: ``--executor``: ``auto`` tries the image, then in-process engines;
+            ``container`` only the image; ``inprocess`` and ``ray`` only in-process engines.
         engines: ``--engine`` values, which replace the choice (their support is still
             listed).
+        container_runtime: ``--container-runtime`` (``docker``, ``apptainer``; None: detect).
 
     Raises:
         ConfigError: the plugin names an unknown preset.
@@ -156,13 +158,13 @@ def default_sweep(pm: Any, device: DeviceInfo, runtime: str = "auto", engines: l
         return DefaultSweep(device, {**fields, "engines": list(engines)}, description, source,
                             [in_process(e) for e in engines], None, user_engines=True)
     candidates: list[EngineSupport] = []
-    if runtime != "none" and device.kind not in ("cpu", "remote"):
+    if executor in ("auto", "container") and device.kind not in ("cpu", "remote"):
         for e in order:
-            s = image_support(pm, device, e, runtime)
+            s = image_support(pm, device, e, container_runtime)
             if s is not None:
                 candidates.append(s)
                 break
-    if runtime not in ("docker", "apptainer"):
+    if executor != "container":
         candidates += [in_process(e) for e in order]
     chosen = next((c for c in candidates if c.usable), None)
     fields["engines"] = [chosen.engine] if chosen else order[:1]
@@ -170,21 +172,22 @@ def default_sweep(pm: Any, device: DeviceInfo, runtime: str = "auto", engines: l
 
 
 def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, device_name: str | None,
-                    engines: list[str] | None, runtime: str = "auto",
+                    engines: list[str] | None, executor: str = "auto", container_runtime: str | None = None,
                     base_url: str | None = None) -> DefaultSweep | None:
     """The default sweep a ``infbench run`` starts from, or None when it does not use one.
 
     None when ``--preset`` or ``--sweep`` is given, or when the run targets an endpoint
     without naming a device (``--base-url``, or an ``openai``-like engine: the ``quick``
     lengths apply, as before 1.4). Otherwise the device (``--device`` or the first
-    accelerator, else the CPU: :func:`infbench.run.select_device`) and its
-    :func:`default_sweep`, the ``--engine`` list replacing the choice when given.
+    accelerator, else the CPU: :func:`infbench.target.select_device`) and its
+    :func:`default_sweep` for ``--executor`` / ``--container-runtime``, the ``--engine``
+    list replacing the choice when given.
 
     Raises:
         ConfigError: ``--device`` matches no detected device; a plugin names an unknown preset.
     """
     from infbench.plan import engine_specs
-    from infbench.run import select_device
+    from infbench.target import select_device
 
     if preset is not None or sweep_file is not None:
         return None
@@ -192,4 +195,4 @@ def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, devi
     remote_engines = bool(engines) and any(specs.get(e) is not None and specs[e].any_model for e in engines)
     if not device_name and (base_url or remote_engines):
         return None
-    return default_sweep(pm, select_device(det, device_name), runtime, engines)
+    return default_sweep(pm, select_device(det, device_name), executor, engines, container_runtime)

@@ -142,7 +142,7 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
         ``group_add``, ``security_opt``, ``privileged``, ``network_mode``, ``user``
         (keyword arguments of ``docker.containers.run``), and optionally
         ``apptainer_options`` (extra ``apptainer exec`` options, e.g. device binds, used
-        only by ``--runtime apptainer``; since contract 1.3), or ``None`` if this plugin
+        only by ``--executor container --container-runtime apptainer``; since contract 1.3), or ``None`` if this plugin
         does not own ``device`` or has no image for ``engine``. The image must be built
         from a recipe ``plugins/<vendor>/docker/Dockerfile.<name>`` and named
         ``infbench/<vendor>-<name>:<version>`` (``infbench containers build``); its

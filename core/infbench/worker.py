@@ -78,21 +78,24 @@ class WorkerSpec(BaseModel):
         return short_hash([c.spec_hash() for c in self.cells])
 
 
-def event_line(kind: str, payload: Any) -> str | None:
-    """The worker's stderr line for a run event, or None for events it does not announce.
+def event_line(event: Any) -> str | None:
+    """The worker's stderr line for a run event (:mod:`infbench.executors.events`), or
+    None for events it does not announce.
 
     One plain, never-wrapped line per event, parsed by a host's launcher
-    (:mod:`infbench.runtimes.launcher`) to move its progress display and store finished
+    (:mod:`infbench.executors.container`) to move its progress display and store finished
     cells: ``infbench-worker: loading <group>``, ``infbench-worker: cell <spec_hash>
     <label>``, ``infbench-worker: done <spec_hash> <cell_id> ok|failed [error]``.
     """
-    if kind == "group":
-        line = f"loading {payload.label()}"
-    elif kind == "cell_start":
-        line = f"cell {payload.spec_hash()} {payload.label()}"
-    elif kind == "cell_done":
-        line = f"done {payload.spec_hash} {payload.cell_id} {payload.status}" + (
-            f" {' '.join(str(payload.error).split())}" if payload.error else "")
+    from infbench.executors.events import CellFinished, CellStarted, GroupLoading
+
+    if isinstance(event, GroupLoading):
+        line = f"loading {event.group.label()}"
+    elif isinstance(event, CellStarted):
+        line = f"cell {event.cell.spec_hash()} {event.cell.label()}"
+    elif isinstance(event, CellFinished):
+        r = event.result
+        line = f"done {r.spec_hash} {r.cell_id} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
     else:
         return None
     return f"infbench-worker: {line}"
@@ -151,8 +154,9 @@ def _write_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def run_worker(spec_path: Path, out_dir: Path, on_event: Any = None) -> dict[str, Any]:
-    """Run a spec's cells here and write the results to ``out_dir`` (see the module doc).
+def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str, Any]:
+    """Run a spec's cells here with the in-process executor and write the results to
+    ``out_dir`` (see the module doc); ``observer`` receives the run's events.
 
     Returns:
         The final ``provenance.json`` content (``status``: completed,
@@ -162,10 +166,12 @@ def run_worker(spec_path: Path, out_dir: Path, on_event: Any = None) -> dict[str
         VersionSkew, ConfigError: bad spec, or no detected device matches the spec's.
     """
     from infbench.detect import detect
+    from infbench.executors.events import CellFinished
+    from infbench.executors.inprocess import InProcessExecutor
     from infbench.models import resolve
     from infbench.plan import Group, Plan
     from infbench.plugins import get_plugin_manager
-    from infbench.run import RunOptions, provenance, run_plan
+    from infbench.run import RunOptions, provenance
     from infbench.store import Store
 
     spec = read_spec(spec_path)
@@ -196,18 +202,18 @@ def run_worker(spec_path: Path, out_dir: Path, on_event: Any = None) -> dict[str
                       engine_options=dict(o.engine_options), slo=o.slo)
     store = Store(out_dir / DB_FILE)
 
-    def event(kind: str, payload: Any) -> None:
-        if kind == "cell_done":
+    def event(ev: Any) -> None:
+        if isinstance(ev, CellFinished):
             with cells_path.open("a") as f:
-                f.write(payload.model_dump_json() + "\n")
+                f.write(ev.result.model_dump_json() + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-        if on_event is not None:
-            on_event(kind, payload)
+        if observer is not None:
+            observer(ev)
 
     status = "failed"
     try:
-        summary = run_plan(plan, store, pm, prov["provenance"], opts, on_event=event)
+        summary = InProcessExecutor(pm, prov["provenance"]).run(plan, store, opts, event)
         status = summary.status
     finally:
         store.close()

@@ -17,8 +17,8 @@ import sys
 import pytest
 
 from infbench import hookimpl
+from infbench.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
-from infbench.run import run_plan
 from infbench.schema import DeviceInfo, Sweep
 from infbench.store import Store
 
@@ -93,7 +93,7 @@ def test_every_local_engine_refuses_a_gpu_it_cannot_use(pm, tmp_path, vendor, en
     p = plan(Sweep(models=["tiny-random-llama"], engines=[engine], dtypes=["fp16"], batch=[1, 2], input_len=[16],
                    output_len=[8]), dev, pm)
     store = Store(tmp_path / "s.db")
-    s = run_plan(p, store, pm, {})
+    s = InProcessExecutor(pm, {}).run(p, store)
     assert not s.ok and len(s.failed) == 2 and store.finished_cell_ids() == set()
     for r in s.failed:
         assert r.error.startswith(f"device check failed: {engine} does not run on {vendor} {dev.model}: "), r.error
@@ -102,10 +102,10 @@ def test_every_local_engine_refuses_a_gpu_it_cannot_use(pm, tmp_path, vendor, en
 
 
 def test_the_issue_example_stores_a_failed_cell_with_exit_3(fake_plugin_path, tmp_path):
-    """`infbench run --device nvidia --runtime none --engine llama.cpp ...` stored an ok cell
+    """`infbench run --device nvidia --runtime none --engine llama.cpp ...` (the issue's command) stored an ok cell
     labelled H100 before this issue; now the cell is failed with the fix, exit status 3."""
     store = str(tmp_path / "s.db")
-    p = cli("nvidia", fake_plugin_path, "run", "--device", "nvidia", "--runtime", "none", "--engine", "llama.cpp",
+    p = cli("nvidia", fake_plugin_path, "run", "--device", "nvidia", "--executor", "inprocess", "--engine", "llama.cpp",
             "--model", "tiny-random-llama", "--batch", "1", "--input-len", "16", "--output-len", "8", "--json",
             store=store)
     assert p.returncode == 3, p.stderr

@@ -1,17 +1,22 @@
-"""The orchestrator with the real llama.cpp engine: failures are stored results, the sweep
-goes on, Ctrl-C keeps what finished, a re-run resumes."""
+"""The in-process executor with the real llama.cpp engine: failures are stored results,
+the sweep goes on, Ctrl-C keeps what finished, a re-run resumes."""
 
 import pytest
 
 from infbench import hookimpl
 from infbench.detect import detect
 from infbench.engines.llama_cpp_engine import LlamaCppEngine
+from infbench.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
-from infbench.run import RunOptions, provenance, run_plan
+from infbench.run import RunOptions, provenance
 from infbench.schema import Sweep
 from infbench.store import Store
 
 pytestmark = pytest.mark.integration
+
+
+def run_plan(plan, store, pm, prov, opts=None):
+    return InProcessExecutor(pm, prov).run(plan, store, opts)
 
 
 class FaultyLlama(LlamaCppEngine):

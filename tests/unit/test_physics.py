@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from infbench.analysis.floor import add_roofline
 from infbench.analysis.physics import PhysicalLimits, limits_from_info, mark_suspect
 from infbench.analysis.roofline import Limits, roofline_for
 from infbench.models import resolve
-from infbench.run import add_roofline
 from infbench.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
 
 A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 312e12, "fp32": 19.5e12})

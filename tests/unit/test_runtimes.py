@@ -9,10 +9,10 @@ import pytest
 
 from infbench import __version__
 from infbench.errors import ConfigError
-from infbench.runtimes import choose_runtime
+from infbench.executors import choose_executor
+from infbench.executors.container import _CellsTail
 from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_args, sif_name
 from infbench.runtimes.images import find_recipes, source_root
-from infbench.runtimes.launcher import _CellsTail
 from infbench.schema import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,20 +51,28 @@ def test_source_root_refuses_other_folders(tmp_path):
         source_root(tmp_path)
 
 
-def test_choose_runtime(pm, monkeypatch):
-    assert choose_runtime("none", dev("nvidia"), ["vllm"], pm) is None
-    assert choose_runtime("auto", dev("cpu", "cpu"), ["llama.cpp"], pm) is None        # in-process on the CPU
-    assert choose_runtime("auto", dev("remote", "remote"), ["openai"], pm) is None
-    with pytest.raises(ConfigError, match="unknown runtime"):
-        choose_runtime("podman", dev("cpu", "cpu"), [], pm)
+def choose(name, device, engines, pm, notes=None, runtime=None):
+    return choose_executor(name, device, engines, pm, {}, notes, runtime).name
+
+
+def test_choose_executor(pm, monkeypatch):
+    assert choose("inprocess", dev("nvidia"), ["vllm"], pm) == "inprocess"
+    assert choose("auto", dev("cpu", "cpu"), ["llama.cpp"], pm) == "inprocess"        # in-process on the CPU
+    assert choose("auto", dev("remote", "remote"), ["openai"], pm) == "inprocess"
+    with pytest.raises(ConfigError, match="unknown executor 'podman'"):
+        choose("podman", dev("cpu", "cpu"), [], pm)
+    with pytest.raises(ConfigError, match="unknown container runtime 'podman'"):
+        choose("container", dev("cpu", "cpu"), [], pm, runtime="podman")
     # vendor hardware, but no container runtime here: in-process
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     monkeypatch.setenv("PATH", "/nonexistent")
-    assert choose_runtime("auto", dev("nvidia"), ["vllm"], pm) is None
+    assert choose("auto", dev("nvidia"), ["vllm"], pm) == "inprocess"
     with pytest.raises(ConfigError, match="no Docker engine reachable"):
-        choose_runtime("docker", dev("cpu", "cpu"), ["llama.cpp"], pm)
+        choose("container", dev("cpu", "cpu"), ["llama.cpp"], pm, runtime="docker")
     with pytest.raises(ConfigError, match="apptainer"):
-        choose_runtime("apptainer", dev("cpu", "cpu"), ["llama.cpp"], pm)
+        choose("container", dev("cpu", "cpu"), ["llama.cpp"], pm, runtime="apptainer")
+    with pytest.raises(ConfigError, match="no container runtime here"):
+        choose("container", dev("cpu", "cpu"), ["llama.cpp"], pm)
 
 
 def test_apptainer_translation_per_vendor(pm):

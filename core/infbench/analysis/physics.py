@@ -1,7 +1,7 @@
 """Physics as a check on every cell.
 
 A measurement cannot beat the hardware. Every ok cell is checked when it is stored
-(:func:`mark_suspect`, called where :func:`infbench.run.add_roofline` stores MBU and MFU),
+(:func:`mark_suspect`, called where :func:`infbench.analysis.floor.add_roofline` stores MBU and MFU),
 and one that breaks a physical bound keeps its numbers but is stored with
 ``metrics["suspect"]``, the reasons joined by ``; ``:
 

@@ -314,8 +314,8 @@ def limits_for_id(pm: Any, ident: str) -> Limits:
 
     try:
         if ident.lower() == "cpu":
+            from infbench.analysis.floor import device_roofline_limits
             from infbench.platforms.cpu import cpu_device
-            from infbench.run import device_roofline_limits
 
             lim, why = device_roofline_limits(pm, cpu_device())
             if lim is None:

@@ -19,7 +19,7 @@ Opt = typer.Option
 
 containers_app = typer.Typer(
     help="Worker images: build the vendor plugins' images (`containers/cpu/Dockerfile.*`, "
-         "`plugins/<vendor>/docker/Dockerfile.*`) and list what is built. `infbench run --runtime docker` "
+         "`plugins/<vendor>/docker/Dockerfile.*`) and list what is built. `infbench run --executor container` "
          "runs cells in them.", no_args_is_help=True, rich_markup_mode="markdown")
 
 

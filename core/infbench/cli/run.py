@@ -56,13 +56,16 @@ engine proves it runs on the device before its first timed request.
     infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
     infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
-    infbench run --runtime docker                                  # inside the worker image
+    infbench run --executor container                              # inside the worker image
+    infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
 
-**Where cells run** (`--runtime`): `auto` runs in-process on the CPU and, on vendor
+**Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
-present; `docker` / `apptainer` force a container (build images with `infbench
-containers build`); `none` forces in-process. Container results are stored like
-in-process ones, with the image in the run's provenance.
+present; `container` forces the worker image (`--container-runtime docker|apptainer`;
+build images with `infbench containers build`); `inprocess` forces this process; `ray`
+spreads the groups over a Ray cluster's nodes. Results are stored the same way whichever
+executor ran them, with the image or node in the provenance. (`--runtime` is the old
+name: none = inprocess, docker/apptainer = container.)
 
 Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
 `--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
@@ -148,9 +151,13 @@ def run(
     write_spec: Annotated[Path | None, Opt("--write-spec", help="Write the planned cells as a worker spec (for "
                                            "`infbench worker --spec FILE --out DIR` elsewhere, then `infbench "
                                            "ingest DIR`) and exit.")] = None,
-    runtime: Annotated[str, Opt("--runtime", help="auto, none (in-process), docker or apptainer (the plugin's "
-                                "worker image). auto: in-process on the CPU, the image on vendor hardware when a "
-                                "container runtime is present.")] = "auto",
+    executor: Annotated[str | None, Opt("--executor", help="auto (default), inprocess, container (the plugin's "
+                                        "worker image) or ray. auto: in-process on the CPU, the image on vendor "
+                                        "hardware when a container runtime is present.")] = None,
+    container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
+                                                 "apptainer (default: Docker when an engine answers).")] = None,
+    runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
+                                       "inprocess, docker/apptainer = container).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.default_sweep import default_for_run
@@ -158,14 +165,17 @@ def run(
     from infbench.engines.options import engine_options
     from infbench.measure.power import user_power_sampler
     from infbench.plan import plan as make_plan
-    from infbench.run import RunOptions, choose_device, provenance
+    from infbench.run import RunOptions, provenance
     from infbench.sweeps import build_sweep
+    from infbench.target import choose_device
 
     try:
+        name, container_runtime = _executor_name(executor, runtime, container_runtime)
         pm = plugin_manager()
         det = do_detect(pm)
         # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
-        default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), runtime, base_url)
+        default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), name,
+                                  container_runtime, base_url)
         if default is not None and not default.user_engines and default.chosen is None and not dry_run:
             raise default.refusal()
         sweep = build_sweep(
@@ -205,40 +215,34 @@ def run(
             return
         if default is not None and not as_json:
             _print_default_notes(default)
-        from infbench.runtimes import choose_runtime
+        from infbench.executors import choose_executor
 
-        rt_notes: list[str] = []
-        rt = choose_runtime(runtime, dev, sweep.engines, pm, rt_notes)
-        for n in rt_notes:
+        prov = provenance(det, pm)
+        ex_notes: list[str] = []
+        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime)
+        for n in ex_notes:
             err.print(f"[yellow]note:[/] {escape(n)}")
-        if rt is not None and (power_command or power_watts is not None):
+        if ex.name != "inprocess" and (power_command or power_watts is not None):
             raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
-                              f"a worker container (--runtime {rt.name})", hint="add --runtime none")
+                              f"the {ex.name} executor's workers", hint="add --executor inprocess")
         override = user_power_sampler(power_command, power_watts, power_label)
         store = open_store(store_path)
     except InfbenchError as exc:
         fail(exc)
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
                       engine_options=eopts, slo=sweep.slo(), power_override=override)
-    prov = provenance(det, pm)
     if not as_json:
-        where = f", in {rt.name} worker containers" if rt is not None else ""
+        where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
+            f", on {ex.name}" if ex.name != "inprocess" else "")
         out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
                   f"store {store.path}")
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
                         disable=as_json)
-    on_event = _progress_events(progress, progress.add_task("starting", total=len(cells)))
+    observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
     try:
         with progress, stdout_to_stderr(as_json):
-            if rt is None:
-                from infbench.run import run_plan
-
-                summary = run_plan(the_plan, store, pm, prov, opts, on_event)
-            else:
-                from infbench.runtimes.launcher import run_plan_in_containers
-
-                summary = run_plan_in_containers(the_plan, store, pm, rt, prov, opts, on_event)
+            summary = ex.run(the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
     except KeyboardInterrupt:
@@ -295,24 +299,57 @@ def _print_dry_run(the_plan: Any, as_json: bool, default: Any = None) -> None:
             out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
 
 
-def _progress_events(progress: Progress, task: Any):
-    """The run's event callback: moves the progress bar and prints failures and notes."""
+def _executor_name(executor: str | None, runtime: str | None, container_runtime: str | None
+                   ) -> tuple[str, str | None]:
+    """``--executor`` and ``--container-runtime``, with the deprecated ``--runtime`` mapped
+    onto them (and a note saying so).
 
-    def on_event(kind: str, payload: Any) -> None:
-        if kind == "group":
-            progress.update(task, description=f"loading {payload.label()}")
-        elif kind == "cell_start":
-            progress.update(task, description=payload.label())
-        elif kind in ("cell_done", "cell_skipped"):
-            progress.advance(task)
-            if kind == "cell_done" and payload.status != "ok":
-                progress.console.print(f"[red]failed[/] {payload.cell.label()}: {escape(str(payload.error))}")
-        elif kind == "note":
-            progress.console.print(f"[yellow]note:[/] {escape(payload)}")
-        elif kind == "log":
-            logging.getLogger("infbench.worker").debug("%s", payload)
+    Raises:
+        ConfigError: both ``--runtime`` and ``--executor``, or an unknown ``--runtime``.
+    """
+    from infbench.executors import RUNTIME_ALIASES
 
-    return on_event
+    if runtime is None:
+        return executor or "auto", container_runtime
+    if executor is not None:
+        raise ConfigError("give --executor, not both --executor and --runtime (its old name)")
+    if runtime not in RUNTIME_ALIASES:
+        raise ConfigError(f"unknown runtime {runtime!r}", hint=f"choose one of: {', '.join(RUNTIME_ALIASES)}")
+    name, rt = RUNTIME_ALIASES[runtime]
+    new = f"--executor {name}" + (f" --container-runtime {rt}" if rt else "")
+    err.print(f"[yellow]note:[/] --runtime {runtime} is deprecated; it means `{new}`")
+    return name, rt or container_runtime
+
+
+class ProgressObserver:
+    """The run's observer on the terminal: moves the progress bar, prints failures, notes
+    and lost nodes, and logs worker lines at debug level (``-v``)."""
+
+    def __init__(self, progress: Progress, task: Any):
+        self.progress, self.task = progress, task
+
+    def __call__(self, event: Any) -> None:
+        from infbench.executors import events as ev
+
+        p = self.progress
+        where = f" on {event.node}" if getattr(event, "node", None) else ""
+        if isinstance(event, ev.GroupLoading):
+            p.update(self.task, description=f"loading {event.group.label()}{where}")
+        elif isinstance(event, ev.CellStarted):
+            p.update(self.task, description=f"{event.cell.label()}{where}")
+        elif isinstance(event, ev.CellSkipped):
+            p.advance(self.task)
+        elif isinstance(event, ev.CellFinished):
+            p.advance(self.task)
+            r = event.result
+            if r.status != "ok":
+                p.console.print(f"[red]failed[/] {r.cell.label()}{where}: {escape(str(r.error))}")
+        elif isinstance(event, ev.NodeLost):
+            p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
+        elif isinstance(event, ev.Note):
+            p.console.print(f"[yellow]note:[/] {escape(event.text)}")
+        elif isinstance(event, ev.LogLine):
+            logging.getLogger("infbench.worker").debug("%s", event.line)
 
 
 def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
@@ -350,13 +387,13 @@ def worker(
     """
     from infbench.worker import event_line, run_worker
 
-    def on_event(kind: str, payload: Any) -> None:
-        line = event_line(kind, payload)
+    def observer(event: Any) -> None:
+        line = event_line(event)
         if line is not None:
             print(line, file=sys.stderr, flush=True)
 
     try:
-        prov = run_worker(spec, out_dir, on_event)
+        prov = run_worker(spec, out_dir, observer)
     except InfbenchError as exc:
         fail(exc)
     except KeyboardInterrupt:

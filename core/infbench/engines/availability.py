@@ -439,11 +439,12 @@ def engine_support(spec: Any, device: DeviceInfo, backends: DeviceBackends | Non
     return s
 
 
-def image_support(pm: Any, device: DeviceInfo, engine: str, runtime: str = "auto") -> EngineSupport | None:
+def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: str | None = None
+                  ) -> EngineSupport | None:
     """Whether ``engine`` runs here in the device plugin's worker image: the plugin names
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
-    apptainer; or the one ``runtime`` names) and the image is built with this store
-    schema. None when the plugin has no image for the engine."""
+    apptainer; or the one ``container_runtime`` names) and the image is built with this
+    store schema. None when the plugin has no image for the engine."""
     try:
         spec = pm.hook.infbench_container_spec(device=device, engine=engine)
     except Exception:  # noqa: BLE001
@@ -451,22 +452,17 @@ def image_support(pm: Any, device: DeviceInfo, engine: str, runtime: str = "auto
     if not spec or not spec.get("image"):
         return None
     from infbench.errors import InfbenchError
-    from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_binary
-    from infbench.runtimes.docker_runtime import DockerRuntime, docker_available
+    from infbench.runtimes import detect_container_runtime
 
     image = spec["image"]
     build = f"infbench containers build --vendor {device.vendor}"
-    rt: Any = None
     try:
-        if runtime in ("auto", "docker") and docker_available():
-            rt = DockerRuntime()
-        elif runtime in ("auto", "apptainer") and apptainer_binary():
-            rt = ApptainerRuntime()
+        rt = detect_container_runtime(container_runtime)
     except InfbenchError:
         rt = None
     if rt is None:
         wanted = {"docker": "no Docker engine answers", "apptainer": "apptainer is not on PATH"}.get(
-            runtime, "no container runtime answers (no Docker engine, no apptainer)")
+            container_runtime or "", "no container runtime answers (no Docker engine, no apptainer)")
         return EngineSupport(engine, MISSING, wanted, "start a Docker engine (sudo systemctl start docker), then "
                              f"{build}", where=f"image {image}")
     try:

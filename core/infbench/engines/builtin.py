@@ -1,7 +1,7 @@
 """The core's built-in engine plugin: registers the engine adapters the core ships.
 
 When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
-the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.run.launch`)."""
+the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def group_failure(exc: BaseException) -> str:
     refused: :meth:`DeviceMismatch.cell_error`, else ``engine start failed: Type: message (at file:line)``."""
     if isinstance(exc, DeviceMismatch):
         return exc.cell_error()
-    from infbench.run import describe_error
+    from infbench.measure.cell import describe_error
 
     return f"engine start failed: {describe_error(exc)}"
 

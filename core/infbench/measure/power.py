@@ -18,6 +18,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from infbench.schema import PowerReading
 
@@ -481,3 +482,12 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
     if command:
         return CommandPowerSampler(command, f"user-supplied: {label}" if label else None)
     return None
+
+
+def device_power_sampler(pm: Any, device: Any) -> PowerSampler:
+    """The device plugin's sampler, or :class:`NoPower` with the reason."""
+    try:
+        s = pm.hook.infbench_power_sampler(device=device)
+    except Exception as exc:  # noqa: BLE001
+        return NoPower(f"power sampler failed to start: {type(exc).__name__}: {exc}")
+    return s if s is not None else NoPower(f"no plugin provides a power sampler for {device.vendor}")

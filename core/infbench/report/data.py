@@ -120,7 +120,7 @@ def config_label(row: dict[str, Any]) -> str:
 
 def limits_resolver(pm: Any) -> Any:
     """A cached ``device dict -> Limits | None`` for :func:`flat_row`'s backfill."""
-    from infbench.run import device_roofline_limits
+    from infbench.analysis.floor import device_roofline_limits
     from infbench.schema import DeviceInfo
 
     cache: dict[str, Any] = {}

@@ -136,7 +136,8 @@ class ApptainerRuntime:
         self.binary = apptainer_binary()
         if self.binary is None:
             raise ConfigError("apptainer (or singularity) is not on PATH",
-                              hint="load the site's apptainer module, or use --runtime docker / none")
+                              hint="load the site's apptainer module, or use --container-runtime docker / "
+                                   "--executor inprocess")
 
     def sif_for(self, image: str) -> Path:
         """The ``.sif`` of ``image``.

@@ -49,7 +49,7 @@ def docker_client() -> Any:
     except Exception as exc:  # noqa: BLE001 - DockerException, requests errors, socket errors
         raise ConfigError(f"no Docker engine reachable ({exc})",
                           hint="start dockerd (scripts/dockerd.sh starts one without networking), set DOCKER_HOST, "
-                               "or use --runtime none / apptainer") from exc
+                               "or use --executor inprocess / --container-runtime apptainer") from exc
     return client
 
 
@@ -135,7 +135,7 @@ class DockerRuntime:
         except docker.errors.ImageNotFound as exc:
             raise ConfigError(f"the worker image {image} is not built on this host",
                               hint="build it with `infbench containers build` (see `infbench containers list`), "
-                                   "or run in-process with --runtime none") from exc
+                                   "or run in-process with --executor inprocess") from exc
         labels = img.labels or {}
         if labels.get(LABEL_SCHEMA) not in (None, str(SCHEMA_VERSION)):
             raise VersionSkew(f"image {image} holds infbench {labels.get(LABEL_VERSION)} (store schema "

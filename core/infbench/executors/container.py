@@ -1,4 +1,5 @@
-"""Run a plan's cells in worker containers and store them as one ordinary run.
+"""The container executor: a plan's cells run in the vendor plugin's worker image (Docker
+or Apptainer) and are stored as one ordinary run.
 
 For each run of consecutive groups that share an image (the plugin's
 :func:`~infbench.hookspecs.infbench_container_spec` for the group's engine), the launcher
@@ -29,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from infbench.errors import ConfigError
+from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ignore
 from infbench.plan import Group, Plan
-from infbench.run import Event, RunOptions, RunSummary, finishing, pending_cells, unmeasured_failure
+from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
 from infbench.schema import Cell, CellResult
 from infbench.store import Store, default_home
 
@@ -51,8 +53,8 @@ def container_spec(pm: Any, device: Any, engine: str) -> dict[str, Any]:
     spec = pm.hook.infbench_container_spec(device=device, engine=engine)
     if not spec or not spec.get("image"):
         raise ConfigError(f"no worker image for engine {engine} on {device.vendor} ({device.model})",
-                          hint="run it in-process with --runtime none, or use an engine the plugin's images carry "
-                               "(`infbench containers list`)")
+                          hint="run it in-process with --executor inprocess, or use an engine the plugin's images "
+                               "carry (`infbench containers list`)")
     return dict(spec)
 
 
@@ -104,82 +106,85 @@ def _batches(plan: Plan, pm: Any) -> list[tuple[dict[str, Any], list[Group]]]:
     return out
 
 
-def run_plan_in_containers(plan: Plan, store: Store, pm: Any, runtime: Any, host_provenance: dict[str, Any],
-                           opts: RunOptions | None = None, on_event: Event | None = None,
-                           job_root: Path | None = None) -> RunSummary:
-    """Run ``plan`` in worker containers (see the module doc); same contract as
-    :func:`infbench.run.run_plan`.
+class ContainerExecutor:
+    """Run a plan in worker containers (see the module doc).
 
     Args:
-        plan: the cells and their device (as planned on the host).
-        store: the host's store; every cell is saved as soon as the worker finishes it.
-        pm: the plugin manager (container specs).
+        pm: the plugin manager (the plugins' container specs).
         runtime: a :class:`~infbench.runtimes.docker_runtime.DockerRuntime` or
             :class:`~infbench.runtimes.apptainer.ApptainerRuntime`.
-        host_provenance: the host's provenance (kept under ``launcher``).
-        opts: run options (``force``, ``cell_timeout_s`` also sets the stall limit).
-        on_event: as :func:`~infbench.run.run_plan`'s (``group``, ``cell_start``,
-            ``cell_done``, ``cell_skipped``), plus ``note`` (str: warnings such as a
-            privileged container) and ``log`` (str: a worker log line that is not an event).
+        provenance: the host's provenance (kept under ``launcher``; the run's own
+            provenance is the worker's).
         job_root: where job folders go (default ``$INFBENCH_HOME/jobs``).
-
-    Returns:
-        The :class:`~infbench.run.RunSummary` (``status`` completed,
-        completed_with_failures or interrupted).
-
-    Raises:
-        ConfigError: no image for an engine (before anything runs), image not built.
-        VersionSkew: an image holds another store schema.
-        KeyboardInterrupt: after killing and removing the container and marking the run
-            interrupted; finished cells are stored.
     """
-    opts = opts or RunOptions()
-    emit = on_event or (lambda kind, payload: None)
-    device = plan.device
-    batches = _batches(plan, pm)
-    for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
-        runtime.check_image(spec["image"])
-    run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(sys.argv))
-    summary = RunSummary(run_id)
-    done = set() if opts.force else store.finished_cell_ids()
-    root = Path(job_root or default_home() / "jobs")
-    cache = default_home() / "cache"
-    home = default_home() / "worker-home"
-    stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
-    provenance_set = False
-    attempt = 0
-    with finishing(store, summary):
-        for spec, groups in batches:
-            remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, emit)
-            by_hash = {c.spec_hash(): c for c in remaining}
-            group_of = {g.label(): g for g in groups}
-            while remaining:
-                attempt += 1
-                job = root / f"{run_id}-{attempt}"
-                _write_job(plan, remaining, opts, job)
-                res = _attempt(runtime, spec, job, home, cache, f"infbench-{run_id}-{attempt}", remaining, stall_s,
-                               by_hash, group_of, store, run_id, summary, emit)
-                if not provenance_set and res["provenance"]:
-                    store.update_provenance(run_id, {**res["provenance"], "container": res["description"],
-                                                     "launcher": host_provenance, "runtime": runtime.name})
-                    provenance_set = True
-                remaining = [c for c in remaining if c.spec_hash() not in res["finished"]]
-                if not remaining:
-                    break
-                if res["exit_code"] == 2 and not res["finished"]:
-                    # The worker refused the spec (no device, bad spec): every attempt would.
-                    victims, why = list(remaining), "refused the job"
-                else:
-                    victims, why = [by_hash.get(res["running"] or "") or remaining[0]], res["reason"]
-                tail = " | ".join(res["tail"][-5:])
-                for c in victims:
-                    r = unmeasured_failure(c, device, f"worker {why} (exit status {res['exit_code']}) during this "
-                                                      f"cell; last log lines: {tail}", res["started_at"])
-                    store.save_cell(run_id, r)
-                    summary.failed.append(r)
-                    emit("cell_done", r)
-                remaining = [c for c in remaining if c not in victims]
-    return summary
+
+    name = "container"
+
+    def __init__(self, pm: Any, runtime: Any, provenance: dict[str, Any], job_root: Path | None = None):
+        self.pm, self.runtime, self.provenance, self.job_root = pm, runtime, provenance, job_root
+
+    def run(self, plan: Plan, store: Store, options: RunOptions | None = None,
+            observer: Observer = ignore) -> RunSummary:
+        """Run every cell of ``plan`` in the plugin's images; same contract as
+        :meth:`~infbench.executors.inprocess.InProcessExecutor.run`, plus
+        :class:`~infbench.executors.events.Note` (e.g. a privileged container) and
+        :class:`~infbench.executors.events.LogLine` (worker log lines that are not events).
+
+        Returns:
+            The :class:`~infbench.run.RunSummary` (``status`` completed,
+            completed_with_failures or interrupted).
+
+        Raises:
+            ConfigError: no image for an engine (before anything runs), image not built.
+            VersionSkew: an image holds another store schema.
+            KeyboardInterrupt: after killing and removing the container and marking the run
+                interrupted; finished cells are stored.
+        """
+        opts = options or RunOptions()
+        runtime, pm, host_provenance = self.runtime, self.pm, self.provenance
+        device = plan.device
+        batches = _batches(plan, pm)
+        for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
+            runtime.check_image(spec["image"])
+        run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(sys.argv))
+        summary = RunSummary(run_id)
+        done = set() if opts.force else store.finished_cell_ids()
+        root = Path(self.job_root or default_home() / "jobs")
+        cache = default_home() / "cache"
+        home = default_home() / "worker-home"
+        stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
+        provenance_set = False
+        attempt = 0
+        with finishing(store, summary):
+            for spec, groups in batches:
+                remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, observer)
+                by_hash = {c.spec_hash(): c for c in remaining}
+                group_of = {g.label(): g for g in groups}
+                while remaining:
+                    attempt += 1
+                    job = root / f"{run_id}-{attempt}"
+                    _write_job(plan, remaining, opts, job)
+                    res = _attempt(runtime, spec, job, home, cache, f"infbench-{run_id}-{attempt}", remaining,
+                                   stall_s, by_hash, group_of, store, run_id, summary, observer)
+                    if not provenance_set and res["provenance"]:
+                        store.update_provenance(run_id, {**res["provenance"], "container": res["description"],
+                                                         "launcher": host_provenance, "runtime": runtime.name})
+                        provenance_set = True
+                    remaining = [c for c in remaining if c.spec_hash() not in res["finished"]]
+                    if not remaining:
+                        break
+                    if res["exit_code"] == 2 and not res["finished"]:
+                        # The worker refused the spec (no device, bad spec): every attempt would.
+                        victims, why = list(remaining), "refused the job"
+                    else:
+                        victims, why = [by_hash.get(res["running"] or "") or remaining[0]], res["reason"]
+                    tail = " | ".join(res["tail"][-5:])
+                    for c in victims:
+                        r = unmeasured_failure(c, device, f"worker {why} (exit status {res['exit_code']}) during "
+                                                          f"this cell; last log lines: {tail}", res["started_at"])
+                        record(store, run_id, summary, r, observer)
+                    remaining = [c for c in remaining if c not in victims]
+        return summary
 
 
 def _write_job(plan: Plan, cells: list[Cell], opts: RunOptions, job: Path) -> None:
@@ -194,7 +199,7 @@ def _write_job(plan: Plan, cells: list[Cell], opts: RunOptions, job: Path) -> No
 
 def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: Path, name: str, cells: list[Cell],
              stall_s: float, by_hash: dict[str, Cell], group_of: dict[str, Group], store: Store, run_id: str,
-             summary: RunSummary, emit: Event) -> dict[str, Any]:
+             summary: RunSummary, observer: Observer) -> dict[str, Any]:
     """One worker: start it, follow its log, store cells as they finish, remove it."""
     import json
 
@@ -202,7 +207,7 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
     mounts = _local_paths(cells)
     handle = runtime.start(spec, job, home, cache, name, extra_mounts=mounts)
     for n in handle.notes:
-        emit("note", n)
+        observer(Note(n))
     tail_cells = _CellsTail(job / "out" / "cells.jsonl")
     finished: set[str] = set()
     running: str | None = None
@@ -229,9 +234,7 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
             if r.spec_hash in finished:
                 continue
             finished.add(r.spec_hash)
-            store.save_cell(run_id, r)
-            (summary.ok if r.status == "ok" else summary.failed).append(r)
-            emit("cell_done", r)
+            record(store, run_id, summary, r, observer)
 
     exit_code = None
     try:
@@ -242,16 +245,16 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
                 log.flush()
                 if not line.startswith(PREFIX):
                     log_tail.append(line)
-                    emit("log", line)
+                    observer(LogLine(line))
                     continue
                 arm()
                 kind, _, rest = line[len(PREFIX):].partition(" ")
                 if kind == "loading" and rest in group_of:
-                    emit("group", group_of[rest])
+                    observer(GroupLoading(group_of[rest]))
                 elif kind == "cell":
                     running = rest.split(" ", 1)[0]
                     if running in by_hash:
-                        emit("cell_start", by_hash[running])
+                        observer(CellStarted(by_hash[running]))
                 elif kind == "done":
                     take()
                     running = None

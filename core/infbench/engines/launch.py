@@ -1,0 +1,34 @@
+"""Step 3 of a run in this process: create an engine adapter for a device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infbench.engines.base import Engine
+from infbench.errors import ConfigError
+from infbench.plugins import PluginManager
+from infbench.schema import DeviceInfo
+
+
+def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    """Create (not start) the adapter of ``engine`` for ``device``: a plugin's
+    ``infbench_launch_engine`` if one answers, else the engine's registered factory.
+
+    Args:
+        pm: the plugin manager.
+        engine: engine name (``llama.cpp``...).
+        device: the device group the cells run on.
+        options: engine options (``n_threads``, ``--engine-arg`` items...).
+
+    Raises:
+        ConfigError: no plugin can launch ``engine``.
+    """
+    eng = pm.hook.infbench_launch_engine(engine=engine, device=device, options=options)
+    if eng is None:
+        from infbench.plan import engine_specs
+
+        spec = engine_specs(pm).get(engine)
+        if spec is None or spec.factory is None:
+            raise ConfigError(f"no plugin can launch engine {engine!r}")
+        eng = spec.factory(device, options)
+    return eng

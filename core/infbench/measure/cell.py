@@ -1,0 +1,82 @@
+"""Step 4 of a run: measure one cell on a started engine (warm-up, timed requests with
+power sampling, metrics from the raw records, METRICS.md)."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from infbench.engines.base import Engine
+from infbench.errors import CellTimeout
+from infbench.measure.metrics import cell_metrics
+from infbench.measure.power import PowerMonitor, PowerSampler
+from infbench.schema import Cell, CellResult, DeviceInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plan import Group
+    from infbench.run import RunOptions
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such)."""
+    if isinstance(exc, MemoryError):
+        return f"OOM: MemoryError: {exc}"
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
+                 opts: RunOptions) -> CellResult:
+    """Warm up, run the timed part with power sampling, derive metrics. Never raises
+    for a failed cell (the error is in the result); re-raises KeyboardInterrupt."""
+    started = time.time()
+    monitor = PowerMonitor(sampler, opts.power_interval_s)
+    base = dict(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
+                engine=describe_engine(engine), started_at=started)
+    try:
+        prompts = engine.make_prompts(cell, group.model)
+        for _ in range(cell.warmup):
+            engine.warmup(cell, prompts)
+        t0 = time.perf_counter()
+        deadline = (time.perf_counter_ns() + int(opts.cell_timeout_s * 1e9)) if opts.cell_timeout_s else None
+        monitor.start()
+        try:
+            out = engine.run(cell, prompts, deadline_ns=deadline)
+        finally:
+            readings = monitor.stop()
+        done = [r for r in out.records if r.error is None and r.t_tokens_ns]
+        window = (min(r.t_send_ns for r in done), max(r.t_tokens_ns[-1] for r in done)) if done else None
+        energy, note = monitor.energy(window)
+        metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy, slo=opts.slo)
+        if energy is not None:
+            src = monitor.source()
+            metrics["energy_source"] = src["name"]
+            if src["label"]:
+                metrics["energy_label"] = src["label"]
+        if out.warnings:
+            metrics["warnings"] = list(out.warnings)
+        wall = time.perf_counter() - t0
+        status, error = "ok", None
+        if metrics["n_completed"] == 0:
+            status, error = "failed", "no request completed"
+        return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
+                          power=readings, power_note=note, wall_s=wall, engine_s=out.engine_s,
+                          finished_at=time.time())
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed cell is a result
+        err = describe_error(exc) if not isinstance(exc, CellTimeout) else f"timeout: {exc}"
+        return CellResult(**base, status="failed", error=err, power_note=monitor.error, finished_at=time.time())
+
+
+def describe_engine(engine: Engine) -> dict[str, Any]:
+    """``engine.describe()`` with the evidence that it ran on the device
+    (``device_proof``: :mod:`infbench.engines.device_proof`), or its name and the error when
+    describing fails."""
+    try:
+        return {**engine.describe(), "device_proof": engine.device_proof}
+    except Exception as exc:  # noqa: BLE001
+        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc), "device_proof": engine.device_proof}

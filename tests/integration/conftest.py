@@ -1,0 +1,49 @@
+"""Fixtures shared by the integration tests: a real Docker engine and the CPU worker
+image built offline (the way CI builds it)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infbench import __version__
+from infbench.runtimes.docker_runtime import docker_available
+from tests.integration.test_cli import infbench
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = f"infbench/cpu-llamacpp:{__version__}"
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    if not docker_available():
+        msg = "no Docker engine (scripts/test.sh installs docker.io and starts dockerd)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    import docker
+
+    return docker.from_env()
+
+
+@pytest.fixture(scope="session")
+def cpu_image(docker_client):
+    """Build the CPU worker image offline with `infbench containers build` (real build)."""
+    p = subprocess.run(["bash", str(ROOT / "containers/cpu/prepare-offline.sh")], capture_output=True, text=True,
+                       env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    engine_version = p.stdout.strip().splitlines()[-1]
+    assert engine_version == md.version("llama-cpp-python")
+    b = infbench("containers", "build", "--vendor", "cpu", "--network", "none", "--json",
+                 "--build-arg", "BASE_IMAGE=infbench/debian-python:bookworm", "--build-arg", "PIP_ARGS=--no-index",
+                 "--build-arg", f"ENGINE_VERSION={engine_version}")
+    res = json.loads(b.stdout)["results"]
+    assert [r["ok"] for r in res] == [True], res
+    assert res[0]["tags"] == [IMAGE, f"infbench/cpu-llamacpp:{__version__}-llama.cpp{engine_version}"]
+    return {"image": IMAGE, "engine_version": engine_version}

@@ -1,0 +1,98 @@
+"""The executor contract (:class:`infbench.executors.Executor`), checked the same way for
+every executor with the real llama.cpp engine: each pending cell ends as exactly one
+stored attempt with the plan's cell id; typed events arrive in order; stored-ok cells are
+skipped and ``force`` measures them again; the run's status and provenance are recorded.
+
+An executor joins by adding a factory to ``FACTORIES`` (its fixtures may skip where its
+runtime is missing: the container executor needs the CPU worker image).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infbench.detect import detect
+from infbench.executors import events as ev
+from infbench.executors.container import ContainerExecutor
+from infbench.executors.inprocess import InProcessExecutor
+from infbench.plan import plan
+from infbench.run import RunOptions, provenance
+from infbench.schema import Sweep
+from infbench.store import Store
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def inprocess(pm):
+    return lambda prov: InProcessExecutor(pm, prov)
+
+
+@pytest.fixture
+def container(pm, cpu_image, tmp_path):
+    from infbench.runtimes import container_runtime
+
+    return lambda prov: ContainerExecutor(pm, container_runtime("docker"), prov, job_root=tmp_path / "jobs")
+
+
+FACTORIES = ["inprocess", "container"]
+
+
+@pytest.fixture(params=FACTORIES)
+def make_executor(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_executor_contract(make_executor, pm, tmp_path):
+    det = detect(pm)
+    dev = det.devices[0]
+    sweep = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16", "q8_0"], batch=[1, 2],
+                  input_len=[16], output_len=[4])
+    p = plan(sweep, dev, pm)
+    store = Store(tmp_path / "r.db")
+    prov = provenance(det, pm)
+    ex = make_executor(prov)
+    seen = ev.Collector()
+    s = ex.run(p, store, RunOptions(), seen)
+
+    # every cell: exactly one stored attempt, ok, with the plan's ids and forced lengths
+    want = {c.cell_id(dev): c for c in p.cells}
+    rows = store.results(all_attempts=True)
+    assert sorted(r["cell_id"] for r in rows) == sorted(want)
+    assert {r["spec_hash"] for r in rows} == {c.spec_hash() for c in p.cells}
+    for r in rows:
+        c = want[r["cell_id"]]
+        assert r["status"] == "ok", r["error"]
+        assert r["metrics"]["n_completed"] == c.batch and r["metrics"]["n_out_total"] == c.batch * c.output_len
+        assert len(store.records(r["id"])) == c.batch
+    assert len(s.ok) == len(p.cells) and not s.failed and not s.skipped
+    assert {r.cell_id for r in s.ok} == set(want)
+
+    # typed events: a group loads before its cells; each cell starts, then finishes once
+    loads = seen.of(ev.GroupLoading)
+    assert [g.group.label() for g in loads] == [g.label() for g in p.groups]
+    finished = [e.result.cell_id for e in seen.of(ev.CellFinished)]
+    assert sorted(finished) == sorted(want)
+    order = [(type(e).__name__, getattr(e, "cell", None) or getattr(getattr(e, "result", None), "cell", None))
+             for e in seen.events if isinstance(e, (ev.CellStarted, ev.CellFinished))]
+    for i in range(0, len(order), 2):
+        assert order[i][0] == "CellStarted" and order[i + 1][0] == "CellFinished"
+        assert order[i][1].spec_hash() == order[i + 1][1].spec_hash()
+
+    run = store.runs()[0]
+    assert run["status"] == "completed" and run["run_id"] == s.run_id
+    assert run["provenance"]["infbench_version"] and run["provenance"]["devices"]
+
+    # a re-run skips every stored-ok cell and stores nothing
+    again = ev.Collector()
+    s2 = ex.run(p, store, RunOptions(), again)
+    assert len(s2.skipped) == len(p.cells) and not s2.ok and not s2.failed
+    assert len(again.of(ev.CellSkipped)) == len(p.cells) and not again.of(ev.CellFinished)
+    assert len(store.results(all_attempts=True)) == len(p.cells)
+    assert store.runs()[0]["status"] == "completed"
+
+    # force measures every cell again: one more attempt each, the newest is current
+    s3 = ex.run(p, store, RunOptions(force=True), ev.Collector())
+    assert len(s3.ok) == len(p.cells)
+    assert len(store.results(all_attempts=True)) == 2 * len(p.cells)
+    assert {r["run_id"] for r in store.results()} == {s3.run_id}
