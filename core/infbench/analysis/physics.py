@@ -7,9 +7,9 @@ and one that breaks a physical bound keeps its numbers but is stored with
 
 * **too few tokens**: a request produced fewer output tokens than the cell forces, or its
   prompt was more than 5 % shorter than asked (the cell measured a smaller workload);
-* **prefix cache hit**: the server says prompt tokens came from its cache (llama.cpp's
-  ``timings.cache_n``, OpenAI ``usage.prompt_tokens_details.cached_tokens``), so TTFT skipped
-  part of the prefill;
+* **prefix cache hit**: the engine says more than 10 % of a prompt came from its cache
+  (llama.cpp's ``timings.cache_n``, OpenAI ``usage.prompt_tokens_details.cached_tokens``,
+  vLLM's ``num_cached_tokens``), so TTFT skipped part of the prefill;
 * **utilisation above 1**: ``mbu`` or ``mfu`` > 1 against the device's peaks; the reason
   says the likely cause (a model that fits in the CPU's last-level cache, a bandwidth that
   is only a measured attainable rate, a prefill chunked across steps, a wrong device);
@@ -34,6 +34,9 @@ from infbench.analysis.roofline import Limits
 
 #: A prompt this much shorter than asked makes the cell a smaller workload.
 PROMPT_SHORTFALL = 0.05
+#: A request that took more than this share of its prompt from a prefix cache skipped a
+#: real part of its prefill (a shared first token, e.g. BOS, does not count).
+PREFIX_CACHE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
@@ -99,12 +102,12 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
     cached = []
     for r in done:
         s = r.server or {}
-        n = (s.get("timings") or {}).get("cache_n") or s.get("cached_tokens") or 0
-        if n:
-            cached.append(int(n))
+        n = int((s.get("timings") or {}).get("cache_n") or s.get("cached_tokens") or 0)
+        if n and n > PREFIX_CACHE_SHARE * max(r.n_in, 1):
+            cached.append(n)
     if cached:
         out.append(f"prefix cache hit: {len(cached)} of {len(done)} requests took up to {max(cached)} prompt tokens "
-                   "from the server's cache (TTFT skipped part of the prefill)")
+                   "from the engine's cache (TTFT skipped part of the prefill)")
     return out
 
 

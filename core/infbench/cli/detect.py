@@ -63,9 +63,13 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
                       + (f", {bw / 1e12:.3g} TB/s" if bw else "")
                       + (f" ({lim['bandwidth_kind']})" if lim.get("bandwidth_kind") else "")
                       + (f", TDP {lim['tdp_w']:g} W" if lim.get("tdp_w") else "") + " (see `infbench devices`)")
-            if lim.get("peak_basis"):
+            if lim.get("clock_hz"):
                 peaks = ", ".join(f"{p} {v / 1e9:,.0f}" for p, v in (lim.get("peak_flops") or {}).items())
-                out.print(f"{d.vendor}: peak GFLOP/s {peaks}: {escape(lim['peak_basis'])}")
+                fpc = "/".join(f"{v:g}" for v in (lim.get("flop_per_cycle") or {}).values())
+                ghz = lim["clock_hz"] / 1e9
+                out.print(f"{d.vendor}: peak GFLOP/s {peaks} = {lim['cores']} cores x {ghz:.2f} GHz x {fpc} FLOP/cycle "
+                          f"(ISA); clock: {escape(str(lim.get('clock_basis')))}")
+                out.print(f"{d.vendor}: bandwidth: {escape(str(lim.get('bandwidth_basis')))}")
                 att = lim.get("attainable") or {}
                 if att.get("memory_bandwidth_bytes_s"):
                     out.print(f"{d.vendor}: attainable (measured): {att['memory_bandwidth_bytes_s'] / 1e9:.1f} GB/s, "

@@ -396,7 +396,7 @@ def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str 
     if p["platform"] != backends.vllm:
         return EngineSupport(engine, UNSUPPORTED, f"{v} selected the {p['platform']} platform, not {backends.vllm}",
                              backends.install.get("vllm"), p["version"])
-    return EngineSupport(engine, USABLE, f"{v} ({p['platform']} platform)", version=p["version"])
+    return EngineSupport(engine, USABLE, f"{v}, {p['platform']} platform", version=p["version"])
 
 
 def check_vllm_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:

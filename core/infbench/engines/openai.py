@@ -135,6 +135,9 @@ def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None,
     server = dict(p.server)
     if p.finish_reason:
         server["finish_reason"] = p.finish_reason
+    cached = ((p.usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached:
+        server["cached_tokens"] = int(cached)  # prompt tokens the server took from its prefix cache
     return RequestRecord(t_send_ns=t_send, t_sched_ns=t_sched, t_tokens_ns=times,
                          n_in=n_in, n_out=n_out, n_out_source=source, error=error, server=server or None)
 

@@ -10,6 +10,10 @@ Both build the same engine arguments from the group (:func:`vllm_args`):
   concurrency), ``max_model_len`` (the longest input + output, rounded up), ``seed``;
 * on the CPU: ``enforce_eager`` (no torch.compile warm-up, start in ~45 s instead of ~100 s)
   and a KV cache of ``kv_cache_memory_bytes`` (default 1 GiB);
+* ``enable_prefix_caching=False`` (a cell's warm-up sends its timed prompts; with the prefix
+  cache on, the timed prefill would be served from the warm-up's KV blocks); pass
+  ``--engine-arg enable_prefix_caching=true`` to measure with it, and the cached prompt tokens
+  (``RequestOutput.num_cached_tokens``) mark the cell suspect;
 * every other engine option is passed through unchanged (``quantization``,
   ``gpu_memory_utilization``, ``enable_prefix_caching``... as ``vllm.EngineArgs`` names
   them; ``infbench run --engine-arg KEY=VALUE``).
@@ -51,6 +55,10 @@ VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": 
 #: Options of the infbench adapters themselves, not passed to vLLM.
 ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
                    "startup_timeout_s", "force_output", "extra_body"}
+
+#: Engine arguments whose False must be passed to the server as ``--no-<flag>`` (argparse
+#: BooleanOptionalAction in vllm/engine/arg_utils.py; their default is on).
+NEGATED_FLAGS = {"enable_prefix_caching"}
 
 #: Default KV-cache size on the CPU (vLLM's CPU backend otherwise sizes it from free memory).
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -142,19 +150,26 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
                 seed=group.cells[0].seed if group.cells else 0)
     if device.vendor == "cpu":
         args.update(enforce_eager=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+    # Off unless asked for: a cell's warm-up sends its timed prompts, so a prefix cache would
+    # serve the timed prefill from the warm-up's KV blocks (TTFT without the prefill).
+    args["enable_prefix_caching"] = False
     args.update({k: v for k, v in options.items() if k not in ADAPTER_OPTIONS})
     return args
 
 
 def server_argv(args: dict[str, Any], port: int, served_name: str) -> list[str]:
     """The command line of vLLM's OpenAI server for engine ``args`` (``--key-name value``;
-    True becomes a bare flag, False and None are left out)."""
+    True becomes a bare flag, None is left out, False is left out except for the flags
+    :data:`NEGATED_FLAGS` turns off explicitly (``--no-enable-prefix-caching``: vLLM's
+    default for them is on)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", served_name, "--disable-uvicorn-access-log"]
     for k, v in args.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
             argv.append(flag)
+        elif v is False and k in NEGATED_FLAGS:
+            argv.append("--no-" + k.replace("_", "-"))
         elif v is not None and v is not False:
             argv += [flag, str(v)]
     return argv
@@ -216,6 +231,7 @@ class VllmEngine(Engine):
         ids = [f"infbench-{self._runs}-{i}" for i in range(len(prompts))]
         index = {rid: i for i, rid in enumerate(ids)}
         times: list[list[int]] = [[] for _ in prompts]
+        cached = [0] * len(prompts)  # prompt tokens served from vLLM's prefix cache (RequestOutput.num_cached_tokens)
         engine_ns = 0
         t_send = time.perf_counter_ns()
         try:
@@ -230,14 +246,17 @@ class VllmEngine(Engine):
                     i = index.get(o.request_id)
                     if i is not None and o.outputs:
                         times[i] += [t] * len(o.outputs[0].token_ids)
+                    if i is not None and getattr(o, "num_cached_tokens", None):
+                        cached[i] = max(cached[i], int(o.num_cached_tokens))
                 self.check_deadline(deadline_ns, t)
         except BaseException:
             engine.abort_request(ids)
             while engine.has_unfinished_requests():
                 engine.step()
             raise
-        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=ts, n_in=len(p), n_out=len(ts), n_out_source="engine")
-                   for p, ts in zip(prompts, times)]
+        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=ts, n_in=len(p), n_out=len(ts), n_out_source="engine",
+                                 server={"cached_tokens": c} if c else None)
+                   for p, ts, c in zip(prompts, times, cached)]
         return RunOutput(records=records, engine_s=engine_ns / 1e9)
 
     def stop(self) -> None:

@@ -270,7 +270,8 @@ def cpu_limits(device: DeviceInfo, overrides: dict | None = None, attainable: di
             "memory_bandwidth_bytes_s": th["memory_bandwidth_bytes_s"] or att_bw, "bandwidth_kind": kind,
             "attainable": {"memory_bandwidth_bytes_s": att_bw, "flops": att_flops, "source": att.get("source")},
             "peak_basis": peak_basis, "bandwidth_basis": bw_basis, "cache_bytes": device.properties.get("llc_bytes"),
-            "cores": th["cores"], "clock_hz": th["clock_hz"],
+            "cores": th["cores"], "clock_hz": th["clock_hz"], "clock_basis": th["clock_basis"],
+            "flop_per_cycle": {p: r["flop_per_cycle"] for p, r in th["rates"].items()},
             "source": f"peak FLOP/s: ISA x clock x cores ({peak_basis}); bandwidth: {kind} ({bw_basis})"}
 
 
