@@ -90,6 +90,10 @@ def test_prefix_cache_hit_reported_by_the_server():
     r = result(CELL, recs)
     add_roofline(r, resolve("llama-2-7b"), A100)
     assert "prefix cache hit: 1 of 1 requests took up to 120 prompt tokens" in r.metrics["suspect"]
+    # a shared first token (BOS) from the cache is not a prefix-cache hit worth the name
+    bos = result(CELL, records(1, 2 * f["ttft_floor_s"], 2 * f["tpot_floor_s"], 128, server={"cached_tokens": 1}))
+    add_roofline(bos, resolve("llama-2-7b"), A100)
+    assert "suspect" not in bos.metrics
 
 
 def test_serving_cells_use_the_floor_of_one_request():
