@@ -77,8 +77,12 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
         if d.properties.get("isa_flags"):
             out.print(f"{d.vendor}: ISA flags {' '.join(d.properties['isa_flags'])}")
     for d in det.devices:
-        if d.vendor in tables:
+        if d.vendor not in tables:
+            continue
+        if tables[d.vendor]["engines"] or tables[d.vendor]["images"]:
             out.print(_engine_table(d, tables[d.vendor]))
+        else:
+            out.print(f"{d.vendor}: no installed plugin registers an engine for this device (infbench_engines)")
     for m in det.missing:
         err.print(f"[yellow]note:[/] {m.message()}")
     for plugin, e in det.errors:
