@@ -213,8 +213,8 @@ def run(
             if default is not None and not default.user_engines and default.chosen is None:
                 raise default.refusal()
             return
-        if default is not None and not as_json:
-            _print_default_notes(default)
+        if default is not None:
+            _print_default_notes(default)  # on stderr, also with --json
         from infbench.executors import choose_executor
 
         prov = provenance(det, pm)
