@@ -121,8 +121,9 @@ def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: 
     Args:
         pm: the plugin manager.
         device: the device group.
-        executor: ``--executor``: ``auto`` tries the image, then in-process engines;
-            ``container`` only the image; ``inprocess`` and ``ray`` only in-process engines.
+        executor: ``--executor``: ``auto`` tries the image (on accelerators; the CPU runs
+            in-process), then in-process engines; ``container`` only the image (the CPU's
+            too); ``inprocess`` and ``ray`` only in-process engines.
         engines: ``--engine`` values, which replace the choice (their support is still
             listed).
         container_runtime: ``--container-runtime`` (``docker``, ``apptainer``; None: detect).
@@ -158,7 +159,7 @@ def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: 
         return DefaultSweep(device, {**fields, "engines": list(engines)}, description, source,
                             [in_process(e) for e in engines], None, user_engines=True)
     candidates: list[EngineSupport] = []
-    if executor in ("auto", "container") and device.kind not in ("cpu", "remote"):
+    if executor == "container" or (executor == "auto" and device.kind not in ("cpu", "remote")):
         for e in order:
             s = image_support(pm, device, e, container_runtime)
             if s is not None:
@@ -195,4 +196,11 @@ def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, devi
     remote_engines = bool(engines) and any(specs.get(e) is not None and specs[e].any_model for e in engines)
     if not device_name and (base_url or remote_engines):
         return None
-    return default_sweep(pm, select_device(det, device_name), executor, engines, container_runtime)
+    try:
+        dev = select_device(det, device_name)
+    except ConfigError:
+        for plugin, error in det.errors:  # a remote platform whose site table is invalid: say why
+            if device_name and plugin.lower() == device_name.lower():
+                raise ConfigError(f"the {plugin} plugin could not read its configuration: {error}") from None
+        raise
+    return default_sweep(pm, dev, executor, engines, container_runtime)

@@ -208,3 +208,18 @@ def test_vllm_config_line_and_group_failure_text():
                                 "llama-cpp-python 0.3.36 was built without GPU offload; its cells would have run on "
                                 'the CPU. Fix: CMAKE_ARGS="-DGGML_CUDA=on" pip install llama-cpp-python')
     assert group_failure(RuntimeError("boom")) == "engine start failed: RuntimeError: boom"
+
+
+def test_container_executor_considers_the_cpu_image(pm, cpu, monkeypatch, no_image):
+    probes(monkeypatch)
+    d = default_sweep(pm, cpu, executor="container")
+    assert [c.where for c in d.candidates] == ["docker image x"] and d.chosen is None
+    assert [c.where for c in default_sweep(pm, cpu).candidates] == ["in-process"]     # auto: in-process on the CPU
+
+
+def test_a_named_remote_platform_with_a_bad_site_table_says_why(pm, monkeypatch, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('[sambanova]\npower_w = -5\n')
+    monkeypatch.setenv("INFBENCH_SITE_CONFIG", str(site))
+    with pytest.raises(ConfigError, match=r"sambanova plugin could not read its configuration: .*\[sambanova\]"):
+        default_for_run(pm, detect(pm), None, None, "sambanova", None)
