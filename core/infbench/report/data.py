@@ -31,6 +31,8 @@ METRICS = {
     "e2e_s_p50": "E2E p50 (s)", "e2e_s_p99": "E2E p99 (s)",
     "avg_power_w": "Average power (W)", "tokens_per_j": "Tokens per joule (tokens/J)",
     "mbu": "MBU (decode bandwidth utilisation)", "mfu": "MFU (prefill FLOP utilisation)",
+    "mbu_attainable": "MBU against the measured attainable bandwidth (CPU)",
+    "mfu_attainable_fp32": "MFU against the measured attainable fp32 rate (CPU)",
     "ttft_floor_ms": "TTFT roofline floor (ms)", "tpot_floor_ms": "TPOT roofline floor (ms)",
 }
 
@@ -102,6 +104,8 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "tpot_floor_ms": roof["tpot_floor_s"] * 1e3 if roof else None,
         "roofline_device": roof.get("device_id") if roof else None,
         "roofline_backfilled": backfilled,
+        "mbu_attainable": ((roof or {}).get("attainable") or {}).get("mbu"),
+        "mfu_attainable_fp32": ((roof or {}).get("attainable") or {}).get("mfu_fp32"),
         "suspect": m.get("suspect"),
         "finished_at": r.get("finished_at"),
     }

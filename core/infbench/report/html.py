@@ -79,7 +79,8 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     payload = json.dumps(data, default=str).replace("</", "<\\/")
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
-                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu")}
+                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu",
+                                  "mbu_attainable", "mfu_attainable_fp32")}
     colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
                                                           ("device", "engine", "model", "dtype", "tp")}}
     lat = {k: METRICS[k] for k in ("tpot_ms_p50", "ttft_ms_p50", "itl_ms_p50", "e2e_s_p50", "tpot_ms_p99")}
