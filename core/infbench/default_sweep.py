@@ -177,10 +177,11 @@ def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, devi
                     base_url: str | None = None) -> DefaultSweep | None:
     """The default sweep a ``infbench run`` starts from, or None when it does not use one.
 
-    None when ``--preset`` or ``--sweep`` is given, or when the run targets an endpoint
-    without naming a device (``--base-url``, or an ``openai``-like engine: the ``quick``
-    lengths apply, as before 1.4). Otherwise the device (``--device`` or the first
-    accelerator, else the CPU: :func:`infbench.target.select_device`) and its
+    None when ``--preset`` or ``--sweep`` is given, when the run targets an endpoint
+    without naming a device (``--base-url``, or an ``openai``-like engine), or a Ray cluster
+    (``--executor ray``, ``--device all``): the ``quick`` preset applies, as before 1.4.
+    Otherwise the device (``--device`` or the first accelerator, else the CPU:
+    :func:`infbench.target.select_device`) and its
     :func:`default_sweep` for ``--executor`` / ``--container-runtime``, the ``--engine``
     list replacing the choice when given.
 
@@ -192,6 +193,8 @@ def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, devi
 
     if preset is not None or sweep_file is not None:
         return None
+    if executor == "ray" or (device_name or "").lower() == "all":
+        return None  # the cluster's nodes decide their devices; the quick preset as before 1.4
     specs = engine_specs(pm)
     remote_engines = bool(engines) and any(specs.get(e) is not None and specs[e].any_model for e in engines)
     if not device_name and (base_url or remote_engines):

@@ -130,6 +130,7 @@ def test_default_for_run_only_without_preset_or_sweep(gpu_pm, monkeypatch, no_im
     det = detect(gpu_pm)
     assert default_for_run(gpu_pm, det, "quick", None, None, None) is None
     assert default_for_run(gpu_pm, det, None, None, None, ["openai"], base_url="http://x/v1") is None
+    assert default_for_run(gpu_pm, det, None, None, "all", None, "ray") is None
     d = default_for_run(gpu_pm, det, None, None, "amd", None)
     assert d.device.vendor == "amd"
     assert default_for_run(gpu_pm, det, None, None, None, None).device.vendor == "nvidia"   # first accelerator
