@@ -35,12 +35,20 @@ from infbench.errors import ConfigError, InfbenchError
 
 RUN_HELP = """Run a sweep of cells and store every result.
 
-With no arguments: the `quick` preset (smollm2-135m with dummy weights on llama.cpp,
-batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two on 2 CPU cores.
+With no arguments: the detected device's default sweep, named by its plugin. On the CPU,
+the `quick` preset (smollm2-135m with dummy weights on llama.cpp, batch 1/4/8, input
+128/512, output 64), a minute or two on 2 cores; on an NVIDIA, AMD or Intel GPU or a
+Gaudi, LLM-Inference-Bench's corner (llama-3-8b with dummy weights, batch 1/16/64, input
+= output 128/1024) on the best engine that runs there: the plugin's image when built and a
+container runtime answers, else vLLM, else transformers on the device, else llama.cpp
+built for it. `--dry-run` shows the choice, why, and the command installing each better
+engine; with none usable the run is refused, never measured on the CPU instead. Every
+engine proves it runs on the device before its first timed request.
 
 **Examples**
 
     infbench run
+    infbench run --dry-run                                         # the default sweep, its engine and why
     infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
     infbench run --preset paper --model tinyllama-1.1b
     infbench run --sweep my-sweep.yaml --force
@@ -81,9 +89,10 @@ def run(
     output_len: Annotated[ListOpt, Opt("--output-len", help="Generated tokens per request (forced).")] = None,
     tp: Annotated[ListOpt, Opt("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
     sweep_file: Annotated[Path | None, Opt("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
-    preset: Annotated[str | None, Opt("--preset", help="quick (default), paper (LLM-Inference-Bench grid), "
-                                      "genz-qa, genz-chat, genz-rag, genz-summarization, genz-codegen (GenZ use "
-                                      "cases with SLOs).")] = None,
+    preset: Annotated[str | None, Opt("--preset", help="quick (the CPU's default), lib-corner (the GPUs' "
+                                      "default), paper (LLM-Inference-Bench grid), genz-qa, genz-chat, genz-rag, "
+                                      "genz-summarization, genz-codegen (GenZ use cases with SLOs). Default: the "
+                                      "device's default sweep.")] = None,
     device: Annotated[str | None, Opt("--device", help="Device vendor to run on (cpu, nvidia...). Default: first "
                                       "accelerator, else cpu.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
@@ -151,6 +160,7 @@ def run(
                                        "inprocess, docker/apptainer = container).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
+    from infbench.default_sweep import default_for_run
     from infbench.detect import detect as do_detect
     from infbench.engines.options import engine_options
     from infbench.measure.power import user_power_sampler
@@ -160,8 +170,17 @@ def run(
     from infbench.target import choose_device
 
     try:
+        name, container_runtime = _executor_name(executor, runtime, container_runtime)
+        pm = plugin_manager()
+        det = do_detect(pm)
+        # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
+        default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), name,
+                                  container_runtime, base_url)
+        if default is not None and not default.user_engines and default.chosen is None and not dry_run:
+            raise default.refusal()
         sweep = build_sweep(
-            preset, sweep_file, models=split(model, "--model"), engines=split(engine, "--engine"),
+            preset, sweep_file, base=default.fields if default else None, models=split(model, "--model"),
+            engines=split(engine, "--engine"),
             dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
             input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
             tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
@@ -171,8 +190,6 @@ def run(
             request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
             dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
             dataset_max_output_len=max_output_len)
-        pm = plugin_manager()
-        det = do_detect(pm)
         dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
         the_plan = make_plan(sweep, dev, pm)
         for w in the_plan.warnings:
@@ -192,11 +209,14 @@ def run(
                 out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
             return
         if dry_run:
-            _print_dry_run(the_plan, as_json)
+            _print_dry_run(the_plan, as_json, default)
+            if default is not None and not default.user_engines and default.chosen is None:
+                raise default.refusal()
             return
+        if default is not None:
+            _print_default_notes(default)  # on stderr, also with --json
         from infbench.executors import choose_executor
 
-        name, container_runtime = _executor_name(executor, runtime, container_runtime)
         prov = provenance(det, pm)
         ex_notes: list[str] = []
         ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime)
@@ -233,12 +253,45 @@ def run(
         raise typer.Exit(3)
 
 
-def _print_dry_run(the_plan: Any, as_json: bool) -> None:
+def _print_default(default: Any) -> None:
+    """The default sweep, every engine considered (best first) with its status and the
+    command installing it, and the choice."""
+    d = default.device
+    out.print(f"default sweep for {d.vendor} ({escape(d.model)}), from "
+              f"{'infbench' if default.source == 'core' else 'the ' + default.source + ' plugin'}: "
+              f"{escape(default.description)}")
+    out.print("engines, best first:" if not default.user_engines else "engines given with --engine:")
+    for i, c in enumerate(default.candidates, 1):
+        mark = "->" if c is default.chosen else "  "
+        colour = "green" if c.usable else "red" if c.status == "unsupported" else "yellow"
+        out.print(f" {mark} {i}. {c.engine} ({escape(c.where)}): [{colour}]{c.status}[/] {escape(c.reason)}")
+        if c.fix and not c.usable:
+            out.print(f"        install: {escape(c.fix)}")
+    out.print(f"chosen: {escape(default.why())}")
+
+
+def _print_default_notes(default: Any) -> None:
+    """Before a run: the engine choice and each better engine that is missing, as notes."""
+    err.print(f"[yellow]note:[/] default sweep for {default.device.vendor}: {escape(default.why())}")
+    for c in default.better_missing():
+        err.print(f"[yellow]note:[/] better engine not available: {c.engine} ({escape(c.where)}), {c.status}: "
+                  f"{escape(c.reason)}" + (f"; install: {escape(c.fix)}" if c.fix else ""))
+    if default.user_engines:
+        for c in default.candidates:
+            if not c.usable:
+                err.print(f"[yellow]warning:[/] {c.engine} cannot run on {default.device.vendor} here ({c.status}: "
+                          f"{escape(c.reason)}); its cells will be stored failed" +
+                          (f"; install: {escape(c.fix)}" if c.fix else ""))
+
+
+def _print_dry_run(the_plan: Any, as_json: bool, default: Any = None) -> None:
     dev = the_plan.device
     if as_json:
-        print_json({"device": dev.model_dump(),
+        print_json({"device": dev.model_dump(), "default_sweep": default.to_dict() if default else None,
                     "cells": [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in the_plan.cells]})
         return
+    if default is not None:
+        _print_default(default)
     out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}):")
     for g in the_plan.groups:
         out.print(f"  [bold]{g.label()}[/]")
@@ -300,7 +353,7 @@ class ProgressObserver:
 
 
 def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
-    from infbench.report.tables import results_json, results_table
+    from infbench.report.tables import results_json, results_table, suspect_notes
 
     rows = store.results(run_id=summary.run_id)
     if as_json:
@@ -310,6 +363,8 @@ def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
         return
     if rows:
         out.print(results_table(rows, title=f"run {summary.run_id}"))
+    for line in suspect_notes(rows):
+        out.print(f"[yellow]suspect:[/] {escape(line)}")
     if summary.skipped:
         out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
     for n in {r["power_note"] for r in rows if r["power_note"]}:

@@ -27,8 +27,8 @@ def sample(name):
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_no_gpu_here_detects_nothing_without_error():
