@@ -344,3 +344,22 @@ class Scheduler:
         for q in self.queues.values():
             q.clear()
         return out
+
+
+def fleet_dict(fleet: Fleet) -> dict[str, Any]:
+    """JSON-ready form of a fleet (``infbench detect --ray-address ... --json``): device
+    groups by (vendor, model) with their types (count) and nodes, and every node with its
+    devices, Ray resources, infbench version and detection errors."""
+    groups = []
+    for (vendor, model), types in fleet.by_model().items():
+        groups.append({"vendor": vendor, "model": model, "kind": types[0].device.kind,
+                       "types": [{"count": t.device.count, "cell_device": t.device.signature(),
+                                  "nodes": [{"node_id": n.node_id, "hostname": n.hostname, "alive": n.alive}
+                                            for n in t.nodes]} for t in types],
+                       "nodes": sum(len(t.nodes) for t in types)})
+    return {"address": fleet.address, "device_groups": groups,
+            "nodes": [{"node_id": n.node_id, "hostname": n.hostname, "ip": n.ip, "alive": n.alive,
+                       "resources": n.resources, "infbench_version": n.infbench_version,
+                       "schema_version": n.schema_version, "devices": [d.model_dump() for d in n.devices],
+                       "engines_missing": n.engines_missing,
+                       "errors": [{"plugin": p, "error": e} for p, e in n.errors]} for n in fleet.nodes]}

@@ -310,9 +310,12 @@ class RayExecutor:
         tasks: dict[int, _Task] = {}
         state = {"prov_dirty": False}
 
-        def fail(item: WorkItem, cells: list[Any], error: str, node: str | None = None) -> None:
+        def fail(item: WorkItem, cells: list[Any], error: str, node: NodeReport | None = None) -> None:
+            dev = _on_node(item.device, node) if node is not None else item.device
             for c in cells:
-                record(store, run_id, summary, unmeasured_failure(c, item.device, error), observer, node)
+                r = unmeasured_failure(c, item.device, error)
+                record(store, run_id, summary, r.model_copy(update={"device": dev}), observer,
+                       node.name() if node is not None else None)
             item.cells = [c for c in item.cells if c not in cells]
 
         def start(item: WorkItem, node: NodeReport) -> None:
@@ -375,15 +378,13 @@ class RayExecutor:
                     observer(CellStarted(cell, where))
             elif e == "result":
                 r = CellResult.model_validate_json(ev["result"])
-                props = {**r.device.properties, "ray_node": {"node_id": node.node_id, "hostname": node.hostname,
-                                                             "ip": node.ip}}
-                r = r.model_copy(update={"device": r.device.model_copy(update={"properties": props})})
-                record(store, summary.run_id, summary, r, observer, where)
+                r = r.model_copy(update={"device": _on_node(r.device, node)})
+                record(store, summary.run_id, summary, r, observer, node)
                 t.finished.add(r.spec_hash)
                 t.running = None
                 item.cells = [c for c in item.cells if c.spec_hash() != r.spec_hash]
             elif e == "refused":
-                fail(item, list(item.cells), ev["error"], where)
+                fail(item, list(item.cells), ev["error"], node)
             elif e == "exit":
                 if ev.get("provenance"):
                     nodes_prov.setdefault(node.node_id, {})["provenance"] = ev["provenance"]
@@ -395,7 +396,7 @@ class RayExecutor:
                     else:
                         victims = [next((c for c in item.cells if c.spec_hash() == t.running), item.cells[0])]
                     fail(item, victims, f"worker {ev.get('reason', 'exited')} (exit status {ev.get('exit_code')}) "
-                                        f"on node {where} during this cell; last log lines: {tail}", where)
+                                        f"on node {where} during this cell; last log lines: {tail}", node)
             return
         # the stream ended: ``payload`` is None, or the exception that ended it
         t.ended = True
@@ -403,7 +404,7 @@ class RayExecutor:
         sched.release(item)
         if payload is None or not item.cells:
             if item.cells:
-                self._again(item, sched, fail, "the task ended without running them", where)
+                self._again(item, sched, fail, "the task ended without running them", node)
             return
         exc = payload
         if _node_dead(ray, exc, node.node_id):
@@ -412,22 +413,22 @@ class RayExecutor:
             sched.lose(node.node_id)
             if not sched.can_run(item):
                 fail(item, list(item.cells), err + f"; no other alive node has {item.device.vendor} "
-                                                   f"{item.device.model}", where)
+                                                   f"{item.device.model}", node)
                 return
             sched.requeue(item)
             return
         err = f"task failed on node {where}: {type(exc).__name__}: {_first_line(exc)}"
         if t.running is not None:
-            fail(item, [c for c in item.cells if c.spec_hash() == t.running], err, where)
-        self._again(item, sched, fail, err, where)
+            fail(item, [c for c in item.cells if c.spec_hash() == t.running], err, node)
+        self._again(item, sched, fail, err, node)
 
     @staticmethod
-    def _again(item: WorkItem, sched: Scheduler, fail: Any, why: str, where: str) -> None:
+    def _again(item: WorkItem, sched: Scheduler, fail: Any, why: str, node: NodeReport) -> None:
         """Queue ``item``'s remaining cells again, or fail them after too many attempts."""
         if not item.cells:
             return
         if item.attempts >= MAX_ATTEMPTS or not sched.can_run(item):
-            fail(item, list(item.cells), f"gave up after {item.attempts} task(s): {why}", where)
+            fail(item, list(item.cells), f"gave up after {item.attempts} task(s): {why}", node)
         else:
             sched.requeue(item)
 
@@ -459,6 +460,12 @@ class RayExecutor:
             elif kind == "end":
                 t.ended = True
                 tasks.pop(t.item.key, None)
+
+
+def _on_node(device: Any, node: NodeReport) -> Any:
+    """``device`` with ``properties["ray_node"]`` naming ``node`` (id, hostname, IP)."""
+    props = {**device.properties, "ray_node": {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip}}
+    return device.model_copy(update={"properties": props})
 
 
 def _pump(ray: Any, t: _Task, events: queue.Queue) -> None:
