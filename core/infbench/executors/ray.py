@@ -184,8 +184,9 @@ def _sigterm_interrupts(before: Any) -> Iterator[None]:
 
     ``ray.init`` replaces the SIGTERM handler with one calling ``sys.exit``; this puts
     back the handler the process had before (``before``) if it was one of its own (a
-    process-wide SIGTERM -> KeyboardInterrupt conversion), else installs one raising
-    ``KeyboardInterrupt``, and restores ``before`` afterwards.
+    process-wide SIGTERM -> KeyboardInterrupt conversion), else (default handler, or Ray's
+    from an earlier ``ray.init``) installs one raising ``KeyboardInterrupt``, and restores
+    ``before`` afterwards.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -194,7 +195,8 @@ def _sigterm_interrupts(before: Any) -> Iterator[None]:
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    mine = before if callable(before) else interrupt
+    theirs = callable(before) and not getattr(before, "__module__", "").startswith("ray.")
+    mine = before if theirs else interrupt
     current = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, mine)
     try:
