@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = Path(__file__).with_name("raytest_plugin.py")
 #: Fast failure detection: a killed raylet is declared dead in about 1.5 s.
 SYSTEM_CONFIG = {"health_check_period_ms": 500, "health_check_failure_threshold": 3,
-                 "health_check_initial_delay_ms": 0, "health_check_timeout_ms": 500}
+                 "health_check_initial_delay_ms": 0}
 OBJECT_STORE_BYTES = 80 * 2**20
 
 
@@ -40,6 +40,10 @@ def _free_port() -> int:
 def _amdsmi_broken() -> bool:
     """An amdsmi binding without ROCm's library raises KeyError on import (see
     :func:`infbench.executors.ray.import_ray`); Ray's processes then need it hidden."""
+    import sys
+
+    if "amdsmi" in sys.modules and sys.modules["amdsmi"] is None:
+        return True  # import_ray() already hid it
     try:
         import amdsmi  # noqa: F401
     except ImportError:
