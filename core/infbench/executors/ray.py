@@ -381,7 +381,7 @@ class RayExecutor:
             elif e == "result":
                 r = CellResult.model_validate_json(ev["result"])
                 r = r.model_copy(update={"device": _on_node(r.device, node)})
-                record(store, summary.run_id, summary, r, observer, node)
+                record(store, summary.run_id, summary, r, observer, where)
                 t.finished.add(r.spec_hash)
                 t.running = None
                 item.cells = [c for c in item.cells if c.spec_hash() != r.spec_hash]
