@@ -13,10 +13,11 @@ carrying a copy of this host's real provenance), then times what the driver of
   completing one by one in start order (each completion releases its node and assigns
   again) until all are done: the driver's loop without Ray;
 
-and the driver's memory: ``tracemalloc`` peak of all of the above, and the resident set
-size growth (``ru_maxrss``). The fleet mixes four device types (H100 x8, A100 x4, MI300X
-x8 GPU nodes with Ray ``GPU`` resources, and CPU-only nodes). The grid is nodes x cells;
-the cells grow with more output lengths per group (groups stay ~160).
+and the driver's memory: the node reports it keeps (``nodes MiB``), the ``tracemalloc``
+peak of all of the above (reports included), and the resident set size growth
+(``ru_maxrss``, only the part above the process's earlier peak). The fleet mixes four
+device types (H100 x8, A100 x4, MI300X x8 GPU nodes with Ray ``GPU`` resources, and
+CPU-only nodes). The grid is nodes x cells; the cells grow with more output lengths per group (groups stay ~160).
 
     python benchmarks/fleet_scheduling.py [--nodes 10,100,1000,4000] [--outputs 1,3,13]
         [--out benchmarks/results/fleet_scheduling.json]
@@ -84,9 +85,10 @@ def sweep(outputs: int) -> Sweep:
 def one(nodes: int, outputs: int, pm, prov: dict) -> dict:
     from infbench.executors.ray import _spec_json
 
-    reports = fake_reports(nodes, prov)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()
+    reports = fake_reports(nodes, prov)  # what the detection tasks return: kept by the driver for the run
+    reports_mib = tracemalloc.get_traced_memory()[0] / 2**20
     t0 = time.perf_counter()
     fleet = Fleet.from_reports(reports)
     t1 = time.perf_counter()
@@ -118,7 +120,8 @@ def one(nodes: int, outputs: int, pm, prov: dict) -> dict:
     return {"nodes": nodes, "types": len(fleet.types), "cells": cells, "groups": len(items),
             "spec_bytes": sum(len(s) for s in specs), "assigned": assigned, "peak_running": peak_running,
             "fleet_s": t1 - t0, "plan_s": t2 - t1, "items_s": t3 - t2, "schedule_s": t4 - t3,
-            "driver_s": t4 - t0, "tracemalloc_peak_mib": peak / 2**20, "rss_growth_mib": (rss1 - rss0) / 1024}
+            "driver_s": t4 - t0, "reports_mib": reports_mib, "tracemalloc_peak_mib": peak / 2**20,
+            "rss_growth_mib": (rss1 - rss0) / 1024}
 
 
 def main() -> None:
@@ -131,13 +134,13 @@ def main() -> None:
     prov = provenance(detect(pm), pm)
     rows = []
     print(f"{'nodes':>6} {'cells':>7} {'groups':>6} {'fleet s':>8} {'plan s':>8} {'items s':>8} {'sched s':>8} "
-          f"{'total s':>8} {'peak MiB':>9} {'RSS+ MiB':>9}")
+          f"{'total s':>8} {'nodes MiB':>9} {'peak MiB':>9} {'RSS+ MiB':>9}")
     for n in [int(x) for x in a.nodes.split(",")]:
         for k in [int(x) for x in a.outputs.split(",")]:
             r = one(n, k, pm, prov)
             rows.append(r)
             print(f"{r['nodes']:>6} {r['cells']:>7} {r['groups']:>6} {r['fleet_s']:>8.3f} {r['plan_s']:>8.3f} "
-                  f"{r['items_s']:>8.3f} {r['schedule_s']:>8.3f} {r['driver_s']:>8.3f} "
+                  f"{r['items_s']:>8.3f} {r['schedule_s']:>8.3f} {r['driver_s']:>8.3f} {r['reports_mib']:>9.1f} "
                   f"{r['tracemalloc_peak_mib']:>9.1f} {r['rss_growth_mib']:>9.1f}", flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"rows": rows, "provenance_bytes": len(json.dumps(prov, default=str))}, indent=2))
