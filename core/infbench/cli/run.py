@@ -49,8 +49,8 @@ batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two o
     infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
     infbench run --executor container                              # inside the worker image
-    infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # every device type of a Ray cluster
-    infbench run --executor ray --device nvidia --container-runtime apptainer   # RAY_ADDRESS set; images on nodes
+    infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
+    infbench run --executor ray --device nvidia --container-runtime apptainer
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
