@@ -147,8 +147,10 @@ def test_driver_interrupted_then_resumed(ray_cluster, tmp_path):
     """SIGTERM to `infbench run --executor ray`: tasks cancelled, run interrupted, nothing
     left running; the same command again resumes."""
     db = tmp_path / "r.db"
+    # longer outputs than the other tests: the signal must land while cells still run
     args = [sys.executable, "-m", "infbench.cli", "run", "--executor", "ray", "--ray-address", ray_cluster.address,
-            "--store", str(db), "--json", *SWEEP, "--device", "cpu", "--dtype", "f16,q8_0", "--batch", "1,2,3,4"]
+            "--store", str(db), "--json", "--model", "tiny-random-llama", "--engine", "llama.cpp", "--input-len", "16",
+            "--output-len", "256", "--device", "cpu", "--dtype", "f16,q8_0", "--batch", "1,2,3,4"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **ray_cluster.env()})
     deadline = time.monotonic() + 300
