@@ -22,7 +22,10 @@ History: 1.0 first release; 1.1 adds ``infbench_device_catalog``; 1.2 adds the o
 ``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``;
 1.3 adds the optional ``apptainer_options`` key of ``infbench_container_spec`` and the image
 recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGINE`` and
-``ARG ENGINE_VERSION``).
+``ARG ENGINE_VERSION``); 1.5 adds the optional ``PowerSampler.read_channels()`` (telemetry
+channels read with power: utilisation, clocks, temperature, throttle reasons, as
+:class:`~infbench.schema.ChannelReading`) and lets a ``StreamSampler`` line parser return
+channel readings.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.3"
+CONTRACT_VERSION = "1.5"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -98,7 +101,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
         over instantaneous power). When the device has no readable power source,
         return :class:`~infbench.measure.power.NoPower` with the reason, so the
         results say why energy is missing. The core drives the sampler from its own
-        thread at ``--power-interval`` (default 0.1 s).
+        thread at ``--power-interval`` (default 0.1 s). Since 1.5 the sampler may also
+        implement ``read_channels()`` (utilisation, clocks, temperature, throttle
+        reasons; :data:`infbench.measure.telemetry.CHANNELS`), read on the same thread;
+        a ``NoPower`` may carry channels too.
     """
 
 

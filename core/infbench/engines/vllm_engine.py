@@ -50,7 +50,7 @@ VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": 
 
 #: Options of the infbench adapters themselves, not passed to vLLM.
 ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "startup_timeout_s", "force_output", "extra_body"}
+                   "startup_timeout_s", "force_output", "extra_body", "metrics_url"}
 
 #: Default KV-cache size on the CPU (vLLM's CPU backend otherwise sizes it from free memory).
 CPU_KV_CACHE_BYTES = 1 << 30
