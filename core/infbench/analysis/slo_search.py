@@ -94,7 +94,9 @@ def saturation(result: CellResult, mode: str) -> str | None:
     waits). Two signs, either suffices:
 
     * the server's waiting queue (``server_waiting`` from its ``/metrics``) reached a
-      quarter of the probe's requests (at least 4) and its trend rose;
+      quarter of the probe's requests (at least 4) and rose while requests were still
+      being released (least-squares trend of the scraped series over that window; the
+      whole cell's trend when fewer than 3 scrapes fall in it);
     * the client's release lag (``t_send - t_sched``) grew: its mean over the last
       quarter of the requests (by schedule) exceeds the first quarter's by more than
       max(0.5 s, 5 inter-arrival times).
@@ -104,10 +106,14 @@ def saturation(result: CellResult, mode: str) -> str | None:
     m = result.metrics or {}
     w = m.get("server_waiting") or {}
     n = m.get("n_requests") or len(result.records)
-    if w.get("max") is not None and w["max"] >= max(4.0, 0.25 * n) and (w.get("slope_per_s") or 0) > 0:
-        return (f"server queue grew to {w['max']:g} waiting requests "
-                f"({(w.get('slope_per_s') or 0):+.2g}/s, {m.get('server_name')} /metrics)")
     recs = sorted((r for r in result.records if r.t_sched_ns is not None), key=lambda r: r.t_sched_ns)
+    if w.get("max") is not None and w["max"] >= max(4.0, 0.25 * n):
+        slope = _offered_slope(result, recs)
+        if slope is None:
+            slope = w.get("slope_per_s")
+        if slope is not None and slope > 0:
+            return (f"server queue grew to {w['max']:g} waiting requests while requests arrived "
+                    f"({slope:+.3g}/s, {m.get('server_name')} /metrics)")
     if len(recs) >= 8 and result.cell.load is not None and result.cell.load.request_rate:
         k = len(recs) // 4
         lag = [(r.t_send_ns - r.t_sched_ns) / 1e9 for r in recs]
@@ -115,6 +121,24 @@ def saturation(result: CellResult, mode: str) -> str | None:
         if growth > max(0.5, 5.0 / result.cell.load.request_rate):
             return f"release lag grew by {growth:.2f} s over the probe (client could not keep the schedule)"
     return None
+
+
+def _offered_slope(result: CellResult, recs: list[RequestRecord]) -> float | None:
+    """Trend (requests per s) of the server's waiting queue while requests were still being
+    released (first to last ``t_sched``), from the scraped series; None without one. After
+    the last release the queue drains, which says nothing about the offered load."""
+    from infbench.measure.server_metrics import SERVERS, _slope
+
+    sm = result.server_metrics or {}
+    fam = next((f for f in SERVERS if f.name == sm.get("server")), None)
+    if fam is None or not recs:
+        return None
+    name = next((x for x in fam.waiting if x in sm.get("series", {})), None)
+    if name is None:
+        return None
+    t0, t1 = recs[0].t_sched_ns, recs[-1].t_sched_ns
+    pts = [p for p in sm["series"][name] if t0 <= p[0] <= t1]
+    return _slope(pts) if len(pts) >= 3 else None
 
 
 @dataclass
@@ -170,7 +194,7 @@ class SearchResult:
 
 
 def search(measure: Callable[[float], Probe], mode: str, start: float, limit: float | None = None,
-           rel_tol: float = 0.1, max_probes: int = 16, min_load: float | None = None) -> SearchResult:
+           rel_tol: float = 0.1, max_probes: int = 20, min_load: float | None = None) -> SearchResult:
     """Bracket then bisect for the highest passing load (see the module doc).
 
     Args:
@@ -233,9 +257,11 @@ def search(measure: Callable[[float], Probe], mode: str, start: float, limit: fl
                 lo = x
                 break
             hi = x
-    while lo is not None and hi is not None and len(res.probes) < max_probes:   # bisect
+    while lo is not None and hi is not None:   # bisect
         if (conc and hi - lo <= 1) or (not conc and hi - lo <= rel_tol * lo):
             res.stopped = "converged"
+            break
+        if len(res.probes) >= max_probes:
             break
         mid = float((int(lo) + int(hi)) // 2) if conc else (lo + hi) / 2
         if probe(mid).passed:
@@ -269,7 +295,7 @@ def envelope(template: Cell, mode: str, limit: float) -> list[Cell]:
 
 
 def run_find_max(plan: Plan, store: Store, options: RunOptions, pm: PluginManager, provenance: dict[str, Any],
-                 mode: str, slo: SloTarget, limit: float | None = None, max_probes: int = 16,
+                 mode: str, slo: SloTarget, limit: float | None = None, max_probes: int = 20,
                  rel_tol: float = 0.1, observer: Observer | None = None) -> tuple[RunSummary, SearchResult]:
     """Run the search in this process against one started engine, each probe stored as a cell.
 

@@ -178,7 +178,7 @@ def run(
     find_max_limit: Annotated[float | None, Opt("--find-max-limit", help="--find-max: highest load tried "
                                                 "(default 512 in flight, 1000 req/s).")] = None,
     find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
-                                        "measure.")] = 16,
+                                        "measure.")] = 20,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.detect import detect as do_detect

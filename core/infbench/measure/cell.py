@@ -13,7 +13,7 @@ from infbench.engines.base import Engine
 from infbench.errors import CellTimeout
 from infbench.measure.metrics import cell_metrics
 from infbench.measure.power import PowerMonitor, PowerSampler
-from infbench.measure.server_metrics import ServerMetricsScraper, metrics_url
+from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
 from infbench.measure.server_metrics import summarize as server_summary
 from infbench.measure.telemetry import summarize_channels
 from infbench.schema import Cell, CellResult, DeviceInfo
@@ -71,6 +71,8 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["telemetry_note"] = monitor.channel_error
         server = scraper.result() if scraper is not None else None
         metrics.update(server_summary(server))
+        if scraper is not None and "server_ttft_s" not in metrics:  # llama.cpp: per-request timings instead
+            metrics.update(from_timings(out.records))
         if scraper is not None and scraper.error:
             metrics["server_metrics_note"] = scraper.error
         if opts.price_per_hour is not None:

@@ -372,7 +372,8 @@ def summarize(result: dict[str, Any] | None) -> dict[str, Any]:
 
     Returns:
         Any of ``server_name``; ``server_ttft_s`` and ``server_tpot_s``
-        (``{mean, p50, p90, p99, count}`` from the server's histograms, s);
+        (``{mean, p50, p90, p99, count}`` from the server's histograms, s; then
+        ``server_latency_source`` is ``histogram``);
         ``server_queue_time_s`` (same form); ``server_running`` and ``server_waiting``
         (``{mean, max}`` requests over the scrapes, ``server_waiting`` also ``last`` and
         ``slope_per_s``, the least-squares trend of the queue in requests per s);
@@ -391,6 +392,7 @@ def summarize(result: dict[str, Any] | None) -> dict[str, Any]:
         n = _first(names, hists)
         if n is not None and hists[n]["count"] > 0:
             out[key] = histogram_summary({**hists[n], "buckets": {float(k): v for k, v in hists[n]["buckets"].items()}})
+            out["server_latency_source"] = "histogram"
     for key, names in (("server_running", fam.running), ("server_waiting", fam.waiting),
                        ("server_kv_cache_usage", fam.kv_usage)):
         n = _first(names, series)
@@ -417,6 +419,35 @@ def summarize(result: dict[str, Any] | None) -> dict[str, Any]:
         out["server_spec_acceptance_rate"] = deltas[acc] / deltas[drafted]
     elif (n := _first(fam.spec_rate, series)) is not None and series[n][-1][1] > 0:
         out["server_spec_acceptance_rate"] = series[n][-1][1]
+    return out
+
+
+def from_timings(records: list[Any]) -> dict[str, Any]:
+    """The server's TTFT and TPOT from its per-request ``timings`` (llama.cpp's server sends
+    ``prompt_ms`` and ``predicted_per_token_ms`` with each response), for servers whose
+    ``/metrics`` has no latency histograms.
+
+    Args:
+        records: the cell's :class:`~infbench.schema.RequestRecord` objects.
+
+    Returns:
+        ``{"server_ttft_s": summary, "server_tpot_s": summary, "server_latency_source":
+        "timings"}`` (:func:`infbench.measure.metrics.summarize`, s) over the completed
+        requests that carry timings; ``{}`` when none does. ``prompt_ms`` is the prompt's
+        processing time in the slot, without the time the request waited for a slot.
+    """
+    from infbench.measure.metrics import summarize as stats
+
+    ts = [r.server["timings"] for r in records
+          if r.error is None and r.server and isinstance(r.server.get("timings"), dict)]
+    ttft = [t["prompt_ms"] / 1e3 for t in ts if isinstance(t.get("prompt_ms"), (int, float))]
+    tpot = [t["predicted_per_token_ms"] / 1e3 for t in ts
+            if isinstance(t.get("predicted_per_token_ms"), (int, float)) and (t.get("predicted_n") or 0) > 1]
+    if not ttft:
+        return {}
+    out: dict[str, Any] = {"server_ttft_s": stats(ttft), "server_latency_source": "timings"}
+    if tpot:
+        out["server_tpot_s"] = stats(tpot)
     return out
 
 
