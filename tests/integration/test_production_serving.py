@@ -101,6 +101,21 @@ def test_rate_overload_saturates_the_server_queue(tmp_path):
     assert len(series) >= 5 and max(v for _, v in series) == hi.metrics["server_waiting"]["max"]
 
 
+def test_find_max_rate_brackets_the_capacity(tmp_path):
+    """Rate mode against two slots of ~90 ms (capacity ~22 requests/s) with a 200 ms TTFT SLO:
+    the knee lies between the start and the first overloaded rate, each probe stored."""
+    with SloStub(knee=None, slots=2, ttft_s=0.01, itl_fast_s=0.01) as s:
+        p = infbench("run", "--engine", "openai", "--base-url", s.base_url, "--model", "stub", "--request-rate", "8",
+                     "--input-len", "8", "--output-len", "8", "--num-requests", "40", "--find-max", "rate",
+                     "--slo-ttft-ms", "200", "--find-max-probes", "6", "--scrape-interval", "0.1",
+                     "--store", str(tmp_path / "r.db"), "--json", env={"INFBENCH_HOME": str(tmp_path)})
+    fm = json.loads(p.stdout)["find_max"]
+    assert 8 <= fm["knee"] < 32 and fm["first_fail"] > fm["knee"]
+    assert [p["load"] for p in fm["probes"]][:2] == [8.0, 16.0] and len(fm["probes"]) <= 6
+    failing = [p for p in fm["probes"] if not p["passed"]]
+    assert failing and all(p["load"] > fm["knee"] for p in failing)
+
+
 # --- llama.cpp's real server (xllamacpp, metrics on) ---------------------------------------
 
 @pytest.fixture(scope="module")
