@@ -337,8 +337,11 @@ def run_find_max(plan: Plan, store: Store, options: RunOptions, pm: PluginManage
     observer = observer or ignore
     if len(plan.groups) != 1 or len(plan.groups[0].cells) != 1:
         raise ConfigError(f"--find-max searches one configuration; this sweep has {len(plan.cells)} cells",
-                          hint="give one --model, --engine, --dtype, --input-len and --output-len")
+                          hint="give one --model, --engine, --dtype, --input-len, --output-len and one start "
+                               "load (--concurrency or --request-rate), and no --repeat")
     group, template = plan.groups[0], plan.groups[0].cells[0]
+    if mode not in MODES:
+        raise ConfigError(f"--find-max takes rate or concurrency, got {mode!r}")
     if template.load is None or template.load.mode == "batch":
         raise ConfigError("--find-max needs a server engine and a load", hint="e.g. --engine llama.cpp-server "
                           "--concurrency 1 --find-max concurrency")

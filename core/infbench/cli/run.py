@@ -193,6 +193,13 @@ def run(
         from infbench.cli.serving import run_find_max, slo_seconds
 
         slo_ttft, slo_tpot = slo_seconds(slo_ttft, slo_ttft_ms, "ttft"), slo_seconds(slo_tpot, slo_tpot_ms, "tpot")
+        if find_max is not None and find_max not in ("rate", "concurrency"):
+            raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
+                              hint="e.g. --find-max concurrency --slo-ttft-ms 500")
+        if find_max == "concurrency" and not concurrency and not request_rate:
+            concurrency = ["1"]                      # the search starts at 1 in flight
+        elif find_max == "rate" and not request_rate and not concurrency:
+            request_rate = ["1"]
         sweep = build_sweep(
             preset, sweep_file, models=split(model, "--model"), engines=split(engine, "--engine"),
             dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
