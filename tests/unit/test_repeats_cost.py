@@ -30,6 +30,7 @@ def test_repeat_ids_are_distinct_and_the_first_keeps_the_unrepeated_id(pm, cpu):
     assert [c.cell_id(cpu) for c in three[:2]] == [c.cell_id(cpu) for c in one]   # unchanged ids
     assert len({c.cell_id(cpu) for c in three}) == 6
     assert three[2].label().endswith("#2")
+    assert [c.seed for c in three] == [0, 0, 7919, 7919, 15838, 15838]      # fresh prompts per repeat
     rows = [{"cell_id": c.cell_id(cpu), "spec": c.model_dump(), "device": cpu.model_dump()} for c in three]
     assert [base_cell_id(r) for r in rows] == [c.cell_id(cpu) for c in one] * 3
 
@@ -39,8 +40,10 @@ def test_repeat_groups_from_the_store(tmp_path):
     store = Store(tmp_path / "r.db")
     run = store.begin_run({})
     c = Cell(model="tiny", engine="llama.cpp", dtype="f32", batch=1, input_len=8, output_len=4)
+    from infbench.analysis.repeats import repeat_cell
+
     for rep, tok_s in ((None, 100.0), (2, 110.0), (3, 90.0)):
-        cell = c.model_copy(update={"repeat": rep})
+        cell = repeat_cell(c, rep) if rep else c
         m = {"output_tok_s": tok_s, "ttft_s": {"p50": tok_s / 1e4}, "n_out_total": 40, "duration_s": 0.4}
         store.save_cell(run, CellResult(cell_id=cell.cell_id(dev), spec_hash=cell.spec_hash(), cell=cell, device=dev,
                                         status="ok", metrics=m, started_at=0, finished_at=1))

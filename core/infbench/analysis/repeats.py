@@ -1,12 +1,16 @@
 """Repeats of one cell (``infbench run --repeat N``): mean and 95 % t-interval across them.
 
 A repeated cell is stored N times: the first measurement with the cell's usual id, the
-k-th (k = 2..N) with ``repeat = k`` in its spec, hence its own id. :func:`base_cell_id`
-maps every repeat back to the first one's id, and :func:`repeat_groups` summarises each
-group of two or more ok repeats: for each headline metric the mean, the half-width of
-the 95 % Student t confidence interval (``t_{0.975, n-1} x s / sqrt(n)``, s the sample
-standard deviation; aiperf's multi-run confidence reporting), the standard deviation,
-the coefficient of variation, and the spread (min, max).
+k-th (k = 2..N) with ``repeat = k`` in its spec, hence its own id. Each repeat draws fresh
+prompts of the same lengths (its seed is the cell's plus ``(k - 1) x`` :data:`SEED_STRIDE`):
+re-sending the first repeat's prompts would let a server's prefix cache serve the later
+repeats from memory (vLLM, SGLang and llama.cpp cache by default), which is not a repeat of
+the measurement. :func:`base_cell_id` maps every repeat back to the first one's id, and
+:func:`repeat_groups` summarises each group of two or more ok repeats: for each headline
+metric the mean, the half-width of the 95 % Student t confidence interval
+(``t_{0.975, n-1} x s / sqrt(n)``, s the sample standard deviation; aiperf's multi-run
+confidence reporting), the standard deviation, the coefficient of variation, and the
+spread (min, max).
 """
 
 from __future__ import annotations
@@ -16,6 +20,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from infbench.schema import Cell, DeviceInfo
+
+#: Seed offset between repeats (a prime, so repeats of nearby user seeds do not collide).
+SEED_STRIDE = 7919
+
+
+def repeat_cell(cell: Cell, k: int) -> Cell:
+    """The k-th measurement (k >= 2) of ``cell``: ``repeat = k``, seed moved by
+    ``(k - 1) x SEED_STRIDE`` (fresh prompts of the same lengths)."""
+    return cell.model_copy(update={"repeat": k, "seed": cell.seed + (k - 1) * SEED_STRIDE})
 
 
 def _q(key: str, stat: str, scale: float = 1.0) -> Callable[[dict[str, Any]], float | None]:
@@ -79,7 +92,8 @@ def base_cell_id(row: dict[str, Any]) -> str:
     spec = dict(row["spec"])
     if not spec.get("repeat"):
         return row["cell_id"]
-    spec.pop("repeat")
+    k = spec.pop("repeat")
+    spec["seed"] = spec.get("seed", 0) - (k - 1) * SEED_STRIDE
     return Cell(**spec).cell_id(DeviceInfo(**row["device"]))
 
 
@@ -104,8 +118,7 @@ def repeat_groups(rows: list[dict[str, Any]], min_n: int = 2) -> list[dict[str, 
         if len(rs) < min_n:
             continue
         rs.sort(key=lambda r: r["spec"].get("repeat") or 1)
-        first = {k: v for k, v in rs[0]["spec"].items() if k != "repeat"}
-        label = Cell(**first).label()
+        label = Cell(**{k: v for k, v in rs[0]["spec"].items() if k != "repeat"}).label()
         metrics = {}
         for key, (lab, get) in HEADLINE.items():
             vals = [get(r["metrics"] or {}) for r in rs]
