@@ -25,7 +25,10 @@ recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGI
 ``ARG ENGINE_VERSION``); 1.4 adds ``infbench_default_sweep`` (what a bare ``infbench run``
 does on a device, engines in order of preference), ``infbench_device_backends`` (which
 torch, vLLM and ggml builds run on a device, and the commands installing them) and the
-optional ``check`` field of :class:`~infbench.engines.base.EngineSpec`.
+optional ``check`` field of :class:`~infbench.engines.base.EngineSpec`; 1.5 adds the
+optional ``PowerSampler.read_channels()`` (telemetry channels read with power: utilisation,
+clocks, temperature, throttle reasons, as :class:`~infbench.schema.ChannelReading`) and lets
+a ``StreamSampler`` line parser return channel readings.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.4"
+CONTRACT_VERSION = "1.5"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -101,7 +104,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
         over instantaneous power). When the device has no readable power source,
         return :class:`~infbench.measure.power.NoPower` with the reason, so the
         results say why energy is missing. The core drives the sampler from its own
-        thread at ``--power-interval`` (default 0.1 s).
+        thread at ``--power-interval`` (default 0.1 s). Since 1.5 the sampler may also
+        implement ``read_channels()`` (utilisation, clocks, temperature, throttle
+        reasons; :data:`infbench.measure.telemetry.CHANNELS`), read on the same thread;
+        a ``NoPower`` may carry channels too.
     """
 
 

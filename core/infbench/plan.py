@@ -251,4 +251,9 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                     warmup=sweep.warmup, load=ld))
+    if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
+        from infbench.analysis.repeats import repeat_cell
+
+        for g in groups.values():
+            g.cells = g.cells + [repeat_cell(c, r) for r in range(2, sweep.repeat + 1) for c in g.cells]
     return Plan(device=device, groups=list(groups.values()), warnings=warnings)

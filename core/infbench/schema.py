@@ -89,6 +89,27 @@ class PowerReading(BaseModel):
     energy_range_j: float | None = None
 
 
+class ChannelReading(BaseModel):
+    """Extra telemetry of one device, read with its power (``PowerSampler.read_channels``;
+    plugin contract 1.5).
+
+    Attributes:
+        t_ns: ``perf_counter_ns`` when the reading was taken.
+        device_index: index of the device (or CPU package; 0 = the whole CPU) within its group.
+        values: channel name -> value, in the units the name carries
+            (:data:`infbench.measure.telemetry.CHANNELS`: ``util_pct``, ``mem_util_pct``,
+            ``clock_mhz``, ``mem_clock_mhz``, ``temp_c``, ``mem_temp_c``); a channel the
+            device cannot read is left out, not set to 0.
+        throttle: names of the clock-limiting reasons active now, as the vendor names them
+            (NVML ``sw_power_cap``, ``hw_thermal_slowdown``...); empty when none is.
+    """
+
+    t_ns: int
+    device_index: int = 0
+    values: dict[str, float] = Field(default_factory=dict)
+    throttle: list[str] = Field(default_factory=list)
+
+
 class Load(BaseModel):
     """How requests are offered to a server engine (serving mode; METRICS.md).
 
@@ -167,6 +188,8 @@ class Cell(BaseModel):
         load: serving-mode load (server engines); None for in-process batch mode.
         dataset: conversations replayed instead of synthetic prompts; ``input_len`` and
             ``output_len`` are then the sample's mean lengths, each request forcing its own.
+        repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
+            first measurement has none, so its id is that of an unrepeated cell).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -182,6 +205,7 @@ class Cell(BaseModel):
     warmup: int = Field(1, ge=0)
     load: Load | None = None
     dataset: Dataset | None = None
+    repeat: int | None = Field(None, ge=2)
 
     def spec(self) -> dict[str, Any]:
         """The workload fields that define what is measured (warm-up excluded; unset
@@ -208,7 +232,9 @@ class Cell(BaseModel):
         tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         size = self.load.label() if self.load is not None and self.load.mode != "batch" else f"b{self.batch}"
         data = f" {Path(self.dataset.path).name}" if self.dataset is not None else ""
-        return f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} o{self.output_len}"
+        rep = f" #{self.repeat}" if self.repeat else ""
+        return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
+                f"o{self.output_len}{rep}")
 
 
 def _as_list(v: Any) -> Any:
@@ -241,6 +267,8 @@ class Sweep(BaseModel):
             engines); ``input_len``/``output_len`` are then ignored.
         dataset_min_input_len, dataset_max_input_len, dataset_min_output_len,
             dataset_max_output_len: its length filter in tokens.
+        repeat: measure every cell this many times (``--repeat``); results then give the
+            mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
 
     Raises:
         pydantic.ValidationError: on unknown fields or values out of range; the CLI
@@ -275,6 +303,7 @@ class Sweep(BaseModel):
     dataset_max_input_len: int = Field(1024, ge=1)
     dataset_min_output_len: int = Field(4, ge=1)
     dataset_max_output_len: int = Field(1024, ge=1)
+    repeat: int = Field(1, ge=1)
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""
@@ -364,6 +393,11 @@ class CellResult(BaseModel):
         records: raw per-request records.
         power: raw power readings taken during the timed part.
         power_note: why energy is unavailable, if it is.
+        telemetry: extra device channels read with the power (utilisation, clocks,
+            temperature, throttle reasons), when the device's sampler has them.
+        server_metrics: the server's own Prometheus view of the cell
+            (:func:`infbench.measure.server_metrics.ServerMetricsScraper.result`): its
+            time series and its counter and histogram deltas; None for in-process engines.
         engine: engine name and library versions (``Engine.describe()``).
         wall_s: time the harness spent on the cell (s), warm-up excluded.
         engine_s: time spent inside the engine's generate/decode calls (s).
@@ -380,6 +414,8 @@ class CellResult(BaseModel):
     records: list[RequestRecord] = Field(default_factory=list)
     power: list[PowerReading] = Field(default_factory=list)
     power_note: str | None = None
+    telemetry: list[ChannelReading] = Field(default_factory=list)
+    server_metrics: dict[str, Any] | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None
     engine_s: float | None = None

@@ -53,6 +53,8 @@ class WorkerOptions(BaseModel):
     power_interval_s: float = 0.1
     engine_options: dict[str, Any] = Field(default_factory=dict)
     slo: dict[str, float] | None = None
+    server_metrics_interval_s: float = 1.0
+    price_per_hour: float | None = None
 
 
 class WorkerSpec(BaseModel):
@@ -116,7 +118,9 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
     o = WorkerOptions()
     if opts is not None:
         o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=dict(opts.engine_options), slo=opts.slo)
+                          engine_options=dict(opts.engine_options), slo=opts.slo,
+                          server_metrics_interval_s=opts.server_metrics_interval_s,
+                          price_per_hour=opts.price_per_hour)
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, options=o)
 
@@ -206,7 +210,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     _write_json(out_dir / PROVENANCE_FILE, prov)
     o = spec.options
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
-                      engine_options=dict(o.engine_options), slo=o.slo)
+                      engine_options=dict(o.engine_options), slo=o.slo,
+                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour)
     store = Store(out_dir / DB_FILE)
 
     def event(ev: Any) -> None:

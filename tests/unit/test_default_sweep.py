@@ -63,8 +63,12 @@ def probes(monkeypatch, torch=CPU_TORCH, vllm=CPU_VLLM, ggml=CPU_GGML):
     monkeypatch.setattr(av, "ggml_probe", lambda: ggml)
 
 
-def test_contract_is_1_4():
-    assert CONTRACT_VERSION == "1.4"
+def test_contract_has_the_default_sweep_hook():
+    import infbench.hookspecs as hs
+
+    assert tuple(map(int, CONTRACT_VERSION.split("."))) >= (1, 4)
+    assert "1.4 adds ``infbench_default_sweep``" in " ".join(hs.__doc__.split())
+    assert hasattr(hs, "infbench_default_sweep") and hasattr(hs, "infbench_device_backends")
 
 
 def test_cpu_default_is_the_quick_preset(pm, cpu, monkeypatch):

@@ -47,7 +47,10 @@ def report(
 
     Figures: throughput vs batch size, an input x output heatmap, TTFT and ITL bars,
     power and tokens per joule, the latency-throughput trade-off with its Pareto front and
-    the SLO-meeting cells, and measured latency against the roofline floor. The page has
+    the SLO-meeting cells, and measured latency against the roofline floor; with serving
+    data also the server's own TTFT beside the client's, goodput against load for
+    `run --find-max` searches (the knee marked), the spread of `--repeat` cells (mean ±
+    95 % CI) and device telemetry (utilisation, clocks, temperature, throttling). The page has
     filters (device, engine, model, precision, batch, lengths, tp, run) and axis
     selectors. Example: `infbench report --out report && xdg-open report/index.html`.
     """
@@ -64,14 +67,15 @@ def report(
     flat = [flat_row(r, resolve) for r in rows]
     try:
         from infbench.report.html import write_report
+        from infbench.report.serving import serving_html, write_serving_figures
 
         page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
-                            slo_tpot * 1e3 if slo_tpot else None)
+                            slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat))
         figs = []
         if static:
             from infbench.report.static import write_figures
 
-            figs = write_figures(flat, out_dir / "figures")
+            figs = write_figures(flat, out_dir / "figures") + write_serving_figures(rows, flat, out_dir / "figures")
     except ImportError as exc:
         need("report", exc)
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])

@@ -29,11 +29,19 @@ def results(
                                          "Perplexity's A100/H100 study.")] = None,
     percentile: Annotated[str, Opt("--percentile", help="Statistic that must meet the limits: mean, p50, p90, "
                                    "p99, max.")] = "p99",
+    repeats: Annotated[bool, Opt("--repeats", help="Per repeated cell (`run --repeat N`): mean ± 95 % "
+                                 "t-interval of the headline metrics across its repeats.")] = False,
+    searches: Annotated[bool, Opt("--searches", help="The `run --find-max` searches: goodput per probed load "
+                                  "and the knee.")] = False,
 ) -> None:
     """Show stored results: the newest attempt of every cell.
 
     `--best --max-e2e 25.6` keeps the cells whose p99 E2E latency is within 25.6 s and
     shows, per model and device, the one with the highest output throughput per device.
+
+    `--repeats` summarises cells measured with `run --repeat N` (mean ± 95 % t-interval);
+    `--searches` lists `run --find-max` searches (goodput per load, the knee). With a
+    server engine the table shows the server's own TTFT (its /metrics) beside the client's.
 
     `--format json` gives each cell's spec, device, engine versions and metrics
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
@@ -51,6 +59,11 @@ def results(
     rows = store.results(run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
+    if repeats or searches:
+        from infbench.cli.serving import print_repeats, print_searches
+
+        (print_repeats if repeats else print_searches)(rows, fmt)
+        return
     limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}
     if limits and not best:
         fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))

@@ -59,6 +59,17 @@ engine proves it runs on the device before its first timed request.
     infbench run --executor container                              # inside the worker image
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
     infbench run --executor ray --device nvidia --container-runtime apptainer
+    infbench run --engine vllm-server --concurrency 1 --find-max concurrency --slo-ttft-ms 500 --slo-tpot-ms 50
+    infbench run --engine llama.cpp-server --request-rate 1 --find-max rate --slo-ttft-ms 300 --goodput 0.95
+    infbench run --repeat 5 --price-per-hour 2.5                   # mean ± 95 % CI, USD per Mtok
+
+**Serving as production looks**: `--find-max rate|concurrency` brackets then bisects for
+the highest load at which `--goodput` (default 0.9) of the requests meet `--slo-ttft-ms`
+and `--slo-tpot-ms`, each probe a stored cell (starting at the first `--concurrency` /
+`--request-rate`); it stops going up when the server saturates. Server engines are
+scraped for their Prometheus `/metrics` every `--scrape-interval` s (server TTFT, queue,
+KV cache, prefix-cache hits). `--repeat N` measures each cell N times (`infbench results
+--repeats` shows mean ± 95 % t-interval); `--price-per-hour` adds `usd_per_mtok`.
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
@@ -167,6 +178,25 @@ def run(
                                            "of the fleet: a comma list, or all.")] = None,
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
+    repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
+                                      "95 % t-interval across repeats (`infbench results --repeats`).")] = None,
+    price_per_hour: Annotated[float | None, Opt("--price-per-hour", help="USD per hour of the measured machine: "
+                                                "every cell gets usd_per_mtok (USD per million output "
+                                                "tokens).")] = None,
+    scrape_interval: Annotated[float, Opt("--scrape-interval", help="Seconds between scrapes of a server "
+                                          "engine's Prometheus /metrics (0: off).")] = 1.0,
+    find_max: Annotated[str | None, Opt("--find-max", help="rate or concurrency: search for the highest load "
+                                        "meeting the SLO (--slo-ttft-ms/--slo-tpot-ms, --goodput).")] = None,
+    slo_ttft_ms: Annotated[float | None, Opt("--slo-ttft-ms", help="TTFT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    slo_tpot_ms: Annotated[float | None, Opt("--slo-tpot-ms", help="TPOT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    goodput: Annotated[float, Opt("--goodput", help="--find-max: fraction of requests that must meet the SLO.")
+                       ] = 0.9,
+    find_max_limit: Annotated[float | None, Opt("--find-max-limit", help="--find-max: highest load tried "
+                                                "(default 512 in flight, 1000 req/s).")] = None,
+    find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
+                                        "measure.")] = 20,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.default_sweep import default_for_run
@@ -179,7 +209,22 @@ def run(
     from infbench.target import choose_device
 
     try:
+        from infbench.cli.serving import run_find_max, slo_seconds
+
+        slo_ttft, slo_tpot = slo_seconds(slo_ttft, slo_ttft_ms, "ttft"), slo_seconds(slo_tpot, slo_tpot_ms, "tpot")
+        if find_max is not None and find_max not in ("rate", "concurrency"):
+            raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
+                              hint="e.g. --find-max concurrency --slo-ttft-ms 500")
+        if find_max == "concurrency" and not concurrency and not request_rate:
+            concurrency = ["1"]                      # the search starts at 1 in flight
+        elif find_max == "rate" and not request_rate and not concurrency:
+            request_rate = ["1"]
         name, container_runtime = _executor_name(executor, runtime, container_runtime)
+        if find_max is not None:
+            if name not in ("auto", "inprocess"):
+                raise ConfigError(f"--find-max runs in this process (one server kept up across probes), not with "
+                                  f"--executor {name}", hint="leave out --executor")
+            name = "inprocess"
         pm = plugin_manager()
         det = do_detect(pm)
         # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
@@ -198,7 +243,7 @@ def run(
             num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
             request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
             dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
-            dataset_max_output_len=max_output_len)
+            dataset_max_output_len=max_output_len, repeat=repeat)
         fleet = None
         if name == "ray":
             fleet, plans, endpoint_opts = _fleet_plans(sweep, pm, device, ray_address)
@@ -236,6 +281,8 @@ def run(
             _print_default_notes(default)  # on stderr, also with --json
         from infbench.executors import choose_executor
 
+        if price_per_hour is not None and price_per_hour < 0:
+            raise ConfigError(f"--price-per-hour must be >= 0 USD, got {price_per_hour}")
         prov = provenance(det, pm)
         ex_notes: list[str] = []
         ray_opts = {"ray_address": ray_address, "fleet": fleet} if name == "ray" else {}
@@ -250,7 +297,12 @@ def run(
     except InfbenchError as exc:
         fail(exc)
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options=eopts, slo=sweep.slo(), power_override=override)
+                      engine_options=eopts, slo=sweep.slo(), power_override=override,
+                      server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour)
+    if find_max is not None:
+        run_find_max(the_plan, store, opts, pm, prov, find_max, slo_ttft, slo_tpot, goodput, find_max_limit,
+                     find_max_probes, as_json)
+        return
     if not as_json:
         where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
             f", on {ex.name}" if ex.name != "inprocess" else "")

@@ -113,11 +113,14 @@ class ManagedServerEngine(OpenAIEngine):
     def __init__(self, device, options=None):
         super().__init__(device, options)
         self.server: ServerProcess | None = None
+        #: The server's Prometheus endpoint (read by :mod:`infbench.measure.server_metrics`).
+        self.metrics_url: str | None = None
 
     def launch_server(self, argv: Callable[[int], list[str]], timeout_s: float,
                       env: dict[str, str] | None = None) -> int:
         """Start ``argv(port)`` on a free port of 127.0.0.1, wait for ``/health``, point the
-        client at ``/v1``; the log goes to ``$INFBENCH_HOME/logs/<engine>-<time>-<port>.log``.
+        client at ``/v1`` and :attr:`metrics_url` at ``/metrics``; the log goes to
+        ``$INFBENCH_HOME/logs/<engine>-<time>-<port>.log``.
 
         Returns:
             The port.
@@ -132,6 +135,7 @@ class ManagedServerEngine(OpenAIEngine):
         self.server = ServerProcess(argv(port), f"http://127.0.0.1:{port}/health", log, env=env)
         self.server.start(timeout_s)
         self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         return port
 
     def verify_device(self, group) -> dict[str, Any]:

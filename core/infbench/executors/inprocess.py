@@ -16,7 +16,7 @@ from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
 from infbench.executors.events import CellStarted, GroupLoading, Observer, ignore
 from infbench.measure.cell import measure_cell
-from infbench.measure.power import PowerSampler, device_power_sampler
+from infbench.measure.power import PowerSampler, WithChannels, device_power_sampler
 from infbench.plan import Plan
 from infbench.plugins import PluginManager
 from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
@@ -58,7 +58,9 @@ class InProcessExecutor:
         run_id = store.begin_run(self.provenance, command=" ".join(sys.argv))
         summary = RunSummary(run_id)
         done = set() if opts.force else store.finished_cell_ids()
-        sampler = opts.power_override or device_power_sampler(self.pm, plan.device)
+        sampler = device_power_sampler(self.pm, plan.device)
+        if opts.power_override is not None:  # the user's power, the device's telemetry channels
+            sampler = WithChannels(opts.power_override, sampler)
         limits, limits_reason = device_roofline_limits(self.pm, plan.device)
         with finishing(store, summary):
             try:

@@ -1,9 +1,12 @@
-"""The built-in CPU plugin: detection, precisions, RAPL power and measured limits.
+"""The built-in CPU plugin: detection, precisions, RAPL power, telemetry and measured limits.
 
 Device info comes from py-cpuinfo (model, ISA flags) and psutil (cores, memory);
 sockets from sysfs ``physical_package_id``. Power comes from the Linux powercap RAPL
 interface (``/sys/class/powercap/intel-rapl:N/energy_uj``, one per package; AMD CPUs
 expose the same files), as cumulative energy that wraps at ``max_energy_range_uj``.
+Telemetry channels (contract 1.5) come from psutil (utilisation, frequency, package
+temperature) and the kernel's thermal-throttle counters
+(``/sys/devices/system/cpu/cpuN/thermal_throttle/package_throttle_count``).
 
 Roofline limits (:func:`cpu_limits`): the peak FLOP/s are theoretical, cores x max clock x
 FLOP per cycle of the ISA (:mod:`infbench.platforms.cpu_isa`), so MFU cannot exceed 1 for a
@@ -27,8 +30,8 @@ from pathlib import Path
 import psutil
 
 from infbench.hookspecs import hookimpl
-from infbench.measure.power import NoPower, PowerSampler, now_ns
-from infbench.schema import DeviceBackends, DeviceInfo, PowerReading
+from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
+from infbench.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 
 POWERCAP_ROOT = "/sys/class/powercap"
 
@@ -299,12 +302,87 @@ def infbench_supported_precisions(device: DeviceInfo) -> list[str] | None:
     return precisions_from_flags(device.properties.get("isa_flags", []), device.properties.get("arch", ""))
 
 
+#: psutil.sensors_temperatures() entries that hold the package temperature, in order.
+_TEMP_SENSORS = (("coretemp", "Package id"), ("k10temp", "Tctl"), ("zenpower", "Tdie"), ("cpu_thermal", ""))
+
+
+class CpuTelemetry(NoPower):
+    """The CPU's telemetry channels (no power of its own; :func:`infbench_power_sampler`
+    pairs it with RAPL through :class:`~infbench.measure.power.WithChannels`).
+
+    Channels: ``util_pct`` (``psutil.cpu_percent``: all CPUs busy since the previous
+    reading, %), ``clock_mhz`` (``psutil.cpu_freq().current``, the kernel's mean current
+    frequency), ``temp_c`` (the package sensor of ``psutil.sensors_temperatures``, where
+    the kernel exposes one; virtual machines usually do not). Throttle reason
+    ``thermal`` while a package's ``thermal_throttle/package_throttle_count`` grows (Intel,
+    Linux ``therm_throt``). One reading for the whole CPU (``device_index`` 0).
+
+    Args:
+        sysfs: the cpu folder (``/sys/devices/system/cpu``; tests point it elsewhere).
+    """
+
+    name = "psutil"
+
+    def __init__(self, sysfs: str | Path = "/sys/devices/system/cpu"):
+        super().__init__("the CPU's telemetry has no power reading")
+        self.counters = self._throttle_files(Path(sysfs))
+        self._last = self._throttle_count()
+        psutil.cpu_percent(None)  # the first call only starts psutil's interval
+
+    @staticmethod
+    def _throttle_files(root: Path) -> list[Path]:
+        """One ``package_throttle_count`` per package (the first CPU of each)."""
+        out: dict[str, Path] = {}
+        for cpu in sorted(root.glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
+            f = cpu / "thermal_throttle" / "package_throttle_count"
+            try:
+                pkg = (cpu / "topology" / "physical_package_id").read_text().strip()
+            except OSError:
+                pkg = cpu.name
+            if f.is_file() and pkg not in out:
+                out[pkg] = f
+        return list(out.values())
+
+    def _throttle_count(self) -> int:
+        n = 0
+        for f in self.counters:
+            try:
+                n += int(f.read_text())
+            except (OSError, ValueError):
+                pass
+        return n
+
+    def drain(self) -> None:
+        """Restart psutil's utilisation interval and the throttle counter."""
+        psutil.cpu_percent(None)
+        self._last = self._throttle_count()
+
+    def read_channels(self) -> list[ChannelReading]:
+        """One reading of the whole CPU now."""
+        t = now_ns()
+        values = {"util_pct": float(psutil.cpu_percent(None))}
+        freq = psutil.cpu_freq()
+        if freq is not None and freq.current:
+            values["clock_mhz"] = float(freq.current)
+        temps = psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
+        for chip, label in _TEMP_SENSORS:
+            hit = [e.current for e in temps.get(chip, []) if e.label.startswith(label)]
+            if hit:
+                values["temp_c"] = float(max(hit))
+                break
+        count = self._throttle_count()
+        throttle = ["thermal"] if count > self._last else []
+        self._last = count
+        return [ChannelReading(t_ns=t, device_index=0, values=values, throttle=throttle)]
+
+
 @hookimpl
 def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
-    """RAPL package energy where readable, else :class:`NoPower` with the reason."""
+    """RAPL package energy where readable, else :class:`NoPower` with the reason; both
+    with the CPU's telemetry channels (:class:`CpuTelemetry`)."""
     if device.vendor != "cpu":
         return None
-    return rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT))
+    return WithChannels(rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT)), CpuTelemetry())
 
 
 #: The CPU builds of the engine libraries (every build has a CPU backend) and their install commands.

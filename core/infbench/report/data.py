@@ -34,6 +34,9 @@ METRICS = {
     "mbu_attainable": "MBU against the measured attainable bandwidth (CPU)",
     "mfu_attainable_fp32": "MFU against the measured attainable fp32 rate (CPU)",
     "ttft_floor_ms": "TTFT roofline floor (ms)", "tpot_floor_ms": "TPOT roofline floor (ms)",
+    "server_ttft_ms_p50": "Server's own TTFT p50 (ms, its /metrics)",
+    "server_prefix_cache_hit_rate": "Server prefix-cache hit rate",
+    "util_pct_mean": "Device utilisation (%, mean)", "usd_per_mtok": "USD per million output tokens",
 }
 
 #: Engine names as LLM-Inference-Bench spells its frameworks.
@@ -108,6 +111,22 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "mfu_attainable_fp32": ((roof or {}).get("attainable") or {}).get("mfu_fp32"),
         "suspect": m.get("suspect"),
         "finished_at": r.get("finished_at"),
+        "repeat": s.get("repeat"),
+        # the server's own view (its Prometheus /metrics) and the device's telemetry
+        "server_name": m.get("server_name"),
+        "server_ttft_ms_p50": _q(m, "server_ttft_s", "p50", 1e3),
+        "server_ttft_ms_mean": _q(m, "server_ttft_s", "mean", 1e3),
+        "server_tpot_ms_p50": _q(m, "server_tpot_s", "p50", 1e3),
+        "server_waiting_max": _q(m, "server_waiting", "max"),
+        "server_kv_cache_usage_max": _q(m, "server_kv_cache_usage", "max"),
+        "server_prefix_cache_hit_rate": m.get("server_prefix_cache_hit_rate"),
+        "server_preemptions": m.get("server_preemptions"),
+        "util_pct_mean": _q(m.get("telemetry") or {}, "util_pct", "mean"),
+        "clock_mhz_mean": _q(m.get("telemetry") or {}, "clock_mhz", "mean"),
+        "temp_c_max": _q(m.get("telemetry") or {}, "temp_c", "max"),
+        "throttled": m.get("throttled"),
+        "throttle_reasons": ", ".join(m.get("throttle_reasons") or []) or None,
+        "usd_per_mtok": m.get("usd_per_mtok"),
     }
     row["label"] = config_label(row)
     return row
@@ -118,8 +137,9 @@ def config_label(row: dict[str, Any]) -> str:
     size = f"b{row['batch']}" if row["mode"] == "batch" else (
         f"c{row['batch']}" if row["mode"] == "concurrency" else f"r{row['request_rate']:g}")
     tp = f" tp{row['tp']}" if row["tp"] > 1 else ""
+    rep = f" #{row['repeat']}" if row.get("repeat") else ""
     return (f"{row['model']} {row['engine']} {row['dtype']}{tp} | {row['device']} | "
-            f"{size} i{row['input_len']} o{row['output_len']}")
+            f"{size} i{row['input_len']} o{row['output_len']}{rep}")
 
 
 def limits_resolver(pm: Any) -> Any:

@@ -61,7 +61,7 @@ def _select(id_: str, label: str, options: dict[str, str], selected: str) -> str
 
 
 def render_html(rows: list[dict[str, Any]], title: str = "infbench report", failed: int = 0,
-                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> str:
+                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "") -> str:
     """The report page for flat rows (:func:`infbench.report.data.flat_row`).
 
     Args:
@@ -69,6 +69,8 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
         title: page title.
         failed: failed cells to mention.
         slo_ttft_ms, slo_tpot_ms: initial SLO limits (p99, ms) of the trade-off figure.
+        extra_html: more sections placed after the six figures (the serving sections of
+            :mod:`infbench.report.serving`).
 
     Raises:
         ImportError: plotly is not installed (``pip install 'infbench[report]'``).
@@ -110,16 +112,16 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
             f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed; "
             f"generated {stamp} by "
             f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
-            f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}</main>"
+            f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}{extra_html}</main>"
             f"<script type=\"application/json\" id=\"infbench-data\">{payload}</script>"
             f"<script>{_script()}</script></body></html>")
 
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infbench report",
-                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Path:
+                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "") -> Path:
     """Write ``out_dir/index.html`` (self-contained); returns its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = sum(1 for r in rows if r["status"] != "ok")
     p = out_dir / "index.html"
-    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms), encoding="utf-8")
+    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html), encoding="utf-8")
     return p

@@ -51,13 +51,17 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
-    """A rich table: spec, status (``ok``, ``suspect`` for an ok cell that breaks physics:
-    :func:`suspect_notes` gives why, ``failed``), TTFT/TPOT p50 (ms), E2E p50 (s),
+    """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
+    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``; ``throttled``
+    added when the device limited its clocks), TTFT p50 (ms) with the server's own TTFT p50
+    beside it when a server's metrics were scraped, TPOT p50 (ms), E2E p50 (s),
     throughputs, energy, MBU/MFU (roofline utilisations, %)."""
     t = Table(title=title, header_style="bold", show_lines=False)
+    server = any((r["metrics"] or {}).get("server_ttft_s") for r in rows)
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
-                      ("TTFT p50 ms", "right"), ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
+                      ("TTFT p50 ms", "right"), *([("server TTFT p50 ms", "right")] if server else []),
+                      ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
                       ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
                       ("tok/J", "right"), ("MBU %", "right"), ("MFU %", "right"), ("n", "right")]:
         t.add_column(col, justify=just, no_wrap=col in ("model",))
@@ -71,12 +75,17 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             status = f"[red]failed[/] {(r['error'] or '')[:60]}"
         else:
             status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
+        if m.get("throttled"):
+            status += " [yellow]throttled[/]"
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
             f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        if s.get("repeat"):
+            size += f" #{s['repeat']}"
         t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
                   str(s["input_len"]), str(s["output_len"]), status,
-                  _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
+                  _fmt(g("ttft_s"), 1e3), *([_fmt(g("server_ttft_s"), 1e3)] if server else []),
+                  _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
                   _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),
                   _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
                   str(m.get("n_completed", "-")))
@@ -94,3 +103,22 @@ def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
                        f"o{s['output_len']}: {reason}")
     return out
+def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
+    """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
+    cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
+    from infbench.analysis.repeats import HEADLINE, fmt_ci
+
+    keys = [k for k in ("output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_s_p50", "tokens_per_j", "usd_per_mtok")
+            if any(k in g["metrics"] for g in groups)]
+    t = Table(title=title, header_style="bold")
+    t.add_column("cell", no_wrap=True)
+    t.add_column("n", justify="right")
+    for k in keys:
+        t.add_column(HEADLINE[k][0], justify="right")
+    t.add_column("CV out tok/s", justify="right")
+    for g in groups:
+        m = g["metrics"]
+        cv = (m.get("output_tok_s") or {}).get("cv")
+        t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[k], 3 if k == "e2e_s_p50" else 2) if k in m else "-"
+                                             for k in keys], "-" if cv is None else f"{100 * cv:.1f} %")
+    return t

@@ -122,3 +122,47 @@ def test_mi250_catalog_is_per_gcd():
     d = s.per_device()
     assert s.id == "mi250" and d["memory_bytes"] == 64 * 2**30
     assert d["peak_flops"]["bf16"] == pytest.approx(181.05e12) and "fp8" not in d["peak_flops"]
+
+
+def test_metric_json_usage_and_throttle_channels():
+    from infbench_amd.smi import channels_from_metric
+
+    cs = channels_from_metric(sample("amd-smi-metric-rocm7.json"), t_ns=5, indices=[0, 1])
+    assert cs[0].values == {"util_pct": 87.0, "mem_util_pct": 41.0} and cs[0].throttle == []
+    assert cs[1].values == {"util_pct": 0.0} and cs[1].device_index == 1
+
+
+class RecordedAmdsmi:
+    """amdsmi's answers for one MI300X (the binding's dict shapes, ROCm 6.1+ ``clk`` key);
+    the memory clock query is unsupported, as on some SKUs."""
+
+    class AmdSmiClkType:
+        GFX, MEM = 1, 7
+
+    class AmdSmiTemperatureType:
+        HOTSPOT = 1
+
+    class AmdSmiTemperatureMetric:
+        CURRENT = 0
+
+    def amdsmi_get_gpu_activity(self, h):
+        return {"gfx_activity": 93, "umc_activity": 37, "mm_activity": "N/A"}
+
+    def amdsmi_get_clock_info(self, h, kind):
+        if kind == self.AmdSmiClkType.MEM:
+            raise RuntimeError("AMDSMI_STATUS_NOT_SUPPORTED")
+        return {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False}
+
+    def amdsmi_get_temp_metric(self, h, sensor, metric):
+        return 74
+
+    def amdsmi_get_gpu_metrics_info(self, h):
+        return {"throttle_status": True}
+
+
+def test_amdsmi_library_channels():
+    from infbench_amd.smi import channels_from_amdsmi
+
+    c = channels_from_amdsmi(RecordedAmdsmi(), "h0", t_ns=1, device_index=0)
+    assert c.values == {"util_pct": 93.0, "mem_util_pct": 37.0, "clock_mhz": 2100.0, "temp_c": 74.0}
+    assert c.throttle == ["throttled"]
