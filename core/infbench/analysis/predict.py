@@ -840,8 +840,8 @@ def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 
               prior_weight: float = 0.02) -> Calibration:
     """Fit the efficiency factors and overheads of one (device, engine) to measured cells.
 
-    Cells measured below their roofline floor (:func:`below_floor`) are left out (and
-    listed in ``excluded``). The rest is split 70/30 by :func:`held_out`. On the 70 % it
+    Published cells measured below their roofline floor (:func:`below_floor`) are left
+    out (and listed in ``excluded``). The rest is split 70/30 by :func:`held_out`. On the 70 % it
     fits :data:`FIT_PARAMS` (``eff_compute``, ``eff_memory``, ``eff_attention``,
     ``kv_reread``, the overheads a, b, c, d and ``collective_latency_s``) by robust least
     squares on ``log(predicted / measured)`` of every measurement the cells have
@@ -866,7 +866,9 @@ def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 
                           hint="run a sweep on this device first (e.g. `infbench run --preset quick`), or import "
                                "published cells (`infbench import --format lib-csv FILE`)")
     shapes = {p["model"]: resolve(p["model"]) for p in pts}
-    bad = below_floor(pts, limits, shapes)
+    # Only published cells are screened: infbench's own cells come with their raw token
+    # times, and a CPU's limits are measured attainable rates, not bounds.
+    bad = below_floor(pts, limits, shapes) & np.array([bool(p.get("published")) for p in pts], dtype=bool)
     excluded = {"below_floor": [p["cell_id"] for p, b in zip(pts, bad, strict=True) if b]}
     pts = [p for p, b in zip(pts, bad, strict=True) if not b]
     if len(pts) < 4:

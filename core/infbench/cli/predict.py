@@ -111,6 +111,9 @@ def predict(
             return
         if calibrate_:
             report_cal = _calibrate(pm, home, limits, engine, store_path, run_id)
+            fitted = {c["engine"] for c in report_cal}
+            if engine == "generic" and len(fitted) == 1:
+                engine = fitted.pop()  # the only engine measured there: predict as it schedules
         if not shapes and not calibrate_:
             raise ConfigError("give --model (and --device), or --calibrate, or --requirements",
                               hint="e.g. infbench predict --model llama-3-8b --device h100-sxm --engine vllm")

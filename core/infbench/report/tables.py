@@ -70,6 +70,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
             f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        published = (r.get("engine") or {}).get("published") or m.get("published")
+        status = status + (" [cyan](published)[/]" if published else "")
         t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
