@@ -90,7 +90,8 @@ def test_paper_rows_mapping(pm):
     # llama-bench -b 16 on one MI250 (2 GCDs): one sequence, n_batch 16, layer split over 2 devices.
     ll = by[("AMD MI250 GPU", "llama.cpp", 2, 1, 128, 16)]
     assert ll.device.count == 2 and ll.engine["published"] and ll.engine["line"] > 6
-    assert info["single_sequence_rows"] == 45  # 3 n_batch values > 1 x 5 lengths x 3 device counts
+    assert info["single_sequence_rows"] == 60  # n_batch 1, 16, 32, 64 x 5 lengths x 3 device counts
+    assert by[("AMD MI250 GPU", "llama.cpp", 2, 1, 128, 1)].engine["options"] == {"n_batch": 1}
     # Different n_batch values are different published workloads (their own spec hash).
     assert ll.spec_hash != by[("AMD MI250 GPU", "llama.cpp", 2, 1, 128, 32)].spec_hash
     assert len({r.cell_id for r in results}) == 180

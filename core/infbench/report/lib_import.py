@@ -20,7 +20,8 @@ Mapping (:func:`published_cells`):
 * **llama.cpp**: the paper ran ``llama-bench -pg IN,OUT -b BATCH``, one sequence whose
   prompt is processed ``BATCH`` tokens at a time (``-b`` is llama.cpp's ``n_batch``), and
   its rows say so: ``Throughput x Latency = IN + OUT`` rather than ``BATCH x (IN + OUT)``.
-  Such a row becomes a batch-1 cell with ``options = {"n_batch": BATCH}`` and, since a
+  Such a row (and every llama.cpp row of the paper's own hardware names, ``-b 1`` included)
+  becomes a batch-1 cell with ``options = {"n_batch": BATCH}`` and, since a
   cell spec cannot hold that option, a ``spec_hash`` of its own (it matches no local cell
   in ``compare``). With several GPUs llama.cpp splits the layers (a pipeline), which the
   prediction's llama.cpp profile knows.
@@ -282,9 +283,10 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
         if not known_model and model not in summary["unknown_models"]:
             summary["unknown_models"].append(model)
         seqs, options = r.batch, {}
-        if r.throughput_tok_s:
+        if r.throughput_tok_s and engine.startswith("llama.cpp"):
             ratio = r.throughput_tok_s * r.latency_s / (r.n_in + r.n_out)
-            if r.batch > 1 and abs(ratio - 1.0) < 0.02 and engine.startswith("llama.cpp"):
+            # One sequence for BATCH > 1, or any row of the paper itself: llama-bench -b BATCH.
+            if abs(ratio - 1.0) < 0.02 and (r.batch > 1 or r.hardware in LIB_HARDWARE):
                 seqs, options = 1, {"n_batch": r.batch}
                 summary["single_sequence_rows"] += 1
         cell = Cell(model=model, engine=engine, dtype=dtype, batch=seqs, input_len=r.n_in, output_len=r.n_out,
