@@ -39,7 +39,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(Path(tmp) / "results.db")
         rows = read_lib_csv(args.csv)
-        src = {"file": str(args.csv), "sha256": file_sha256(args.csv),
+        src = {"file": args.csv.name, "sha256": file_sha256(args.csv),
                "commit": "4211f5d4e9bc0145ed541b6d372d5d8223b44235"}
         results, info = published_cells(rows, src, pm)
         run_id = import_published(store, results, src, command="benchmarks/lib_validation.py")
@@ -59,7 +59,8 @@ def main() -> None:
           f"(uncalibrated {100 * s['median_default']:.1f} %); vLLM/TensorRT-LLM groups above 15 %: "
           f"{', '.join(s['over_limit']) or 'none'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"csv": str(args.csv), "rows": info["rows"], "import_s": t_import, "summary": s,
+    csv_name = str(args.csv.resolve().relative_to(ROOT)) if args.csv.resolve().is_relative_to(ROOT) else str(args.csv)
+    args.out.write_text(json.dumps({"csv": csv_name, "rows": info["rows"], "import_s": t_import, "summary": s,
                                     "groups": res}, indent=2, default=str))
     if args.markdown:
         print()

@@ -110,6 +110,9 @@ class Efficiency:
         eff_attention: fraction of peak bandwidth reached by the attention operators'
             KV-cache (and score-matrix) traffic; None: ``eff_memory``. Paged attention
             gathers the KV cache in blocks and reaches less than a weight GEMM does.
+        kv_reread: share of the extra reads of each KV head by the query heads that share
+            it (grouped-query attention): 0 = read once, 1 = once per query head
+            (:func:`infbench.analysis.roofline.operators`).
         overhead_s: ``a``, fixed time per forward step (kernel launches, scheduling,
             sampling), s.
         overhead_per_seq_s: ``b``, time per step per running sequence (the scheduler's
