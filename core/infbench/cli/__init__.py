@@ -2,7 +2,8 @@
 
 Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``worker``,
 ``ingest`` (:mod:`.run`) -> ``results`` (:mod:`.results`) -> ``report``, ``export``,
-``compare`` (:mod:`.report`); ``predict`` (:mod:`.predict`); ``devices``, ``models``,
+``compare`` (:mod:`.report`); ``import`` (:mod:`.importer`: published results);
+``predict`` (:mod:`.predict`); ``devices``, ``models``,
 ``plugins`` (:mod:`.catalog`) list what is available; ``containers`` (:mod:`.containers`)
 builds worker images. The modules hold options and printing; what a command computes
 lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...), where tests
@@ -21,7 +22,7 @@ from typing import Annotated
 import typer
 
 from infbench import __version__
-from infbench.cli import catalog, containers, detect, predict, report, results, run
+from infbench.cli import catalog, containers, detect, importer, predict, report, results, run
 from infbench.cli.common import out
 
 app = typer.Typer(
@@ -50,7 +51,7 @@ def _main(
 
 
 #: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect, run, results, report, predict, catalog, containers)
+COMMAND_MODULES = (detect, run, results, report, importer, predict, catalog, containers)
 for _m in COMMAND_MODULES:
     _m.register(app)
 

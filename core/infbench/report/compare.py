@@ -4,8 +4,12 @@ two sites, two images).
 Cells are matched by ``spec_hash``, the hash of the workload alone (model, engine,
 dtype, batch or load, lengths, tp, seed), which is the same on every site and in every
 image. (``cell_id`` adds the device signature, so it matches only on identical
-hardware; where it does, the two agree.) A side is a run id (prefix) in the store, a
-results database file, or ``FILE.db:RUN``.
+hardware; where it does, the two agree.) Cells left unmatched are then matched on the
+workload as a person reads it (:func:`workload_key`: the zoo model whatever name was
+typed, the engine family, the precision class, batch or load, lengths, tp, seed) when one
+of the two is a published cell (``infbench import``), which pairs a site's run with the
+paper's cells however each spelled the model and dtype. A side is a
+run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from infbench.errors import ConfigError
 from infbench.report.data import flat_row
+from infbench.report.lib_import import is_published
 
 #: Compared metrics: key -> (label, True if higher is better).
 COMPARED = {
@@ -70,6 +75,14 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
     """
     fa = {r["spec_hash"]: flat_row(r) for r in a if r["status"] == "ok"}
     fb = {r["spec_hash"]: flat_row(r) for r in b if r["status"] == "ok"}
+    # Second pass: unmatched cells of which one side is published (imported), paired on the
+    # normalised workload and keyed under A's hash.
+    ka = {workload_key(r): r for r in a if r["status"] == "ok" and r["spec_hash"] not in fb}
+    for r in b:
+        k = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
+        ra = ka.get(k) if k is not None else None
+        if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)):
+            fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
     pairs = []
     for h in [h for h in fa if h in fb]:
         ra, rb = fa[h], fb[h]
@@ -87,6 +100,32 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
         vals = [p["ratio"][k] for p in pairs if p["ratio"][k] and p["ratio"][k] > 0]
         geo[k] = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
     return {"pairs": pairs, "only_a": len(set(fa) - set(fb)), "only_b": len(set(fb) - set(fa)), "geomean": geo}
+
+
+def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A stored cell's workload as a person reads it: ``(zoo model, engine family,
+    precision class, batch, load, input, output, tp, seed, engine options)``; None for a dataset
+    replay. Two spellings of one workload (``llama-2-7b``/``meta-llama/Llama-2-7b-hf``,
+    ``float16``/``fp16``, ``vllm``/``vllm-server``) give one key."""
+    import json
+
+    from infbench.analysis.predict import engine_family
+    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.errors import ConfigError
+    from infbench.models import resolve
+
+    s = r["spec"]
+    if s.get("dataset"):
+        return None
+    try:
+        model = resolve(s["model"]).name
+    except ConfigError:
+        model = s["model"]
+    dtype = str(s["dtype"]).lower()
+    load = json.dumps(s.get("load") or {}, sort_keys=True)
+    options = json.dumps((r.get("engine") or {}).get("options") or {}, sort_keys=True, default=str)
+    return (model, engine_family(s["engine"]), DTYPE_ALIASES.get(dtype, dtype), s["batch"], load, s["input_len"],
+            s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
 
 
 def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path: Path) -> Path:

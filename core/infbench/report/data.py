@@ -83,11 +83,18 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
             except RooflineError:
                 roof = None
     size = s["batch"] if mode == "batch" else (ld.get("concurrency") if mode == "concurrency" else None)
+    eng = r.get("engine") or {}
+    published = bool(eng.get("published") or m.get("published"))
+    device = device_label(dev)
+    if published:
+        # Published cells never pass for local measurements: their device says where they come from.
+        device = f"{device} ({eng.get('source') or 'published'})"
     row = {
         "cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
         "error": r.get("error"), "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
         "precision": DTYPE_ALIASES.get(str(s["dtype"]).lower(), str(s["dtype"]).lower()),
-        "device": device_label(dev), "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
+        "device": device, "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
+        "published": published,
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
@@ -200,8 +207,12 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         except ConfigError:
             model = f["model"]
         n_in, n_out = f["input_len"], f["output_len"]
+        hardware = f["device"].rsplit(" (", 1)[0] if f.get("published") else f["device"]
+        hardware = hardware.rsplit(" x", 1)[0] if f["device_count"] > 1 else hardware
+        if "label" not in r:  # a stored cell: an imported one goes back under its published name
+            hardware = ((r.get("device") or {}).get("properties") or {}).get("published_name") or hardware
         out.append({
-            "Hardware": f["device"].rsplit(" x", 1)[0] if f["device_count"] > 1 else f["device"],
+            "Hardware": hardware,
             "Num of Hardware": f["tp"], "Framework": LIB_FRAMEWORK.get(f["engine"], f["engine"]),
             "Model": model, "Input Output Length": n_in if n_in == n_out else f"{n_in}/{n_out}",
             "Batch Size": f["batch"], "Latency": f["duration_s"], "Throughput": f["total_tok_s"],

@@ -82,6 +82,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
         if s.get("repeat"):
             size += f" #{s['repeat']}"
+        published = (r.get("engine") or {}).get("published") or m.get("published")
+        status = status + (" [cyan](published)[/]" if published else "")
         t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), *([_fmt(g("server_ttft_s"), 1e3)] if server else []),
