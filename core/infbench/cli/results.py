@@ -28,6 +28,11 @@ def results(
                                          "Perplexity's A100/H100 study.")] = None,
     percentile: Annotated[str, Opt("--percentile", help="Statistic that must meet the limits: mean, p50, p90, "
                                    "p99, max.")] = "p99",
+    quality: Annotated[bool, Opt("--quality", help="Only the perplexity measurements (`infbench perplexity`), in "
+                                 "every format.")] = False,
+    max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Flag precisions whose perplexity "
+                                                "exceeds their model's highest precision by more than this "
+                                                "(e.g. 1%).")] = None,
 ) -> None:
     """Show stored results: the newest attempt of every cell.
 
@@ -37,12 +42,25 @@ def results(
     `--format json` gives each cell's spec, device, engine versions and metrics
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
     `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
+
+    Perplexity measurements follow the cells in the table (`--quality` for them alone, as
+    JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
+    their model's highest precision.
     """
     from infbench.report.tables import results_csv, results_json, results_table
 
     if fmt not in ("table", "json", "csv"):
         fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
     store = open_store(store_path)
+    try:
+        from infbench.quality.gate import parse_increase
+
+        gate = parse_increase(max_ppl_increase)
+    except ConfigError as exc:
+        fail(exc)
+    if quality:
+        _quality(store, fmt, all_attempts, status, gate)
+        return
     rows = store.results(run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
@@ -67,6 +85,40 @@ def results(
         err.print(f"no results in {store.path}; run `infbench run` first")
     else:
         out.print(results_table(rows, title=f"results in {store.path}"))
+    if fmt == "table" and not best:
+        from infbench.quality.gate import with_gate
+        from infbench.report.tables import quality_table
+        from infbench.store.quality import quality_results
+
+        q = quality_results(store, all_attempts=all_attempts, status=status)
+        if q:
+            out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
+
+
+def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
+    """``results --quality``: the perplexity measurements as a table, JSON or CSV."""
+    import csv
+    import io
+
+    from infbench.quality.gate import with_gate
+    from infbench.report.tables import quality_json, quality_table
+    from infbench.store.quality import quality_results
+
+    rows = with_gate(quality_results(store, all_attempts=all_attempts, status=status), gate)
+    if fmt == "json":
+        print_json(quality_json(rows))
+    elif fmt == "csv":
+        flat = [{k: v for k, v in r.items() if k != "result"} for r in quality_json(rows)]
+        if flat:
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=list(flat[0]))
+            w.writeheader()
+            w.writerows(flat)
+            sys.stdout.write(buf.getvalue())
+    elif not rows:
+        err.print(f"no perplexity measurements in {store.path}; run `infbench perplexity` first")
+    else:
+        out.print(quality_table(rows, title=f"perplexity in {store.path}", max_increase=gate))
 
 
 def register(app: typer.Typer) -> None:

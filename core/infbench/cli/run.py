@@ -50,6 +50,12 @@ batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two o
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
     infbench run --executor container                              # inside the worker image
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
+    infbench run -m model.gguf --dtype f16,q8_0,q4_K_M --perplexity wiki.test.raw   # speed and quality
+
+**Real weights**: `--model` a `.gguf` file (llama.cpp; at its own type, or `--dtype` names
+precisions derived from it, see `infbench quantize`) or a Hugging Face folder with weights
+(transformers, vLLM). Each cell records that its weights are real, their SHA-256 and the
+model's greedy answer to a factual question (its own tokenizer and chat template).
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
@@ -149,6 +155,12 @@ def run(
                                                  "apptainer (default: Docker when an engine answers).")] = None,
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
+    perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
+                                           "text for each group with real weights (`infbench perplexity`; stored "
+                                           "beside the throughput).")] = None,
+    ppl_n_ctx: Annotated[int, Opt("--ppl-n-ctx", help="--perplexity: tokens per chunk.")] = 512,
+    ppl_chunks: Annotated[int | None, Opt("--ppl-chunks", help="--perplexity: score only the first N "
+                                          "chunks.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.detect import detect as do_detect
@@ -160,9 +172,20 @@ def run(
     from infbench.target import choose_device
 
     try:
+        from infbench.quality.weights import gguf_native_dtypes
+
+        # On llama.cpp a real GGUF runs at its own type (q4_1...) unless --dtype asks for derived precisions.
+        dtypes = split(dtype, "--dtype")
+        if dtypes is None and sweep_file is None and {*(split(engine, "--engine") or ["llama.cpp"])} <= {
+                "llama.cpp", "llama.cpp-server"}:
+            dtypes = gguf_native_dtypes(split(model, "--model"))
+        if perplexity is not None:
+            from infbench.quality.perplexity import read_text
+
+            read_text(perplexity)
         sweep = build_sweep(
             preset, sweep_file, models=split(model, "--model"), engines=split(engine, "--engine"),
-            dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
+            dtypes=dtypes, batch=split(batch, "--batch", int),
             input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
             tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
             cell_timeout_s=cell_timeout, concurrency=split(concurrency, "--concurrency", int),
@@ -228,8 +251,13 @@ def run(
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
         raise typer.Exit(130) from None
-    _print_summary(store, summary, as_json)
-    if summary.failed:
+    quality = None
+    if perplexity is not None:
+        from infbench.cli.quality import perplexity_after_run
+
+        quality = perplexity_after_run(the_plan, perplexity, store, pm, eopts, ppl_n_ctx, ppl_chunks, force, as_json)
+    _print_summary(store, summary, as_json, quality)
+    if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
 
 
@@ -299,17 +327,20 @@ class ProgressObserver:
             logging.getLogger("infbench.worker").debug("%s", event.line)
 
 
-def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
-    from infbench.report.tables import results_json, results_table
+def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+    from infbench.report.tables import quality_json, quality_table, results_json, results_table
 
     rows = store.results(run_id=summary.run_id)
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
-                    "cells": results_json(rows)})
+                    "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
+                                                    else {})})
         return
     if rows:
         out.print(results_table(rows, title=f"run {summary.run_id}"))
+    if quality:
+        out.print(quality_table(quality, title="perplexity"))
     if summary.skipped:
         out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
     for n in {r["power_note"] for r in rows if r["power_note"]}:

@@ -140,6 +140,9 @@ class VllmEngine(Engine):
         vllm = _need_vllm()
         self.args = vllm_args(group, self.device, self.options)
         self.llm = vllm.LLM(**self.args)
+        from infbench.quality.sample import vllm_sample, weights_record, with_sample
+
+        self.weights = with_sample(weights_record(group.model), lambda: vllm_sample(self.llm))
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Enqueue ``prompts`` at once, step until done; one record per prompt."""
@@ -193,7 +196,8 @@ class VllmEngine(Engine):
         """vLLM version and the engine arguments used."""
         import vllm
 
-        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None)}
+        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None),
+                "weights": getattr(self, "weights", None)}
 
 
 class VllmServerEngine(ManagedServerEngine):
@@ -220,6 +224,9 @@ class VllmServerEngine(ManagedServerEngine):
                            float(self.options.get("startup_timeout_s", 600)),
                            env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
         self.options["served_model"] = served
+        from infbench.quality.sample import weights_record
+
+        self.weights = weights_record(group.model)
         super().start(group)
 
     def describe(self) -> dict[str, Any]:
@@ -227,4 +234,5 @@ class VllmServerEngine(ManagedServerEngine):
         d = super().describe()
         d["engine_args"] = getattr(self, "args", None)
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
+        d["weights"] = getattr(self, "weights", None)
         return d
