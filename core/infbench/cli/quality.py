@@ -161,7 +161,8 @@ def perplexity_after_run(plan: Any, text: Path, store: Any, pm: Any, options: di
 def quantize(
     model: Annotated[Path, Opt("--model", "-m", help="A real .gguf file (any type).")],
     to: Annotated[list[str], Opt("--to", help="Target dtypes, comma list: f16, q8_0, q6_K, q5_K_M, q4_K_M, q4_0, "
-                                 "q2_K...")],
+                                 "q2_K...; `hf` writes a Hugging Face folder (safetensors) for vLLM and "
+                                 "transformers.")],
     threads: Annotated[int | None, Opt("--threads", help="llama.cpp quantization threads.")] = None,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
@@ -171,19 +172,21 @@ def quantize(
     `llama_model_quantize`. The files go to
     `$INFBENCH_HOME/cache/quantized/<parent sha256>/` with a JSON provenance beside each
     (parent path and SHA-256, method, versions, tensor types); `infbench run` and `infbench
-    perplexity` with `--dtype` use them.
+    perplexity` with `--dtype` use them. `--to hf` writes the weights as a Hugging Face folder
+    (transformers dequantizes the GGUF; float16 safetensors, config, tokenizer with its chat
+    template), which vLLM and transformers load as `--model FOLDER`.
 
     Example: `infbench quantize --model SmolLM2-135M-Instruct.Q4_1.gguf --to q8_0,q4_0,q4_K_M,q2_K`
     """
     from rich.table import Table
 
-    from infbench.quality.quantize import derive, normalize_dtype
+    from infbench.quality.quantize import derive, hf_folder, normalize_dtype
     from infbench.quality.weights import weights_info
 
     try:
         if model.suffix != ".gguf" or not model.is_file():
             raise ConfigError(f"--model {model} is not a .gguf file", hint="quantize works on GGUF files")
-        targets = [normalize_dtype(d) for d in split(to, "--to") or []]
+        targets = [d.lower() if d.lower() == "hf" else normalize_dtype(d) for d in split(to, "--to") or []]
         if not targets:
             raise ConfigError("--to names no dtype", hint="e.g. --to q8_0,q4_0")
         from infbench.models import resolve
@@ -198,7 +201,7 @@ def quantize(
         for d in targets:
             status.update(f"{model.name} -> {d}")
             try:
-                done.append(derive(model, d, threads=threads))
+                done.append(hf_folder(model) if d == "hf" else derive(model, d, threads=threads))
             except InfbenchError as exc:
                 fail(exc)
     if as_json:
@@ -212,7 +215,8 @@ def quantize(
     for x in done:
         prov = x.provenance or {}
         types = ", ".join(f"{k} {v}" for k, v in (prov.get("tensor_types") or {}).items())
-        t.add_row(x.dtype, str(x.path), f"{x.path.stat().st_size / 2**20:,.1f}", (prov.get("sha256") or "parent")[:12],
+        size = sum(f.stat().st_size for f in x.path.iterdir()) if x.path.is_dir() else x.path.stat().st_size
+        t.add_row(x.dtype, str(x.path), f"{size / 2**20:,.1f}", (prov.get("sha256") or "parent")[:12],
                   types or "-", f"new ({x.seconds:.1f} s)" if x.created else ("cached" if prov else "the file itself"))
     out.print(t)
 

@@ -85,7 +85,7 @@ def results(
         err.print(f"no results in {store.path}; run `infbench run` first")
     else:
         out.print(results_table(rows, title=f"results in {store.path}"))
-    if fmt == "table" and not best:
+    if fmt == "table" and not best and not run_id:  # measurements belong to no run
         from infbench.quality.gate import with_gate
         from infbench.report.tables import quality_table
         from infbench.store.quality import quality_results

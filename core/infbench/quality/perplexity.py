@@ -4,9 +4,10 @@ transformers and vLLM.
 The method (llama.cpp ``tools/perplexity/perplexity.cpp``, ``perplexity()``, the default
 ``--ppl-stride 0`` path):
 
-1. Tokenize the whole text once with the model's tokenizer, special tokens added as the
-   model asks (``common_tokenize(ctx, text, add_special=true)``: BOS first where the
-   vocabulary's ``add_bos`` is set; never EOS).
+1. Tokenize the whole text (one trailing newline dropped, as ``-f FILE`` reads it) once
+   with the model's tokenizer, special tokens added as the model asks
+   (``common_tokenize(ctx, text, add_special=true)``: BOS first where the vocabulary's
+   ``add_bos`` is set; never EOS).
 2. Refuse a text of fewer than ``2 * n_ctx`` tokens. Cut the tokens into
    ``n_chunk = len(tokens) // n_ctx`` non-overlapping chunks of ``n_ctx`` tokens (the
    tail is dropped; ``--chunks N`` keeps the first N).
@@ -37,6 +38,7 @@ weights are refused (:func:`~infbench.quality.weights.require_real_weights`).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
 import time
 from abc import ABC, abstractmethod
@@ -328,7 +330,8 @@ SCORERS: dict[str, type[Scorer]] = {"llama.cpp": LlamaCppScorer, "transformers":
 
 # -- the measurement -------------------------------------------------------------------------
 def read_text(path: str | Path) -> tuple[str, str]:
-    """``(text, sha256 of its bytes)``.
+    """``(text, sha256 of the file's bytes)``; one trailing newline is dropped from the text,
+    as llama.cpp's ``-f FILE`` does (``common/arg.cpp``).
 
     Raises:
         ConfigError: missing file or not UTF-8.
@@ -338,7 +341,7 @@ def read_text(path: str | Path) -> tuple[str, str]:
         raise ConfigError(f"text file {p} not found", hint="pass a plain-text file to --text (e.g. WikiText-2 test)")
     raw = p.read_bytes()
     try:
-        return raw.decode("utf-8"), hashlib.sha256(raw).hexdigest()
+        return raw.decode("utf-8").removesuffix("\n"), hashlib.sha256(raw).hexdigest()
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{p} is not UTF-8 text ({exc})") from None
 
@@ -468,6 +471,9 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
             if e == "llama.cpp" and weights.format != "gguf":
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {shape.name}",
                                   hint="use --engine transformers or vllm for a Hugging Face folder")
+            if e == "transformers" and weights.format == "gguf" and importlib.util.find_spec("accelerate") is None:
+                raise EngineUnavailable("transformers loads a .gguf file only with accelerate installed",
+                                        hint="pip install 'infbench[transformers]'")
             natives.append(native)
         for native in dict.fromkeys(natives):
             out.append(PerplexityRequest(shape, weights, e, native, body, str(Path(text).resolve()), text_sha, n_ctx,

@@ -281,3 +281,71 @@ def derive(parent: str | Path, dtype: str, cache: Path | None = None, threads: i
               "derive_version": DERIVE_VERSION, "created_at": time.time(), "seconds": round(seconds, 3)}
     _write_provenance(dst, record)
     return Derived(dtype, dst, record, created=True, seconds=seconds)
+
+
+#: File holding the provenance of a Hugging Face folder written by :func:`hf_folder`.
+HF_PROVENANCE = "infbench-derived.json"
+
+
+def hf_folder(parent: str | Path, cache: Path | None = None, dtype: str = "float16") -> Derived:
+    """A Hugging Face folder with the GGUF's weights, for engines that load folders (vLLM,
+    transformers): transformers dequantizes the GGUF (``from_pretrained(dir, gguf_file=...)``)
+    and the weights are written as ``model.safetensors`` (``safetensors.torch.save_model``,
+    tied embeddings kept once) beside ``config.json`` (without the GGUF quantization entry),
+    the tokenizer (converted from the GGUF vocabulary, chat template included) and
+    :data:`HF_PROVENANCE`. Cached like :func:`derive`, as ``<stem>-hf-<dtype>/``.
+
+    Args:
+        parent: a GGUF file. cache: the cache folder (default :func:`cache_dir`).
+        dtype: torch dtype of the written weights (float16 holds an f16 GGUF exactly).
+
+    Raises:
+        ConfigError: transformers (with accelerate) is missing, or cannot read the GGUF.
+    """
+    import shutil
+
+    parent = Path(parent).resolve()
+    parent_sha = file_sha256(parent)
+    out = (cache or cache_dir()) / parent_sha[:16] / f"{parent.stem}-hf-{dtype}"
+    side = out / HF_PROVENANCE
+    if (out / "model.safetensors").is_file() and side.is_file():
+        return Derived(f"hf-{dtype}", out, json.loads(side.read_text()))
+    try:
+        import torch
+        import transformers
+        from safetensors.torch import save_model
+    except ImportError as exc:
+        raise ConfigError("writing a Hugging Face folder needs transformers, torch and safetensors",
+                          hint="pip install 'infbench[transformers]'") from exc
+    t0 = time.perf_counter()
+    src = {"pretrained_model_name_or_path": str(parent.parent), "gguf_file": parent.name}
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(**src, dtype=getattr(torch, dtype))
+        tok = transformers.AutoTokenizer.from_pretrained(**src)
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"transformers cannot load {parent.name}: {exc}",
+                          hint="pip install 'infbench[transformers]' (accelerate and gguf are needed)") from exc
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg["torch_dtype"] = cfg["dtype"] = dtype
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
+        model.generation_config.save_pretrained(tmp)
+        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tok.save_pretrained(tmp)
+        record = {"parent": str(parent), "parent_sha256": parent_sha, "parent_dtype": gguf_dtype(parent),
+                  "dtype": f"hf-{dtype}", "sha256": file_sha256(tmp / "model.safetensors"),
+                  "method": f"transformers from_pretrained(gguf_file) -> {dtype} -> safetensors.torch.save_model",
+                  "versions": {**_versions(), "transformers": transformers.__version__, "torch": torch.__version__},
+                  "derive_version": DERIVE_VERSION, "created_at": time.time(),
+                  "seconds": round(time.perf_counter() - t0, 3)}
+        (tmp / HF_PROVENANCE).write_text(json.dumps(record, indent=1))
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    record["sha256"] = file_sha256(out / "model.safetensors")   # cached under the final path
+    return Derived(f"hf-{dtype}", out, record, created=True, seconds=time.perf_counter() - t0)

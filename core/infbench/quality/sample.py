@@ -11,6 +11,7 @@ at the model's end-of-generation token.
 from __future__ import annotations
 
 import ctypes
+import json
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -30,11 +31,13 @@ def weights_record(model: Any, loaded: str | Path | None = None) -> dict[str, An
     of the model given, plus, when a derived precision was loaded instead of the file itself,
     ``file`` and ``file_sha256`` of what was loaded and ``derived`` (its provenance).
     Never raises: a failure is recorded as ``error``."""
-    from infbench.quality.quantize import provenance_of
+    from infbench.quality.quantize import HF_PROVENANCE, provenance_of
     from infbench.quality.weights import file_sha256, weights_info
 
     try:
         rec = weights_info(model).record()
+        if rec.get("format") == "hf" and (Path(model.path) / HF_PROVENANCE).is_file():  # written by hf_folder()
+            rec["derived"] = json.loads((Path(model.path) / HF_PROVENANCE).read_text())
         if rec.get("real") and loaded is not None and Path(loaded).resolve() != Path(model.path).resolve():
             rec["file"] = str(loaded)
             rec["file_sha256"] = file_sha256(loaded)
