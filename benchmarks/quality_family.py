@@ -59,7 +59,7 @@ def main() -> None:
     fam, dt = infbench("quantize", "--model", smol, "--to", "f16,q8_0,q4_0,q4_K_M,q2_K", "--json", env=env)
     res["quantize"] = {"seconds": round(dt, 1), "files": fam}
     paths = {r["dtype"]: r["path"] for r in fam}
-    common = ["--text", text, "--n-ctx", "512", *chunks, "--max-ppl-increase", "1%", "--json"]
+    common = ["--text", text, "--n-ctx", "512", *chunks, "--max-ppl-increase", "1%", "--json", "--force"]
     rows, dt = infbench("perplexity", "--model", smol, "--dtype", "q4_1,f16,q8_0,q4_0,q4_K_M,q2_K", *common, env=env)
     res["llama.cpp"] = {"seconds": round(dt, 1), "rows": rows}
     tf = []

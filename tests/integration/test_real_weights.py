@@ -179,7 +179,9 @@ def test_transformers_on_the_same_gguf_matches_llama_cpp(text, home, family, ppl
                                 home["store"], env=home["env"]).stdout)
     print(f"\nf16 GGUF: llama.cpp {cpp['perplexity']:.4f}, transformers float32 {tf['perplexity']:.4f}")
     assert tf["dtype"] == "float32" and tf["n_tokens"] == cpp["n_tokens"]
-    assert tf["result"]["tokens_sha256"] == cpp["result"]["tokens_sha256"]         # the same token ids
+    # the same token ids: the GGUF's vocabulary through llama.cpp on both engines
+    assert tf["result"]["tokens_sha256"] == cpp["result"]["tokens_sha256"]
+    assert tf["result"]["tokenizer"] == "llama.cpp vocabulary of " + Path(family["f16"]["path"]).name
     assert tf["perplexity"] == pytest.approx(cpp["perplexity"], rel=0.01)
     assert tf["result"]["engine_info"]["loss_mean"] == pytest.approx(math.log(tf["perplexity"]))
     assert tf["result"]["weights"]["sample"]["coherent"]

@@ -89,6 +89,24 @@ def test_hf_tokenize_adds_bos_only_where_the_tokenizer_does():
     assert list(ids) == [12, 13] and bos is None
 
 
+def test_every_engine_tokenizes_a_gguf_model_with_its_gguf_vocabulary(tmp_path):
+    pytest.importorskip("llama_cpp")
+    from infbench.engines.gguf_dummy import dummy_text
+    from infbench.quality.perplexity import gguf_tokenize, tokenizer_source
+    from infbench.quality.quantize import HF_PROVENANCE
+    from infbench.quality.weights import WeightsInfo
+
+    g = write_dummy_gguf(resolve("tiny-random-llama"), "f16", tmp_path / "d.gguf")
+    ids, bos = gguf_tokenize(g, dummy_text("one two one", 512))
+    assert bos == 1 and ids[0] == 1 and len(ids) == 4 and ids[1] == ids[3] != ids[2]   # BOS + one token per word
+    assert tokenizer_source(WeightsInfo(real=True, format="gguf", path=str(g))) == str(g)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    assert tokenizer_source(WeightsInfo(real=True, format="hf", path=str(folder))) is None
+    (folder / HF_PROVENANCE).write_text(json.dumps({"parent": str(g)}))              # written from that GGUF
+    assert tokenizer_source(WeightsInfo(real=True, format="hf", path=str(folder))) == str(g)
+
+
 # -- real or dummy weights -----------------------------------------------------------------------
 def test_dummy_weights_are_recognised_and_refused(tmp_path):
     zoo = resolve("tiny-random-llama")

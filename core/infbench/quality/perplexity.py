@@ -27,10 +27,15 @@ Per engine (:data:`SCORERS`), each on the model its adapter loaded:
 * ``transformers``: the model's own loss (``model(input_ids, labels)`` with labels -100
   outside the scored half; the causal-LM loss shifts them by one, so it is the mean NLL
   of exactly the tokens above) for the perplexity, per-token cross-entropy of the same
-  logits for the uncertainty; tokens from the model's tokenizer (BOS as it adds one);
+  logits for the uncertainty;
 * ``vllm``: ``SamplingParams(prompt_logprobs=0)`` on token-id prompts (the log-probability
   of each prompt token given the ones before it, from the raw logits).
 
+Token ids: a GGUF model is tokenized by its own vocabulary through llama.cpp on every engine
+(and so is a folder ``infbench quantize --to hf`` wrote from a GGUF), so all engines score
+the same ids (``tokens_sha256``); transformers' conversion of a GGUF vocabulary does not
+split text as llama.cpp does (SmolLM2 on CPython's LICENSE.txt: 3,822 tokens against
+3,767). Any other Hugging Face folder uses its own tokenizer (BOS as it adds one).
 Log-softmax is taken in float64 over float32 logits on every engine. Random (dummy)
 weights are refused (:func:`~infbench.quality.weights.require_real_weights`).
 """
@@ -70,6 +75,7 @@ class PerplexityResult(BaseModel):
         n_ctx: tokens per chunk. max_chunks: the ``--chunks`` limit (None: all).
         n_chunks: chunks scored. n_tokens: tokens scored (``n_chunks * (n_ctx - n_ctx//2 - 1)``).
         n_text_tokens: tokens in the whole text. add_bos: BOS put first in each chunk.
+        tokenizer: what tokenized the text (:func:`tokenizer_source`).
         tokens_sha256: SHA-256 of the scored chunks' token ids (int32, BOS included):
             equal on two engines means they scored the very same ids.
         perplexity: exp(mean NLL). stderr: llama.cpp's uncertainty of it (module doc).
@@ -94,6 +100,7 @@ class PerplexityResult(BaseModel):
     n_tokens: int = 0
     n_text_tokens: int = 0
     add_bos: bool = False
+    tokenizer: str | None = None
     tokens_sha256: str | None = None
     perplexity: float | None = None
     stderr: float | None = None
@@ -190,12 +197,16 @@ class Scorer(ABC):
         engine: the started adapter.
         n_ctx: tokens per chunk.
         model: the :class:`~infbench.models.ModelShape` it loaded (its path has the tokenizer).
+        gguf_vocab: a GGUF whose vocabulary (through llama.cpp) tokenizes the text instead
+            of the engine's own tokenizer (:func:`tokenizer_source`), so every engine scores
+            the same ids; None: the engine's tokenizer.
     """
 
-    def __init__(self, engine: Any, n_ctx: int, model: Any = None):
+    def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
         self.engine = engine
         self.n_ctx = n_ctx
         self.model = model
+        self.gguf_vocab = gguf_vocab
 
     @abstractmethod
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
@@ -210,11 +221,70 @@ class Scorer(ABC):
         """Free what the scorer created (not the engine)."""
 
 
+def llama_tokenize_text(L: Any, vocab: Any, text: str) -> tuple[np.ndarray, int | None]:
+    """``common_tokenize(ctx, text, add_special=true, parse_special=false)`` through the C
+    API: ``(ids, BOS id if the vocabulary adds one else None)``."""
+    b = text.encode("utf-8")
+    need = -L.llama_tokenize(vocab, b, len(b), None, 0, True, False)
+    buf = (L.llama_token * max(need, 1))()
+    n = L.llama_tokenize(vocab, b, len(b), buf, max(need, 1), True, False)
+    if n < 0:
+        raise RuntimeError(f"llama_tokenize failed ({n})")
+    ids = np.ctypeslib.as_array(buf)[:n].astype(np.int32)
+    bos = int(L.llama_vocab_bos(vocab)) if L.llama_vocab_get_add_bos(vocab) else None
+    return ids, bos
+
+
+def gguf_tokenize(path: str | Path, text: str) -> tuple[np.ndarray, int | None]:
+    """Tokenize with a GGUF's own vocabulary as llama.cpp implements it (the model loaded
+    ``vocab_only``): the reference tokenization of a GGUF model on every engine.
+
+    Raises:
+        ConfigError: llama.cpp cannot read the file's vocabulary.
+    """
+    import llama_cpp as L
+
+    from infbench.engines import llama_cpp_engine as lce
+
+    if not lce._backend_ready:  # llama.cpp's log to Python logging, as the engine sets it up
+        lce._quiet_logs(L)
+        L.llama_backend_init()
+        lce._backend_ready = True
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        raise ConfigError(f"llama.cpp could not read the vocabulary of {path}")
+    try:
+        return llama_tokenize_text(L, L.llama_model_get_vocab(model), text)
+    finally:
+        L.llama_model_free(model)
+
+
+def tokenizer_source(weights: Any) -> str | None:
+    """The GGUF whose vocabulary tokenizes the text for any engine: the model itself when it
+    is a GGUF; for a folder written by ``infbench quantize --to hf``, its parent GGUF (the
+    same model: transformers' conversion of a GGUF vocabulary need not split text as
+    llama.cpp does); None for other folders (their own Hugging Face tokenizer)."""
+    import json
+
+    from infbench.quality.quantize import HF_PROVENANCE
+
+    if weights.format == "gguf":
+        return weights.path
+    side = Path(weights.path or "") / HF_PROVENANCE
+    if weights.format == "hf" and side.is_file():
+        parent = json.loads(side.read_text()).get("parent")
+        if parent and Path(parent).is_file():
+            return parent
+    return None
+
+
 class LlamaCppScorer(Scorer):
     """llama.cpp through the C API (one sequence, ``n_batch = n_ctx``)."""
 
-    def __init__(self, engine: Any, n_ctx: int, model: Any = None):
-        super().__init__(engine, n_ctx, model)
+    def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
+        super().__init__(engine, n_ctx, model, gguf_vocab)
         from infbench.engines.llama_cpp_engine import _Batch
 
         L = engine.L
@@ -231,16 +301,7 @@ class LlamaCppScorer(Scorer):
         self.batch = _Batch(L, n_ctx)
 
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
-        L = self.L
-        b = text.encode("utf-8")
-        need = -L.llama_tokenize(self.vocab, b, len(b), None, 0, True, False)
-        buf = (L.llama_token * max(need, 1))()
-        n = L.llama_tokenize(self.vocab, b, len(b), buf, max(need, 1), True, False)
-        if n < 0:
-            raise RuntimeError(f"llama_tokenize failed ({n})")
-        ids = np.ctypeslib.as_array(buf)[:n].astype(np.int32)
-        bos = int(L.llama_vocab_bos(self.vocab)) if L.llama_vocab_get_add_bos(self.vocab) else None
-        return ids, bos
+        return llama_tokenize_text(self.L, self.vocab, text)
 
     def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
         L, n_ctx = self.L, self.n_ctx
@@ -283,6 +344,8 @@ class TransformersScorer(Scorer):
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
         from infbench.quality.sample import hf_tokenizer
 
+        if self.gguf_vocab:
+            return gguf_tokenize(self.gguf_vocab, text)
         return hf_tokenize(hf_tokenizer(self.model.path), text)
 
     def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
@@ -306,6 +369,8 @@ class VllmScorer(Scorer):
     """vLLM: ``prompt_logprobs=0`` on the chunks as token-id prompts, all submitted together."""
 
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
+        if self.gguf_vocab:
+            return gguf_tokenize(self.gguf_vocab, text)
         return hf_tokenize(self.engine.llm.get_tokenizer(), text)
 
     def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
@@ -528,7 +593,9 @@ def run_perplexity(req: PerplexityRequest, device: Any, options: dict[str, Any] 
         except Exception as exc:  # noqa: BLE001
             res.engine_info = {"name": req.engine, "describe_error": str(exc)}
         res.weights = dict(res.engine_info.get("weights") or req.weights.record())
-        scorer = SCORERS[req.engine](eng, req.n_ctx, req.shape)
+        vocab = tokenizer_source(req.weights)
+        scorer = SCORERS[req.engine](eng, req.n_ctx, req.shape, vocab)
+        res.tokenizer = f"llama.cpp vocabulary of {Path(vocab).name}" if vocab else "Hugging Face tokenizer"
         t1 = time.perf_counter()
         s = score_text(scorer, req.text, req.n_ctx, req.max_chunks, on_chunks=lambda n: emit("chunks", n))
         res.wall_s = time.perf_counter() - t1
