@@ -106,6 +106,10 @@ def perplexity(
                 failed += 1
                 err.print(f"[red]failed[/] {escape(payload.model)} on {payload.engine} ({payload.dtype}): "
                           f"{escape(str(payload.error))}")
+            elif kind == "done" and (payload.weights.get("sample") or {}).get("coherent") is False:
+                err.print(f"[yellow]warning:[/] {payload.engine} ({payload.dtype}) answered "
+                          f"{payload.weights['sample']['question']!r} with "
+                          f"{escape(repr(payload.weights['sample']['answer'][:80]))}: are the weights loaded right?")
 
         try:
             done = measure_and_store(reqs, store, dev, eopts, pm, force, on_event)

@@ -53,7 +53,7 @@ QUANT_TYPES: dict[str, tuple[str, str]] = {
 #: Types that need no quantization step from an f16 base (the base itself or a float copy).
 FLOAT_TYPES = ("f32", "f16", "bf16")
 #: Bump when the files :func:`derive` writes change, so cached files are rebuilt.
-DERIVE_VERSION = 1
+DERIVE_VERSION = 2
 
 
 def normalize_dtype(name: str) -> str:
@@ -290,9 +290,9 @@ HF_PROVENANCE = "infbench-derived.json"
 def hf_folder(parent: str | Path, cache: Path | None = None, dtype: str = "float16") -> Derived:
     """A Hugging Face folder with the GGUF's weights, for engines that load folders (vLLM,
     transformers): transformers dequantizes the GGUF (``from_pretrained(dir, gguf_file=...)``)
-    and the weights are written as ``model.safetensors`` (``safetensors.torch.save_model``,
-    tied embeddings kept once) beside ``config.json`` (without the GGUF quantization entry),
-    the tokenizer (converted from the GGUF vocabulary, chat template included) and
+    and the weights are written as ``model.safetensors`` (``safetensors.torch.save_file``; tied
+    embeddings kept once, as ``model.embed_tokens.weight``) beside ``config.json`` (without
+    the GGUF quantization entry), the tokenizer (converted from the GGUF vocabulary, chat template included) and
     :data:`HF_PROVENANCE`. Cached like :func:`derive`, as ``<stem>-hf-<dtype>/``.
 
     Args:
@@ -309,11 +309,13 @@ def hf_folder(parent: str | Path, cache: Path | None = None, dtype: str = "float
     out = (cache or cache_dir()) / parent_sha[:16] / f"{parent.stem}-hf-{dtype}"
     side = out / HF_PROVENANCE
     if (out / "model.safetensors").is_file() and side.is_file():
-        return Derived(f"hf-{dtype}", out, json.loads(side.read_text()))
+        record = json.loads(side.read_text())
+        if record.get("derive_version") == DERIVE_VERSION:
+            return Derived(f"hf-{dtype}", out, record)
     try:
         import torch
         import transformers
-        from safetensors.torch import save_model
+        from safetensors.torch import save_file
     except ImportError as exc:
         raise ConfigError("writing a Hugging Face folder needs transformers, torch and safetensors",
                           hint="pip install 'infbench[transformers]'") from exc
@@ -332,13 +334,19 @@ def hf_folder(parent: str | Path, cache: Path | None = None, dtype: str = "float
         cfg = model.config.to_dict()
         cfg.pop("quantization_config", None)
         cfg["torch_dtype"] = cfg["dtype"] = dtype
+        cfg["architectures"] = [type(model).__name__]
         (tmp / "config.json").write_text(json.dumps(cfg, indent=1, default=str))
         model.generation_config.save_pretrained(tmp)
-        save_model(model, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        state = model.state_dict()
+        if cfg.get("tie_word_embeddings") and "lm_head.weight" in state:
+            # Tied: keep the embedding under its own name (vLLM then skips lm_head and ties it).
+            state.pop("lm_head.weight")
+        save_file({k: v.detach().contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt"})
         tok.save_pretrained(tmp)
         record = {"parent": str(parent), "parent_sha256": parent_sha, "parent_dtype": gguf_dtype(parent),
                   "dtype": f"hf-{dtype}", "sha256": file_sha256(tmp / "model.safetensors"),
-                  "method": f"transformers from_pretrained(gguf_file) -> {dtype} -> safetensors.torch.save_model",
+                  "method": f"transformers from_pretrained(gguf_file) -> {dtype} -> safetensors.torch.save_file",
                   "versions": {**_versions(), "transformers": transformers.__version__, "torch": torch.__version__},
                   "derive_version": DERIVE_VERSION, "created_at": time.time(),
                   "seconds": round(time.perf_counter() - t0, 3)}
