@@ -9,7 +9,8 @@ taken (all sequences of a step share it).
 
 Dummy weights: a GGUF with random values is written from the zoo config
 (:mod:`infbench.engines.gguf_dummy`) and cached under ``$INFBENCH_HOME/cache/gguf``.
-Real weights: pass a ``.gguf`` file as ``--model``.
+Real weights: pass a ``.gguf`` file as ``--model``; at a ``--dtype`` other than its own type,
+the precision derived from it is loaded (:func:`infbench.quality.quantize.derive`).
 """
 
 from __future__ import annotations
