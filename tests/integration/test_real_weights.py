@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 from tests.integration.test_cli import infbench
+from tests.integration.test_report import _chrome
 
 pytestmark = pytest.mark.integration
 
@@ -206,9 +207,10 @@ def hf_folder(smol, home):
 def test_run_with_real_gguf_records_weights_and_a_coherent_answer(smol, text, home):
     from infbench.quality.weights import file_sha256
 
+    store = str(home["path"] / "sweep.db")   # its own store: only this sweep's cells and measurements
     res = json.loads(infbench("run", "--model", str(smol), "--batch", "1", "--input-len", "32", "--output-len",
                               "8", "--dtype", "q4_1,q8_0", "--perplexity", str(text), "--ppl-chunks", "2",
-                              "--json", "--store", home["store"], env=home["env"]).stdout)
+                              "--json", "--store", store, env=home["env"]).stdout)
     assert res["ok"] == 2
     by = {c["spec"]["dtype"]: c for c in res["cells"]}
     w = by["q4_1"]["engine"]["weights"]
@@ -220,12 +222,24 @@ def test_run_with_real_gguf_records_weights_and_a_coherent_answer(smol, text, ho
     assert by["q8_0"]["engine"]["model_file"] == derived["file"]
     assert {q["dtype"] for q in res["perplexity"]} == {"q4_1", "q8_0"}
     assert all(q["status"] == "ok" and q["n_chunks"] == 2 for q in res["perplexity"])
-    rep = json.loads(infbench("report", "--out", str(home["path"] / "report"), "--store", home["store"],
-                              "--model", str(smol), "--json", env=home["env"]).stdout)
+    rep = json.loads(infbench("report", "--out", str(home["path"] / "report"), "--store", store, "--json",
+                              env=home["env"]).stdout)
     assert rep["cells_with_perplexity"] == 2
     assert any(f.endswith("perplexity_vs_throughput.png") for f in rep["figures"])
-    page = Path(rep["html"]).read_text()
-    assert '"perplexity": ' in page and "fig-quality" in page
+    page = Path(rep["html"])
+    assert '"perplexity": ' in page.read_text()
+    d = _chrome()
+    try:
+        d.get(page.as_uri())
+        fig = d.execute_script("""const g = document.getElementById('fig-quality');
+          return {traces: (g.data || []).length, dtypes: (g.data || []).flatMap(t => t.text || []),
+                  ppl: (g.data || []).flatMap(t => t.y || []), empty: (g.layout.annotations || []).length};""")
+        errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        d.quit()
+    assert fig["traces"] == 1 and sorted(fig["dtypes"]) == ["q4_1", "q8_0"] and fig["empty"] == 0, fig
+    assert sorted(fig["ppl"]) == sorted(q["perplexity"] for q in res["perplexity"])
+    assert not errors, errors
 
 
 def test_run_with_real_hf_folder_on_transformers(smol, hf_folder, home):

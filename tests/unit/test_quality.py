@@ -138,6 +138,15 @@ def test_real_hf_folder_hash_is_over_its_weight_files(tmp_path):
     assert require_real_weights(resolve(str(folder))).sha256 != info.sha256
 
 
+def test_a_real_gguf_runs_at_its_own_type_unless_told(tmp_path):
+    from infbench.quality.weights import gguf_native_dtypes
+
+    g = write_dummy_gguf(resolve("tiny-random-llama"), "q8_0", tmp_path / "d.gguf")
+    assert gguf_native_dtypes([str(g)]) == ["q8_0"]
+    assert gguf_native_dtypes([str(g), "tiny-random-llama"]) is None      # a zoo model: the sweep's dtypes
+    assert gguf_native_dtypes(None) is None
+
+
 def test_gguf_file_types_as_infbench_spells_them():
     assert [dtype_name(t) for t in (0, 1, 2, 3, 7, 10, 15, 32)] == ["f32", "f16", "q4_0", "q4_1", "q8_0", "q2_k",
                                                                     "q4_k_m", "bf16"]
