@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Precision classes, independent of how an engine spells its dtype. Device plugins
 #: report these from ``infbench_supported_precisions``; engines map their own dtype
@@ -226,6 +226,9 @@ class Sweep(BaseModel):
         models, engines, dtypes: names (see ``infbench models``, ``infbench plugins``);
             ``dtypes`` may use any engine's spelling or a precision class (``fp16``).
         batch, input_len, output_len: sizes in prompts and tokens.
+        pair_lengths: pair ``input_len[i]`` with ``output_len[i]`` (both lists the same
+            length) instead of crossing them: LLM-Inference-Bench's "Input Output Length"
+            grid, where input = output.
         tensor_parallel_size: list of TP degrees.
         seed, warmup: copied into every cell.
         cell_timeout_s: a cell running longer is stopped and stored as failed.
@@ -252,6 +255,7 @@ class Sweep(BaseModel):
     batch: list[int] = Field(min_length=1)
     input_len: list[int] = Field(min_length=1)
     output_len: list[int] = Field(min_length=1)
+    pair_lengths: bool = False
     tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
     seed: int = 0
     warmup: int = Field(1, ge=0)
@@ -282,6 +286,20 @@ class Sweep(BaseModel):
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
         "concurrency", "request_rate", mode="before",
     )(_as_list)
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """The (input, output) token lengths of the grid: paired element-wise when
+        :attr:`pair_lengths`, else every input with every output; sorted, no repeats."""
+        if self.pair_lengths:
+            return sorted(set(zip(self.input_len, self.output_len)))
+        return sorted({(i, o) for i in self.input_len for o in self.output_len})
+
+    @model_validator(mode="after")
+    def _paired_same_length(self) -> Sweep:
+        if self.pair_lengths and len(self.input_len) != len(self.output_len):
+            raise ValueError(f"pair_lengths needs as many input_len as output_len values, got {self.input_len} "
+                             f"and {self.output_len}")
+        return self
 
     def loads(self) -> list[Load]:
         """Serving-mode loads: one per concurrency level and per request rate; empty when
@@ -429,3 +447,34 @@ class DeviceSpec(BaseModel):
             "link_bytes_s": self.link_bandwidth_gb_s * 1e9 if self.link_bandwidth_gb_s else None,
             "source": "; ".join(self.sources),
         }
+
+
+class DeviceBackends(BaseModel):
+    """What a device needs from each engine library, as its plugin declares it
+    (``infbench_device_backends``, contract 1.4), in the libraries' own vocabulary.
+
+    The core checks the installed libraries against it (``infbench detect``'s engine
+    table, the default sweep's engine choice) and every adapter proves with it that it
+    runs on the device before the first timed request
+    (:meth:`infbench.engines.base.Engine.verify_device`).
+
+    Attributes:
+        label: the device's compute stack for messages (``CUDA``, ``ROCm``, ``CPU``).
+        torch: the PyTorch build and device: ``cuda`` (a CUDA build, device ``cuda``),
+            ``hip`` (a ROCm build, device ``cuda``), ``xpu``, ``hpu`` or ``cpu``; None when
+            transformers does not run on the device.
+        vllm: the vLLM platform (``current_platform.device_name``): ``cuda``, ``rocm``,
+            ``xpu``, ``hpu``, ``cpu``; None when vLLM does not run on it.
+        ggml: ggml backend names that run on the device (``["CUDA", "Vulkan"]``; ``["CPU"]``);
+            empty when llama.cpp does not.
+        install: per library (``torch``, ``vllm``, ``llama_cpp``, ``xllamacpp``), the exact
+            command that installs a build for this device, shown when it is missing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    torch: Literal["cuda", "hip", "xpu", "hpu", "cpu"] | None = None
+    vllm: str | None = None
+    ggml: list[str] = Field(default_factory=list)
+    install: dict[str, str] = Field(default_factory=dict)

@@ -109,6 +109,18 @@ def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
              "(`infbench containers build`) or install the matching infbench version on the host")
 
 
+def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
+    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device and cells,
+    and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
+    power interval, engine options, SLO), stamped with this infbench's store schema."""
+    o = WorkerOptions()
+    if opts is not None:
+        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
+                          engine_options=dict(opts.engine_options), slo=opts.slo)
+    return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
+                      cells=plan.cells, options=o)
+
+
 def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
     """Write the worker spec of ``plan`` (a :class:`~infbench.plan.Plan`) to ``path``.
 
@@ -118,12 +130,7 @@ def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
         opts: optional :class:`infbench.run.RunOptions` (timeout, power interval, engine
             options, SLO).
     """
-    o = WorkerOptions()
-    if opts is not None:
-        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=dict(opts.engine_options), slo=opts.slo)
-    spec = WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
-                      cells=plan.cells, options=o)
+    spec = make_spec(plan, opts)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(spec.model_dump_json(indent=2))
     return spec

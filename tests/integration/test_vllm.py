@@ -52,6 +52,8 @@ def test_engine_args_and_server_command():
     argv = server_argv(args, 8123, "tiny")
     assert argv[argv.index("--max-num-seqs") + 1] == "8" and "--enforce-eager" in argv
     assert "--enable-prefix-caching" not in argv and argv[argv.index("--load-format") + 1] == "dummy"
+    # off by default (the warm-up sends the timed prompts), and said so to the server explicitly
+    assert vllm_args(g, cpu_device(), {})["enable_prefix_caching"] is False and "--no-enable-prefix-caching" in argv
 
 
 def test_offline_batch_cells(tmp_path):

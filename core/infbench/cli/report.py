@@ -91,9 +91,12 @@ def report(
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
     if as_json:
         print_json({"html": str(page), "figures": [str(p) for p in figs], "cells": len(flat),
-                    "roofline_backfilled": backfilled, "cells_with_perplexity": with_ppl})
+                    "roofline_backfilled": backfilled, "cells_with_perplexity": with_ppl,
+                    "suspect": sum(1 for f in flat if f["status"] == "ok" and f.get("suspect"))})
         return
     note = f"; roofline computed now for {backfilled} older cells" if backfilled else ""
+    n_suspect = sum(1 for f in flat if f["status"] == "ok" and f.get("suspect"))
+    note += f"; {n_suspect} suspect cells listed on the page" if n_suspect else ""
     out.print(f"[green]wrote[/] {page} ({len(flat)} cells{note})")
     if figs:
         out.print(f"[green]wrote[/] {len(figs)} figure files in {out_dir / 'figures'}")
@@ -113,8 +116,9 @@ def export(
 
     `--format lib-csv` writes LLM-Inference-Bench's columns (Hardware, Num of Hardware,
     Framework, Model, Input Output Length, Batch Size, Latency, Throughput, then Input
-    Length, Output Length, TTFT Latency, end_latency, avg_power in mW) for ok batch-mode
-    cells, so its dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+    Length, Output Length, TTFT Latency, end_latency, avg_power in mW, and infbench's
+    suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
+    dashboard (InferenceGraphPlotter) and notebooks read infbench results.
     """
     from infbench.report.data import lib_csv, lib_rows
     from infbench.report.tables import results_csv, results_json
@@ -132,6 +136,10 @@ def export(
         if not lib_rows(rows):
             err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no "
                       "serving-mode columns)")
+    n_suspect = sum(1 for r in rows if r["status"] == "ok" and (r["metrics"] or {}).get("suspect"))
+    if n_suspect:
+        err.print(f"[yellow]{n_suspect} suspect cell(s)[/]: exported with their reason (lib-csv: column suspect; "
+                  "csv: suspect; json: metrics.suspect)")
     if out_file:
         out_file.parent.mkdir(parents=True, exist_ok=True)
         out_file.write_text(text)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from infbench.cli.common import err, fail, open_store, out, print_json
 from infbench.errors import ConfigError
@@ -43,11 +44,15 @@ def results(
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
     `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
 
+    A cell shown `suspect` is stored with its numbers but breaks a physical bound (faster
+    than its roofline floor, a utilisation above 1, fewer tokens than asked, a prefix-cache
+    hit); the reason is printed under the table and kept in `metrics.suspect`.
+
     Perplexity measurements follow the cells in the table (`--quality` for them alone, as
     JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
     their model's highest precision.
     """
-    from infbench.report.tables import results_csv, results_json, results_table
+    from infbench.report.tables import results_csv, results_json, results_table, suspect_notes
 
     if fmt not in ("table", "json", "csv"):
         fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
@@ -85,6 +90,8 @@ def results(
         err.print(f"no results in {store.path}; run `infbench run` first")
     else:
         out.print(results_table(rows, title=f"results in {store.path}"))
+        for line in suspect_notes(rows):
+            out.print(f"[yellow]suspect:[/] {escape(line)}")
     if fmt == "table" and not best and not run_id:  # measurements belong to no run
         from infbench.quality.gate import with_gate
         from infbench.report.tables import quality_table

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infbench.engines.base import Engine
 from infbench.engines.openai import OpenAIEngine
 from infbench.errors import EngineUnavailable
 
@@ -132,6 +133,12 @@ class ManagedServerEngine(OpenAIEngine):
         self.server.start(timeout_s)
         self.base_url = f"http://127.0.0.1:{port}/v1"
         return port
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """Servers prove their device from their own log (the llama.cpp and vLLM servers
+        override this); a server without such a check gets :class:`Engine`'s default:
+        accepted on the CPU, refused on an accelerator."""
+        return Engine.verify_device(self, group)
 
     def stop(self) -> None:
         """Stop the server process group (SIGTERM, then SIGKILL); safe to call twice."""

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from infbench.engines.base import Engine, RunOutput
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 TRANSFORMERS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -46,7 +46,8 @@ class _TimingStreamer:
 
 
 class TransformersEngine(Engine):
-    """Batch-mode generation with ``transformers`` on CPU or a CUDA/ROCm device.
+    """Batch-mode generation with ``transformers`` on the CPU or the device's torch backend
+    (CUDA, ROCm, XPU, HPU), refused rather than run on the CPU when torch lacks it.
 
     Options: ``n_threads`` (torch intra-op threads; default torch's choice).
     """
@@ -79,7 +80,7 @@ class TransformersEngine(Engine):
         if self.options.get("n_threads"):
             torch.set_num_threads(int(self.options["n_threads"]))
         dtype = getattr(torch, group.dtype)
-        self.dev = "cuda" if self.device.kind == "gpu" and torch.cuda.is_available() else "cpu"
+        self.dev = self._torch_device()
         from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
 
         if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
@@ -95,6 +96,57 @@ class TransformersEngine(Engine):
         if gc.pad_token_id is None:
             gc.pad_token_id = 0
         self.weights = with_sample(weights_record(m), lambda: hf_sample(self.model, hf_tokenizer(m.path), self.dev))
+
+    def _torch_device(self) -> str:
+        """The torch device of :attr:`device`: ``cpu`` on the CPU, else the device type of
+        its torch build (``cuda`` for CUDA and ROCm, ``xpu``, ``hpu``) with index 0. Never a
+        silent CPU fallback.
+
+        Raises:
+            DeviceMismatch: the installed torch has no build for the device (before any
+                weights are loaded).
+        """
+        from infbench.engines.availability import device_label, torch_backend_problem, torch_probe
+
+        if self.device.kind == "cpu":
+            return "cpu"
+        b = self.backends
+        label = device_label(self.device)
+        if b is None or b.torch is None:
+            raise DeviceMismatch(self.name, label, f"the {self.device.vendor} plugin declares no PyTorch build for "
+                                 "its devices", "the CPU", f"upgrade the infbench-{self.device.vendor} plugin")
+        problem = torch_backend_problem(torch_probe(), b.torch)
+        if problem:
+            raise DeviceMismatch(self.name, label, problem, "the CPU", b.install.get("torch"))
+        return {"cuda": "cuda", "hip": "cuda", "xpu": "xpu", "hpu": "hpu"}[b.torch] + ":0"
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """Every parameter and buffer sits on the torch device of :attr:`device`, and that
+        device's name (``torch.cuda.get_device_name``) is the detected model's.
+
+        Raises:
+            DeviceMismatch: a tensor elsewhere, or torch's device is another GPU model.
+        """
+        from infbench.engines.availability import device_label, names_match
+
+        torch = self.torch
+        want = torch.device(self.dev)
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        where = sorted({str(t.device) for t in tensors})
+        label = device_label(self.device)
+        if any(t.device.type != want.type for t in tensors):
+            raise DeviceMismatch(self.name, label, f"model tensors sit on {', '.join(where)}, not {want.type}",
+                                 ", ".join(where), "report this: the model was not moved to the device")
+        proof: dict[str, Any] = {"device": ", ".join(where), "tensors": len(tensors), "torch": torch.__version__}
+        if want.type != "cpu":
+            mod = getattr(torch, want.type)
+            name = str(mod.get_device_name(want.index or 0))
+            proof["name"] = name
+            if not names_match(name, self.device.model):
+                raise DeviceMismatch(self.name, label, f"torch's {want} is a {name}, not the detected "
+                                     f"{self.device.model}", name, "make the detected GPU visible "
+                                     "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK)")
+        return proof
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Generate ``cell.output_len`` tokens for the batch of ``prompts`` (one generate call)."""

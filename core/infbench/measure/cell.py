@@ -73,8 +73,10 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
 
 
 def describe_engine(engine: Engine) -> dict[str, Any]:
-    """``engine.describe()``, or its name and the error when describing fails."""
+    """``engine.describe()`` with the evidence that it ran on the device
+    (``device_proof``: :mod:`infbench.engines.device_proof`), or its name and the error when
+    describing fails."""
     try:
-        return engine.describe()
+        return {**engine.describe(), "device_proof": engine.device_proof}
     except Exception as exc:  # noqa: BLE001
-        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc)}
+        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc), "device_proof": engine.device_proof}

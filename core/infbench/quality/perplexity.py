@@ -564,7 +564,9 @@ def run_perplexity(req: PerplexityRequest, device: Any, options: dict[str, Any] 
     Raises:
         ConfigError: the text is too short for ``n_ctx`` (or the engine refuses the input).
     """
+    from infbench.engines.availability import device_backends
     from infbench.engines.base import Engine
+    from infbench.engines.device_proof import start_on_device
     from infbench.engines.launch import launch
     from infbench.errors import EngineUnavailable
     from infbench.measure.cell import describe_error
@@ -586,7 +588,7 @@ def run_perplexity(req: PerplexityRequest, device: Any, options: dict[str, Any] 
         emit("loading", group.label())
         t0 = time.perf_counter()
         eng = launch(pm, req.engine, device, dict(options or {}))
-        eng.start(group)
+        start_on_device(eng, group, device_backends(pm, device))  # as a run does: on the device, proven
         res.load_s = time.perf_counter() - t0
         try:
             res.engine_info = eng.describe()

@@ -31,6 +31,8 @@ METRICS = {
     "e2e_s_p50": "E2E p50 (s)", "e2e_s_p99": "E2E p99 (s)",
     "avg_power_w": "Average power (W)", "tokens_per_j": "Tokens per joule (tokens/J)",
     "mbu": "MBU (decode bandwidth utilisation)", "mfu": "MFU (prefill FLOP utilisation)",
+    "mbu_attainable": "MBU against the measured attainable bandwidth (CPU)",
+    "mfu_attainable_fp32": "MFU against the measured attainable fp32 rate (CPU)",
     "ttft_floor_ms": "TTFT roofline floor (ms)", "tpot_floor_ms": "TPOT roofline floor (ms)",
     "perplexity": "Perplexity (llama-perplexity method)",
 }
@@ -103,6 +105,9 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "tpot_floor_ms": roof["tpot_floor_s"] * 1e3 if roof else None,
         "roofline_device": roof.get("device_id") if roof else None,
         "roofline_backfilled": backfilled,
+        "mbu_attainable": ((roof or {}).get("attainable") or {}).get("mbu"),
+        "mfu_attainable_fp32": ((roof or {}).get("attainable") or {}).get("mfu_fp32"),
+        "suspect": m.get("suspect"),
         "finished_at": r.get("finished_at"),
         "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
         "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
@@ -157,7 +162,8 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Columns: ``Hardware, Num of Hardware, Framework, Model, Input Output Length,
     Batch Size, Latency, Throughput`` (their dashboard's Throughput/config.json filters),
-    then ``Input Length, Output Length, TTFT Latency, end_latency, avg_power``.
+    then ``Input Length, Output Length, TTFT Latency, end_latency, avg_power``, and infbench's
+    ``suspect`` (why a cell breaks physics, empty when sound: :mod:`infbench.analysis.physics`).
     ``Latency`` is the batch's E2E (s, the cell's duration), ``Throughput`` is
     (input + output) tokens over it (their eq. 2, our ``total_tok_s``), ``avg_power`` is
     in mW as in their ``power_results.csv``. ``Input Output Length`` holds the common
@@ -186,13 +192,14 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "TTFT Latency": f["ttft_ms_mean"] / 1e3 if f["ttft_ms_mean"] is not None else None,
             "end_latency": f["e2e_s_mean"],
             "avg_power": f["avg_power_w"] * 1e3 if f["avg_power_w"] is not None else None,
+            "suspect": f.get("suspect"),
         })
     return out
 
 
 #: The columns of LLM-Inference-Bench's CSV (``Plots/All_results.csv``), in its order.
 LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
-               "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power"]
+               "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power", "suspect"]
 
 
 def lib_csv(rows: list[dict[str, Any]]) -> str:

@@ -20,7 +20,8 @@ from the filtered cells:
   LLM-Inference-Bench's Figs. 10/29; precisions beyond ``--max-ppl-increase`` are marked.
 
 Filters (multi-select) cover device, engine, model, precision, batch, lengths, tp and
-run. The page exposes ``window.infbench`` (``rows``, ``filtered()``, ``render()``) so a
+run. Cells marked ``suspect`` (:mod:`infbench.analysis.physics`) are listed with their
+reasons in a section of their own. The page exposes ``window.infbench`` (``rows``, ``filtered()``, ``render()``) so a
 browser test can check what it shows.
 """
 
@@ -83,7 +84,8 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     payload = json.dumps(data, default=str).replace("</", "<\\/")
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
-                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu")}
+                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu",
+                                  "mbu_attainable", "mfu_attainable_fp32")}
     colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
                                                           ("device", "engine", "model", "dtype", "tp")}}
     lat = {k: METRICS[k] for k in ("tpot_ms_p50", "ttft_ms_p50", "itl_ms_p50", "e2e_s_p50", "tpot_ms_p99")}
@@ -103,9 +105,16 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     n_ok = sum(1 for r in rows if r["status"] == "ok")
+    suspect = [r for r in rows if r["status"] == "ok" and r.get("suspect")]
+    if suspect:
+        items = "".join(f"<li><b>{html.escape(r['label'])}</b> ({html.escape(r['cell_id'])}): "
+                        f"{html.escape(r['suspect'])}</li>" for r in suspect)
+        sections += (f'<section id="suspect-cells"><h2>Suspect cells ({len(suspect)}): stored, but they break a '
+                     f'physical bound</h2><ul style="font-size:12px">{items}</ul></section>')
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells, {failed} failed; generated {stamp} by "
+            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed; "
+            f"generated {stamp} by "
             f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
             f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}</main>"
             f"<script type=\"application/json\" id=\"infbench-data\">{payload}</script>"

@@ -51,8 +51,9 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
-    """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy,
-    MBU/MFU (roofline utilisations, %)."""
+    """A rich table: spec, status (``ok``, ``suspect`` for an ok cell that breaks physics:
+    :func:`suspect_notes` gives why, ``failed``), TTFT/TPOT p50 (ms), E2E p50 (s),
+    throughputs, energy, MBU/MFU (roofline utilisations, %)."""
     t = Table(title=title, header_style="bold", show_lines=False)
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
@@ -66,7 +67,10 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         def g(k: str, q: str = "p50", m: dict = m) -> float | None:
             return (m.get(k) or {}).get(q)
 
-        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r['error'] or '')[:60]}"
+        if r["status"] != "ok":
+            status = f"[red]failed[/] {(r['error'] or '')[:60]}"
+        else:
+            status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
             f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
@@ -77,6 +81,19 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
                   _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
                   str(m.get("n_completed", "-")))
     return t
+
+
+def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per stored ok cell marked ``suspect`` (:mod:`infbench.analysis.physics`):
+    ``"<cell id> <model> <engine> b<batch> i<in> o<out>: <reasons>"``."""
+    out = []
+    for r in rows:
+        reason = (r.get("metrics") or {}).get("suspect")
+        if r["status"] == "ok" and reason:
+            s = r["spec"]
+            out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
+                       f"o{s['output_len']}: {reason}")
+    return out
 
 
 def quality_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

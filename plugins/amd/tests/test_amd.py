@@ -27,8 +27,8 @@ def sample(name):
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_no_gpu_here_detects_nothing_without_error():
@@ -36,6 +36,30 @@ def test_no_gpu_here_detects_nothing_without_error():
     assert hooks.infbench_detect() == []
     s = hooks.infbench_power_sampler(DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI300X"))
     assert not s.available and "amd-smi" in s.reason
+
+
+def test_amdsmi_binding_without_its_library_is_contained(monkeypatch, capsys):
+    """The pip binding on a host without ROCm prints a message and raises KeyError('libamd_smi.so')
+    at import (seen with amdsmi 7.0.2): detection says why, prints nothing, raises nothing."""
+    import builtins
+    import sys
+
+    from infbench_amd.smi import SmiUnavailable, load_amdsmi
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "amdsmi":
+            print("Unable to find libamd_smi.so library try installing amd-smi-lib from your package manager")
+            raise KeyError("libamd_smi.so")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(SmiUnavailable, match="KeyError: 'libamd_smi.so'.*Unable to find libamd_smi.so"):
+        load_amdsmi()
+    assert hooks.infbench_detect() == []
+    assert capsys.readouterr().out == ""
 
 
 def test_static_json_groups_identical_gpus():

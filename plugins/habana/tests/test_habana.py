@@ -16,8 +16,8 @@ SAMPLES = Path(__file__).parent / "samples"
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_real_pyhlml_without_libhlml_detects_nothing():
