@@ -52,6 +52,8 @@ def test_old_store_migrates_without_loss(fixture, tmp_path):
     names = [r[0] for r in again.db.execute("SELECT name FROM _migrations ORDER BY version")]
     # schema 1 predates the record; later stores were created by the migrations themselves
     assert names == [m.name for m in migrations.migrations() if old > 1 or m.version > 1]
+    assert {r[1] for r in again.db.execute("PRAGMA table_info(quality)")} >= {"quality_key", "weights_sha256",
+                                                                            "text_sha256", "n_ctx", "value"}
 
 
 def test_newer_store_refused(tmp_path):

@@ -66,7 +66,10 @@ from infbench.models import ModelShape
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
 #: q8_0 = 34 B per 32 weights, q4_0 = 18 B per 32; ggml's block_q8_0 / block_q4_0).
-DTYPE_WEIGHT_BYTES = {"q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8, "q5_k_m": 5.69 / 8}
+DTYPE_WEIGHT_BYTES = {"q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8, "q5_k_m": 5.69 / 8,
+                      # ggml blocks: q4_1 20 B / 32, q5_0 22 / 32, q5_1 24 / 32, q6_K 210 / 256, q2_K 84 / 256
+                      # (llama.cpp's q2_K mix keeps some tensors wider: a lower bound).
+                      "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "q6_k": 210 / 256, "q2_k": 84 / 256}
 #: Bytes per weight element by precision class.
 PRECISION_WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 #: Which peak rate each precision's matmuls run at, in order of preference: weight-only

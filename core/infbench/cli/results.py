@@ -33,6 +33,11 @@ def results(
                                  "t-interval of the headline metrics across its repeats.")] = False,
     searches: Annotated[bool, Opt("--searches", help="The `run --find-max` searches: goodput per probed load "
                                   "and the knee.")] = False,
+    quality: Annotated[bool, Opt("--quality", help="Only the perplexity measurements (`infbench perplexity`), in "
+                                 "every format.")] = False,
+    max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Flag precisions whose perplexity "
+                                                "exceeds their model's highest precision by more than this "
+                                                "(e.g. 1%).")] = None,
 ) -> None:
     """Show stored results: the newest attempt of every cell.
 
@@ -50,12 +55,25 @@ def results(
     A cell shown `suspect` is stored with its numbers but breaks a physical bound (faster
     than its roofline floor, a utilisation above 1, fewer tokens than asked, a prefix-cache
     hit); the reason is printed under the table and kept in `metrics.suspect`.
+
+    Perplexity measurements follow the cells in the table (`--quality` for them alone, as
+    JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
+    their model's highest precision.
     """
     from infbench.report.tables import results_csv, results_json, results_table, suspect_notes
 
     if fmt not in ("table", "json", "csv"):
         fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
     store = open_store(store_path)
+    try:
+        from infbench.quality.gate import parse_increase
+
+        gate = parse_increase(max_ppl_increase)
+    except ConfigError as exc:
+        fail(exc)
+    if quality:
+        _quality(store, fmt, all_attempts, status, gate)
+        return
     rows = store.results(run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
@@ -87,6 +105,40 @@ def results(
         out.print(results_table(rows, title=f"results in {store.path}"))
         for line in suspect_notes(rows):
             out.print(f"[yellow]suspect:[/] {escape(line)}")
+    if fmt == "table" and not best and not run_id:  # measurements belong to no run
+        from infbench.quality.gate import with_gate
+        from infbench.report.tables import quality_table
+        from infbench.store.quality import quality_results
+
+        q = quality_results(store, all_attempts=all_attempts, status=status)
+        if q:
+            out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
+
+
+def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
+    """``results --quality``: the perplexity measurements as a table, JSON or CSV."""
+    import csv
+    import io
+
+    from infbench.quality.gate import with_gate
+    from infbench.report.tables import quality_json, quality_table
+    from infbench.store.quality import quality_results
+
+    rows = with_gate(quality_results(store, all_attempts=all_attempts, status=status), gate)
+    if fmt == "json":
+        print_json(quality_json(rows))
+    elif fmt == "csv":
+        flat = [{k: v for k, v in r.items() if k != "result"} for r in quality_json(rows)]
+        if flat:
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=list(flat[0]))
+            w.writeheader()
+            w.writerows(flat)
+            sys.stdout.write(buf.getvalue())
+    elif not rows:
+        err.print(f"no perplexity measurements in {store.path}; run `infbench perplexity` first")
+    else:
+        out.print(quality_table(rows, title=f"perplexity in {store.path}", max_increase=gate))
 
 
 def register(app: typer.Typer) -> None:

@@ -70,6 +70,12 @@ and `--slo-tpot-ms`, each probe a stored cell (starting at the first `--concurre
 scraped for their Prometheus `/metrics` every `--scrape-interval` s (server TTFT, queue,
 KV cache, prefix-cache hits). `--repeat N` measures each cell N times (`infbench results
 --repeats` shows mean ± 95 % t-interval); `--price-per-hour` adds `usd_per_mtok`.
+    infbench run -m model.gguf --dtype f16,q8_0,q4_K_M --perplexity wiki.test.raw   # speed and quality
+
+**Real weights**: `--model` a `.gguf` file (llama.cpp; at its own type, or `--dtype` names
+precisions derived from it, see `infbench quantize`) or a Hugging Face folder with weights
+(transformers, vLLM). Each cell records that its weights are real, their SHA-256 and the
+model's greedy answer to a factual question (its own tokenizer and chat template).
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
@@ -197,6 +203,12 @@ def run(
                                                 "(default 512 in flight, 1000 req/s).")] = None,
     find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
                                         "measure.")] = 20,
+    perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
+                                           "text for each group with real weights (`infbench perplexity`; stored "
+                                           "beside the throughput).")] = None,
+    ppl_n_ctx: Annotated[int, Opt("--ppl-n-ctx", help="--perplexity: tokens per chunk.")] = 512,
+    ppl_chunks: Annotated[int | None, Opt("--ppl-chunks", help="--perplexity: score only the first N "
+                                          "chunks.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     from infbench.default_sweep import default_for_run
@@ -232,10 +244,22 @@ def run(
                                   container_runtime, base_url)
         if default is not None and not default.user_engines and default.chosen is None and not dry_run:
             raise default.refusal()
+        from infbench.quality.weights import gguf_native_dtypes
+
+        # On llama.cpp a real GGUF runs at its own type (q4_1...) unless --dtype asks for derived precisions.
+        dtypes = split(dtype, "--dtype")
+        engines_now = split(engine, "--engine") or list((default.fields if default else {}).get("engines")
+                                                        or ["llama.cpp"])
+        if dtypes is None and sweep_file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
+            dtypes = gguf_native_dtypes(split(model, "--model"))
+        if perplexity is not None:
+            from infbench.quality.perplexity import read_text
+
+            read_text(perplexity)
         sweep = build_sweep(
             preset, sweep_file, base=default.fields if default else None, models=split(model, "--model"),
             engines=split(engine, "--engine"),
-            dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
+            dtypes=dtypes, batch=split(batch, "--batch", int),
             input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
             tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
             cell_timeout_s=cell_timeout, concurrency=split(concurrency, "--concurrency", int),
@@ -325,8 +349,13 @@ def run(
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
         raise typer.Exit(130) from None
-    _print_summary(store, summary, as_json)
-    if summary.failed:
+    quality = None
+    if perplexity is not None:
+        from infbench.cli.quality import perplexity_after_run
+
+        quality = perplexity_after_run(the_plan, perplexity, store, pm, eopts, ppl_n_ctx, ppl_chunks, force, as_json)
+    _print_summary(store, summary, as_json, quality)
+    if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
 
 
@@ -461,19 +490,22 @@ class ProgressObserver:
             logging.getLogger("infbench.worker").debug("%s", event.line)
 
 
-def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
-    from infbench.report.tables import results_json, results_table, suspect_notes
+def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+    from infbench.report.tables import quality_json, quality_table, results_json, results_table, suspect_notes
 
     rows = store.results(run_id=summary.run_id)
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
-                    "cells": results_json(rows)})
+                    "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
+                                                    else {})})
         return
     if rows:
         out.print(results_table(rows, title=f"run {summary.run_id}"))
     for line in suspect_notes(rows):
         out.print(f"[yellow]suspect:[/] {escape(line)}")
+    if quality:
+        out.print(quality_table(quality, title="perplexity"))
     if summary.skipped:
         out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
     for n in {r["power_note"] for r in rows if r["power_note"]}:

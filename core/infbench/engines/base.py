@@ -98,6 +98,10 @@ DTYPE_ALIASES = {
     "float8": "fp8", "fp8_e4m3": "fp8",
     "q8_0": "int8", "int8": "int8", "w8a16": "int8",
     "q4_0": "int4", "int4": "int4",
+    # GGUF precisions derived by `infbench quantize` (infbench.quality.quantize.QUANT_TYPES):
+    # 5-6 bit types count as int8, 4 bits and below as int4 (no narrower class exists).
+    "q6_k": "int8", "q5_k_m": "int8", "q5_0": "int8", "q5_1": "int8",
+    "q4_1": "int4", "q4_k_m": "int4", "q4_k_s": "int4", "q3_k_m": "int4", "q2_k": "int4",
 }
 
 

@@ -9,7 +9,8 @@ taken (all sequences of a step share it).
 
 Dummy weights: a GGUF with random values is written from the zoo config
 (:mod:`infbench.engines.gguf_dummy`) and cached under ``$INFBENCH_HOME/cache/gguf``.
-Real weights: pass a ``.gguf`` file as ``--model``.
+Real weights: pass a ``.gguf`` file as ``--model``; at a ``--dtype`` other than its own type,
+the precision derived from it is loaded (:func:`infbench.quality.quantize.derive`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import ctypes
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -132,11 +132,15 @@ class LlamaCppEngine(Engine):
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}",
                                   hint="convert it with llama.cpp's convert_hf_to_gguf.py, or use a zoo name")
-            path = Path(m.path)
+            from infbench.quality.quantize import derive
+
+            # The file itself at its own dtype (q4_1...), else that precision derived from it.
+            path = derive(m.path, group.dtype).path
         else:
             if group.dtype not in GGUF_DTYPES:
-                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
-                                  hint=f"use one of {', '.join(GGUF_DTYPES)}")
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown for dummy weights",
+                                  hint=f"use one of {', '.join(GGUF_DTYPES)}, or a real .gguf --model for "
+                                       "k-quants (q4_k_m, q2_k...)")
             from infbench.store import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
@@ -156,6 +160,9 @@ class LlamaCppEngine(Engine):
         self.model_file = str(path)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads = int(self.options.get("n_threads") or default_threads())
+        from infbench.quality.sample import llama_cpp_sample, weights_record, with_sample
+
+        self.weights = with_sample(weights_record(m, path), lambda: llama_cpp_sample(L, self.model, self.threads))
 
     def _gpu_layers(self) -> int:
         """``n_gpu_layers`` for the device: 0 on the CPU, every layer (999) on an
@@ -290,4 +297,5 @@ class LlamaCppEngine(Engine):
 
         return {"name": self.name, "versions": {"llama_cpp_python": llama_cpp.__version__},
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-                "n_threads": getattr(self, "threads", None), "model_file": self.model_file}
+                "n_threads": getattr(self, "threads", None), "model_file": self.model_file,
+                "weights": getattr(self, "weights", None)}

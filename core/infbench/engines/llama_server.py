@@ -49,7 +49,9 @@ class LlamaServerEngine(ManagedServerEngine):
         if m.path:
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}")
-            path = m.path
+            from infbench.quality.quantize import derive
+
+            path = str(derive(m.path, group.dtype).path)  # the file at its own dtype, else derived from it
         else:
             if group.dtype not in GGUF_DTYPES:
                 raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
@@ -69,6 +71,9 @@ class LlamaServerEngine(ManagedServerEngine):
                            float(self.options.get("startup_timeout_s", 120)))
         self.options.setdefault("served_model", path)
         self.parallel = parallel
+        from infbench.quality.sample import weights_record
+
+        self.weights = weights_record(m, path)
         super().start(group)
 
     def _check_devices(self) -> None:
@@ -132,4 +137,5 @@ class LlamaServerEngine(ManagedServerEngine):
         d = super().describe()
         d["parallel"] = getattr(self, "parallel", None)
         d["versions"]["xllamacpp"] = xllamacpp.__version__
+        d["weights"] = getattr(self, "weights", None)
         return d

@@ -2,7 +2,8 @@
 process, with per-token times taken by a streamer.
 
 Dummy weights: ``AutoModelForCausalLM.from_config`` on the zoo config (random init).
-Real weights: a local HF folder passed as ``--model``. Output length is forced with
+Real weights: a local HF folder passed as ``--model``, or a ``.gguf`` file (loaded with
+``from_pretrained(folder, gguf_file=name)``, dequantized to the dtype). Output length is forced with
 ``min_new_tokens = max_new_tokens`` and greedy decoding. ``generate`` hands each step's
 tokens (shape ``[batch]``) to the streamer after the step's ``.cpu()`` copy, which
 synchronises with the device, so the time is when the token exists on the host.
@@ -63,7 +64,7 @@ class TransformersEngine(Engine):
 
         Raises:
             EngineUnavailable: torch/transformers missing.
-            ConfigError: a ``.gguf`` model (llama.cpp only) or an unknown dtype.
+            ConfigError: an unknown dtype.
         """
         try:
             import torch
@@ -76,15 +77,14 @@ class TransformersEngine(Engine):
             raise ConfigError(f"transformers dtype {group.dtype!r} unknown",
                               hint=f"use one of {', '.join(TRANSFORMERS_DTYPES)}")
         m = group.model
-        if m.path and m.path.endswith(".gguf"):
-            raise ConfigError("the transformers engine cannot load a .gguf file",
-                              hint="pass a Hugging Face folder, a zoo name, or use --engine llama.cpp")
         if self.options.get("n_threads"):
             torch.set_num_threads(int(self.options["n_threads"]))
         dtype = getattr(torch, group.dtype)
         self.dev = self._torch_device()
-        if m.path:
-            model = transformers.AutoModelForCausalLM.from_pretrained(m.path, dtype=dtype)
+        from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
+
+        if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
+            model = transformers.AutoModelForCausalLM.from_pretrained(**hf_source(m.path), dtype=dtype)
         else:
             cfg = dict(m.config)
             cfg.pop("architectures", None)
@@ -95,6 +95,7 @@ class TransformersEngine(Engine):
         gc = self.model.generation_config
         if gc.pad_token_id is None:
             gc.pad_token_id = 0
+        self.weights = with_sample(weights_record(m), lambda: hf_sample(self.model, hf_tokenizer(m.path), self.dev))
 
     def _torch_device(self) -> str:
         """The torch device of :attr:`device`: ``cpu`` on the CPU, else the device type of
@@ -175,4 +176,5 @@ class TransformersEngine(Engine):
         import transformers
 
         return {"name": self.name, "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-                "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads()}
+                "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads(),
+                "weights": getattr(self, "weights", None)}

@@ -197,6 +197,9 @@ class VllmEngine(Engine):
         self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options)
         self.llm = vllm.LLM(**self.args)
+        from infbench.quality.sample import vllm_sample, weights_record, with_sample
+
+        self.weights = with_sample(weights_record(group.model), lambda: vllm_sample(self.llm))
 
     def verify_device(self, group) -> dict[str, Any]:
         """The platform vLLM selected is the device's, its engine's device config has that
@@ -272,7 +275,8 @@ class VllmEngine(Engine):
         """vLLM version and the engine arguments used."""
         import vllm
 
-        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None)}
+        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None),
+                "weights": getattr(self, "weights", None)}
 
 
 class VllmServerEngine(ManagedServerEngine):
@@ -301,6 +305,9 @@ class VllmServerEngine(ManagedServerEngine):
                            float(self.options.get("startup_timeout_s", 600)),
                            env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"})
         self.options["served_model"] = served
+        from infbench.quality.sample import weights_record
+
+        self.weights = weights_record(group.model)
         super().start(group)
 
     def verify_device(self, group) -> dict[str, Any]:
@@ -331,4 +338,5 @@ class VllmServerEngine(ManagedServerEngine):
         d = super().describe()
         d["engine_args"] = getattr(self, "args", None)
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
+        d["weights"] = getattr(self, "weights", None)
         return d

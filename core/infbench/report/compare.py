@@ -143,3 +143,54 @@ def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(path, include_plotlyjs=True, full_html=True)
     return path
+
+
+def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:
+    """A stored row whose ``spec_hash`` ignores the dtype (so two precisions of one workload match)."""
+    from infbench.schema import short_hash
+
+    spec = {k: v for k, v in r["spec"].items() if k != "dtype"}
+    return {**r, "spec_hash": short_hash(spec)}
+
+
+def compare_precisions(a: list[dict[str, Any]], b: list[dict[str, Any]], dtype_a: str, dtype_b: str,
+                       quality: list[dict[str, Any]], max_increase: float | None = None) -> dict[str, Any]:
+    """Two precisions of the same workloads: cells of side A at ``dtype_a`` matched with
+    cells of side B at ``dtype_b`` whose spec is otherwise equal, and the perplexity change.
+
+    Args:
+        a, b: ``Store.results()`` rows (the same rows on both sides to compare within a store).
+        dtype_a, dtype_b: the two dtypes (case-insensitive, as stored).
+        quality: stored perplexity measurements (:func:`infbench.store.quality.quality_results`).
+        max_increase: the gate as a fraction (0.01 = 1 %), or None.
+
+    Returns:
+        :func:`compare_rows`'s dict (ratios B / A) plus ``"perplexity"``: one entry per model,
+        engine and text measured at both dtypes: ``{"model", "engine", "text_path", "n_ctx",
+        "ppl_a", "ppl_b", "stderr_a", "stderr_b", "change"`` (ppl_b / ppl_a - 1),
+        ``"beyond_gate"`` (None without a gate)``}``.
+    """
+    from infbench.quality.gate import group_key
+
+    da, db = dtype_a.lower(), dtype_b.lower()
+    res = compare_rows([_without_dtype(r) for r in a if str(r["spec"]["dtype"]).lower() == da],
+                       [_without_dtype(r) for r in b if str(r["spec"]["dtype"]).lower() == db])
+    newest: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for q in quality:
+        if q.get("status") != "ok" or q.get("value") is None or q["dtype"].lower() not in (da, db):
+            continue
+        slot = newest.setdefault(group_key(q), {})
+        d = q["dtype"].lower()
+        if d not in slot or q["id"] > slot[d]["id"]:
+            slot[d] = q
+    ppl = []
+    for _k, slot in newest.items():
+        if da in slot and db in slot:
+            qa, qb = slot[da], slot[db]
+            change = qb["value"] / qa["value"] - 1.0
+            ppl.append({"model": qa["model"], "engine": qa["engine"], "text_path": qa["text_path"],
+                        "n_ctx": qa["n_ctx"], "ppl_a": qa["value"], "ppl_b": qb["value"], "stderr_a": qa["stderr"],
+                        "stderr_b": qb["stderr"], "change": change,
+                        "beyond_gate": None if max_increase is None else change > max_increase})
+    res["perplexity"] = ppl
+    return res

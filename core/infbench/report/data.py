@@ -37,6 +37,7 @@ METRICS = {
     "server_ttft_ms_p50": "Server's own TTFT p50 (ms, its /metrics)",
     "server_prefix_cache_hit_rate": "Server prefix-cache hit rate",
     "util_pct_mean": "Device utilisation (%, mean)", "usd_per_mtok": "USD per million output tokens",
+    "perplexity": "Perplexity (llama-perplexity method)",
 }
 
 #: Engine names as LLM-Inference-Bench spells its frameworks.
@@ -134,6 +135,8 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "throttled": m.get("throttled"),
         "throttle_reasons": ", ".join(m.get("throttle_reasons") or []) or None,
         "usd_per_mtok": m.get("usd_per_mtok"),
+        "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
+        "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
     }
     row["label"] = config_label(row)
     return row
@@ -251,3 +254,66 @@ def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, dev
     return [r for r in rows
             if (not models or r["spec"]["model"] in models) and (not engines or r["spec"]["engine"] in engines)
             and (not devs or any(d in f"{r['device']['vendor']} {r['device']['model']}".lower() for d in devs))]
+
+
+#: Server engines whose perplexity is their in-process twin's (same weights, same kernels).
+PERPLEXITY_TWIN = {"llama.cpp-server": "llama.cpp", "vllm-server": "vllm"}
+
+
+def attach_perplexity(flat: list[dict[str, Any]], quality: list[dict[str, Any]]) -> int:
+    """Put the stored perplexity of each cell's precision into its flat row (in place):
+    ``perplexity``, ``perplexity_stderr``, ``ppl_dtype_baseline``, ``ppl_increase``,
+    ``beyond_gate`` (None where nothing matches).
+
+    A measurement matches a cell with the same weights (their SHA-256 where the cell
+    recorded it, else the model name), engine (a server engine takes its in-process
+    twin's, :data:`PERPLEXITY_TWIN`) and dtype. Of several matches (other texts or ``n_ctx``), the
+    one scoring the most tokens, then the newest, is used.
+
+    Args:
+        flat: :func:`flat_row` rows.
+        quality: ok measurements (:func:`infbench.store.quality.quality_results`, with
+            :func:`infbench.quality.gate.with_gate`'s fields where present).
+
+    Returns:
+        How many cells got a perplexity.
+    """
+    best: dict[tuple, dict[str, Any]] = {}
+    for q in quality:
+        if q.get("status") != "ok" or q.get("value") is None:
+            continue
+        for k in ((q["weights_sha256"], q["engine"], q["dtype"]), (q["model"], q["engine"], q["dtype"])):
+            cur = best.get(k)
+            if cur is None or (q.get("n_tokens") or 0, q["id"]) > (cur.get("n_tokens") or 0, cur["id"]):
+                best[k] = q
+    n = 0
+    for f in flat:
+        engine = PERPLEXITY_TWIN.get(f["engine"], f["engine"])
+        # By the weights' hash where the cell recorded it (any spelling of the path), else by name.
+        q = best.get((f.get("weights_sha256") or f["model"], engine, f["dtype"]))
+        f["perplexity"] = q["value"] if q else None
+        f["perplexity_stderr"] = q["stderr"] if q else None
+        f["ppl_baseline_dtype"] = q.get("baseline_dtype") if q else None
+        f["ppl_increase"] = q.get("ppl_increase") if q else None
+        f["beyond_gate"] = q.get("beyond_gate") if q else None
+        n += q is not None
+    return n
+
+
+def quality_points(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points of the perplexity-vs-throughput figure (LLM-Inference-Bench Figs. 10/29):
+    one per model, engine, device and dtype with a perplexity, at the highest
+    ``output_tok_s`` of its ok cells (filter the cells to choose the workload), with
+    ``label``, ``series`` (model engine device) and the gate fields."""
+    pts: dict[tuple, dict[str, Any]] = {}
+    for f in flat:
+        if f["status"] != "ok" or f.get("perplexity") is None or f.get("output_tok_s") is None:
+            continue
+        k = (f["model"], f["engine"], f["device"], f["dtype"])
+        if k not in pts or f["output_tok_s"] > pts[k]["output_tok_s"]:
+            pts[k] = {"series": f"{f['model'].rsplit('/', 1)[-1]} {f['engine']} | {f['device']}",
+                      "dtype": f["dtype"], "precision": f["precision"], "output_tok_s": f["output_tok_s"],
+                      "perplexity": f["perplexity"], "perplexity_stderr": f.get("perplexity_stderr"),
+                      "ppl_increase": f.get("ppl_increase"), "beyond_gate": f.get("beyond_gate"),
+                      "label": f["label"]}
+    return sorted(pts.values(), key=lambda p: (p["series"], p["perplexity"]))

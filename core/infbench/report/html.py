@@ -15,6 +15,9 @@ from the filtered cells:
   cells meeting the SLO (TTFT and TPOT limits typed into the page) marked.
 * ``fig-roofline``: measured TTFT and TPOT against their roofline floors (the
   diagonal is the hardware limit), with MBU / MFU on hover.
+* ``fig-quality``: perplexity against output throughput, one point per precision of a
+  model on an engine and device (its best throughput over the filtered cells), as
+  LLM-Inference-Bench's Figs. 10/29; precisions beyond ``--max-ppl-increase`` are marked.
 
 Filters (multi-select) cover device, engine, model, precision, batch, lengths, tp and
 run. Cells marked ``suspect`` (:mod:`infbench.analysis.physics`) are listed with their
@@ -32,7 +35,7 @@ from typing import Any
 
 from infbench.report.data import DIMENSIONS, METRICS
 
-FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline")
+FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -61,7 +64,8 @@ def _select(id_: str, label: str, options: dict[str, str], selected: str) -> str
 
 
 def render_html(rows: list[dict[str, Any]], title: str = "infbench report", failed: int = 0,
-                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "") -> str:
+                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
+                ppl_gate: float | None = None) -> str:
     """The report page for flat rows (:func:`infbench.report.data.flat_row`).
 
     Args:
@@ -71,13 +75,14 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
         slo_ttft_ms, slo_tpot_ms: initial SLO limits (p99, ms) of the trade-off figure.
         extra_html: more sections placed after the six figures (the serving sections of
             :mod:`infbench.report.serving`).
+        ppl_gate: the ``--max-ppl-increase`` fraction shown in the quality figure, or None.
 
     Raises:
         ImportError: plotly is not installed (``pip install 'infbench[report]'``).
     """
     from plotly.offline import get_plotlyjs
 
-    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed}
+    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate}
     payload = json.dumps(data, default=str).replace("</", "<\\/")
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
@@ -97,7 +102,8 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
           f'value="{"" if slo_tpot_ms is None else slo_tpot_ms:}"></label>')
     titles = {"fig-throughput": "Throughput vs batch size", "fig-heatmap": "Input x output length",
               "fig-latency": "TTFT and ITL", "fig-power": "Power and tokens per joule",
-              "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor"}
+              "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor",
+              "fig-quality": "Perplexity vs throughput per precision"}
     sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     n_ok = sum(1 for r in rows if r["status"] == "ok")
@@ -118,10 +124,11 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
 
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infbench report",
-                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "") -> Path:
+                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
+                 ppl_gate: float | None = None) -> Path:
     """Write ``out_dir/index.html`` (self-contained); returns its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = sum(1 for r in rows if r["status"] != "ok")
     p = out_dir / "index.html"
-    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html), encoding="utf-8")
+    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html, ppl_gate), encoding="utf-8")
     return p

@@ -105,6 +105,8 @@ def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
             out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
                        f"o{s['output_len']}: {reason}")
     return out
+
+
 def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
     """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
     cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
@@ -123,4 +125,47 @@ def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 9
         cv = (m.get("output_tok_s") or {}).get("cv")
         t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[k], 3 if k == "e2e_s_p50" else 2) if k in m else "-"
                                              for k in keys], "-" if cv is None else f"{100 * cv:.1f} %")
+    return t
+
+
+def quality_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored perplexity measurements (:func:`infbench.store.quality.quality_results`, gate
+    fields of :func:`infbench.quality.gate.with_gate` where present) for ``--json``: the
+    identity, ``perplexity`` and ``stderr``, the gate, and the full stored result."""
+    keep = ("id", "quality_key", "model", "weights_sha256", "engine", "dtype", "text_path", "text_sha256", "n_ctx",
+            "max_chunks", "n_chunks", "n_tokens", "status", "error", "baseline_dtype", "ppl_increase", "beyond_gate",
+            "skipped")
+    return [{**{k: r[k] for k in keep if k in r}, "perplexity": r["value"], "stderr": r["stderr"],
+             "result": r["result"]} for r in rows]
+
+
+def quality_table(rows: list[dict[str, Any]], title: str = "perplexity",
+                  max_increase: float | None = None) -> Table:
+    """A rich table of perplexity measurements: model, engine, dtype, PPL +/- its
+    uncertainty, scored tokens (chunks x n_ctx), the change against the baseline precision
+    (red beyond ``max_increase``), the weights' and the text's hashes."""
+    from pathlib import Path
+
+    t = Table(title=title, header_style="bold")
+    for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("PPL", "right"),
+                      ("+/-", "right"), ("tokens", "right"), ("chunks x n_ctx", "right"), ("vs baseline", "right"),
+                      ("weights", "left"), ("text", "left"), ("status", "left")]:
+        t.add_column(col, justify=just, no_wrap=col == "model")
+    for r in rows:
+        inc = r.get("ppl_increase")
+        if inc is None:
+            vs = "-"
+        else:
+            vs = f"{inc * 100:+.2f} % vs {r['baseline_dtype']}" if r.get("baseline_dtype") != r["dtype"] else "baseline"
+            if r.get("beyond_gate"):
+                vs = f"[red]{vs} > {max_increase * 100:g} %[/]" if max_increase is not None else f"[red]{vs}[/]"
+            elif r.get("beyond_gate") is False and r.get("baseline_dtype") != r["dtype"]:
+                vs = f"[green]{vs}[/]"
+        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r.get('error') or '')[:60]}"
+        if r.get("skipped"):
+            status += " (stored)"
+        t.add_row(Path(r["model"]).name, r["engine"], r["dtype"], _fmt(r.get("value"), 1, 4),
+                  _fmt(r.get("stderr"), 1, 4), str(r.get("n_tokens") or "-"),
+                  f"{r.get('n_chunks') or 0} x {r['n_ctx']}", vs, (r.get("weights_sha256") or "")[:12],
+                  f"{Path(r.get('text_path') or '').name} {r['text_sha256'][:8]}", status)
     return t
