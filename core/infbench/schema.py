@@ -89,6 +89,27 @@ class PowerReading(BaseModel):
     energy_range_j: float | None = None
 
 
+class ChannelReading(BaseModel):
+    """Extra telemetry of one device, read with its power (``PowerSampler.read_channels``;
+    plugin contract 1.5).
+
+    Attributes:
+        t_ns: ``perf_counter_ns`` when the reading was taken.
+        device_index: index of the device (or CPU package; 0 = the whole CPU) within its group.
+        values: channel name -> value, in the units the name carries
+            (:data:`infbench.measure.telemetry.CHANNELS`: ``util_pct``, ``mem_util_pct``,
+            ``clock_mhz``, ``mem_clock_mhz``, ``temp_c``, ``mem_temp_c``); a channel the
+            device cannot read is left out, not set to 0.
+        throttle: names of the clock-limiting reasons active now, as the vendor names them
+            (NVML ``sw_power_cap``, ``hw_thermal_slowdown``...); empty when none is.
+    """
+
+    t_ns: int
+    device_index: int = 0
+    values: dict[str, float] = Field(default_factory=dict)
+    throttle: list[str] = Field(default_factory=list)
+
+
 class Load(BaseModel):
     """How requests are offered to a server engine (serving mode; METRICS.md).
 
@@ -253,6 +274,8 @@ class Cell(BaseModel):
             with one of ``num_prefixes`` shared prefixes of ``prefix_len`` tokens (a
             system prompt reused across requests) and ends with a unique part, for
             ``input_len`` tokens in all.
+        repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
+            first measurement has none, so its id is that of an unrepeated cell).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -271,6 +294,7 @@ class Cell(BaseModel):
     trace: Trace | None = None
     prefix_len: int | None = Field(None, ge=1)
     num_prefixes: int | None = Field(None, ge=1)
+    repeat: int | None = Field(None, ge=2)
 
     @model_validator(mode="after")
     def _prefix_fits(self) -> Cell:
@@ -320,7 +344,9 @@ class Cell(BaseModel):
             data += f" {Path(self.trace.path).name}"
         if self.prefix_len:
             data += f" prefix{self.prefix_len}x{self.num_prefixes or 1}"
-        return f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} o{self.output_len}"
+        rep = f" #{self.repeat}" if self.repeat else ""
+        return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
+                f"o{self.output_len}{rep}")
 
 
 def _as_list(v: Any) -> Any:
@@ -338,6 +364,9 @@ class Sweep(BaseModel):
         models, engines, dtypes: names (see ``infbench models``, ``infbench plugins``);
             ``dtypes`` may use any engine's spelling or a precision class (``fp16``).
         batch, input_len, output_len: sizes in prompts and tokens.
+        pair_lengths: pair ``input_len[i]`` with ``output_len[i]`` (both lists the same
+            length) instead of crossing them: LLM-Inference-Bench's "Input Output Length"
+            grid, where input = output.
         tensor_parallel_size: list of TP degrees.
         seed, warmup: copied into every cell.
         cell_timeout_s: a cell running longer is stopped and stored as failed.
@@ -361,6 +390,8 @@ class Sweep(BaseModel):
         tokenizer: a tokenizer folder or a Hugging Face id in the local cache, used for
             exact prompt lengths (text prompts, the dataset filter); the server's usage
             stays the authority for counts.
+        repeat: measure every cell this many times (``--repeat``); results then give the
+            mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
 
     Raises:
         pydantic.ValidationError: on unknown fields or values out of range; the CLI
@@ -375,6 +406,7 @@ class Sweep(BaseModel):
     batch: list[int] = Field(min_length=1)
     input_len: list[int] = Field(min_length=1)
     output_len: list[int] = Field(min_length=1)
+    pair_lengths: bool = False
     tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
     seed: int = 0
     warmup: int = Field(1, ge=0)
@@ -402,6 +434,7 @@ class Sweep(BaseModel):
     num_prefixes: int | None = Field(None, ge=1)
     stream: bool = True
     tokenizer: str | None = None
+    repeat: int = Field(1, ge=1)
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""
@@ -413,6 +446,20 @@ class Sweep(BaseModel):
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
         "concurrency", "request_rate", "trace_speed", mode="before",
     )(_as_list)
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """The (input, output) token lengths of the grid: paired element-wise when
+        :attr:`pair_lengths`, else every input with every output; sorted, no repeats."""
+        if self.pair_lengths:
+            return sorted(set(zip(self.input_len, self.output_len)))
+        return sorted({(i, o) for i in self.input_len for o in self.output_len})
+
+    @model_validator(mode="after")
+    def _paired_same_length(self) -> Sweep:
+        if self.pair_lengths and len(self.input_len) != len(self.output_len):
+            raise ValueError(f"pair_lengths needs as many input_len as output_len values, got {self.input_len} "
+                             f"and {self.output_len}")
+        return self
 
     def loads(self) -> list[Load]:
         """Serving-mode loads: one per concurrency level and per request rate; empty when
@@ -520,6 +567,11 @@ class CellResult(BaseModel):
         records: raw per-request records.
         power: raw power readings taken during the timed part.
         power_note: why energy is unavailable, if it is.
+        telemetry: extra device channels read with the power (utilisation, clocks,
+            temperature, throttle reasons), when the device's sampler has them.
+        server_metrics: the server's own Prometheus view of the cell
+            (:func:`infbench.measure.server_metrics.ServerMetricsScraper.result`): its
+            time series and its counter and histogram deltas; None for in-process engines.
         engine: engine name and library versions (``Engine.describe()``).
         wall_s: time the harness spent on the cell (s), warm-up excluded.
         engine_s: time spent inside the engine's generate/decode calls (s).
@@ -536,6 +588,8 @@ class CellResult(BaseModel):
     records: list[RequestRecord] = Field(default_factory=list)
     power: list[PowerReading] = Field(default_factory=list)
     power_note: str | None = None
+    telemetry: list[ChannelReading] = Field(default_factory=list)
+    server_metrics: dict[str, Any] | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None
     engine_s: float | None = None
@@ -603,3 +657,34 @@ class DeviceSpec(BaseModel):
             "link_bytes_s": self.link_bandwidth_gb_s * 1e9 if self.link_bandwidth_gb_s else None,
             "source": "; ".join(self.sources),
         }
+
+
+class DeviceBackends(BaseModel):
+    """What a device needs from each engine library, as its plugin declares it
+    (``infbench_device_backends``, contract 1.4), in the libraries' own vocabulary.
+
+    The core checks the installed libraries against it (``infbench detect``'s engine
+    table, the default sweep's engine choice) and every adapter proves with it that it
+    runs on the device before the first timed request
+    (:meth:`infbench.engines.base.Engine.verify_device`).
+
+    Attributes:
+        label: the device's compute stack for messages (``CUDA``, ``ROCm``, ``CPU``).
+        torch: the PyTorch build and device: ``cuda`` (a CUDA build, device ``cuda``),
+            ``hip`` (a ROCm build, device ``cuda``), ``xpu``, ``hpu`` or ``cpu``; None when
+            transformers does not run on the device.
+        vllm: the vLLM platform (``current_platform.device_name``): ``cuda``, ``rocm``,
+            ``xpu``, ``hpu``, ``cpu``; None when vLLM does not run on it.
+        ggml: ggml backend names that run on the device (``["CUDA", "Vulkan"]``; ``["CPU"]``);
+            empty when llama.cpp does not.
+        install: per library (``torch``, ``vllm``, ``llama_cpp``, ``xllamacpp``), the exact
+            command that installs a build for this device, shown when it is missing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    torch: Literal["cuda", "hip", "xpu", "hpu", "cpu"] | None = None
+    vllm: str | None = None
+    ggml: list[str] = Field(default_factory=list)
+    install: dict[str, str] = Field(default_factory=dict)
