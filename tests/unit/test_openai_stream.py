@@ -178,3 +178,18 @@ def test_any_stream_gives_a_record(events, chat, cut, streamed):
     reads = [(1, raw[:cut]), (2, raw[cut:])]
     r = to_record(parse_stream(reads, chat=chat, keep_text=True), 0, 0, None, None, max_tokens=8, streamed=streamed)
     assert r.error is not None or (r.n_out <= 8 and len(r.t_tokens_ns) <= 8)
+
+
+def test_cached_prompt_tokens_from_usage_kept_when_they_are_a_count():
+    """``usage.prompt_tokens_details.cached_tokens`` goes to the record's server fields (the
+    physics check reads it); a malformed details object is ignored, not a crash."""
+    def rec(details):
+        usage = {"prompt_tokens": 7, "completion_tokens": 1, "prompt_tokens_details": details}
+        reads = [(10, chat({"content": "a"}, finish="stop")), (20, ev({"choices": [], "usage": usage})),
+                 (30, b"data: [DONE]\n\n")]
+        return to_record(parse_stream(reads, chat=True), t_send=0, t_sched=0, n_in_sent=None, transport_error=None)
+
+    assert rec({"cached_tokens": 5}).server["cached_tokens"] == 5
+    for bad in ({"cached_tokens": "5"}, {"cached_tokens": True}, "x", None, {"cached_tokens": 0}):
+        r = rec(bad)
+        assert r.error is None and "cached_tokens" not in (r.server or {})

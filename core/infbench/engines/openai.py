@@ -399,10 +399,10 @@ class OpenAIEngine(Engine):
             from infbench.engines.availability import device_label
             from infbench.errors import DeviceMismatch
 
-            raise DeviceMismatch(self.name, device_label(self.device), f"{self.base_url} is an endpoint infbench did "
-                                 "not start; its own hardware serves it", f"the endpoint {self.base_url}",
+            raise DeviceMismatch(self.name, device_label(self.device), f"{self.public_url} is an endpoint infbench "
+                                 "did not start; its own hardware serves it", f"the endpoint {self.public_url}",
                                  "run it as a remote device: --engine openai --base-url URL")
-        return {"device": "remote", "endpoint": self.base_url}
+        return {"device": "remote", "endpoint": self.public_url}
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
