@@ -260,6 +260,10 @@ def run(
         if find_max is not None and find_max not in ("rate", "concurrency"):
             raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
                               hint="e.g. --find-max concurrency --slo-ttft-ms 500")
+        if find_max is not None:
+            from infbench.analysis.slo_search import check_workload
+
+            check_workload(trace is not None, no_stream)
         if find_max == "concurrency" and not concurrency and not request_rate:
             concurrency = ["1"]                      # the search starts at 1 in flight
         elif find_max == "rate" and not request_rate and not concurrency:
