@@ -42,6 +42,35 @@ def test_equal_hash_ids_give_identical_blocks(tmp_path):
     assert wa.content.split()[:512] == wb.content.split()[:512] and len(wa.content.split()) == 600
 
 
+def test_each_trace_cell_draws_its_own_blocks(tmp_path):
+    """Within a cell equal hash ids share blocks; another cell (another speed, a repeat)
+    draws other blocks and other warm-ups, so it does not replay the last cell's prompts
+    from the server's cache; the same cell twice is the same replay."""
+    from infbench.analysis.repeats import repeat_cell
+    from infbench.engines.openai import OpenAIEngine
+    from infbench.models import resolve
+    from infbench.schema import Cell, DeviceInfo, Load, Trace
+    from infbench.workloads.chat import file_digest
+
+    path = mooncake(tmp_path / "t.jsonl", ROWS)
+    tr = Trace(path=str(path), sha256=file_digest(path), format="mooncake", n=3, max_total_len=705)
+    cell = Cell(model="tiny", engine="openai", dtype="auto", batch=1, input_len=467, output_len=5, trace=tr,
+                load=Load(mode="trace", trace_speed=1.0, warmup_requests=1))
+    e = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="endpoint"), {"prompt_format": "token_ids"})
+
+    def prompts(c):
+        ps = e.make_prompts(c, resolve("tiny"))
+        return [ps[0].content] + [p.materialize().content for p in ps[1:]]
+
+    a, again = prompts(cell), prompts(cell)
+    faster = prompts(cell.model_copy(update={"load": cell.load.model_copy(update={"trace_speed": 2.0})}))
+    rep = prompts(repeat_cell(cell, 2))
+    assert a == again and a[1][:512] == a[2][:512]                 # hash id 1 shared within the cell
+    for other in (faster, rep):
+        assert other[0] != a[0] and other[1][:512] != a[1][:512] and other[1][:512] == other[2][:512]
+    assert all(a[0][:128] != x[:128] for x in a[1:])              # the warm-up shares no block
+
+
 def test_azure_trace(tmp_path):
     p = tmp_path / "az.csv"
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"

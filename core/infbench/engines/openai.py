@@ -536,10 +536,15 @@ class OpenAIEngine(Engine):
                               hint="plan again: the file's hash is part of the cell's identity")
         maker = self.prompt_maker(model)
         recs = select(read_trace(tr.path, tr.format), tr.n)
-        # Warm-up prompts share no block with the trace: the trace's prefix reuse stays its own.
-        warm = maker.prompts(load.warmup_requests, min(cell.input_len, 512), seed=cell.seed + 7919)
+        # One seed per cell (its spec hash: the seed, the trace, the speed, the repeat): each
+        # cell replays the trace against a cache holding none of its blocks, and a sweep of
+        # --trace-speed does not replay the first speed's prompts from the server's cache.
+        seed = int(cell.spec_hash(), 16)
+        # Warm-up prompts share no block with the trace (another tag of the same seed): the
+        # trace's prefix reuse stays its own.
+        warm = maker.prompts(load.warmup_requests, min(cell.input_len, 512), seed=seed)
         warm = [type(p)(p.content, min(cell.output_len, 16), p.n_in) for p in warm]
-        return warm + [TraceRequest(r, maker, cell.seed, tr.block_tokens) for r in recs]
+        return warm + [TraceRequest(r, maker, seed, tr.block_tokens) for r in recs]
 
     # -- running -------------------------------------------------------------------
     def warmup(self, cell: Cell, prompts: list[Any]) -> None:
