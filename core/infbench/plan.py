@@ -18,7 +18,7 @@ from infbench.engines.base import EngineSpec
 from infbench.errors import ConfigError, EngineUnavailable, suggest
 from infbench.models import ModelShape, resolve
 from infbench.plugins import PluginManager
-from infbench.schema import Cell, Dataset, DeviceInfo, Load, Sweep
+from infbench.schema import Cell, Dataset, DeviceInfo, Load, Sweep, Trace
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
 #: model on llama.cpp, a few minutes on 2 CPU cores (a GPU plugin's default sweep replaces
@@ -145,20 +145,79 @@ def _dataset(sweep: Sweep, model: ModelShape, batch: int, load: Load | None) -> 
     Conversations sampled: the load's ``num_requests`` (batch mode: ``batch``; default 64)
     plus its warm-up requests. Raises :class:`ConfigError` for a bad file or too few
     conversations passing the filter."""
-    from infbench.workloads.chat import chat_requests, file_digest, token_counter
+    from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
 
     timed = load.num_requests if load is not None and load.num_requests else (
         batch if load is None or load.mode == "batch" else 64)
     n = timed + (load.warmup_requests if load is not None else 0)
     path = str(Path(sweep.dataset).resolve())
-    reqs = chat_requests(path, token_counter(model)[0], n, sweep.seed, sweep.dataset_min_input_len,
-                         sweep.dataset_max_input_len, sweep.dataset_min_output_len, sweep.dataset_max_output_len)
+    args = (path, token_counter(model, sweep.tokenizer)[0], n, sweep.seed, sweep.dataset_min_input_len,
+            sweep.dataset_max_input_len, sweep.dataset_min_output_len, sweep.dataset_max_output_len)
     data = Dataset(path=path, sha256=file_digest(path), n=n, min_input_len=sweep.dataset_min_input_len,
                    max_input_len=sweep.dataset_max_input_len, min_output_len=sweep.dataset_min_output_len,
-                   max_output_len=sweep.dataset_max_output_len)
-    mean_in = round(sum(r.input_len for r in reqs) / n)
-    mean_out = round(sum(r.output_len for r in reqs) / n)
+                   max_output_len=sweep.dataset_max_output_len, multi_turn=sweep.multi_turn,
+                   think_time_s=sweep.think_time_s if sweep.multi_turn else None, tokenizer=sweep.tokenizer)
+    if sweep.multi_turn:
+        sessions = chat_sessions(*args)
+        count = args[1]
+        longest = max(sum(count(m["content"]) for m in s.context) + sum(count(u) + o for u, o in s.turns)
+                      + 8 * (len(s.context) + 2 * len(s.turns)) for s in sessions)
+        data = data.model_copy(update={"max_total_len": longest})
+        mean_in = round(sum(s.input_len for s in sessions) / n)
+        outs = [o for s in sessions for _, o in s.turns]
+        mean_out = round(sum(outs) / len(outs))
+    else:
+        reqs = chat_requests(*args)
+        mean_in = round(sum(r.input_len for r in reqs) / n)
+        mean_out = round(sum(r.output_len for r in reqs) / n)
     return data, max(1, mean_in), max(1, mean_out)
+
+
+def _trace(sweep: Sweep, load: Load) -> tuple[Trace, int, int]:
+    """The :class:`Trace` of a trace-replay cell and its replayed records' mean input/output
+    lengths: the first ``num_requests`` records (all by default) within ``duration_s`` of
+    replayed time. Raises :class:`ConfigError` for a bad file or an empty selection."""
+    from infbench.workloads.chat import file_digest
+    from infbench.workloads.trace import detect_format, read_trace, select
+
+    path = str(Path(sweep.trace).resolve())
+    fmt = detect_format(path)
+    recs = select(read_trace(path, fmt), load.num_requests, load.duration_s, load.trace_speed or 1.0)
+    if not recs:
+        raise ConfigError(f"{path}: no trace record falls within --duration {load.duration_s:g} s at "
+                          f"--trace-speed {load.trace_speed:g}", hint="raise --duration or --trace-speed")
+    data = Trace(path=path, sha256=file_digest(path), format=fmt, n=len(recs),
+                 max_total_len=max(r.input_len + r.output_len for r in recs))
+    mean_in = round(sum(r.input_len for r in recs) / len(recs))
+    mean_out = round(sum(r.output_len for r in recs) / len(recs))
+    return data, max(1, mean_in), max(1, mean_out)
+
+
+def _check_serving_workload(sweep: Sweep) -> None:
+    """The serving-only workload flags that do not go together.
+
+    Raises:
+        ConfigError: naming the flags and what to do.
+    """
+    if sweep.trace and sweep.dataset:
+        raise ConfigError("--trace and --dataset are two workloads; give one", hint="run them as separate sweeps")
+    if sweep.trace and sweep.request_rate:
+        raise ConfigError("--trace releases requests at the trace's own times; --request-rate does not apply",
+                          hint="use --trace-speed to compress or stretch the trace")
+    if sweep.trace_speed and not sweep.trace:
+        raise ConfigError("--trace-speed needs --trace FILE")
+    if sweep.multi_turn and not sweep.dataset:
+        raise ConfigError("--multi-turn replays --dataset conversations turn by turn; give --dataset FILE")
+    if sweep.think_time_s is not None and not sweep.multi_turn:
+        raise ConfigError("--think-time applies to --multi-turn sessions")
+    if (sweep.prefix_len or sweep.num_prefixes) and (sweep.trace or sweep.dataset):
+        raise ConfigError("--prefix-len/--num-prefixes shape synthetic prompts; a trace or a dataset brings its own",
+                          hint="drop --prefix-len, or the --trace/--dataset")
+    if sweep.num_prefixes and not sweep.prefix_len:
+        raise ConfigError("--num-prefixes needs --prefix-len N (tokens of each shared prefix)")
+    if sweep.prefix_len and sweep.prefix_len > min(sweep.input_len):
+        raise ConfigError(f"--prefix-len {sweep.prefix_len} exceeds --input-len {min(sweep.input_len)}",
+                          hint="the shared prefix is part of the prompt: make it at most --input-len")
 
 
 def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
@@ -216,8 +275,16 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                           "batch mode on synthetic prompts only", hint=f"server engines: {', '.join(serving)}")
     if loads and batch_only:
         serving = sorted(n for n, s in specs.items() if s.serving)
-        raise ConfigError(f"--concurrency/--request-rate need a server engine; {', '.join(batch_only)} runs batch "
-                          "mode only", hint=f"server engines: {', '.join(serving)}")
+        raise ConfigError(f"--concurrency/--request-rate/--trace need a server engine; {', '.join(batch_only)} runs "
+                          "batch mode only", hint=f"server engines: {', '.join(serving)}")
+    serving_only = [flag for flag, on in (("--prefix-len", sweep.prefix_len), ("--no-stream", not sweep.stream),
+                                          ("--tokenizer", sweep.tokenizer), ("--multi-turn", sweep.multi_turn))
+                    if on]
+    if serving_only and batch_only:
+        serving = sorted(n for n, s in specs.items() if s.serving)
+        raise ConfigError(f"{', '.join(serving_only)} shape(s) requests to a server; {', '.join(batch_only)} runs "
+                          "batch mode only", hint=f"server engines: {', '.join(serving)}")
+    _check_serving_workload(sweep)
     for tp in sweep.tensor_parallel_size:
         if tp > device.count:
             raise ConfigError(f"tensor_parallel_size {tp} exceeds the {device.count} {device.vendor} device(s) "
@@ -237,7 +304,8 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                 shapes = [(1, ld) for ld in loads]
             elif specs[e].serving:
                 shapes = [(b, Load(mode="batch", warmup_requests=sweep.warmup_requests,
-                                   timeout_s=sweep.request_timeout_s)) for b in sorted(set(sweep.batch))]
+                                   timeout_s=sweep.request_timeout_s, stream=None if sweep.stream else False))
+                          for b in sorted(set(sweep.batch))]
             else:
                 shapes = [(b, None) for b in sorted(set(sweep.batch))]
             if sweep.dataset:
@@ -247,10 +315,19 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                                         output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                         warmup=sweep.warmup, load=ld, dataset=data))
                 continue
+            if sweep.trace:
+                for b, ld in shapes:
+                    data, i, o = _trace(sweep, ld)
+                    g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
+                                        output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
+                                        warmup=sweep.warmup, load=ld, trace=data))
+                continue
+            prefix = dict(prefix_len=sweep.prefix_len, num_prefixes=sweep.num_prefixes or 1) if sweep.prefix_len \
+                else {}
             for (b, ld), (i, o) in itertools.product(shapes, sweep.lengths()):
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
-                                    warmup=sweep.warmup, load=ld))
+                                    warmup=sweep.warmup, load=ld, **prefix))
     if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
         from infbench.analysis.repeats import repeat_cell
 

@@ -28,6 +28,7 @@ from infbench.executors.events import CellSkipped, Observer
 from infbench.measure.power import PowerSampler
 from infbench.plugins import PluginManager
 from infbench.schema import Cell, CellResult, DeviceInfo
+from infbench.secrets import redact_argv
 from infbench.store import Store
 
 #: Libraries whose versions go into every run's provenance (when installed).
@@ -62,7 +63,7 @@ def provenance(detection: Detection, pm: PluginManager) -> dict[str, Any]:
         "libraries": libs, "devices": [d.model_dump() for d in detection.devices],
         "plugins": {n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
                     if not i.disabled and not i.error},
-        "argv": sys.argv,
+        "argv": redact_argv(sys.argv),
     }
 
 

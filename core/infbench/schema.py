@@ -115,21 +115,28 @@ class Load(BaseModel):
 
     Attributes:
         mode: ``batch`` (all requests at once), ``concurrency`` (a fixed number in
-            flight) or ``rate`` (arrivals at ``request_rate`` per s, Poisson, or gamma
-            with ``burstiness``).
-        concurrency: requests in flight (mode ``concurrency``; optional cap in ``rate``).
+            flight), ``rate`` (arrivals at ``request_rate`` per s, Poisson, or gamma
+            with ``burstiness``) or ``trace`` (each request released at its time in the
+            cell's :class:`Trace`, divided by ``trace_speed``).
+        concurrency: requests in flight (mode ``concurrency``; optional cap in ``rate``
+            and ``trace``). With multi-turn sessions: sessions in flight.
         request_rate: mean arrivals per s (mode ``rate``).
         burstiness: gamma shape of the inter-arrival times; 1.0 is Poisson, < 1 burstier
             (vLLM ``benchmarks/serve.py`` semantics).
         num_requests: timed requests to send.
         duration_s: stop offering new requests after this many seconds.
-        warmup_requests: untimed requests sent first, excluded from the figures.
-        timeout_s: per-request limit; a request past it is stored as failed.
+        warmup_requests: untimed requests sent first, excluded from the figures (and, in
+            ``trace`` mode, from the trace's timing).
+        timeout_s: per-request limit in s; a request past it is stored as failed (None:
+            :data:`infbench.measure.loadgen.DEFAULT_REQUEST_TIMEOUT_S`).
+        trace_speed: mode ``trace``: 2.0 replays the trace twice as fast, 0.5 at half speed.
+        stream: False sends non-streaming requests (E2E and throughput only; TTFT, TPOT
+            and ITL are not measured). None (the default) streams; True is stored as None.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["batch", "concurrency", "rate"] = "concurrency"
+    mode: Literal["batch", "concurrency", "rate", "trace"] = "concurrency"
     concurrency: int | None = Field(None, ge=1)
     request_rate: float | None = Field(None, gt=0)
     burstiness: float = Field(1.0, gt=0)
@@ -137,12 +144,43 @@ class Load(BaseModel):
     duration_s: float | None = Field(None, gt=0)
     warmup_requests: int = Field(0, ge=0)
     timeout_s: float | None = Field(None, gt=0)
+    trace_speed: float | None = Field(None, gt=0)
+    stream: bool | None = None
+
+    @field_validator("stream")
+    @classmethod
+    def _stream_default(cls, v: bool | None) -> bool | None:
+        return None if v is True else v
+
+    @model_validator(mode="after")
+    def _trace_speed_only_for_traces(self) -> Load:
+        if self.mode != "trace" and self.trace_speed is not None:
+            raise ValueError("trace_speed applies to mode 'trace' only")
+        return self
 
     def label(self) -> str:
-        """``c16``, ``r2.5`` or ``batch``."""
-        if self.mode == "rate":
-            return f"r{self.request_rate:g}" + (f" burst{self.burstiness:g}" if self.burstiness != 1 else "")
-        return f"c{self.concurrency}" if self.mode == "concurrency" else "batch"
+        """``c16``, ``r2.5``, ``trace x2``, ``batch`` (``nostream`` appended for non-streaming)."""
+        return load_label(self.model_dump())
+
+
+def load_label(load: dict[str, Any] | None) -> str:
+    """The label of a load given as a stored dict (``Load.model_dump()``; tolerant of
+    missing keys): ``c16``, ``r2.5 burst0.5``, ``trace x2``, ``batch``."""
+    if not load:
+        return "batch"
+    mode = load.get("mode", "concurrency")
+    if mode == "rate":
+        b = load.get("burstiness", 1.0) or 1.0
+        s = f"r{load.get('request_rate') or 0:g}" + (f" burst{b:g}" if b != 1 else "")
+    elif mode == "trace":
+        s = f"trace x{load.get('trace_speed') or 1.0:g}"
+    elif mode == "concurrency":
+        s = f"c{load.get('concurrency')}"
+    else:
+        s = "batch"
+    if mode in ("rate", "trace") and load.get("concurrency"):
+        s += f" c{load['concurrency']}"
+    return s + (" nostream" if load.get("stream") is False else "")
 
 
 class Dataset(BaseModel):
@@ -153,7 +191,16 @@ class Dataset(BaseModel):
         sha256: first 16 hex digits of its SHA-256; a changed file is a different workload.
         n: conversations sampled (timed + warm-up requests).
         min_input_len, max_input_len, min_output_len, max_output_len: the length filter
-            in tokens (prompt, and the final assistant turn that sets the output length).
+            in tokens (prompt, and the final assistant turn that sets the output length;
+            with ``multi_turn``: the first turn's prompt, and every assistant turn).
+        multi_turn: replay each conversation turn by turn as a session (each user turn
+            sent after the server's own answer to the previous one); ``n`` then counts
+            sessions. None: single-turn (the conversation up to its last assistant turn).
+        think_time_s: multi-turn: pause between an answer and the next user turn (s).
+        tokenizer: the tokenizer that counted lengths for the filter (``--tokenizer``;
+            None: the model's own, or one token per word).
+        max_total_len: multi-turn: the longest session's context at its last answer
+            (tokens, with an allowance for the chat template), to size a server's context.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -165,6 +212,39 @@ class Dataset(BaseModel):
     max_input_len: int = Field(1024, ge=1)
     min_output_len: int = Field(4, ge=1)
     max_output_len: int = Field(1024, ge=1)
+    multi_turn: bool | None = None
+    think_time_s: float | None = Field(None, ge=0)
+    tokenizer: str | None = None
+    max_total_len: int | None = Field(None, ge=1)
+
+    @field_validator("multi_turn")
+    @classmethod
+    def _single_turn_default(cls, v: bool | None) -> bool | None:
+        return v or None
+
+
+class Trace(BaseModel):
+    """A timestamped request trace replayed by a serving cell (:mod:`infbench.workloads.trace`).
+
+    Attributes:
+        path: the trace file: Mooncake JSONL (``timestamp`` ms, ``input_length``,
+            ``output_length``, ``hash_ids``) or the Azure LLM inference trace CSV
+            (``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``).
+        sha256: first 16 hex digits of the file's SHA-256.
+        format: ``mooncake`` or ``azure``.
+        n: trace records replayed (the first ``n`` in time order).
+        block_tokens: tokens per ``hash_ids`` block (Mooncake: 512).
+        max_total_len: the longest replayed request, input + output tokens.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    sha256: str
+    format: Literal["mooncake", "azure"]
+    n: int = Field(ge=1)
+    block_tokens: int = Field(512, ge=1)
+    max_total_len: int = Field(1, ge=1)
 
 
 class Cell(BaseModel):
@@ -188,6 +268,12 @@ class Cell(BaseModel):
         load: serving-mode load (server engines); None for in-process batch mode.
         dataset: conversations replayed instead of synthetic prompts; ``input_len`` and
             ``output_len`` are then the sample's mean lengths, each request forcing its own.
+        trace: a request trace replayed (load mode ``trace``); ``input_len`` and
+            ``output_len`` are the replayed records' mean lengths, each request forcing its own.
+        prefix_len, num_prefixes: shared-prefix synthetic prompts: each prompt starts
+            with one of ``num_prefixes`` shared prefixes of ``prefix_len`` tokens (a
+            system prompt reused across requests) and ends with a unique part, for
+            ``input_len`` tokens in all.
         repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
             first measurement has none, so its id is that of an unrepeated cell).
     """
@@ -205,7 +291,16 @@ class Cell(BaseModel):
     warmup: int = Field(1, ge=0)
     load: Load | None = None
     dataset: Dataset | None = None
+    trace: Trace | None = None
+    prefix_len: int | None = Field(None, ge=1)
+    num_prefixes: int | None = Field(None, ge=1)
     repeat: int | None = Field(None, ge=2)
+
+    @model_validator(mode="after")
+    def _prefix_fits(self) -> Cell:
+        if self.prefix_len is not None and self.prefix_len > self.input_len:
+            raise ValueError(f"prefix_len {self.prefix_len} exceeds input_len {self.input_len}")
+        return self
 
     def spec(self) -> dict[str, Any]:
         """The workload fields that define what is measured (warm-up excluded; unset
@@ -214,6 +309,17 @@ class Cell(BaseModel):
         if self.load is not None:
             d["load"] = self.load.model_dump(exclude={"warmup_requests", "timeout_s"}, exclude_none=True)
         return d
+
+    def longest(self) -> int:
+        """The longest request of the cell, prompt + output tokens (to size a server's
+        context): ``input_len + output_len``, or for a trace or dataset its longest record
+        (a single-turn dataset: its filter's bounds)."""
+        if self.trace is not None:
+            return max(self.trace.max_total_len, self.input_len + self.output_len)
+        if self.dataset is not None:
+            d = self.dataset
+            return d.max_total_len or (d.max_input_len + d.max_output_len + 16)
+        return self.input_len + self.output_len
 
     def spec_hash(self) -> str:
         """Stable 16-hex-digit hash of :meth:`spec`: same workload, same hash, on any site."""
@@ -232,6 +338,12 @@ class Cell(BaseModel):
         tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         size = self.load.label() if self.load is not None and self.load.mode != "batch" else f"b{self.batch}"
         data = f" {Path(self.dataset.path).name}" if self.dataset is not None else ""
+        if self.dataset is not None and self.dataset.multi_turn:
+            data += " multi-turn"
+        if self.trace is not None:
+            data += f" {Path(self.trace.path).name}"
+        if self.prefix_len:
+            data += f" prefix{self.prefix_len}x{self.num_prefixes or 1}"
         rep = f" #{self.repeat}" if self.repeat else ""
         return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
                 f"o{self.output_len}{rep}")
@@ -267,6 +379,17 @@ class Sweep(BaseModel):
             engines); ``input_len``/``output_len`` are then ignored.
         dataset_min_input_len, dataset_max_input_len, dataset_min_output_len,
             dataset_max_output_len: its length filter in tokens.
+        multi_turn: replay ``dataset`` conversations turn by turn as sessions.
+        think_time_s: multi-turn: pause between an answer and the next user turn (s).
+        trace: a Mooncake JSONL or Azure CSV trace replayed at its own timing (server
+            engines); ``input_len``/``output_len``/``concurrency``/``request_rate`` are then
+            ignored (a ``concurrency`` caps requests in flight).
+        trace_speed: time compression of the trace (2 = twice as fast); a list sweeps it.
+        prefix_len, num_prefixes: shared-prefix synthetic prompts (see :class:`Cell`).
+        stream: False sends non-streaming requests (E2E and throughput only).
+        tokenizer: a tokenizer folder or a Hugging Face id in the local cache, used for
+            exact prompt lengths (text prompts, the dataset filter); the server's usage
+            stays the authority for counts.
         repeat: measure every cell this many times (``--repeat``); results then give the
             mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
 
@@ -303,6 +426,14 @@ class Sweep(BaseModel):
     dataset_max_input_len: int = Field(1024, ge=1)
     dataset_min_output_len: int = Field(4, ge=1)
     dataset_max_output_len: int = Field(1024, ge=1)
+    multi_turn: bool = False
+    think_time_s: float | None = Field(None, ge=0)
+    trace: str | None = None
+    trace_speed: list[float] | None = None
+    prefix_len: int | None = Field(None, ge=1)
+    num_prefixes: int | None = Field(None, ge=1)
+    stream: bool = True
+    tokenizer: str | None = None
     repeat: int = Field(1, ge=1)
 
     def slo(self) -> dict[str, float] | None:
@@ -313,7 +444,7 @@ class Sweep(BaseModel):
 
     _coerce = field_validator(
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
-        "concurrency", "request_rate", mode="before",
+        "concurrency", "request_rate", "trace_speed", mode="before",
     )(_as_list)
 
     def lengths(self) -> list[tuple[int, int]]:
@@ -332,15 +463,22 @@ class Sweep(BaseModel):
 
     def loads(self) -> list[Load]:
         """Serving-mode loads: one per concurrency level and per request rate; empty when
-        neither is given (server engines then run batch mode over ``batch``)."""
+        neither is given (server engines then run batch mode over ``batch``). With a
+        ``trace``: one ``trace`` load per ``trace_speed`` (default 1), each capped by the
+        first ``concurrency`` if given."""
         common = dict(num_requests=self.num_requests, duration_s=self.duration_s,
-                      warmup_requests=self.warmup_requests, timeout_s=self.request_timeout_s)
+                      warmup_requests=self.warmup_requests, timeout_s=self.request_timeout_s,
+                      stream=None if self.stream else False)
+        if self.trace:
+            cap = (self.concurrency or [None])[0]
+            return [Load(mode="trace", trace_speed=x, concurrency=cap, **common) for x in self.trace_speed or [1.0]]
         out = [Load(mode="concurrency", concurrency=c, **common) for c in self.concurrency or []]
         out += [Load(mode="rate", request_rate=r, burstiness=self.burstiness, **common)
                 for r in self.request_rate or []]
         return out
 
-    @field_validator("batch", "input_len", "output_len", "tensor_parallel_size", "concurrency", "request_rate")
+    @field_validator("batch", "input_len", "output_len", "tensor_parallel_size", "concurrency", "request_rate",
+                     "trace_speed")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
         bad = [x for x in v or [] if x <= 0]
@@ -368,6 +506,22 @@ class RequestRecord(BaseModel):
             from TTFT).
         server: what the server reported about the request itself (llama.cpp
             ``timings``, Cerebras ``time_info``, finish reason), if anything.
+
+    Client-side details (serving mode; stored together, see :data:`CLIENT_FIELDS`):
+
+    Attributes:
+        streamed: False for a non-streaming request: ``t_tokens_ns`` then holds one entry,
+            the arrival of the whole response, and TTFT/TPOT/ITL are not defined.
+        t_first_reasoning_ns: arrival of the first reasoning token (``reasoning_content``
+            / ``reasoning`` deltas, or text inside ``<think>...</think>``), if any.
+        t_first_answer_ns: arrival of the first answer (non-reasoning) token, if any.
+        n_reasoning: reasoning tokens among ``n_out`` (answer tokens: ``n_out -
+            n_reasoning``); ``n_reasoning_source`` says whether the server's usage
+            (``completion_tokens_details.reasoning_tokens``) or the streamed deltas
+            (``chunks``, an estimate) gave it.
+        session, turn: multi-turn replay: the session's index and the turn's (1-based).
+        n_in_client: prompt tokens by the client's tokenizer (``--tokenizer``, or the
+            exact length of synthetic token-id prompts), to compare with ``n_in``.
     """
 
     t_send_ns: int
@@ -378,6 +532,26 @@ class RequestRecord(BaseModel):
     error: str | None = None
     t_sched_ns: int | None = None
     server: dict[str, Any] | None = None
+    streamed: bool = True
+    t_first_reasoning_ns: int | None = None
+    t_first_answer_ns: int | None = None
+    n_reasoning: int | None = None
+    n_reasoning_source: Literal["usage", "chunks"] | None = None
+    session: int | None = None
+    turn: int | None = None
+    n_in_client: int | None = None
+
+    def client(self) -> dict[str, Any] | None:
+        """The client-side details that differ from their defaults (what the store keeps
+        in ``requests.client``), or None."""
+        d = {k: getattr(self, k) for k in CLIENT_FIELDS if getattr(self, k) != CLIENT_DEFAULTS[k]}
+        return d or None
+
+
+#: The :class:`RequestRecord` fields stored together as ``requests.client`` (JSON).
+CLIENT_FIELDS = ("streamed", "t_first_reasoning_ns", "t_first_answer_ns", "n_reasoning", "n_reasoning_source",
+                 "session", "turn", "n_in_client")
+CLIENT_DEFAULTS = {k: RequestRecord.model_fields[k].default for k in CLIENT_FIELDS}
 
 
 class CellResult(BaseModel):

@@ -46,6 +46,17 @@ def split_values(values: list[str] | None, flag: str, cast: type = str) -> list[
     return items
 
 
+def serving_workload_flags(trace: Any = None, trace_speed: list[float] | None = None, multi_turn: bool = False,
+                           think_time_s: float | None = None, prefix_len: int | None = None,
+                           num_prefixes: int | None = None, no_stream: bool = False,
+                           tokenizer: str | None = None) -> dict[str, Any]:
+    """The :class:`Sweep` fields of the serving-workload flags (``--trace`` ...
+    ``--tokenizer``), None for those not given (so a sweep file's values stay)."""
+    return {"trace": str(trace) if trace else None, "trace_speed": trace_speed,
+            "multi_turn": True if multi_turn else None, "think_time_s": think_time_s, "prefix_len": prefix_len,
+            "num_prefixes": num_prefixes, "stream": False if no_stream else None, "tokenizer": tokenizer}
+
+
 def validation_message(exc: ValidationError, source: str) -> ConfigError:
     """One :class:`ConfigError` for every field that failed :class:`Sweep` validation,
     naming the field, what was wrong and (for unknown fields) the closest known one."""

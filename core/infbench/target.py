@@ -42,11 +42,10 @@ def select_device(detection: Detection, name: str | None = None) -> DeviceInfo:
 def remote_device(base_url: str) -> DeviceInfo:
     """The "device" of an OpenAI-compatible endpoint infbench did not start: the endpoint
     itself (its hardware is unknown to infbench; a vendor plugin may describe it)."""
-    from urllib.parse import urlparse
+    from infbench.secrets import redact_url
 
-    u = urlparse(base_url)
-    return DeviceInfo(vendor="remote", kind="remote", model=f"{u.scheme}://{u.netloc}{u.path}".rstrip("/"),
-                      properties={"base_url": base_url})
+    public = redact_url(base_url).rstrip("/")       # no credentials or query in a name, an id or the store
+    return DeviceInfo(vendor="remote", kind="remote", model=public, properties={"base_url": public})
 
 
 def resolve_remote_device(det: Detection, name: str | None, base_url: str | None) -> DeviceInfo:
@@ -74,8 +73,10 @@ def resolve_remote_device(det: Detection, name: str | None, base_url: str | None
                           hint="declare it in the site config (docs/plugins.md#site-configuration), or use "
                                "--base-url for any OpenAI-compatible endpoint")
     if base_url:
+        from infbench.secrets import redact_url
+
         for d in remotes:
-            if str(d.properties.get("base_url", "")).rstrip("/") == base_url.rstrip("/"):
+            if redact_url(str(d.properties.get("base_url", ""))).rstrip("/") == redact_url(base_url).rstrip("/"):
                 return d
         return remote_device(base_url)
     if len(remotes) == 1:

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field, ValidationError
 from infbench import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
+from infbench.secrets import redact_options
 
 SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
 
@@ -114,11 +115,13 @@ def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
 def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
     """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device and cells,
     and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
-    power interval, engine options, SLO), stamped with this infbench's store schema."""
+    power interval, engine options with URL credentials redacted by
+    :func:`infbench.secrets.redact_options`, SLO, /metrics interval, price), stamped with
+    this infbench's store schema."""
     o = WorkerOptions()
     if opts is not None:
         o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=dict(opts.engine_options), slo=opts.slo,
+                          engine_options=redact_options(opts.engine_options), slo=opts.slo,
                           server_metrics_interval_s=opts.server_metrics_interval_s,
                           price_per_hour=opts.price_per_hour)
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,

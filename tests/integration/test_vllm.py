@@ -78,8 +78,11 @@ def test_offline_batch_cells(tmp_path):
 def server_engine(tmp_path_factory):
     m = resolve("tiny")
     cells = [Cell(model=m.name, engine="vllm-server", dtype="bfloat16", batch=1, input_len=24, output_len=8,
-                  load=Load(mode="concurrency", concurrency=4, num_requests=12, warmup_requests=1))]
-    e = VllmServerEngine(cpu_device(), {})
+                  load=Load(mode="concurrency", concurrency=4, num_requests=12, warmup_requests=1)),
+             # sizes the server for the trace and shared-prefix cells below (max_model_len 768)
+             Cell(model=m.name, engine="vllm-server", dtype="bfloat16", batch=1, input_len=600, output_len=8,
+                  load=Load(mode="concurrency", concurrency=4))]
+    e = VllmServerEngine(cpu_device(), {"enable_prefix_caching": True})
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("INFBENCH_HOME", str(tmp_path_factory.mktemp("vllm-home")))
         e.start(Group(m, "vllm-server", "bfloat16", 1, cells))
@@ -174,6 +177,105 @@ def test_server_replays_conversations(server_engine, tmp_path):
     for r, q in zip(out.records, want[1:]):
         # template "role: content\n" per message + "assistant:": a few tokens per turn
         assert q.input_len < r.n_in <= q.input_len + 4 * len(q.messages) + 4
+
+
+def prefix_cache_counters(e) -> tuple[float, float]:
+    """vLLM's own view, from its Prometheus /metrics (parsed with prometheus_client):
+    ``(prefix-cache queries, hits)`` in tokens, summed over label sets."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{e.base_url.removesuffix('/v1')}/metrics").text
+    got = {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name in got:
+                got[s.name] += s.value
+    return got["vllm:prefix_cache_queries_total"], got["vllm:prefix_cache_hits_total"]
+
+
+def hit_rate_of(e, cell) -> tuple[float, list]:
+    """Run ``cell`` and return the server's prefix-cache hit rate over it, and the records."""
+    q0, h0 = prefix_cache_counters(e)
+    out = e.run(cell, e.make_prompts(cell, resolve("tiny")))
+    q1, h1 = prefix_cache_counters(e)
+    assert [r.error for r in out.records] == [None] * len(out.records)
+    assert q1 > q0
+    return (h1 - h0) / (q1 - q0), out.records
+
+
+def test_prefix_cache_hits_from_traces_and_shared_prefixes_only(server_engine, tmp_path):
+    """Repeated trace hash_ids and the shared-prefix workload give vLLM prefix-cache hits;
+    distinct prompts give none (vLLM caches whole blocks, 128 tokens on the CPU: no chance
+    match, and a shared prefix must span whole blocks to be reused)."""
+    from infbench.schema import Trace
+    from infbench.workloads.chat import file_digest
+
+    e, base = server_engine
+    plain = base.model_copy(update={"input_len": 128, "seed": 11,
+                                    "load": Load(mode="concurrency", concurrency=4, num_requests=8,
+                                                 warmup_requests=0)})
+    rate, _ = hit_rate_of(e, plain)
+    assert rate == 0
+    shared = plain.model_copy(update={"seed": 12, "input_len": 320, "prefix_len": 256, "num_prefixes": 2})
+    rate, _ = hit_rate_of(e, shared)
+    assert rate > 0.3
+    rows = [{"timestamp": 100 * i, "input_length": 600, "output_length": 2 + i, "hash_ids": [3, 50 + i]}
+            for i in range(4)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tr = Trace(path=str(path), sha256=file_digest(path), format="mooncake", n=4, max_total_len=605)
+    cell = base.model_copy(update={"input_len": 600, "output_len": 3, "trace": tr,
+                                   "load": Load(mode="trace", trace_speed=2.0, warmup_requests=1)})
+    rate, recs = hit_rate_of(e, cell)
+    assert rate > 0.3 and [r.n_out for r in recs] == [2, 3, 4, 5] and all(r.n_in == 600 for r in recs)
+    rows = [{**r, "hash_ids": [90 + i]} for i, r in enumerate(rows)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rate, _ = hit_rate_of(e, cell.model_copy(update={"trace": tr.model_copy(update={"sha256": file_digest(path)})}))
+    assert rate == 0
+
+
+def test_tokenizer_gives_exact_text_prompts(server_engine):
+    """--tokenizer (the served model's own) builds text prompts whose length vLLM's usage
+    confirms exactly; no mismatch is reported."""
+    e, base = server_engine
+    tok = e.args["tokenizer"]
+    e.options["tokenizer"] = tok
+    try:
+        cell = base.model_copy(update={"input_len": 40, "load": Load(mode="concurrency", concurrency=2,
+                                                                     num_requests=4, warmup_requests=0)})
+        prompts = e.make_prompts(cell, resolve("tiny"))
+        out = e.run(cell, prompts)
+    finally:
+        del e.options["tokenizer"]
+    assert all(isinstance(p.content, str) for p in prompts)
+    assert [(r.error, r.n_in, r.n_in_client) for r in out.records] == [(None, 40, 40)] * 4
+    assert not out.warnings
+
+
+def test_multi_turn_sessions_on_vllm_chat(server_engine, tmp_path):
+    """Turn k+1's prompt (vLLM's own count) holds turn k's prompt and vLLM's answer to it."""
+    from infbench.schema import Dataset
+    from infbench.workloads.chat import file_digest
+    from tests.support.conversations import write_conversations
+
+    e, base = server_engine
+    conv = tmp_path / "chats.jsonl"
+    write_conversations(conv)
+    d = Dataset(path=str(conv), sha256=file_digest(conv), n=5, max_input_len=60, multi_turn=True)
+    cell = base.model_copy(update={"dataset": d, "load": Load(mode="concurrency", concurrency=2, num_requests=4,
+                                                              warmup_requests=1)})
+    out = e.run(cell, e.make_prompts(cell, resolve("tiny")))
+    assert [r.error for r in out.records] == [None] * len(out.records)
+    by = {}
+    for r in out.records:
+        by.setdefault(r.session, []).append(r)
+    assert any(len(v) > 1 for v in by.values())
+    for turns in by.values():
+        turns.sort(key=lambda r: r.turn)
+        assert [r.turn for r in turns] == list(range(1, len(turns) + 1))
+        for a, b in zip(turns, turns[1:]):
+            # (a generated special token detokenises to nothing: allow a few)
+            assert b.n_in >= a.n_in + a.n_out - 3
 
 
 def test_server_metrics_scraped_per_cell_with_prefix_hits_only_on_reuse(server_engine):

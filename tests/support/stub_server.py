@@ -7,11 +7,23 @@ event, an empty event, then content), ``no_usage``, ``error_midstream`` (an erro
 after 2 tokens), ``close_early`` (connection dropped after 2 tokens), ``http500``,
 ``short`` (ignores the forced length: 3 tokens), ``multi`` (two tokens per event),
 ``drop_once`` (the first such request gets its connection closed with no response),
-``time_info`` (the usage event also carries Cerebras' ``time_info`` object).
+``time_info`` (the usage event also carries Cerebras' ``time_info`` object),
+``reasoning`` (half the tokens as ``reasoning_content`` deltas, then answer deltas; the
+usage carries ``completion_tokens_details.reasoning_tokens``), ``think`` (the same as
+``<think>...</think>`` text, no details), ``usage_negative`` / ``usage_huge``
+(``completion_tokens`` -5 / 10**9), ``malformed_once`` (the first such request gets one
+event ``{"choices": "notalist"}``),
+``hang`` (never sends a token), ``echo_auth`` (HTTP 401 whose body echoes the request's
+``Authorization`` header after 280 characters, with ANSI/OSC escapes), ``bos`` (usage
+counts one prompt token more than the words). A body with ``"stream": false`` gets one
+JSON response (``message``/``text``, usage).
 ``ttft_s`` and ``itl_s`` in the body (or the server defaults) inject delays. Every
 request's headers and the time each token was written (``perf_counter_ns``, the same
 clock as the client's on Linux) are logged in ``server.log`` (``GET /_log`` returns and
-clears it); the first token's text is `` r<id>`` with the log entry's id.
+clears it); the first token's text is `` r<id>`` with the log entry's id. A request is
+stamped twice: ``received_ns`` when its handler starts, ``wire_ns`` when the server's
+connection read the bytes that carried it (before aiohttp parsed it and scheduled the
+handler, i.e. without the server's own queueing).
 
 As a separate process (the measurer benchmark)::
 
@@ -25,7 +37,20 @@ import json
 import threading
 import time
 
-from aiohttp import web
+from aiohttp import web, web_protocol
+
+_data_received = web_protocol.RequestHandler.data_received
+#: id(connection handler) -> perf_counter_ns of its latest read (RequestHandler has __slots__).
+_RX: dict[int, int] = {}
+
+
+def _stamped_data_received(self, data: bytes) -> None:
+    """aiohttp's ``RequestHandler.data_received``, stamping the read first (``wire_ns``)."""
+    _RX[id(self)] = time.perf_counter_ns()
+    _data_received(self, data)
+
+
+web_protocol.RequestHandler.data_received = _stamped_data_received
 
 
 class StubServer:
@@ -42,25 +67,46 @@ class StubServer:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         received = time.perf_counter_ns()
+        wire = _RX.get(id(request.protocol), received)
         body = await request.json()
         chat = request.path.endswith("/chat/completions")
         mode = body.get("model", "normal")
         rid = self._next_id = getattr(self, "_next_id", -1) + 1
-        entry = {"id": rid, "path": request.path, "headers": dict(request.headers), "body": body,
-                 "received_ns": received, "written_ns": []}
+        entry = {"id": rid, "path": request.path, "query": request.query_string, "headers": dict(request.headers),
+                 "body": body, "received_ns": received, "wire_ns": wire, "written_ns": []}
         self.log.append(entry)
         if mode == "drop_once" and not getattr(self, "_dropped", False):
             self._dropped = True
             request.transport.close()          # no response at all, as a closed keep-alive socket
             return web.Response()
         if mode == "http500":
-            return web.json_response({"error": {"message": "boom"}}, status=500)
+            return web.json_response({"error": {"message": "internal boom"}}, status=500)
+        if mode == "echo_auth":
+            text = ("x" * 280 + " you sent Authorization: " + request.headers.get("Authorization", "")
+                    + " \x1b[31mred\x1b[0m \x1b]0;pwned\x07 \x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\")
+            return web.Response(status=401, text=text)
+        if mode == "hang":
+            await asyncio.sleep(3600)
         n = 3 if mode == "short" else int(body.get("max_tokens", 16))
         if "messages" in body:
             n_in = sum(len(m["content"].split()) for m in body["messages"])
         else:
             prompt = body.get("prompt")
             n_in = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+        n_in += mode == "bos"
+        n_think = n // 2 if mode in ("reasoning", "think") else 0
+        if body.get("stream") is False:
+            await asyncio.sleep(float(body.get("ttft_s", self.ttft_s)) + n * float(body.get("itl_s", self.itl_s)))
+            words = [f"r{rid}"] + ["tok"] * (n - 1)
+            if mode == "think":
+                words = ["<think>"] + words[1:n_think] + ["</think>"] + words[n_think:]
+            text = " ".join(words)
+            usage = {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                      if chat else {"index": 0, "text": text, "finish_reason": "length"})
+            entry["written_ns"].append(time.perf_counter_ns())
+            return web.json_response({"object": "chat.completion" if chat else "text_completion",
+                                      "choices": [choice], "usage": usage})
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
 
@@ -68,9 +114,10 @@ class StubServer:
             data = obj if isinstance(obj, bytes) else b"data: " + json.dumps(obj).encode() + b"\n\n"
             await resp.write(data)
 
-        def ev(text: str | None, finish: str | None = None, role: bool = False) -> dict:
+        def ev(text: str | None, finish: str | None = None, role: bool = False, reasoning: bool = False) -> dict:
             if chat:
-                delta = {"role": "assistant"} if role else ({"content": text} if text is not None else {})
+                key = "reasoning_content" if reasoning else "content"
+                delta = {"role": "assistant"} if role else ({key: text} if text is not None else {})
                 return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta,
                                                                        "finish_reason": finish}]}
             return {"object": "text_completion", "choices": [{"index": 0, "text": text or "",
@@ -92,13 +139,24 @@ class StubServer:
             if mode == "close_early" and i == 2:
                 request.transport.close()
                 return resp
+            if mode == "malformed_once" and i == 2 and not getattr(self, "_malformed", False):
+                self._malformed = True
+                await send({"object": "text_completion", "choices": "notalist"})
             # the first token names the request, so a client's saved text can be matched to this log
-            await send(ev((f" r{rid}" if i == 0 else " tok") + " tok" * (min(step, n - i) - 1)))
+            text = (f" r{rid}" if i == 0 else " tok") + " tok" * (min(step, n - i) - 1)
+            if mode == "think" and i == 0:
+                text = "<think>" + text
+            if mode == "think" and i == n_think - 1:
+                text += "</think>"
+            await send(ev(text, reasoning=mode == "reasoning" and i < n_think))
             entry["written_ns"].append(time.perf_counter_ns())
         await send(ev("", finish="length"))
         if mode != "no_usage":
+            ct = {"usage_negative": -5, "usage_huge": 10**9}.get(mode, n)
             last = {"object": "text_completion", "choices": [],
-                    "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n}}
+                    "usage": {"prompt_tokens": n_in, "completion_tokens": ct, "total_tokens": n_in + n}}
+            if mode == "reasoning":
+                last["usage"]["completion_tokens_details"] = {"reasoning_tokens": n_think}
             if mode == "time_info":  # Cerebras Inference's per-request server timings (s)
                 total = (time.perf_counter_ns() - received) / 1e9
                 last["time_info"] = {"queue_time": 0.0001, "prompt_time": ttft, "completion_time": total - ttft,
@@ -134,7 +192,7 @@ class StubServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/_log", self.take_log)
-        self.runner = web.AppRunner(app, access_log=None)
+        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         self.loop.run_until_complete(self.runner.setup())
         site = web.TCPSite(self.runner, "127.0.0.1", self._port, backlog=1024)
         self.loop.run_until_complete(site.start())

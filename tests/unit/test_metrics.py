@@ -77,3 +77,49 @@ def test_nothing_completed_gives_null_throughput():
 def test_flatten_names():
     f = flatten({"ttft_s": {"p50": 1.0, "count": 3}, "output_tok_s": 5.0})
     assert f == {"ttft_s_p50": 1.0, "ttft_s_count": 3, "output_tok_s": 5.0}
+
+
+# --- serving-mode additions (issue 16) ----------------------------------------------------
+
+def _rec(**kw):
+    from infbench.schema import RequestRecord
+
+    base = dict(t_send_ns=1_000, t_sched_ns=500, t_tokens_ns=[3_000, 4_000, 5_000], n_in=4, n_out=3)
+    return RequestRecord(**{**base, **kw})
+
+
+def test_release_lag_reasoning_and_turns():
+    from infbench.measure.metrics import cell_metrics
+
+    recs = [_rec(t_first_reasoning_ns=3_000, t_first_answer_ns=5_000, n_reasoning=2, n_reasoning_source="usage",
+                 turn=1, session=0),
+            _rec(t_send_ns=2_000, t_sched_ns=1_000, t_tokens_ns=[6_000, 7_000, 8_000], turn=2, session=0,
+                 t_first_reasoning_ns=6_000, t_first_answer_ns=7_000, n_reasoning=1, n_reasoning_source="chunks"),
+            _rec(t_send_ns=900, t_sched_ns=900, t_tokens_ns=[], error="timeout after 1 s")]   # never sent
+    m = cell_metrics(recs)
+    assert m["release_lag_s"]["count"] == 2 and m["release_lag_s"]["max"] == pytest.approx(1e-6)
+    assert m["ttfrt_s"]["p50"] == pytest.approx(3e-6) and m["ttfat_s"]["max"] == pytest.approx(5e-6)
+    assert m["reasoning_tokens"]["mean"] == 1.5 and m["answer_tokens"]["mean"] == 1.5
+    assert m["reasoning_tokens_estimated"] is True
+    assert set(m["ttft_s_by_turn"]) == {"1", "2"} and m["ttft_s_by_turn"]["2"]["p50"] == pytest.approx(4e-6)
+
+
+def test_non_streamed_cells_have_no_ttft_tpot_itl():
+    from infbench.measure.metrics import cell_metrics
+
+    m = cell_metrics([_rec(t_tokens_ns=[9_000], n_out=30, streamed=False)] * 2)
+    assert "ttft_s" not in m and "tpot_s" not in m and "itl_s" not in m and m["lib_itl_s"] is None
+    assert m["e2e_s"]["p50"] == pytest.approx(8e-6) and m["output_tok_s"] > 0 and m["streamed"] is False
+
+
+def test_failure_summary_names_the_causes():
+    from infbench.measure.metrics import failure_summary
+
+    boom = [_rec(error="HTTP 500: internal boom", t_tokens_ns=[]) for _ in range(4)]
+    assert failure_summary(boom) == "4/4 failed: HTTP 500: internal boom"
+    mixed = boom[:2] + [_rec(error="timeout after 600 s (--request-timeout)", t_tokens_ns=[])]
+    assert failure_summary(mixed) == ("3/3 failed: HTTP 500: internal boom (2); "
+                                      "timeout after 600 s (--request-timeout) (1)")
+    many = [_rec(error=f"e{i}", t_tokens_ns=[]) for i in range(5)]
+    assert failure_summary(many).endswith("2 with 2 other cause(s)")
+    assert "no request was sent" in failure_summary([])

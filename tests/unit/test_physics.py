@@ -167,3 +167,35 @@ def test_published_h100_figure_implies_its_mbu():
     assert 0.5 < r["mbu_at_least"] < 0.65 and r["e2e_utilisation"] == pytest.approx(floor["e2e_floor_s"] / 0.994)
     # 15.04 GB per decode step: Llama-3-8B's bf16 weights without the embedding table, plus KV and activations
     assert floor["decode_bytes_per_step"] == pytest.approx(15.04e9, rel=0.01)
+
+
+def test_workloads_that_reuse_prefixes_by_design_are_not_suspect_for_it():
+    """Shared prefixes, a Mooncake trace's repeated hash_ids and multi-turn sessions hit the
+    prefix cache on purpose: no prefix-cache reason and no TTFT floor; a trace's per-request
+    output lengths are not measured against its mean; an Azure trace (unique prompts) and a
+    plain cell still are checked for hits."""
+    from infbench.schema import Dataset, Trace
+
+    f = floors()
+    load = Load(mode="concurrency", concurrency=1, num_requests=2)
+    hit = {"cached_tokens": 100}
+    fast = 0.5 * f["ttft_floor_s"]                       # a prefill mostly served from the cache
+    moon = Trace(path="/t.jsonl", sha256="0" * 16, format="mooncake", n=2, max_total_len=300)
+    data = Dataset(path="/c.jsonl", sha256="0" * 16, n=2, multi_turn=True)
+    by_design = [CELL.model_copy(update={"load": load, "prefix_len": 100, "num_prefixes": 2}),
+                 CELL.model_copy(update={"load": load.model_copy(update={"mode": "trace", "concurrency": None,
+                                                                           "trace_speed": 1.0}), "trace": moon}),
+                 CELL.model_copy(update={"load": load, "dataset": data})]
+    for cell in by_design:
+        r = result(cell, records(2, fast, 2 * f["tpot_floor_s"], 64 if cell.trace else 128, server=hit, stagger=1))
+        add_roofline(r, resolve("llama-2-7b"), A100)
+        assert "suspect" not in r.metrics, (cell.label(), r.metrics.get("suspect"))
+    assert roofline_for(by_design[1].model_dump(), None, A100) is None    # lengths vary per request
+    azure = by_design[1].model_copy(update={"trace": moon.model_copy(update={"format": "azure"})})
+    r = result(azure, records(2, 2 * f["ttft_floor_s"], 2 * f["tpot_floor_s"], 64, server=hit, stagger=1))
+    add_roofline(r, resolve("llama-2-7b"), A100)
+    assert r.metrics["suspect"].startswith("prefix cache hit: 2 of 2 requests")
+    plain = result(CELL.model_copy(update={"load": load}), records(2, fast, 2 * f["tpot_floor_s"], 128, server=hit,
+                                                                   stagger=1))
+    add_roofline(plain, resolve("llama-2-7b"), A100)
+    assert "prefix cache hit" in plain.metrics["suspect"] and "below the prefill floor" in plain.metrics["suspect"]

@@ -115,6 +115,18 @@ def test_metrics_url_of_engines():
     assert metrics_url(E(options={}, base_url="http://h:8000/v1", metrics_url="http://h:9/m")) == "http://h:9/m"
     assert metrics_url(E(options={"metrics_url": ""}, base_url="http://h:8000/v1")) is None
     assert metrics_url(E(options={})) is None
+    # the base URL's query and fragment belong to its API, not to /metrics
+    assert metrics_url(E(options={}, base_url="https://u:pw@h/x/v1/?api_key=k#f")) == "https://u:pw@h/x/metrics"
+
+
+def test_scraper_stores_and_prints_its_url_without_credentials():
+    s = ServerMetricsScraper("http://user:s3cret-pw@127.0.0.1:9/metrics?token=t0ken-value", interval_s=0.1,
+                             timeout_s=1)
+    s.start()
+    s.stop()
+    assert s.error.startswith("no Prometheus metrics at http://127.0.0.1:9/metrics: ")
+    assert "s3cret-pw" not in s.error and "t0ken-value" not in s.error and "user" not in s.error
+    assert s.public_url == "http://127.0.0.1:9/metrics"
 
 
 def test_unreachable_endpoint_is_a_note_not_an_error():

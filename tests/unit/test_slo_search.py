@@ -126,3 +126,26 @@ def test_probe_cells_keep_the_workload_and_searches_are_read_back():
     (s,) = searches(rows)
     assert [p["load"] for p in s["points"]] == [1, 2, 4, 5, 6, 8]
     assert s["knee"] == 4 and s["first_fail"] == 5
+
+
+def test_search_refuses_a_trace_and_non_streaming_requests(tmp_path):
+    """A trace brings its own arrival times and --no-stream has no TTFT/TPOT: refused with
+    the reason, before any engine starts (also from the command line, exit 2)."""
+    from typer.testing import CliRunner
+
+    from infbench.analysis.slo_search import check_workload
+    from infbench.cli import app
+
+    check_workload(False, False)
+    with pytest.raises(ConfigError, match="--trace releases its requests at its own times"):
+        check_workload(True, False)
+    with pytest.raises(ConfigError, match="--no-stream measures E2E only"):
+        check_workload(False, True)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 8, "output_length": 2, "hash_ids": [1]}\n')
+    common = ["run", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+              "--slo-ttft-ms", "100", "--store", str(tmp_path / "r.db")]
+    res = CliRunner().invoke(app, [*common, "--trace", str(trace), "--find-max", "rate"])
+    assert res.exit_code == 2 and "--trace-speed" in res.output
+    res = CliRunner().invoke(app, [*common, "--no-stream", "--find-max", "concurrency"])
+    assert res.exit_code == 2 and "--no-stream measures E2E only" in res.output

@@ -54,3 +54,20 @@ def test_newer_schema_refused(tmp_path):
     db.close()
     with pytest.raises(StoreVersionError, match="newer infbench"):
         Store(p)
+
+
+def test_client_details_round_trip_beside_the_servers_fields(tmp_path):
+    """Serving-mode details (reasoning, sessions, streaming, the client's count) are stored in
+    requests.server under `_client` and come back as the record's own fields."""
+    s = Store(tmp_path / "r.db")
+    r = result()
+    recs = [RequestRecord(t_send_ns=10, t_sched_ns=5, t_tokens_ns=[20, 30], n_in=4, n_out=2, n_out_source="usage",
+                          server={"timings": {"cache_n": 3}}, t_first_reasoning_ns=20, t_first_answer_ns=30,
+                          n_reasoning=1, n_reasoning_source="usage", session=2, turn=3, n_in_client=5),
+            RequestRecord(t_send_ns=10, t_tokens_ns=[50], n_out=9, streamed=False),
+            RequestRecord(t_send_ns=10, t_tokens_ns=[50], n_out=1)]
+    row = s.save_cell(s.begin_run({}), r.model_copy(update={"records": recs}))
+    assert s.records(row) == recs
+    raw = [x[0] for x in s.db.execute("SELECT server FROM requests WHERE cell_row=? ORDER BY idx", (row,))]
+    assert '"_client"' in raw[0] and '"timings"' in raw[0] and raw[1] == '{"_client": {"streamed": false}}'
+    assert raw[2] is None

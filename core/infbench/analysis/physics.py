@@ -9,7 +9,10 @@ and one that breaks a physical bound keeps its numbers but is stored with
   prompt was more than 5 % shorter than asked (the cell measured a smaller workload);
 * **prefix cache hit**: the engine says more than 10 % of a prompt came from its cache
   (llama.cpp's ``timings.cache_n``, OpenAI ``usage.prompt_tokens_details.cached_tokens``,
-  vLLM's ``num_cached_tokens``), so TTFT skipped part of the prefill;
+  vLLM's ``num_cached_tokens``), so TTFT skipped part of the prefill. Not for a workload
+  that reuses prefixes by design (:func:`reuses_prefixes`: ``--prefix-len``, a Mooncake
+  trace's repeated ``hash_ids``, ``--multi-turn`` sessions), whose prefill checks (TTFT
+  floor, MFU) are skipped too: there the hit is what is measured;
 * **utilisation above 1**: ``mbu`` or ``mfu`` > 1 against the device's peaks; the reason
   says the likely cause (a model that fits in the CPU's last-level cache, a bandwidth that
   is only a measured attainable rate, a prefill chunked across steps, a wrong device);
@@ -77,6 +80,16 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.3g} ms"
 
 
+def reuses_prefixes(cell: Any) -> bool:
+    """True for a workload whose prompts share prefixes by design, so that a server's
+    prefix cache is part of what is measured: shared-prefix synthetic prompts
+    (``prefix_len``), a Mooncake trace (repeated ``hash_ids``), multi-turn sessions (each
+    turn extends the last)."""
+    trace, data = getattr(cell, "trace", None), getattr(cell, "dataset", None)
+    return bool(getattr(cell, "prefix_len", None) or (trace is not None and trace.format == "mooncake")
+                or (data is not None and data.multi_turn))
+
+
 def token_reasons(cell: Any, records: list[Any]) -> list[str]:
     """Reasons about token counts and prefix caching (no device limits needed).
 
@@ -88,7 +101,7 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
     done = [r for r in records if r.error is None and r.t_tokens_ns]
     if not done:
         return out
-    if cell.dataset is None:
+    if cell.dataset is None and getattr(cell, "trace", None) is None:  # else lengths vary per request
         short = [r.n_out for r in done if r.n_out < cell.output_len]
         if short:
             out.append(f"too few tokens: {len(short)} of {len(done)} requests produced fewer output tokens than the "
@@ -99,6 +112,8 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
                        f"tokens asked (as few as {min(prompts)})")
     elif any(r.n_out == 0 for r in done):
         out.append("too few tokens: a completed request produced no output token")
+    if reuses_prefixes(cell):
+        return out
     cached = []
     for r in done:
         s = r.server or {}
@@ -144,7 +159,7 @@ def utilisation_reasons(cell: Any, roof: dict[str, Any], limits: Limits) -> list
             why = "too few tokens, a cache hit, or a device other than the one labelled"
         out.append(f"MBU {mbu:.2f} > 1: decode read faster than {limits.id}'s {kind} bandwidth "
                    f"({limits.bandwidth_bytes_s / 1e9:.4g} GB/s): {why}")
-    if mfu is not None and mfu > 1:
+    if mfu is not None and mfu > 1 and not reuses_prefixes(cell):
         why = ("a prefix-cache hit, a prefill split over several steps (the mean TTFT then counts early first "
                "tokens), or a device other than the one labelled")
         out.append(f"MFU {mfu:.2f} > 1: prefill ran faster than {limits.id}'s peak "
@@ -172,7 +187,7 @@ def floor_reasons(cell: Any, records: list[Any], roof: dict[str, Any], limits: L
     one = _floor_at_batch_one(cell, limits, shape)
     if one is None:
         return out
-    if min(ttft) < one["ttft_floor_s"]:
+    if min(ttft) < one["ttft_floor_s"] and not reuses_prefixes(cell):
         out.append(f"TTFT below its floor: a request's first token came after {_ms(min(ttft))}, below the prefill "
                    f"floor of one prompt ({_ms(one['ttft_floor_s'])})")
     if tpot and min(tpot) < one["tpot_floor_s"]:

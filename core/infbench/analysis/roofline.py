@@ -297,8 +297,8 @@ def cell_roofline(m: ModelShape, precision: str, dtype: str, batch: float, n_in:
 def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: Limits,
                  shape: ModelShape | None = None) -> dict[str, Any] | None:
     """:func:`cell_roofline` of a stored cell (``spec`` = ``Cell.model_dump()``), or None
-    when the model or its effective batch is unknown or the cell used a dataset
-    (variable lengths).
+    when the model or its effective batch is unknown or the cell used a dataset or a
+    trace (variable lengths).
 
     Raises:
         RooflineError: the device lacks a figure.
@@ -307,7 +307,7 @@ def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: L
     from infbench.errors import ConfigError
     from infbench.models import resolve
 
-    if spec.get("dataset"):
+    if spec.get("dataset") or spec.get("trace"):
         return None
     try:
         m = shape or resolve(spec["model"])

@@ -274,6 +274,22 @@ def search(measure: Callable[[float], Probe], mode: str, start: float, limit: fl
     return res
 
 
+def check_workload(trace: bool, no_stream: bool) -> None:
+    """The workloads a search cannot vary or judge.
+
+    Raises:
+        ConfigError: a trace (its own arrival times: neither a concurrency nor a rate to
+            vary), or non-streaming requests (no TTFT or TPOT per request to judge).
+    """
+    if trace:
+        raise ConfigError("--find-max varies --concurrency or --request-rate; a --trace releases its requests at "
+                          "its own times", hint="sweep --trace-speed instead (e.g. --trace-speed 0.5,1,2) and read "
+                          "goodput_req_s per cell, or search on synthetic or --dataset load")
+    if no_stream:
+        raise ConfigError("--find-max judges each request's TTFT and TPOT; --no-stream measures E2E only",
+                          hint="drop --no-stream")
+
+
 def probe_cell(template: Cell, mode: str, load: float) -> Cell:
     """The cell of one probe: ``template`` with its load set to ``load`` (requests in flight
     or arrivals per s), the rest (requests, duration, warm-up) kept."""
@@ -345,6 +361,7 @@ def run_find_max(plan: Plan, store: Store, options: RunOptions, pm: PluginManage
     if template.load is None or template.load.mode == "batch":
         raise ConfigError("--find-max needs a server engine and a load", hint="e.g. --engine llama.cpp-server "
                           "--concurrency 1 --find-max concurrency")
+    check_workload(template.trace is not None, template.load.stream is False)
     limit = limit if limit is not None else DEFAULT_LIMIT[mode]
     start = template.load.concurrency if mode == "concurrency" else template.load.request_rate
     if start is None:

@@ -32,6 +32,7 @@ from infbench.cli.common import (
     stdout_to_stderr,
 )
 from infbench.errors import ConfigError, InfbenchError
+from infbench.sweeps import serving_workload_flags
 
 RUN_HELP = """Run a sweep of cells and store every result.
 
@@ -56,6 +57,10 @@ engine proves it runs on the device before its first timed request.
     infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
     infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
+    infbench run --engine vllm-server --trace mooncake.jsonl --trace-speed 0.5,1 --num-requests 500
+    infbench run --engine llama.cpp-server --dataset chats.jsonl --multi-turn --think-time 1 -c 4
+    infbench run --engine vllm-server --prefix-len 256 --num-prefixes 4 --input-len 512 -c 8
+    infbench run --engine openai --base-url URL --model M --tokenizer ./tok --no-stream -c 4
     infbench run --executor container                              # inside the worker image
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
     infbench run --executor ray --device nvidia --container-runtime apptainer
@@ -145,9 +150,12 @@ def run(
     warmup_requests: Annotated[int | None, Opt("--warmup-requests", help="Serving mode: untimed requests first "
                                                "(default 1).")] = None,
     request_timeout: Annotated[float | None, Opt("--request-timeout", help="Serving mode: per-request limit in "
-                                                 "s.")] = None,
+                                                 "s (default 600); a request past it is stored as failed, and a "
+                                                 "cell stops offering requests once as many have timed out as are "
+                                                 "in flight with none completed.")] = None,
     base_url: Annotated[str | None, Opt("--base-url", help="--engine openai: the server, e.g. "
-                                        "http://127.0.0.1:8000/v1.")] = None,
+                                        "http://127.0.0.1:8000/v1. Credentials in it (user:password@, "
+                                        "?api_key=) are used to connect but never stored or printed.")] = None,
     api_key_env: Annotated[str | None, Opt("--api-key-env", help="Name of the environment variable holding the "
                                            "API key (never stored).")] = None,
     endpoint: Annotated[str | None, Opt("--endpoint", help="completions (default) or chat.")] = None,
@@ -165,6 +173,31 @@ def run(
                                              "prompt is longer (tokens; default 1024).")] = None,
     max_output_len: Annotated[int | None, Opt("--max-output-len", help="--dataset: skip conversations whose "
                                               "final assistant turn is longer (tokens; default 1024).")] = None,
+    # -- serving workloads (issue 16): traces, sessions, shared prefixes, streaming, tokenizer --
+    trace: Annotated[Path | None, Opt("--trace", help="Serving mode: replay a request trace at its own timing: "
+                                      "Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids: equal "
+                                      "ids give identical 512-token prompt blocks) or the Azure LLM inference CSV "
+                                      "(TIMESTAMP, ContextTokens, GeneratedTokens). Output lengths are forced; "
+                                      "--num-requests/--duration cut it; --concurrency caps it.")] = None,
+    trace_speed: Annotated[ListOpt, Opt("--trace-speed", help="--trace: time compression, 2 = twice as fast; a "
+                                        "list sweeps it (default 1).")] = None,
+    multi_turn: Annotated[bool, Opt("--multi-turn", help="--dataset: replay each conversation turn by turn as a "
+                                    "session, each user turn sent after the server's own answer (TTFT per turn "
+                                    "index); --num-requests then counts sessions, --concurrency sessions in "
+                                    "flight.")] = False,
+    think_time: Annotated[float | None, Opt("--think-time", help="--multi-turn: seconds between an answer and "
+                                            "the next user turn.")] = None,
+    prefix_len: Annotated[int | None, Opt("--prefix-len", help="Serving mode: synthetic prompts start with one of "
+                                          "--num-prefixes shared prefixes of this many tokens (a system prompt "
+                                          "reused across requests; part of --input-len).")] = None,
+    num_prefixes: Annotated[int | None, Opt("--num-prefixes", help="--prefix-len: distinct shared prefixes "
+                                            "(default 1).")] = None,
+    no_stream: Annotated[bool, Opt("--no-stream", help="Serving mode: non-streaming requests; E2E and throughput "
+                                   "only (TTFT, TPOT and ITL are not measured).")] = False,
+    tokenizer: Annotated[str | None, Opt("--tokenizer", help="Serving mode: a tokenizer folder or a Hugging Face "
+                                         "id in the local cache, for text prompts of exact token counts against "
+                                         "any endpoint; the server's usage stays the authority, mismatches are "
+                                         "reported.")] = None,
     slo_ttft: Annotated[float | None, Opt("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
     slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
     slo_e2e: Annotated[float | None, Opt("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
@@ -227,6 +260,10 @@ def run(
         if find_max is not None and find_max not in ("rate", "concurrency"):
             raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
                               hint="e.g. --find-max concurrency --slo-ttft-ms 500")
+        if find_max is not None:
+            from infbench.analysis.slo_search import check_workload
+
+            check_workload(trace is not None, no_stream)
         if find_max == "concurrency" and not concurrency and not request_rate:
             concurrency = ["1"]                      # the search starts at 1 in flight
         elif find_max == "rate" and not request_rate and not concurrency:
@@ -267,7 +304,9 @@ def run(
             num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
             request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
             dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
-            dataset_max_output_len=max_output_len, repeat=repeat)
+            dataset_max_output_len=max_output_len, repeat=repeat, **serving_workload_flags(
+                trace, split(trace_speed, "--trace-speed", float), multi_turn, think_time, prefix_len,
+                num_prefixes, no_stream, tokenizer))
         fleet = None
         if name == "ray":
             fleet, plans, endpoint_opts = _fleet_plans(sweep, pm, device, ray_address)
@@ -280,7 +319,7 @@ def run(
             err.print(f"[yellow]warning:[/] {w}")
         cells = [c for p in plans for c in p.cells]
         eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
-                               prompt_format=prompt_format, **endpoint_opts)
+                               prompt_format=prompt_format, tokenizer=tokenizer, **endpoint_opts)
         if write_spec is not None:
             from infbench.worker import write_spec as _write_spec
 
@@ -510,6 +549,11 @@ def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] 
         out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
     for n in {r["power_note"] for r in rows if r["power_note"]}:
         out.print(f"[dim]energy: {n}[/]")
+    for r in rows:
+        behind = ((r["metrics"] or {}).get("client") or {}).get("behind")
+        if behind:
+            out.print(f"[yellow]note:[/] the client fell behind in cell {r['cell_id']}: {escape('; '.join(behind))} "
+                      "(its own stamps may lag by up to client_lag_p99_ms)")
     out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "
               f"{len(summary.skipped)} skipped. See `infbench results`.")
 

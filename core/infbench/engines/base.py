@@ -25,11 +25,16 @@ class RunOutput:
             decode), to separate harness overhead from engine time.
         warnings: things the results' reader must know (e.g. a server that did not
             honour the forced output length); stored in the cell's metrics.
+        metrics: per-cell figures only the engine knows, merged into the cell's metrics:
+            the serving client's health (``client_lag_p99_ms``, ``client``: loop lag,
+            release lag, whether it fell behind); server-side data can join them under
+            their own keys (e.g. ``server``).
     """
 
     records: list[RequestRecord]
     engine_s: float
     warnings: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

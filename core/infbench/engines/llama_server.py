@@ -59,7 +59,7 @@ class LlamaServerEngine(ManagedServerEngine):
             path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
         self._check_devices()
         parallel = int(self.options.get("parallel") or slots_needed(group.cells))
-        per_slot = max(c.input_len + c.output_len for c in group.cells) + 16
+        per_slot = max(c.longest() for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
         extra = ["--threads", str(self.options["n_threads"])] if self.options.get("n_threads") else []
         if self.device.kind != "cpu":
@@ -108,27 +108,16 @@ class LlamaServerEngine(ManagedServerEngine):
         proof["source"] = "server log"
         return proof
 
-    def make_prompts(self, cell, model) -> list[Any]:
-        """As :meth:`OpenAIEngine.make_prompts`; for a dummy GGUF, text (conversations,
-        ``--prompt-format text``) is mapped word for word into the dummy vocabulary
-        (:func:`~infbench.engines.gguf_dummy.dummy_text`), which cannot spell arbitrary text."""
-        prompts = super().make_prompts(cell, model)
-        if model.path:
-            return prompts
-        from dataclasses import replace
-
+    def map_text(self, text: str) -> str:
+        """For a dummy GGUF, text (conversations, ``--prompt-format text``) is mapped word for
+        word into the dummy vocabulary (:func:`~infbench.engines.gguf_dummy.dummy_text`),
+        which cannot spell arbitrary text; a real GGUF gets the text as it is."""
+        m = self._model or getattr(getattr(self, "group", None), "model", None)
+        if m is None or m.path:
+            return text
         from infbench.engines.gguf_dummy import dummy_text
-        from infbench.workloads.chat import ChatRequest
 
-        def conv(p: Any) -> Any:
-            if isinstance(p, str):
-                return dummy_text(p, model.vocab)
-            if isinstance(p, ChatRequest):
-                return replace(p, messages=tuple({**m, "content": dummy_text(m["content"], model.vocab)}
-                                                 for m in p.messages))
-            return p
-
-        return [conv(p) for p in prompts]
+        return dummy_text(text, m.vocab)
 
     def describe(self) -> dict[str, Any]:
         """xllamacpp version, slots, and the server log kept beside the results."""

@@ -1,133 +1,305 @@
-"""Any OpenAI-compatible server: streaming ``/v1/completions`` or ``/v1/chat/completions``.
+"""Any OpenAI-compatible server: ``/v1/completions`` or ``/v1/chat/completions``, streamed
+or not.
 
-One pooled ``aiohttp.ClientSession`` per cell sends every request (aiohttp rather than
-httpx: its lighter request path halved the client's own share of TTFT on a loaded host,
-docs/benchmarks.md); the body is serialised before the clock starts. While a response streams,
-the client does no per-token work beyond recording ``(perf_counter_ns(), raw bytes)`` for
-each network read; the server-sent events are parsed after the request ends
-(:func:`parse_stream`). Rules (METRICS.md):
+Requests go through infbench's own HTTP/1.1 client (:mod:`infbench.measure.client`): the
+body is serialised before the clock starts, ``t_send`` is taken immediately before the
+socket write, and while a response streams the client does no per-token work beyond
+recording ``(perf_counter_ns(), raw bytes)`` for each network read; the server-sent events
+are parsed after the request ends (:func:`parse_stream`). The event loop is uvloop's where
+uvloop is installed. Rules (METRICS.md):
 
-* The first token is the first event carrying generated text; role-only, empty and
-  usage-only events do not count.
-* Token counts come from the server's ``usage`` (``stream_options.include_usage``); a
-  server without usage falls back to one token per text event, flagged ``chunks``.
+* The first token is the first event carrying generated text of any kind (reasoning or
+  answer); role-only, empty and usage-only events do not count.
+* Reasoning is recognised from ``delta.reasoning_content`` / ``delta.reasoning`` (vLLM,
+  SGLang, DeepSeek, OpenRouter) or text inside ``<think>...</think>``; the first reasoning
+  token, the first answer token (``ttfat_s``) and both counts are kept per request.
+* Token counts come from the server's ``usage`` (``stream_options.include_usage``),
+  validated against the stream and ``max_tokens`` (a request with impossible counts is
+  failed with the reason); a server without usage falls back to one token per text event,
+  flagged ``chunks``.
 * Output length is forced with ``ignore_eos`` and ``min_tokens`` (vLLM, llama.cpp); a
   server that returns another length gets a warning stored with the cell.
 * The API key is read from the environment variable named by ``api_key_env`` and is never
-  stored, logged or exported; it is scrubbed from any error text.
+  stored, logged or exported. Credentials in the URL (userinfo, query) are used to connect
+  but stored, printed and hashed nowhere (:func:`infbench.secrets.redact_url`); server
+  error text is stripped of control characters and scrubbed before it is cut.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from infbench.engines.base import Engine, RunOutput
 from infbench.errors import ConfigError, EngineUnavailable
-from infbench.measure.loadgen import run_load
+from infbench.measure.client import HttpClient, Response, endpoint_url
+from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
+from infbench.measure.metrics import failure_causes
 from infbench.schema import Cell, Load, RequestRecord
+from infbench.secrets import clean_text, redact_url
 from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
 SERVER_FIELDS = ("timings", "time_info", "system_fingerprint")
+#: Largest token count accepted from a server's usage when no ``max_tokens`` bounds it.
+MAX_SANE_TOKENS = 10_000_000
+#: Client-health thresholds: a cell whose event-loop lag p99 or release lag p99 (ms)
+#: exceeds these is flagged (``metrics["client"]["behind"]``); the loop lag is judged only
+#: over at least ``BEHIND_MIN_SAMPLES`` samples (1 s of timed part).
+BEHIND_LAG_MS = 5.0
+BEHIND_RELEASE_MS = 5.0
+BEHIND_MIN_SAMPLES = 100
+#: Raw response bytes kept unparsed during a cell; past it, responses are parsed as they end.
+RAW_BUDGET_BYTES = 256 * 2**20
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 @dataclass
 class ParsedStream:
-    """What a streamed response said.
+    """What a response said.
 
     Attributes:
-        token_times_ns: arrival time of each event that carried generated text.
+        token_times_ns: arrival time of each event that carried generated text (reasoning
+            or answer).
+        reasoning_times_ns: arrival time of each event that carried reasoning.
+        answer_times_ns: arrival time of each event that carried answer text.
         usage: the ``usage`` object, if the server sent one.
         server: server-side fields (llama.cpp ``timings``, Cerebras ``time_info``...).
         finish_reason: the last ``finish_reason`` seen.
         done: True if ``data: [DONE]`` arrived.
-        error: an error event's message, if any.
+        error: an error event's message or a malformed event, if any.
+        text: the answer text (reasoning removed), when asked for.
     """
 
     token_times_ns: list[int] = field(default_factory=list)
+    reasoning_times_ns: list[int] = field(default_factory=list)
+    answer_times_ns: list[int] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     server: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     done: bool = False
     error: str | None = None
+    text: str | None = None
 
 
-def _text_of(choice: dict[str, Any], chat: bool) -> str:
-    if not chat:
-        return choice.get("text") or ""
-    delta = choice.get("delta") or {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or delta.get("reasoning") or "")
+def _str_field(obj: dict[str, Any], *keys: str) -> str | None:
+    for k in keys:
+        v = obj.get(k)
+        if v:
+            if not isinstance(v, str):
+                raise ValueError(f"'{k}' is {type(v).__name__}, not a string")
+            return v
+    return None
 
 
-def parse_stream(reads: list[tuple[int, bytes]], chat: bool = False) -> ParsedStream:
+def _choice_texts(choice: Any, chat: bool) -> tuple[str | None, str | None]:
+    """``(answer text, reasoning text)`` of one choice of an event (chat ``delta`` or
+    ``message``, or completions ``text``).
+
+    Raises:
+        ValueError: the choice is not shaped as the API says.
+    """
+    if not isinstance(choice, dict):
+        raise ValueError(f"a choice is {type(choice).__name__}, not an object")
+    if chat:
+        d = choice.get("delta")
+        if d is None:
+            d = choice.get("message")
+        if d is None:
+            return None, None
+        if not isinstance(d, dict):
+            raise ValueError(f"'delta' is {type(d).__name__}, not an object")
+        return _str_field(d, "content"), _str_field(d, "reasoning_content", "reasoning")
+    return _str_field(choice, "text"), _str_field(choice, "reasoning_content", "reasoning")
+
+
+def _event(out: ParsedStream, t: int, payload: bytes, chat: bool, content: list[tuple[int, str]]) -> None:
+    """Fold one ``data:`` payload into ``out`` (a malformed one sets ``out.error``)."""
+    if payload == b"[DONE]":
+        out.done = True
+        return
+    try:
+        ev = json.loads(payload)
+    except ValueError:
+        out.error = f"unparseable event: {clean_text(payload[:2000], limit=None)!r}"
+        return
+    if not isinstance(ev, dict):
+        out.error = f"malformed event: a {type(ev).__name__}, not an object"
+        return
+    if "error" in ev:
+        err = ev["error"]
+        out.error = clean_text(str(err.get("message", err)) if isinstance(err, dict) else str(err), limit=None)
+        return
+    choices = ev.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        out.error = f"malformed event: 'choices' is {type(choices).__name__}, not a list"
+        return
+    try:
+        for choice in choices or ():
+            answer, reasoning = _choice_texts(choice, chat)
+            if reasoning:
+                out.reasoning_times_ns.append(t)
+            if answer:
+                content.append((t, answer))
+            if answer or reasoning:
+                out.token_times_ns.append(t)
+            fr = choice.get("finish_reason")
+            if fr:
+                out.finish_reason = str(fr)
+    except ValueError as exc:
+        out.error = f"malformed event: {exc}"
+        return
+    usage = ev.get("usage")
+    if usage:
+        if not isinstance(usage, dict):
+            out.error = f"malformed event: 'usage' is {type(usage).__name__}, not an object"
+            return
+        out.usage = usage
+    for k in SERVER_FIELDS:
+        if ev.get(k) is not None:
+            out.server[k] = ev[k]
+
+
+def _split_think(out: ParsedStream, content: list[tuple[int, str]], keep_text: bool) -> None:
+    """Answer events and answer text from the content events, text inside
+    ``<think>...</think>`` counted as reasoning (a reply that starts inside an unclosed
+    block, as when the chat template opened it, reasons up to ``</think>``)."""
+    if not content:
+        if keep_text:
+            out.text = ""
+        return
+    whole = "".join(c for _, c in content)
+    end = whole.find(THINK_CLOSE)
+    start = whole.find(THINK_OPEN)
+    if end >= 0:
+        stop = end + len(THINK_CLOSE)
+    elif start >= 0 and not whole[:start].strip():
+        stop = len(whole)                     # an unclosed block: everything after it is reasoning
+    else:
+        stop = 0
+    if stop == 0:
+        out.answer_times_ns = [t for t, _ in content]
+        if keep_text:
+            out.text = whole
+        return
+    pos, think = 0, []
+    for t, c in content:
+        pos += len(c)
+        if pos <= stop:
+            think.append(t)
+        else:
+            out.answer_times_ns.append(t)
+    out.reasoning_times_ns = sorted(out.reasoning_times_ns + think)
+    if keep_text:
+        out.text = whole[stop:].lstrip()
+
+
+def parse_stream(reads: Sequence[tuple[int, bytes]], chat: bool = False, keep_text: bool = False) -> ParsedStream:
     """Parse server-sent events from raw network reads.
 
     Args:
         reads: ``(perf_counter_ns at arrival, bytes)`` per network read, in order.
         chat: parse ``delta.content`` (chat) instead of ``text`` (completions).
+        keep_text: also return the answer text (multi-turn replay needs it).
 
-    An event split over two reads gets the arrival time of the read that completed it.
+    An event split over two reads gets the arrival time of the read that completed it. A
+    malformed event makes ``error`` say what was wrong (never raises).
     """
     out = ParsedStream()
+    content: list[tuple[int, str]] = []
     buf = b""
     for t, data in reads:
-        buf += data.replace(b"\r\n", b"\n")
-        while b"\n\n" in buf:
-            raw, buf = buf.split(b"\n\n", 1)
+        buf = buf + data.replace(b"\r\n", b"\n") if buf else data.replace(b"\r\n", b"\n")
+        if b"\n\n" not in buf:
+            continue
+        *events, buf = buf.split(b"\n\n")
+        for raw in events:
             for line in raw.split(b"\n"):
-                if not line.startswith(b"data:"):
-                    continue
-                payload = line[5:].strip()
-                if payload == b"[DONE]":
-                    out.done = True
-                    continue
-                try:
-                    ev = json.loads(payload)
-                except ValueError:
-                    out.error = f"unparseable event: {payload[:200]!r}"
-                    continue
-                if "error" in ev:
-                    err = ev["error"]
-                    out.error = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-                    continue
-                for choice in ev.get("choices") or []:
-                    if _text_of(choice, chat):
-                        out.token_times_ns.append(t)
-                    if choice.get("finish_reason"):
-                        out.finish_reason = choice["finish_reason"]
-                if ev.get("usage"):
-                    out.usage = ev["usage"]
-                for k in SERVER_FIELDS:
-                    if ev.get(k) is not None:
-                        out.server[k] = ev[k]
+                if line.startswith(b"data:"):
+                    _event(out, t, line[5:].strip(), chat, content)
+    _split_think(out, content, keep_text)
     return out
 
 
+def parse_response(body: bytes, t: int, chat: bool = False, keep_text: bool = False) -> ParsedStream:
+    """Parse a non-streaming response (one JSON object) that arrived complete at ``t``:
+    one token time (the arrival), the usage, the answer text; reasoning from the
+    message's ``reasoning_content`` or a ``<think>`` block."""
+    out = ParsedStream()
+    content: list[tuple[int, str]] = []
+    _event(out, t, body.strip(), chat, content)
+    if out.error is None:
+        out.done = True
+    _split_think(out, content, keep_text)
+    return out
+
+
+def _count(usage: dict[str, Any], key: str, bound: int) -> int | None:
+    """``usage[key]`` if it is an integer in ``0..bound``; None if absent.
+
+    Raises:
+        ValueError: present but not such an integer (the message names it).
+    """
+    if key not in usage or usage[key] is None:
+        return None
+    v = usage[key]
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v)
+            or not 0 <= v <= bound):
+        raise ValueError(f"usage.{key}={str(v)[:40]} is not a token count in 0..{bound}")
+    return int(v)
+
+
 def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None, transport_error: str | None,
-              ) -> RequestRecord:
-    """A :class:`RequestRecord` from a parsed stream.
+              max_tokens: int | None = None, streamed: bool = True) -> RequestRecord:
+    """A :class:`RequestRecord` from a parsed response.
 
     ``n_out`` is ``usage.completion_tokens`` when given (then ``t_tokens_ns`` gets one
     entry per token: text events, and tokens that came without text placed at the last
-    event's time), else the number of text events (flagged ``chunks``). A stream that
-    ended without ``[DONE]`` or a finish reason is an error.
+    event's time), else the number of text events (flagged ``chunks``). Usage counts are
+    validated: negative, above ``max_tokens`` (or :data:`MAX_SANE_TOKENS`), or fewer
+    completion tokens than text events streamed make the request failed with the reason.
+    A stream that ended without ``[DONE]`` or a finish reason is an error. A
+    non-streaming response (``streamed=False``) keeps one token time, its arrival.
     """
     times = list(p.token_times_ns)
     source = "chunks"
     n_out = len(times)
     n_in = n_in_sent or 0
-    if p.usage:
-        source = "usage"
-        n_out = int(p.usage.get("completion_tokens") or 0)
-        n_in = int(p.usage.get("prompt_tokens") or n_in)
-        if times and n_out > len(times):
-            times += [times[-1]] * (n_out - len(times))
     error = transport_error or p.error
+    n_reasoning, r_source = None, None
+    if p.usage and error is None:
+        try:
+            ct = _count(p.usage, "completion_tokens", max_tokens if max_tokens is not None else MAX_SANE_TOKENS)
+            pt = _count(p.usage, "prompt_tokens", MAX_SANE_TOKENS)
+            if ct is not None and streamed and ct < len(times):
+                raise ValueError(f"usage.completion_tokens={ct} but {len(times)} events with text were streamed")
+            details = p.usage.get("completion_tokens_details")
+            rt = _count(details, "reasoning_tokens", ct or 0) if isinstance(details, dict) else None
+        except ValueError as exc:
+            error = f"invalid usage from the server: {exc}"
+        else:
+            if ct is not None:
+                source, n_out = "usage", ct
+                if streamed and times and n_out > len(times):
+                    times += [times[-1]] * (n_out - len(times))
+            if pt is not None:
+                n_in = pt
+            if rt is not None and (rt or not p.reasoning_times_ns):
+                n_reasoning, r_source = rt, "usage"
+    if n_reasoning is None and p.reasoning_times_ns:
+        n_reasoning, r_source = min(len(p.reasoning_times_ns), n_out), "chunks"
+    if not streamed:
+        times = times[:1]
+        if not p.usage:
+            source = "client_tokenizer"
     if error is None and not (p.done or p.finish_reason):
         error = "stream ended early (no finish_reason and no [DONE])"
     if error is None and not times:
@@ -135,27 +307,45 @@ def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None,
     server = dict(p.server)
     if p.finish_reason:
         server["finish_reason"] = p.finish_reason
-    cached = ((p.usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
-    if cached:
-        server["cached_tokens"] = int(cached)  # prompt tokens the server took from its prefix cache
-    return RequestRecord(t_send_ns=t_send, t_sched_ns=t_sched, t_tokens_ns=times,
-                         n_in=n_in, n_out=n_out, n_out_source=source, error=error, server=server or None)
+    prompt_details = (p.usage or {}).get("prompt_tokens_details")
+    cached = prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and cached > 0:
+        server["cached_tokens"] = cached  # prompt tokens the server took from its prefix cache
+    return RequestRecord(t_send_ns=t_send, t_sched_ns=t_sched, t_tokens_ns=times, n_in=n_in, n_out=n_out,
+                         n_out_source=source, error=error, server=server or None, streamed=streamed,
+                         t_first_reasoning_ns=p.reasoning_times_ns[0] if p.reasoning_times_ns and streamed else None,
+                         t_first_answer_ns=p.answer_times_ns[0] if p.answer_times_ns and streamed else None,
+                         n_reasoning=n_reasoning, n_reasoning_source=r_source)
+
+
+def event_loop_runner() -> tuple[Any, str]:
+    """``(run(coro), name)``: uvloop's runner where uvloop is installed, else asyncio's."""
+    try:
+        import uvloop
+
+        return uvloop.run, "uvloop"
+    except ImportError:
+        return asyncio.run, "asyncio"
 
 
 class OpenAIEngine(Engine):
     """Drives an OpenAI-compatible server under a serving-mode load.
 
     Options:
-        base_url: e.g. ``http://127.0.0.1:8000/v1`` (required).
+        base_url: e.g. ``http://127.0.0.1:8000/v1`` (required); userinfo and query are
+            used to connect, never stored.
         api_key_env: name of the environment variable holding the API key (optional).
         endpoint: ``completions`` (default) or ``chat``.
         served_model: model name sent to the server (default: the cell's model).
         prompt_format: ``token_ids`` (exact lengths; needs the server's vocabulary, i.e.
             a zoo model served with dummy weights) or ``text`` (default for external
             endpoints; lengths confirmed from usage).
+        tokenizer: a tokenizer folder or cached HF id: text prompts of exact lengths in
+            it, and its counts compared with the server's.
         force_output: send ``ignore_eos``/``min_tokens`` (default True; servers that
             reject unknown fields need False).
         extra_body: dict merged into every request.
+        event_loop: ``uvloop`` (default where installed) or ``asyncio``.
     """
 
     name = "openai"
@@ -165,6 +355,7 @@ class OpenAIEngine(Engine):
         super().__init__(device, options)
         self.base_url: str | None = self.options.get("base_url")
         self._key: str | None = None
+        self._model: Any = None
 
     # -- life cycle ----------------------------------------------------------------
     def start(self, group) -> None:
@@ -172,14 +363,12 @@ class OpenAIEngine(Engine):
 
         Raises:
             ConfigError: no base URL, or the named API key variable is unset.
-            EngineUnavailable: aiohttp/httpx missing, or the server does not answer ``/models``.
+            EngineUnavailable: httpx missing, or the server does not answer ``/models``.
         """
         try:
-            import aiohttp  # noqa: F401
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise EngineUnavailable("the openai engine needs aiohttp and httpx",
-                                    hint="pip install 'infbench[serve]'") from exc
+            raise EngineUnavailable("the openai engine needs httpx", hint="pip install 'infbench[serve]'") from exc
         if not self.base_url:
             raise ConfigError("the openai engine needs a server URL", hint="pass --base-url http://HOST:PORT/v1")
         env = self.options.get("api_key_env")
@@ -191,7 +380,12 @@ class OpenAIEngine(Engine):
         self.endpoint = self.options.get("endpoint", "completions")
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r}", hint="use completions or chat")
+        if self.options.get("tokenizer"):
+            from infbench.workloads.tokenizer import tokenizer_text
+
+            tokenizer_text(str(self.options["tokenizer"]))          # a bad --tokenizer fails here, clearly
         self.group = group
+        self._model = getattr(group, "model", None)
         self._check_server()
 
     def verify_device(self, group) -> dict[str, Any]:
@@ -205,95 +399,181 @@ class OpenAIEngine(Engine):
             from infbench.engines.availability import device_label
             from infbench.errors import DeviceMismatch
 
-            raise DeviceMismatch(self.name, device_label(self.device), f"{self.base_url} is an endpoint infbench did "
-                                 "not start; its own hardware serves it", f"the endpoint {self.base_url}",
+            raise DeviceMismatch(self.name, device_label(self.device), f"{self.public_url} is an endpoint infbench "
+                                 "did not start; its own hardware serves it", f"the endpoint {self.public_url}",
                                  "run it as a remote device: --engine openai --base-url URL")
-        return {"device": "remote", "endpoint": self.base_url}
+        return {"device": "remote", "endpoint": self.public_url}
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+
+    def _secrets(self) -> list[str]:
+        """Everything that must never be stored: the API key, URL credentials and query values."""
+        out = [self._key] if self._key else []
+        if self.base_url:
+            u = urlsplit(self.base_url)
+            out += [s for s in (u.password, unquote(u.password or ""), u.username) if s]
+            out += [v for _, v in parse_qsl(u.query) if len(v) >= 4]
+        return out
+
+    def _scrub(self, text: str | bytes, limit: int | None = 300) -> str:
+        return clean_text(text, self._secrets(), limit)
+
+    @property
+    def public_url(self) -> str | None:
+        """The base URL without credentials or query (what is stored and printed)."""
+        return redact_url(self.base_url)
 
     def _check_server(self) -> None:
         import httpx
 
         try:
-            r = httpx.get(f"{self.base_url.rstrip('/')}/models", headers=self._headers(), timeout=10)
+            r = httpx.get(endpoint_url(self.base_url, "models"), headers=self._headers(), timeout=10)
         except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"cannot reach {self.base_url}: {self._scrub(str(exc))}",
-                                    hint="is the server running? check --base-url") from exc
+            raise EngineUnavailable(f"cannot reach {self.public_url}: {self._scrub(str(exc))}",
+                                    hint="is the server running? check --base-url") from None
+        except ValueError as exc:
+            raise ConfigError(f"--base-url {self.public_url} is not a usable URL: {self._scrub(str(exc))}") from None
         if r.status_code >= 400:
-            raise EngineUnavailable(f"{self.base_url}/models answered HTTP {r.status_code}: "
-                                    f"{self._scrub(r.text[:200])}", hint="check the URL and --api-key-env")
+            raise EngineUnavailable(f"{self.public_url}/models answered HTTP {r.status_code}: "
+                                    f"{self._scrub(r.content, 200)}", hint="check the URL and --api-key-env")
 
     def stop(self) -> None:
         """Nothing to free: the HTTP client lives only while a cell runs."""
 
     def describe(self) -> dict[str, Any]:
-        """Base URL, endpoint, the API key variable's *name*, and the HTTP client's version."""
-        import aiohttp
-
-        return {"name": self.name, "base_url": self.base_url, "endpoint": self.options.get("endpoint", "completions"),
-                "api_key_env": self.options.get("api_key_env"), "versions": {"aiohttp": aiohttp.__version__}}
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key else text
+        """Base URL (credentials and query removed), endpoint, the API key variable's
+        *name*, the tokenizer, and the client's event loop."""
+        return {"name": self.name, "base_url": self.public_url,
+                "endpoint": self.options.get("endpoint", "completions"),
+                "api_key_env": self.options.get("api_key_env"), "tokenizer": self.options.get("tokenizer"),
+                "client": "infbench.measure.client", "event_loop": event_loop_runner()[1]
+                if self.options.get("event_loop", "uvloop") == "uvloop" else "asyncio",
+                "versions": {}}
 
     # -- prompts -------------------------------------------------------------------
     def prompt_format(self, model) -> str:
-        """``token_ids`` when asked for and the model's vocabulary is known, else ``text``."""
+        """``token_ids`` when asked for and the model's vocabulary is known, else ``text``
+        (always ``text`` with a ``tokenizer``)."""
         fmt = self.options.get("prompt_format", self.default_prompt_format)
+        if self.options.get("tokenizer") and "prompt_format" not in self.options:
+            return "text"
         if fmt == "token_ids" and "vocab_size" not in model.config:
             raise ConfigError(f"token-id prompts need the vocabulary of {model.name}",
                               hint="use a zoo model or --prompt-format text")
         return fmt
 
+    def map_text(self, text: str) -> str:
+        """Text as sent to this server (identity; a dummy-vocabulary server maps words)."""
+        return text
+
+    def prompt_maker(self, model) -> Any:
+        """The :class:`~infbench.workloads.prompt.PromptMaker` for this server's prompts."""
+        from infbench.workloads.prompt import PromptMaker
+
+        fmt = self.prompt_format(model)
+        tok = None
+        if self.options.get("tokenizer") and fmt == "text":
+            from infbench.workloads.tokenizer import tokenizer_text
+
+            tok = tokenizer_text(str(self.options["tokenizer"]))
+        return PromptMaker(fmt, vocab_size=model.config.get("vocab_size"), tokenizer=tok, text_map=self.map_text)
+
     def make_prompts(self, cell: Cell, model) -> list[Any]:
-        """Enough distinct prompts for the warm-up and timed requests of ``cell``: sampled
-        conversations (:class:`~infbench.workloads.chat.ChatRequest`) for a dataset cell,
-        else synthetic token ids or text.
+        """The warm-up and timed prompts of ``cell``: trace requests (built on demand), chat
+        conversations or sessions for a dataset cell, shared-prefix or plain synthetic
+        prompts (token ids, or text; exact with a ``tokenizer``).
 
         Raises:
-            ConfigError: the dataset file changed since the cell was planned.
+            ConfigError: the dataset or trace file changed since the cell was planned.
         """
-        if cell.dataset is not None:
-            from infbench.workloads.chat import chat_requests, file_digest, token_counter
-
-            d = cell.dataset
-            if file_digest(d.path) != d.sha256:
-                raise ConfigError(f"{d.path} changed since this cell was planned (sha256 {d.sha256})",
-                                  hint="plan again: the file's hash is part of the cell's identity")
-            return chat_requests(d.path, token_counter(model)[0], d.n, cell.seed, d.min_input_len, d.max_input_len,
-                                 d.min_output_len, d.max_output_len)
+        self._model = model
         load = cell.load or Load(mode="batch")
+        if cell.trace is not None:
+            return self._trace_prompts(cell, load, model)
+        if cell.dataset is not None:
+            return self._dataset_prompts(cell)
         n = cell.batch if load.mode == "batch" else (load.num_requests or 64)
         n += load.warmup_requests
-        if self.prompt_format(model) == "token_ids":
+        fmt = self.prompt_format(model)
+        if cell.prefix_len or self.options.get("tokenizer"):
+            maker = self.prompt_maker(model)
+            if cell.prefix_len:
+                return maker.shared_prefix(n, cell.input_len, cell.prefix_len, cell.num_prefixes or 1, cell.seed)
+            return maker.prompts(n, cell.input_len, cell.seed)
+        if fmt == "token_ids":
             return synthetic_prompts(n, cell.input_len, model.vocab, cell.seed)
-        return synthetic_text(n, cell.input_len, cell.seed)
+        return [self.map_text(t) for t in synthetic_text(n, cell.input_len, cell.seed)]
+
+    def _dataset_prompts(self, cell: Cell) -> list[Any]:
+        from dataclasses import replace
+
+        from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
+
+        d = cell.dataset
+        if file_digest(d.path) != d.sha256:
+            raise ConfigError(f"{d.path} changed since this cell was planned (sha256 {d.sha256})",
+                              hint="plan again: the file's hash is part of the cell's identity")
+        count = token_counter(self._model, d.tokenizer)[0]
+        args = (d.path, count, d.n, cell.seed, d.min_input_len, d.max_input_len, d.min_output_len, d.max_output_len)
+        m = self.map_text
+
+        def msgs(ms):
+            return tuple({**x, "content": m(x["content"])} for x in ms)
+
+        if d.multi_turn:
+            return [replace(s, context=msgs(s.context), turns=tuple((m(u), n) for u, n in s.turns))
+                    for s in chat_sessions(*args)]
+        return [replace(r, messages=msgs(r.messages)) for r in chat_requests(*args)]
+
+    def _trace_prompts(self, cell: Cell, load: Load, model) -> list[Any]:
+        from infbench.workloads.chat import file_digest
+        from infbench.workloads.trace import TraceRequest, read_trace, select
+
+        tr = cell.trace
+        if file_digest(tr.path) != tr.sha256:
+            raise ConfigError(f"{tr.path} changed since this cell was planned (sha256 {tr.sha256})",
+                              hint="plan again: the file's hash is part of the cell's identity")
+        maker = self.prompt_maker(model)
+        recs = select(read_trace(tr.path, tr.format), tr.n)
+        # One seed per cell (its spec hash: the seed, the trace, the speed, the repeat): each
+        # cell replays the trace against a cache holding none of its blocks, and a sweep of
+        # --trace-speed does not replay the first speed's prompts from the server's cache.
+        seed = int(cell.spec_hash(), 16)
+        # Warm-up prompts share no block with the trace (another tag of the same seed): the
+        # trace's prefix reuse stays its own.
+        warm = maker.prompts(load.warmup_requests, min(cell.input_len, 512), seed=seed)
+        warm = [type(p)(p.content, min(cell.output_len, 16), p.n_in) for p in warm]
+        return warm + [TraceRequest(r, maker, seed, tr.block_tokens) for r in recs]
 
     # -- running -------------------------------------------------------------------
     def warmup(self, cell: Cell, prompts: list[Any]) -> None:
         """Serving cells warm up with ``load.warmup_requests`` inside :meth:`run`."""
 
-    def payload(self, cell: Cell, prompt: Any) -> dict[str, Any]:
-        """The JSON body of one request (streaming, usage requested, greedy, forced length:
-        ``cell.output_len``, or a conversation's own final-turn length)."""
+    def payload(self, cell: Cell, prompt: Any, stream: bool = True) -> dict[str, Any]:
+        """The JSON body of one request (streamed with usage requested unless ``stream`` is
+        False, greedy, forced length: ``cell.output_len``, or the prompt's own)."""
         from infbench.workloads.chat import ChatRequest
 
-        n_out = prompt.output_len if isinstance(prompt, ChatRequest) else cell.output_len
-        body: dict[str, Any] = {"model": self.options.get("served_model") or cell.model, "stream": True,
-                                "stream_options": {"include_usage": True}, "max_tokens": n_out,
-                                "temperature": 0.0}
+        if hasattr(prompt, "materialize"):
+            prompt = prompt.materialize()
+        n_out = getattr(prompt, "output_len", None) or cell.output_len
+        body: dict[str, Any] = {"model": self.options.get("served_model") or cell.model, "stream": stream,
+                                "max_tokens": n_out, "temperature": 0.0}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
         if self.options.get("force_output", True):
             body.update(ignore_eos=True, min_tokens=n_out)
         if isinstance(prompt, ChatRequest):
             body["messages"] = list(prompt.messages)
-        elif self._chat(cell):
-            text = prompt if isinstance(prompt, str) else json.dumps(prompt)
-            body["messages"] = prompt if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict) \
-                else [{"role": "user", "content": text}]
         else:
-            body["prompt"] = prompt
+            content = getattr(prompt, "content", prompt)
+            if self._chat(cell):
+                text = content if isinstance(content, str) else json.dumps(content)
+                body["messages"] = content if isinstance(content, list) and content and isinstance(content[0], dict) \
+                    else [{"role": "user", "content": text}]
+            else:
+                body["prompt"] = content
         body.update(self.options.get("extra_body") or {})
         return body
 
@@ -302,89 +582,258 @@ class OpenAIEngine(Engine):
         return cell.dataset is not None or self.options.get("endpoint", "completions") == "chat"
 
     def run(self, cell: Cell, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
-        """Offer ``cell.load`` to the server; one record per timed request."""
+        """Offer ``cell.load`` to the server; one record per timed request (per turn for
+        multi-turn sessions). ``RunOutput.metrics`` carries the client's health."""
         load = cell.load or Load(mode="batch")
         if deadline_ns is not None:
             left = max(0.001, (deadline_ns - time.perf_counter_ns()) / 1e9)
             load = load.model_copy(update={"duration_s": min(load.duration_s or left, left),
-                                           "timeout_s": min(load.timeout_s or left, left)})
+                                           "timeout_s": min(request_timeout_s(load), left)})
         t0 = time.perf_counter_ns()
         self._wrong_length = 0
-        records = asyncio.run(self._run(cell, load, prompts))
+        stats = LoadStats()
+        runner, loop_name = event_loop_runner()
+        if self.options.get("event_loop") == "asyncio":
+            runner, loop_name = asyncio.run, "asyncio"
+        records = runner(self._run(cell, load, prompts, stats))
         t1 = time.perf_counter_ns()
+        warnings = self._warnings(cell, load, prompts, records, stats)
+        health = client_health(records, stats, load, loop_name)
+        metrics = {"client_lag_p99_ms": health["loop_lag_ms"]["p99"], "client": health}
+        return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings, metrics=metrics)
+
+    def _warnings(self, cell: Cell, load: Load, prompts: list[Any], records: list[RequestRecord],
+                  stats: LoadStats) -> list[str]:
         warnings = []
+        ok = [r for r in records if r.error is None]
         if self._wrong_length:
-            want = "the forced length" if cell.dataset is not None else str(cell.output_len)
+            want = str(cell.output_len) if cell.dataset is None and cell.trace is None else "the forced length"
             warnings.append(f"{self._wrong_length} request(s) returned an output length other than {want} "
                             "(server ignored ignore_eos/min_tokens?)")
-        if cell.dataset is None and prompts and isinstance(prompts[0], str):
-            seen = [r.n_in for r in records if r.error is None and r.n_out_source == "usage"]
+        if (cell.dataset is None and cell.trace is None and not self.options.get("tokenizer") and prompts
+                and isinstance(prompts[0], str)):
+            seen = [r.n_in for r in ok if r.n_out_source == "usage"]
             if seen and any(n != cell.input_len for n in seen):
                 warnings.append(f"text prompts of {cell.input_len} words were {min(seen)}-{max(seen)} tokens by the "
                                 "server's usage (each request's own count is stored)")
-        if any(r.n_out_source == "chunks" for r in records if r.error is None):
+        diffs = [r.n_in - r.n_in_client for r in ok if r.n_in_client is not None and r.n_out_source == "usage"]
+        off = [d for d in diffs if d]
+        if off:
+            src = f"--tokenizer {self.options['tokenizer']}" if self.options.get("tokenizer") else "the client"
+            warnings.append(f"prompt tokens: the server's usage differs from {src}'s count in {len(off)} of "
+                            f"{len(diffs)} request(s) (server - client: {min(off):+d} to {max(off):+d} tokens; "
+                            "the server's count is stored as n_in, the client's as n_in_client)")
+        if any(r.n_out_source == "chunks" for r in ok):
             warnings.append("server sent no usage: token counts are one per streamed chunk (estimate)")
-        return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings)
+        if any(r.n_out_source == "client_tokenizer" for r in ok):
+            warnings.append("server sent no usage: output tokens counted by the client (estimate)")
+        failed = [r for r in records if r.error]
+        if failed and ok:
+            warnings.append(f"{len(failed)}/{len(records)} request(s) failed: {failure_causes(failed)}")
+        if stats.stopped:
+            warnings.append(stats.stopped + (f"; {stats.not_sent} planned request(s) not sent"
+                                             if stats.not_sent else ""))
+        return warnings
 
-    async def _run(self, cell: Cell, load: Load, prompts: list[Any]) -> list[RequestRecord]:
-        import aiohttp
+    async def _run(self, cell: Cell, load: Load, prompts: list[Any], stats: LoadStats) -> list[RequestRecord]:
+        from infbench.workloads.chat import ChatSession
 
-        width = max(load.concurrency or 0, cell.batch if load.mode == "batch" else 0, 1)
-        if load.mode == "rate" and not load.concurrency:
-            width = 1000
         chat = self._chat(cell)
-        url = self.base_url.rstrip("/") + ("/chat/completions" if chat else "/completions")
-        headers = {**self._headers(), "Content-Type": "application/json"}
-        connector = aiohttp.TCPConnector(limit=width + 8, limit_per_host=width + 8)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
-        # Retries go through a session that never reuses a connection: a kept-alive
-        # connection the server has closed is not reliably detected by aiohttp
-        # (aio-libs/aiohttp#7297), and cpp-httplib (llama.cpp's server) closes one after
-        # a fixed number of requests.
-        fresh = aiohttp.TCPConnector(force_close=True, limit=width + 8)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers,
-                                         auto_decompress=False) as session, \
-                aiohttp.ClientSession(connector=fresh, timeout=timeout, headers=headers,
-                                      auto_decompress=False) as retry_session:
+        stream = load.stream is not False
+        client = HttpClient(self.base_url, self._headers())
+        target = client.target("chat/completions" if chat else "completions")
+        timeout = request_timeout_s(load)
+        sessions = bool(prompts) and isinstance(prompts[0], ChatSession)
+        prepared: dict[int, tuple[bytes, int, int | None]] = {}
 
-            async def send(i: int, t_sched: int) -> RequestRecord:
-                prompt = prompts[i % len(prompts)]
-                body = self.payload(cell, prompt)
-                data = json.dumps(body).encode()          # serialised before the clock starts
-                n_in = len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else None
-                retried = None
-                for attempt in (0, 1):
-                    reads: list[tuple[int, bytes]] = []
-                    err = None
-                    got_response = False
-                    t_send = time.perf_counter_ns()
-                    try:
-                        async with (retry_session if attempt else session).post(url, data=data) as resp:
-                            got_response = True
-                            if resp.status != 200:
-                                text = (await resp.read()).decode(errors="replace")[:300]
-                                err = f"HTTP {resp.status}: {text}"
-                            else:
-                                async for chunk in resp.content.iter_any():
-                                    reads.append((time.perf_counter_ns(), chunk))
-                    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                        err = f"{type(exc).__name__}: {exc}"
-                        # A kept-alive connection the server closed as we reused it: no
-                        # response at all, so the server never ran the request. Retry once
-                        # on a new connection; t_send is taken again, t_sched is kept.
-                        if attempt == 0 and not got_response and not reads:
-                            retried = err
-                            continue
-                    except (aiohttp.ClientError, OSError) as exc:
-                        err = f"{type(exc).__name__}: {exc}"
-                    break
-                rec = to_record(parse_stream(reads, chat), t_send, t_sched, n_in, err)
-                if retried:
-                    rec = rec.model_copy(update={"server": {**(rec.server or {}), "client_retry": retried}})
-                if rec.error is None and rec.n_out != body["max_tokens"]:
-                    self._wrong_length += 1
-                if rec.error:
-                    rec = rec.model_copy(update={"error": self._scrub(rec.error)})
-                return rec
+        def build(i: int) -> tuple[bytes, int, int | None]:
+            p = prompts[i % len(prompts)]
+            if hasattr(p, "materialize"):
+                p = p.materialize()
+            body = self.payload(cell, p, stream)
+            n_in = getattr(p, "n_in", None)
+            if n_in is None and isinstance(p, list) and p and isinstance(p[0], int):
+                n_in = len(p)
+            if n_in is None and chat and self.options.get("tokenizer") and "messages" in body:
+                from infbench.workloads.tokenizer import tokenizer_text
 
-            return await run_load(send, load, len(prompts), batch=cell.batch, seed=cell.seed)
+                n_in = tokenizer_text(str(self.options["tokenizer"])).chat_count(body["messages"])
+            elif n_in is None and self.options.get("tokenizer") and isinstance(body.get("prompt"), str):
+                from infbench.workloads.tokenizer import tokenizer_text
+
+                n_in = tokenizer_text(str(self.options["tokenizer"])).count(body["prompt"])
+            data = json.dumps(body).encode()
+            return client.request_bytes("POST", target, data), body["max_tokens"], n_in
+
+        def prepare(i: int) -> None:
+            if i not in prepared:
+                prepared[i] = build(i)
+
+        def finish(raw: _Raw, keep_text: bool = False) -> tuple[RequestRecord, str | None]:
+            rec, text = self._record(raw.resp, raw.t_sched, raw.n_in, raw.max_tokens, chat, stream, keep_text)
+            if rec.error is None and rec.n_out != raw.max_tokens:
+                self._wrong_length += 1
+            return rec, text
+
+        async def one(req: bytes, max_tokens: int, n_in: int | None, t_sched: int,
+                      keep_text: bool = False) -> tuple[RequestRecord, str | None]:
+            return finish(_Raw(await client.send(req), t_sched, n_in, max_tokens), keep_text)
+
+        buffered = [0]
+
+        async def send(i: int, t_sched: int) -> RequestRecord | _Raw:
+            # The response is parsed after the cell (no parsing while others stream: a burst
+            # of requests finishing together would stall the loop), unless the raw responses
+            # kept so far exceed RAW_BUDGET_BYTES.
+            req, max_tokens, n_in = prepared.pop(i, None) or build(i)
+            raw = _Raw(await client.send(req), t_sched, n_in, max_tokens)
+            buffered[0] += sum(len(d) for _, d in raw.resp.reads)
+            return raw if buffered[0] <= RAW_BUDGET_BYTES else finish(raw)[0]
+
+        async def session(i: int, t_sched: int) -> list[RequestRecord]:
+            s: ChatSession = prompts[i % len(prompts)]
+            turns = s.turns[:1] if i < load.warmup_requests else s.turns
+            history = list(s.context)
+            think = float(cell.dataset.think_time_s or 0.0) if cell.dataset else 0.0
+            out = []
+            for k, (user, n_out) in enumerate(turns, 1):
+                history.append({"role": "user", "content": user})
+                body = self.payload(cell, _Messages(tuple(history), n_out), stream)
+                n_in = None
+                if self.options.get("tokenizer"):
+                    from infbench.workloads.tokenizer import tokenizer_text
+
+                    n_in = tokenizer_text(str(self.options["tokenizer"])).chat_count(history)
+                req = client.request_bytes("POST", target, json.dumps(body).encode())
+                try:
+                    async with asyncio.timeout(timeout):
+                        rec, text = await one(req, n_out, n_in, t_sched, keep_text=True)
+                except TimeoutError:
+                    rec, text = RequestRecord(t_send_ns=t_sched, t_sched_ns=t_sched,
+                                              error=f"timeout after {timeout:g} s (--request-timeout)"), None
+                out.append(rec.model_copy(update={"session": i, "turn": k}))
+                if rec.error is not None:
+                    break                          # the conversation cannot go on without the answer
+                history.append({"role": "assistant", "content": text or ""})
+                t_sched = time.perf_counter_ns() + int(think * 1e9)
+                if think and k < len(turns):
+                    await asyncio.sleep(think)
+            return out
+
+        # What exists now is never garbage: out of the collector's way for the timed part
+        # (as vLLM's bench client does), so a collection does not stall the reads.
+        gc.collect()
+        gc.freeze()
+        try:
+            out = await run_load(session if sessions else send, load, len(prompts), batch=cell.batch,
+                                 seed=cell.seed, schedule_s=self._schedule(cell, load, prompts), stats=stats,
+                                 guard=not sessions, prepare=None if sessions else prepare)
+        finally:
+            gc.unfreeze()
+            await client.close()
+        return [finish(r)[0] if isinstance(r, _Raw) else r for r in out]
+
+    @staticmethod
+    def _schedule(cell: Cell, load: Load, prompts: list[Any]) -> list[float] | None:
+        """Trace mode: release offsets (s) of the timed requests, trace time over speed."""
+        if load.mode != "trace":
+            return None
+        speed = load.trace_speed or 1.0
+        return [p.record.t_s / speed for p in prompts[load.warmup_requests:]]
+
+    def _record(self, resp: Response, t_sched: int, n_in: int | None, max_tokens: int, chat: bool, stream: bool,
+                keep_text: bool) -> tuple[RequestRecord, str | None]:
+        """The record of one response (never raises: an unexpected parse failure is the
+        request's error), and its answer text when ``keep_text``."""
+        err = resp.error
+        if err is None and resp.status != 200:
+            err = f"HTTP {resp.status}: {resp.body()[:4096].decode('utf-8', 'replace')}"
+        try:
+            if err is None and not stream:
+                last = resp.reads[-1][0] if resp.reads else time.perf_counter_ns()
+                p = parse_response(resp.body(), last, chat, keep_text)
+            else:
+                p = parse_stream(resp.reads if resp.status == 200 else [], chat, keep_text)
+            rec = to_record(p, resp.t_send_ns, t_sched, n_in, err, max_tokens, streamed=stream)
+            text = p.text
+        except Exception as exc:  # noqa: BLE001 - one bad response is that request's error
+            rec = RequestRecord(t_send_ns=resp.t_send_ns, t_sched_ns=t_sched,
+                                error=f"could not read the response: {type(exc).__name__}: {exc}")
+            text = None
+        if not stream and rec.error is None and rec.n_out_source == "client_tokenizer":
+            rec = rec.model_copy(update={"n_out": self._count_text(text if text is not None else
+                                                                   _answer_text(resp.body(), chat))})
+        if n_in is not None:
+            rec = rec.model_copy(update={"n_in_client": n_in, "n_in": rec.n_in or n_in})
+        if resp.retried:
+            rec = rec.model_copy(update={"server": {**(rec.server or {}), "client_retry": self._scrub(resp.retried)}})
+        if rec.error:
+            rec = rec.model_copy(update={"error": self._scrub(rec.error)})
+        return rec, text
+
+    def _count_text(self, text: str) -> int:
+        if self.options.get("tokenizer"):
+            from infbench.workloads.tokenizer import tokenizer_text
+
+            return tokenizer_text(str(self.options["tokenizer"])).count(text)
+        return len(text.split())
+
+
+@dataclass
+class _Raw:
+    """A response not parsed yet (parsed after the cell's timed part).
+
+    ``error`` is what the load generator sees while the cell runs: the transport error, an
+    HTTP error status, or None (the response may still turn out to be bad when parsed).
+    """
+
+    resp: Response
+    t_sched: int
+    n_in: int | None
+    max_tokens: int
+
+    @property
+    def error(self) -> str | None:
+        return self.resp.error or (f"HTTP {self.resp.status}" if self.resp.status != 200 else None)
+
+
+@dataclass(frozen=True)
+class _Messages:
+    """A chat prompt built turn by turn (multi-turn replay): messages and forced length."""
+
+    messages: tuple[dict[str, str], ...]
+    output_len: int
+
+    @property
+    def content(self) -> list[dict[str, str]]:
+        return list(self.messages)
+
+
+def _answer_text(body: bytes, chat: bool) -> str:
+    return parse_response(body, 0, chat, keep_text=True).text or ""
+
+
+def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load, loop: str) -> dict[str, Any]:
+    """The client's own health over a cell (``metrics["client"]``).
+
+    Returns:
+        ``{"loop_lag_ms": summary of the event loop's lag samples (ms), "release_lag_ms":
+        summary of t_send - t_sched over sent requests (ms), "behind": [reasons],
+        "event_loop": "uvloop"|"asyncio", "stopped": reason or None}``. The client is
+        behind its reads when the loop lag p99 exceeds :data:`BEHIND_LAG_MS`, and behind
+        its schedule (rate and trace modes without a concurrency cap) when the release lag
+        p99 exceeds :data:`BEHIND_RELEASE_MS`. The flag is not a warning of the cell: the
+        figures stand, and ``client_lag_p99_ms`` says how far the client's own stamps may lag.
+    """
+    from infbench.measure.metrics import release_lags_s, summarize
+
+    lag = summarize(stats.loop_lag_ms)
+    rel = summarize([x * 1e3 for x in release_lags_s(records)])
+    behind = []
+    if lag["count"] >= BEHIND_MIN_SAMPLES and lag["p99"] > BEHIND_LAG_MS:
+        behind.append(f"event-loop lag p99 {lag['p99']:.1f} ms > {BEHIND_LAG_MS:g} ms (reads waited)")
+    if (load.mode in ("rate", "trace") and not load.concurrency and rel["p99"] is not None
+            and rel["p99"] > BEHIND_RELEASE_MS):
+        behind.append(f"release lag p99 {rel['p99']:.1f} ms > {BEHIND_RELEASE_MS:g} ms (requests left late)")
+    return {"loop_lag_ms": lag, "release_lag_ms": rel, "behind": behind, "event_loop": loop,
+            "stopped": stats.stopped}

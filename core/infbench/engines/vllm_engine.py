@@ -141,7 +141,7 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"{m.name} is not a zoo model or a local folder", hint="see `infbench models`")
         path = str(dummy_hf_dir(m, default_home() / "cache" / "hf"))
         args["load_format"] = "dummy"
-    longest = max(c.input_len + c.output_len for c in group.cells)
+    longest = max(c.longest() for c in group.cells)
     dtype = {"fp8": "bfloat16"}.get(group.dtype, group.dtype)
     if group.dtype == "fp8":
         args["quantization"] = "fp8"

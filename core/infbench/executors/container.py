@@ -34,6 +34,7 @@ from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, 
 from infbench.plan import Group, Plan
 from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
 from infbench.schema import Cell, CellResult
+from infbench.secrets import redact_argv
 from infbench.store import Store, default_home
 
 PREFIX = "infbench-worker: "
@@ -146,7 +147,7 @@ class ContainerExecutor:
         batches = _batches(plan, pm)
         for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
             runtime.check_image(spec["image"])
-        run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(sys.argv))
+        run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(redact_argv(sys.argv)))
         summary = RunSummary(run_id)
         done = set() if opts.force else store.finished_cell_ids()
         root = Path(self.job_root or default_home() / "jobs")

@@ -54,8 +54,10 @@ class InProcessExecutor:
         """
         import sys
 
+        from infbench.secrets import redact_argv
+
         opts = options or RunOptions()
-        run_id = store.begin_run(self.provenance, command=" ".join(sys.argv))
+        run_id = store.begin_run(self.provenance, command=" ".join(redact_argv(sys.argv)))
         summary = RunSummary(run_id)
         done = set() if opts.force else store.finished_cell_ids()
         sampler = device_power_sampler(self.pm, plan.device)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.engines.base import Engine
 from infbench.errors import CellTimeout
-from infbench.measure.metrics import cell_metrics
+from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
 from infbench.measure.server_metrics import summarize as server_summary
@@ -66,6 +66,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["energy_source"] = src["name"]
             if src["label"]:
                 metrics["energy_label"] = src["label"]
+        metrics.update(out.metrics)
         metrics.update(summarize_channels(monitor.channels, window))
         if monitor.channel_error:
             metrics["telemetry_note"] = monitor.channel_error
@@ -84,7 +85,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         wall = time.perf_counter() - t0
         status, error = "ok", None
         if metrics["n_completed"] == 0:
-            status, error = "failed", "no request completed"
+            status, error = "failed", failure_summary(out.records)
         return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
                           power=readings, power_note=note, telemetry=monitor.channels, server_metrics=server,
                           wall_s=wall, engine_s=out.engine_s, finished_at=time.time())

@@ -8,6 +8,7 @@ default, the same as vLLM's ``benchmarks/serve.py``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,45 @@ def completed(records: Sequence[RequestRecord]) -> list[RequestRecord]:
     return [r for r in records if r.error is None and r.t_tokens_ns]
 
 
+def release_lags_s(records: Sequence[RequestRecord]) -> list[float]:
+    """``release_lag_s`` samples (s): ``t_send - t_sched`` of every request that was sent
+    (a request that timed out before it was sent carries ``t_send = t_sched`` and is left out)."""
+    return [(r.t_send_ns - r.t_sched_ns) * NS for r in records
+            if r.t_sched_ns is not None and not (r.error and r.t_send_ns == r.t_sched_ns)]
+
+
+def ttfat_s(r: RequestRecord) -> float | None:
+    """Time to first answer (non-reasoning) token in s: ``t_first_answer - t_send``
+    (guidellm's time to first output token, aiperf's reasoning metrics); None without one."""
+    return (r.t_first_answer_ns - r.t_send_ns) * NS if r.t_first_answer_ns is not None else None
+
+
+def ttfrt_s(r: RequestRecord) -> float | None:
+    """Time to first reasoning token in s: ``t_first_reasoning - t_send``; None without one."""
+    return (r.t_first_reasoning_ns - r.t_send_ns) * NS if r.t_first_reasoning_ns is not None else None
+
+
+def failure_causes(records: Sequence[RequestRecord], top: int = 3) -> str:
+    """The most common errors among ``records`` with their counts, most common first:
+    ``HTTP 500: internal boom (3); timeout after 600 s (1)`` (a single cause has no count)."""
+    counts = Counter(r.error for r in records if r.error)
+    parts = [f"{e} ({n})" if len(counts) > 1 else e for e, n in counts.most_common(top)]
+    if len(counts) > top:
+        parts.append(f"{sum(n for _, n in counts.most_common()[top:])} with {len(counts) - top} other cause(s)")
+    return "; ".join(parts)
+
+
+def failure_summary(records: Sequence[RequestRecord]) -> str:
+    """The error of a cell in which no request completed: ``4/4 failed: HTTP 500: internal
+    boom``, the most common causes with their counts (``no request was sent`` for none)."""
+    if not records:
+        return "no request completed (no request was sent)"
+    failed = [r for r in records if r.error]
+    if not failed:
+        return f"no request completed: {len(records)} request(s) produced no token"
+    return f"{len(failed)}/{len(records)} failed: {failure_causes(failed)}"
+
+
 def cell_metrics(
     records: Sequence[RequestRecord],
     devices_used: int = 1,
@@ -92,12 +132,21 @@ def cell_metrics(
     ``lib_itl_s`` is LLM-Inference-Bench eq. 1, (E2E - TTFT) / (batch x (n_out - 1)),
     with E2E, TTFT and n_out the means over the cell's requests and batch the number
     of completed requests.
+
+    Serving-mode additions (present when the records carry what they need):
+    ``release_lag_s`` (summary of ``t_send - t_sched`` over every sent request),
+    ``ttfat_s`` and ``ttfrt_s`` (time to first answer / reasoning token), ``reasoning_tokens``
+    and ``answer_tokens`` (per-request summaries), ``ttft_s_by_turn`` (``{"1": summary,
+    ...}`` for multi-turn sessions). Non-streamed requests (``streamed=False``) count in
+    E2E and the throughputs only: TTFT, TPOT, ITL and ``lib_itl_s`` are absent from a
+    cell that streamed nothing, never estimated.
     """
     done = completed(records)
-    ttfts = [ttft_s(r) for r in done]
+    streamed = [r for r in done if r.streamed]
+    ttfts = [ttft_s(r) for r in streamed]
     e2es = [e2e_s(r) for r in done]
-    tpots = [v for v in (tpot_s(r) for r in done) if v is not None]
-    itls = [v for r in done for v in itl_samples_s(r)]
+    tpots = [v for v in (tpot_s(r) for r in streamed) if v is not None]
+    itls = [v for r in streamed for v in itl_samples_s(r)]
     n_in = sum(r.n_in for r in done)
     n_out = sum(r.n_out for r in done)
     m: dict[str, Any] = {
@@ -119,6 +168,10 @@ def cell_metrics(
     waits = [(r.t_send_ns - r.t_sched_ns) * NS for r in done if r.t_sched_ns is not None]
     if waits:
         m["queue_wait_s"] = summarize(waits)
+    lags = release_lags_s(records)
+    if lags:
+        m["release_lag_s"] = summarize(lags)
+    _serving_extras(m, done)
     m["duration_s"] = duration
     ok = duration is not None and duration > 0
     m["output_tok_s"] = n_out / duration if ok else None
@@ -126,7 +179,12 @@ def cell_metrics(
     m["output_tok_s_per_device"] = m["output_tok_s"] / devices_used if ok else None
     m["request_s"] = len(done) / duration if ok else None
     mean_out = n_out / len(done) if done else 0
-    if done and mean_out > 1:
+    if done and not streamed:
+        for k in ("ttft_s", "tpot_s", "itl_s"):
+            del m[k]
+        m["lib_itl_s"] = None
+        m["streamed"] = False
+    elif done and mean_out > 1:
         m["lib_itl_s"] = (float(np.mean(e2es)) - float(np.mean(ttfts))) / (len(done) * (mean_out - 1))
     else:
         m["lib_itl_s"] = None
@@ -147,6 +205,26 @@ def cell_metrics(
         m["tokens_per_j"] = (n_in + n_out) / energy_j
         m["output_tokens_per_j"] = n_out / energy_j
     return m
+
+
+def _serving_extras(m: dict[str, Any], done: Sequence[RequestRecord]) -> None:
+    """Reasoning and multi-turn summaries of the completed requests into ``m``."""
+    answer = [v for v in (ttfat_s(r) for r in done) if v is not None]
+    reasoning = [v for v in (ttfrt_s(r) for r in done) if v is not None]
+    if reasoning:
+        m["ttfrt_s"] = summarize(reasoning)
+        m["ttfat_s"] = summarize(answer)
+    counted = [r for r in done if r.n_reasoning is not None]
+    if counted:
+        m["reasoning_tokens"] = summarize([r.n_reasoning for r in counted])
+        m["answer_tokens"] = summarize([r.n_out - r.n_reasoning for r in counted])
+        m["reasoning_tokens_estimated"] = any(r.n_reasoning_source == "chunks" for r in counted)
+    turns: dict[int, list[float]] = {}
+    for r in done:
+        if r.turn is not None and r.streamed:
+            turns.setdefault(r.turn, []).append(ttft_s(r))
+    if turns:
+        m["ttft_s_by_turn"] = {str(k): summarize(v) for k, v in sorted(turns.items())}
 
 
 def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -267,7 +267,8 @@ class ServerMetricsScraper:
     """Scrapes a Prometheus endpoint on a daemon thread between :meth:`start` and :meth:`stop`.
 
     Args:
-        url: the ``/metrics`` URL (``http://127.0.0.1:8000/metrics``).
+        url: the ``/metrics`` URL (``http://127.0.0.1:8000/metrics``); stored and printed
+            without userinfo or query (:func:`infbench.secrets.redact_url`).
         interval_s: time between scrapes in s (> 0).
         timeout_s: limit of one request.
 
@@ -279,7 +280,10 @@ class ServerMetricsScraper:
     def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0):
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be > 0 s, got {interval_s}")
+        from infbench.secrets import redact_url
+
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
+        self.public_url = redact_url(url)  # what is stored and printed: no userinfo, no query
         self.scrapes: list[Scrape] = []
         self.family: ServerFamily | None = None
         self.error: str | None = None
@@ -288,6 +292,17 @@ class ServerMetricsScraper:
         self._thread: threading.Thread | None = None
         self._client: Any = None
         self._lock = threading.Lock()
+
+    def _secrets(self) -> list[str]:
+        """The URL's credentials and query values, scrubbed from anything stored."""
+        from urllib.parse import parse_qsl, unquote, urlsplit
+
+        try:
+            u = urlsplit(self.url)
+            out = [x for x in (u.password, unquote(u.password or ""), u.username) if x]
+            return out + [v for _, v in parse_qsl(u.query) if len(v) >= 4]
+        except ValueError:
+            return []
 
     def _scrape(self) -> Scrape:
         t0 = time.perf_counter_ns()
@@ -316,12 +331,16 @@ class ServerMetricsScraper:
         try:
             first = self._scrape()
         except Exception as exc:  # noqa: BLE001 - no metrics is a note, not a failure
-            self.error = f"no Prometheus metrics at {self.url}: {type(exc).__name__}: {exc}"[:300]
+            from infbench.secrets import clean_text
+
+            self.error = clean_text(f"no Prometheus metrics at {self.public_url}: {type(exc).__name__}: {exc}",
+                                    self._secrets())
             self._client.close()
             return
         self.family = detect_server(first)
         if self.family is None:
-            self.error = f"{self.url} answered, but with no metric of a known server (vLLM, SGLang, llama.cpp, TGI)"
+            self.error = (f"{self.public_url} answered, but with no metric of a known server (vLLM, SGLang, "
+                          "llama.cpp, TGI)")
         self.scrapes.append(first)
         self._thread = threading.Thread(target=self._loop, name="infbench-scrape", daemon=True)
         self._thread.start()
@@ -359,7 +378,7 @@ class ServerMetricsScraper:
         deltas = {n: last.values[n] - first.values.get(n, 0.0) for n, t in last.types.items()
                   if t == "counter" and n in last.values}
         hists = {n: histogram_delta(first.histograms.get(n), h) for n, h in last.histograms.items()}
-        return {"server": fam.name if fam else None, "url": self.url, "interval_s": self.interval_s,
+        return {"server": fam.name if fam else None, "url": self.public_url, "interval_s": self.interval_s,
                 "scrapes": len(self.scrapes), "failures": self.failures, "t0_ns": first.t_ns, "t1_ns": last.t_ns,
                 "series": {n: v for n, v in series.items() if v}, "deltas": deltas, "histograms": hists}
 
@@ -468,8 +487,9 @@ def metrics_url(engine: Any) -> str | None:
     In order: the engine option ``metrics_url`` (``--engine-arg metrics_url=URL``; an
     empty value turns scraping off), the engine's ``metrics_url`` attribute (set by the
     servers infbench starts), else ``/metrics`` beside an OpenAI ``base_url``
-    (``http://host:8000/v1`` -> ``http://host:8000/metrics``), the path vLLM, SGLang,
-    llama.cpp and TGI serve it on.
+    (``http://host:8000/v1`` -> ``http://host:8000/metrics``, the base URL's query and
+    fragment dropped), the path vLLM, SGLang, llama.cpp and TGI serve it on. The URL may
+    carry userinfo (to connect); the scraper stores and prints it redacted.
     """
     opts = getattr(engine, "options", None) or {}
     if "metrics_url" in opts:
@@ -480,5 +500,9 @@ def metrics_url(engine: Any) -> str | None:
     base = getattr(engine, "base_url", None)
     if not base:
         return None
-    base = base.rstrip("/")
-    return (base[:-3] if base.endswith("/v1") else base) + "/metrics"
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(base)  # the query and fragment of a base URL belong to its API, not to /metrics
+    path = u.path.rstrip("/")
+    path = path[:-3] if path.endswith("/v1") else path
+    return urlunsplit((u.scheme, u.netloc, path + "/metrics", "", ""))

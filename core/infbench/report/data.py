@@ -145,7 +145,8 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
 def config_label(row: dict[str, Any]) -> str:
     """``"llama-3-8b vllm bf16 tp2 | H100 | b16 i1024 o128"``: a cell's configuration."""
     size = f"b{row['batch']}" if row["mode"] == "batch" else (
-        f"c{row['batch']}" if row["mode"] == "concurrency" else f"r{row['request_rate']:g}")
+        f"c{row['batch']}" if row["mode"] == "concurrency" else
+        f"r{row['request_rate']:g}" if row["mode"] == "rate" else str(row["mode"]))
     tp = f" tp{row['tp']}" if row["tp"] > 1 else ""
     rep = f" #{row['repeat']}" if row.get("repeat") else ""
     return (f"{row['model']} {row['engine']} {row['dtype']}{tp} | {row['device']} | "

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from infbench.measure.metrics import flatten
+from infbench.schema import load_label
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -78,8 +79,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         if m.get("throttled"):
             status += " [yellow]throttled[/]"
         ld = s.get("load")
-        size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
-            f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        size = str(s["batch"]) if not ld or ld["mode"] == "batch" else load_label(ld)
         if s.get("repeat"):
             size += f" #{s['repeat']}"
         published = (r.get("engine") or {}).get("published") or m.get("published")

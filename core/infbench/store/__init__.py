@@ -7,7 +7,9 @@ Default location: ``$INFBENCH_HOME/results.db``, with ``INFBENCH_HOME`` defaulti
   library versions, infbench version and git sha) as JSON.
 * ``cells``: one row per attempt at a cell (ok or failed, with the error), its spec,
   device, engine description and derived metrics as JSON.
-* ``requests``: the raw per-request records (token times as little-endian int64 blobs).
+* ``requests``: the raw per-request records (token times as little-endian int64 blobs;
+  the server's per-request fields as JSON in ``server``, which also carries the client's
+  serving-mode details under the reserved key ``_client``: :meth:`RequestRecord.client`).
 * ``power_samples``: raw power readings per cell.
 * ``telemetry_samples``, ``server_metric_samples``, ``server_metrics``: telemetry channels
   and the server's Prometheus metrics per cell (:mod:`infbench.store.telemetry`).
@@ -45,6 +47,18 @@ def default_home() -> Path:
 def default_store_path() -> Path:
     """``$INFBENCH_HOME/results.db``."""
     return default_home() / "results.db"
+
+
+#: Key of ``requests.server`` that holds the client's details of a request (``RequestRecord.client()``).
+CLIENT_KEY = "_client"
+
+
+def _server_json(q: RequestRecord) -> str | None:
+    """``requests.server`` of a record: the server's fields, plus the client's under :data:`CLIENT_KEY`."""
+    client = q.client()
+    if q.server is None and client is None:
+        return None
+    return json.dumps({**(q.server or {}), **({CLIENT_KEY: client} if client else {})})
 
 
 class StoreVersionError(InfbenchError):
@@ -117,8 +131,7 @@ class Store:
             self.db.executemany(
                 "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [(row, i, q.t_send_ns, np.asarray(q.t_tokens_ns, dtype="<i8").tobytes(), q.n_in, q.n_out,
-                  q.n_out_source, q.error, q.t_sched_ns, json.dumps(q.server) if q.server is not None else None)
-                 for i, q in enumerate(r.records)])
+                  q.n_out_source, q.error, q.t_sched_ns, _server_json(q)) for i, q in enumerate(r.records)])
             self.db.executemany(
                 "INSERT INTO power_samples VALUES (?,?,?,?,?,?)",
                 [(row, p.t_ns, p.device_index, p.power_w, p.energy_j, p.energy_range_j) for p in r.power])
@@ -157,10 +170,15 @@ class Store:
     def records(self, cell_row: int) -> list[RequestRecord]:
         """The raw request records of one stored attempt (``results()[i]["id"]``)."""
         rows = self.db.execute("SELECT * FROM requests WHERE cell_row=? ORDER BY idx", (cell_row,))
-        return [RequestRecord(t_send_ns=r["t_send_ns"], t_tokens_ns=np.frombuffer(r["t_tokens_ns"], "<i8").tolist(),
-                              n_in=r["n_in"], n_out=r["n_out"], n_out_source=r["n_out_source"], error=r["error"],
-                              t_sched_ns=r["t_sched_ns"], server=json.loads(r["server"]) if r["server"] else None)
-                for r in rows]
+        out = []
+        for r in rows:
+            server = json.loads(r["server"]) if r["server"] else None
+            client = server.pop(CLIENT_KEY, None) if isinstance(server, dict) else None
+            times = np.frombuffer(r["t_tokens_ns"], "<i8").tolist()
+            out.append(RequestRecord(t_send_ns=r["t_send_ns"], t_tokens_ns=times, n_in=r["n_in"], n_out=r["n_out"],
+                                     n_out_source=r["n_out_source"], error=r["error"], t_sched_ns=r["t_sched_ns"],
+                                     server=server or None, **(client or {})))
+        return out
 
     def power(self, cell_row: int) -> list[PowerReading]:
         """The raw power readings of one stored attempt."""

@@ -12,10 +12,15 @@ length is forced to that turn's token count. Earlier turns stay as context. Requ
 filtered by prompt and output length and sampled with a seeded ``random.Random``, so the
 same file, filters and seed give the same requests at every site.
 
-Token counts for the filter use the model's own tokenizer when the model is a local
-Hugging Face folder, else one token per whitespace-separated word (exact for infbench's
-dummy tokenizer, :mod:`infbench.engines.hf_dummy`). The prompt length the server really
-saw is taken from its ``usage`` and stored with each request.
+Multi-turn replay (``--multi-turn``, :func:`chat_sessions`): a conversation becomes a
+session of turns, each a user message and the forced length of the assistant's answer
+that followed it in the file; the client sends turn k+1 after the server answered turn k,
+with the server's *own* answer in the history.
+
+Token counts for the filter use ``--tokenizer`` if given, else the model's own tokenizer
+when the model is a local Hugging Face folder, else one token per whitespace-separated
+word (exact for infbench's dummy tokenizer, :mod:`infbench.engines.hf_dummy`). The prompt
+length the server really saw is taken from its ``usage`` and stored with each request.
 """
 
 from __future__ import annotations
@@ -90,8 +95,13 @@ def read_conversations(path: str | Path) -> list[tuple[int, list[dict[str, str]]
     if not p.is_file():
         raise ConfigError(f"conversation file {p} not found", hint="pass a JSONL file to --dataset")
     out = []
-    with p.open(encoding="utf-8") as f:
-        for i, raw in enumerate(f, 1):
+    with p.open("rb") as f:
+        for i, data in enumerate(f, 1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{p}:{i}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)",
+                                  hint="save the file as UTF-8") from None
             if not raw.strip():
                 continue
             try:
@@ -120,9 +130,17 @@ def _hf_counter(folder: str) -> Callable[[str], int]:
     return lambda text: len(tok.encode(text, add_special_tokens=False))
 
 
-def token_counter(model: Any) -> tuple[Callable[[str], int], str]:
-    """``(count(text) -> tokens, description)`` for ``model`` (a ModelShape): its tokenizer
-    if it is a local HF folder with one, else :func:`word_count`."""
+def token_counter(model: Any, tokenizer: str | None = None) -> tuple[Callable[[str], int], str]:
+    """``(count(text) -> tokens, description)``: ``tokenizer`` (``--tokenizer``) if given,
+    else ``model``'s (a ModelShape) if it is a local HF folder with one, else :func:`word_count`.
+
+    Raises:
+        ConfigError: ``tokenizer`` cannot be loaded.
+    """
+    if tokenizer:
+        from infbench.workloads.tokenizer import tokenizer_text
+
+        return tokenizer_text(tokenizer).count, f"tokenizer {tokenizer}"
     path = getattr(model, "path", None)
     if path and Path(path).is_dir() and any((Path(path) / f).exists()
                                             for f in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
@@ -166,4 +184,79 @@ def chat_requests(path: str | Path, count: Callable[[str], int], n: int, seed: i
                           f"(prompt {min_input_len}-{max_input_len}, output {min_output_len}-{max_output_len} "
                           f"tokens), {n} wanted",
                           hint="lower --num-requests or widen --max-input-len/--max-output-len")
+    return random.Random(seed).sample(eligible, n)
+
+
+@dataclass(frozen=True)
+class ChatSession:
+    """One conversation replayed turn by turn (multi-turn mode).
+
+    Attributes:
+        context: messages before the first user turn (system prompts), sent with every turn.
+        turns: ``(user message, forced answer length in tokens)`` per turn, in order.
+        input_len: the first turn's prompt tokens by the filter's count.
+        line: 1-based line of the conversation in the file.
+    """
+
+    context: tuple[dict[str, str], ...]
+    turns: tuple[tuple[str, int], ...]
+    input_len: int
+    line: int
+
+    @property
+    def output_len(self) -> int:
+        """The first turn's forced answer length."""
+        return self.turns[0][1]
+
+
+def session_of(msgs: list[dict[str, str]], count: Callable[[str], int], line: int, min_output_len: int = 1,
+               max_output_len: int = 10**9) -> ChatSession | None:
+    """A :class:`ChatSession` from a conversation: leading system messages as context, then
+    one turn per user message (consecutive user messages joined by a newline) answered by
+    an assistant message. The session ends before the first answer outside
+    ``min_output_len..max_output_len`` tokens; None if no turn is left."""
+    context = []
+    i = 0
+    while i < len(msgs) and msgs[i]["role"] == "system":
+        context.append(msgs[i])
+        i += 1
+    turns: list[tuple[str, int]] = []
+    user: list[str] = []
+    for m in msgs[i:]:
+        if m["role"] == "user":
+            user.append(m["content"])
+        elif m["role"] == "assistant" and user:
+            n = count(m["content"])
+            if not min_output_len <= n <= max_output_len:
+                break
+            turns.append(("\n".join(user), n))
+            user = []
+    if not turns:
+        return None
+    n_in = sum(count(m["content"]) for m in context) + count(turns[0][0])
+    return ChatSession(tuple(context), tuple(turns), n_in, line)
+
+
+def chat_sessions(path: str | Path, count: Callable[[str], int], n: int, seed: int = 0, min_input_len: int = 4,
+                  max_input_len: int = 1024, min_output_len: int = 4, max_output_len: int = 1024,
+                  ) -> list[ChatSession]:
+    """``n`` sessions sampled (seeded, without replacement) from the conversations in
+    ``path`` (:func:`session_of`), keeping those whose first prompt has
+    ``min_input_len..max_input_len`` tokens.
+
+    Raises:
+        ConfigError: bad file, or fewer than ``n`` conversations give a session.
+    """
+    convs = read_conversations(path)
+    eligible = []
+    for line, msgs in convs:
+        s = session_of(msgs, count, line, min_output_len, max_output_len)
+        if s is not None and min_input_len <= s.input_len <= max_input_len:
+            eligible.append(s)
+    if len(eligible) < n:
+        raise ConfigError(f"{path}: {len(eligible)} of {len(convs)} conversations give a session within the length "
+                          f"filter (first prompt {min_input_len}-{max_input_len}, answers {min_output_len}-"
+                          f"{max_output_len} tokens), {n} wanted",
+                          hint="lower --num-requests (sessions, with --multi-turn) or widen --max-input-len/"
+                               "--max-output-len")
     return random.Random(seed).sample(eligible, n)
