@@ -1,4 +1,4 @@
-"""Schema 3: the ``quality`` table, one row per perplexity measurement (:mod:`infbench.quality`).
+"""Schema 4: the ``quality`` table, one row per perplexity measurement (:mod:`infbench.quality`).
 
 Identity (``quality_key``, :func:`infbench.quality.perplexity.quality_key`): the model as
 given and the SHA-256 of its weights, the engine, the dtype, the SHA-256 of the text,
