@@ -103,6 +103,7 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
             if m.factory is None and s.factory is not None:
                 m.factory, m.modules, m.install, m.commands = s.factory, s.modules, s.install, s.commands
                 m.serving, m.any_model = s.serving, s.any_model
+                m.options, m.native_options = s.options, s.native_options
                 m.description = s.description or m.description
                 m.dtypes = {**s.dtypes, **m.dtypes}
             else:

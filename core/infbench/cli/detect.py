@@ -10,6 +10,7 @@ from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
 from infbench.errors import InfbenchError
+from infbench.secrets import printable
 
 #: DeviceInfo properties shown in the `detect` table's details column.
 DETAIL_KEYS = ("arch", "physical_cores", "logical_cpus", "compute_capability", "mig_mode", "gfx_version",
@@ -21,6 +22,10 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
 
     Accelerators seen on the PCI bus whose plugin is missing are listed with the
     package to install (e.g. `pip install infbench-nvidia`).
+
+    Exit status: 0 when every plugin detected without error, 1 when a plugin's detect
+    hook failed (the error is printed), 2 when the site config is unreadable or has a
+    table nothing reads.
     """
     from infbench.detect import detect as do_detect
     from infbench.devices import device_limits
@@ -30,6 +35,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     det = do_detect(pm)
     if as_json:
         print_json(det.to_dict())
+        _exit_status(det)
         return
     t = Table(title="Detected devices", header_style="bold")
     for c in ("vendor", "kind", "model", "count", "memory", "driver", "details", "plugin"):
@@ -56,7 +62,17 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     for m in det.missing:
         err.print(f"[yellow]note:[/] {m.message()}")
     for plugin, e in det.errors:
-        err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(e)}")
+        err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(printable(e))}")
+    for e in det.config_errors:
+        err.print(f"[red]site config:[/] {escape(printable(e))}")
+    _exit_status(det)
+
+
+def _exit_status(det) -> None:
+    if det.config_errors:
+        raise typer.Exit(2)
+    if det.errors:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

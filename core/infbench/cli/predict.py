@@ -56,7 +56,7 @@ def predict(
     try:
         limits = {d: P.limits_for_id(pm, d) for d in devices_}
         if calibrate_:
-            rows = open_store(store_path).results()
+            rows = open_store(store_path, readonly=True).results()
             for d, lim in limits.items():
                 pts = P.measured_points(P.rows_of_device(pm, rows, d))
                 try:

@@ -12,8 +12,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, fail, need, open_store, out, plugin_manager, print_json, split
+from infbench.cli.common import (
+    JSON_HELP,
+    check_run_id,
+    err,
+    fail,
+    need,
+    open_store,
+    out,
+    plugin_manager,
+    print_json,
+    split,
+    writing,
+)
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -24,6 +37,16 @@ def _filtered(store, run_id, model, device, engine):
 
     return select_rows(store.results(run_id=run_id), split(model, "--model"), split(device, "--device"),
                        split(engine, "--engine"))
+
+
+def _read_store(store_path, run_id):
+    """The store opened read-only, or None when the default store does not exist yet."""
+    from infbench.store import default_store_path
+
+    check_run_id(run_id)
+    if store_path is None and not default_store_path().exists():
+        return None
+    return open_store(store_path, readonly=True)
 
 
 def report(
@@ -53,11 +76,12 @@ def report(
     """
     from infbench.report.data import flat_row, limits_resolver
 
-    store = open_store(store_path)
-    rows = _filtered(store, run_id, model, device, engine)
+    store = _read_store(store_path, run_id)
+    rows = _filtered(store, run_id, model, device, engine) if store else []
     if not rows:
         filtered = run_id or model or device or engine
-        err.print(f"no results to report in {store.path}"
+        where = store.path if store else store_path or "the default store"
+        err.print(f"no results to report in {where}"
                   + (" for these filters" if filtered else "; run `infbench run` first"))
         raise typer.Exit(1)
     resolve = limits_resolver(plugin_manager())
@@ -65,13 +89,14 @@ def report(
     try:
         from infbench.report.html import write_report
 
-        page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
-                            slo_tpot * 1e3 if slo_tpot else None)
-        figs = []
-        if static:
-            from infbench.report.static import write_figures
+        with writing(out_dir):
+            page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
+                                slo_tpot * 1e3 if slo_tpot else None)
+            figs = []
+            if static:
+                from infbench.report.static import write_figures
 
-            figs = write_figures(flat, out_dir / "figures")
+                figs = write_figures(flat, out_dir / "figures")
     except ImportError as exc:
         need("report", exc)
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
@@ -107,8 +132,8 @@ def export(
 
     if fmt not in ("lib-csv", "csv", "json"):
         fail(ConfigError(f"unknown format {fmt!r}", hint="use lib-csv, csv or json"))
-    store = open_store(store_path)
-    rows = _filtered(store, run_id, model, device, engine)
+    store = _read_store(store_path, run_id)
+    rows = _filtered(store, run_id, model, device, engine) if store else []
     if fmt == "json":
         text = json.dumps(results_json(rows), indent=2, default=str) + "\n"
     elif fmt == "csv":
@@ -119,8 +144,9 @@ def export(
             err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no "
                       "serving-mode columns)")
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(text)
+        with writing(out_file):
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(text)
         err.print(f"wrote {out_file}")
     else:
         sys.stdout.write(text)
@@ -140,6 +166,7 @@ def compare(
     `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them.
     """
     from infbench.report.compare import COMPARED, compare_rows, load_side, write_compare_html
+    from infbench.report.tables import print_table
 
     try:
         la, a = load_side(run_a, store_path)
@@ -149,7 +176,8 @@ def compare(
     res = compare_rows(a, b)
     if html_out:
         try:
-            write_compare_html(res, la, lb, html_out)
+            with writing(html_out):
+                write_compare_html(res, la, lb, html_out)
         except ImportError as exc:
             need("report", exc)
     if as_json:
@@ -158,8 +186,8 @@ def compare(
     if not res["pairs"]:
         err.print(f"no cell is ok on both sides ({res['only_a']} only in A, {res['only_b']} only in B)")
         raise typer.Exit(1)
-    t = Table(title=f"B / A  (A = {la}, B = {lb})", header_style="bold")
-    t.add_column("cell")
+    t = Table(title=f"B / A  (A = {escape(la)}, B = {escape(lb)})", header_style="bold")
+    t.add_column("cell", overflow="fold")
     keys = [k for k in COMPARED if any(p["ratio"][k] is not None for p in res["pairs"])]
     for k in keys:
         t.add_column(COMPARED[k][0], justify="right")
@@ -172,9 +200,9 @@ def compare(
         return f"[green]{v:.3f}[/]" if good else (f"[red]{v:.3f}[/]" if bad else f"{v:.3f}")
 
     for p in res["pairs"]:
-        t.add_row(escape(p["label"]), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
+        t.add_row(escape(printable(p["label"])), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
     t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], COMPARED[k][1]) for k in keys])
-    out.print(t)
+    print_table(out, t, keep=1)
     out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
               "(matched by workload spec hash; green = B better)")
     if html_out:

