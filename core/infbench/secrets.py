@@ -39,7 +39,8 @@ def command_label(command: str) -> str:
     ``"FOO=1 /usr/bin/ipmitool -H bmc -P hunter2 dcmi power reading | awk '{print $4}'"``.
 
     Leading ``VAR=value`` assignments are skipped; a line that cannot be split (unbalanced
-    quotes) or is empty gives ``"shell command"``.
+    quotes), is empty, or whose first word is not a plain file name (a URL...) gives
+    ``"shell command"``.
     """
     try:
         words = shlex.split(command, posix=True)
@@ -49,7 +50,8 @@ def command_label(command: str) -> str:
         if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", w):
             continue
         name = os.path.basename(w.rstrip("/")) or w
-        return printable(name)[:64] or "shell command"
+        # an executable's name is a plain word; anything else (a URL, key=value) is not shown
+        return name[:64] if re.fullmatch(r"[A-Za-z0-9._+-]+", name) else "shell command"
     return "shell command"
 
 
@@ -60,13 +62,15 @@ def redact_command(command: str) -> str:
 
 def redact_url(url: str) -> str:
     """The URL without user info, query and fragment (``http://u:p@h/v1?api_key=x`` ->
-    ``http://h/v1``); a value that does not parse as a URL is redacted whole."""
+    ``http://h/v1``); a value that is not a URL with a scheme and a host is redacted whole."""
     try:
         u = urlsplit(url)
         host = u.hostname or ""
         port = u.port
     except ValueError:
         return REDACTED
+    if not u.scheme or not host or any(c.isspace() for c in url):
+        return REDACTED  # not a URL: nothing in it is known to be safe
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
     netloc = host + (f":{port}" if port is not None else "")

@@ -111,7 +111,8 @@ def test_apptainer_command_line(pm, tmp_path, monkeypatch):
     sif.write_bytes(b"")
     cmd, _ = rt.command(spec, tmp_path / "job", tmp_path / "home", tmp_path / "cache", [str(tmp_path)])
     assert cmd[:6] == [str(binary), "exec", "--cleanenv", "--contain", "--no-home", "--nv"]
-    assert f"{tmp_path / 'job' / 'spec.json'}:/job/spec.json:ro" in cmd and f"{tmp_path / 'job' / 'out'}:/job/out" in cmd
+    assert f"{tmp_path / 'job' / 'spec.json'}:/job/spec.json:ro" in cmd
+    assert f"{tmp_path / 'job' / 'out'}:/job/out" in cmd
     assert f"{tmp_path / 'cache'}:/job/home/cache" in cmd and "--net" in cmd
     assert f"{tmp_path}:{tmp_path}:ro" in cmd and "INFBENCH_HOME=/job/home" in cmd
     assert cmd[cmd.index(str(sif)) + 1:] == ["infbench", "worker", "--spec", "/job/spec.json", "--out", "/job/out"]

@@ -89,6 +89,20 @@ def open_store(store_path: Path | None, readonly: bool = False):
         fail(exc)
 
 
+def read_results(store, **kwargs):
+    """``store.results(**kwargs)``, exiting 2 with the reason when the file cannot be read
+    (a corrupt page found only when the rows are read)."""
+    import sqlite3
+
+    from infbench.store import StoreError, describe_db_error
+
+    try:
+        return store.results(**kwargs)
+    except sqlite3.DatabaseError as exc:
+        fail(StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}",
+                        hint=f"salvage it with `sqlite3 {store.path} .recover | sqlite3 recovered.db`"))
+
+
 def store_for_writing(store_path: Path | None):
     """:func:`open_store` for ``run`` and ``ingest``, made ready by
     :func:`infbench.store.recovery.prepare` (integrity check, runs left ``running`` by a

@@ -64,7 +64,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     for plugin, e in det.errors:
         err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(printable(e))}")
     for e in det.config_errors:
-        err.print(f"[red]site config:[/] {escape(printable(e))}")
+        err.print(f"[bold red]error:[/] site config: {escape(printable(e))}")
     _exit_status(det)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, split
+from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, read_results, split
 from infbench.errors import ConfigError, InfbenchError
 
 Opt = typer.Option
@@ -56,7 +56,7 @@ def predict(
     try:
         limits = {d: P.limits_for_id(pm, d) for d in devices_}
         if calibrate_:
-            rows = open_store(store_path, readonly=True).results()
+            rows = read_results(open_store(store_path, readonly=True))
             for d, lim in limits.items():
                 pts = P.measured_points(P.rows_of_device(pm, rows, d))
                 try:

@@ -22,6 +22,7 @@ from infbench.cli.common import (
     out,
     plugin_manager,
     print_json,
+    read_results,
     split,
     writing,
 )
@@ -35,7 +36,7 @@ ListOpt = list[str] | None
 def _filtered(store, run_id, model, device, engine):
     from infbench.report.data import select_rows
 
-    return select_rows(store.results(run_id=run_id), split(model, "--model"), split(device, "--device"),
+    return select_rows(read_results(store, run_id=run_id), split(model, "--model"), split(device, "--device"),
                        split(engine, "--engine"))
 
 

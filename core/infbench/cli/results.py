@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json
+from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
 from infbench.errors import ConfigError
 
 Opt = typer.Option
@@ -53,7 +53,7 @@ def results(
         err.print(f"no results in {default_store_path()}; run `infbench run` first")
         return
     store = open_store(store_path, readonly=True)
-    rows = store.results(run_id=run_id, all_attempts=all_attempts)
+    rows = read_results(store, run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
     limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}

@@ -11,6 +11,7 @@ results database file, or ``FILE.db:RUN``.
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     Raises:
         ConfigError: the file does not exist, or the run matches no cell.
     """
-    from infbench.store import Store, valid_run_prefix
+    from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
 
     path, run = None, arg
     if ":" in arg and arg.rsplit(":", 1)[0].endswith(".db"):
@@ -52,7 +53,10 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     try:
         # A run's own attempts (not the newest attempt of each cell, which a later run
         # of the same cells would replace).
-        rows = store.results(run_id=run, all_attempts=run is not None)
+        try:
+            rows = store.results(run_id=run, all_attempts=run is not None)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}") from None
         if not rows:
             runs = ", ".join(r["run_id"] for r in store.runs()[:8]) or "none"
             raise ConfigError(f"{arg!r} matches no stored cell in {store.path}",

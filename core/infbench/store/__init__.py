@@ -192,6 +192,8 @@ class Store:
         else:
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
+                if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+                    raise PermissionError(13, "read-only file or folder (SQLite needs to write beside the store)")
                 self.db = sqlite3.connect(p, timeout=timeout_s)
             except (OSError, sqlite3.Error) as exc:
                 raise StoreError(f"cannot open the results store {p}: {describe_db_error(exc)}",
@@ -200,6 +202,10 @@ class Store:
         try:
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot open the results store {p}: {describe_db_error(exc)}",
+                             hint="check the permissions of the file and its folder, or pass --store another "
+                                  "file") from None
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{p} is not a readable SQLite database ({describe_db_error(exc)})",
                              hint="pass --store a results .db file written by infbench; a damaged store can be "
@@ -228,14 +234,16 @@ class Store:
 
     def _connect_readonly(self, timeout_s: float) -> sqlite3.Connection:
         uri = "file:" + quote(str(self.path.resolve()))
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout_s)
         try:
-            db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout_s)
             db.execute("PRAGMA user_version").fetchone()
             return db
         except sqlite3.OperationalError:
             # A WAL store on a read-only file system cannot take SQLite's shared-memory
             # lock; nobody can write it there either, so read it as immutable.
-            pass
+            db.close()
+        except sqlite3.DatabaseError:
+            return db  # not SQLite at all: the caller's check says so
         if not os.access(self.path, os.R_OK):
             raise StoreError(f"cannot read the results store {self.path}: permission denied")
         try:
