@@ -184,6 +184,20 @@ def finishing(store: Store, summary: RunSummary) -> Iterator[None]:
                 summary.journal_stored = not Path(summary.journal).exists()
 
 
+@contextlib.contextmanager
+def started_run(store: Store, provenance: dict[str, Any], command: str) -> Iterator[RunSummary]:
+    """Begin a run in ``store`` and wrap its body in :func:`finishing`, with SIGINT and
+    SIGTERM held back in between, so no signal can leave the run ``running``. Yields the
+    run's :class:`RunSummary`."""
+    from infbench import signals
+
+    with contextlib.ExitStack() as stack:
+        with signals.deferred():
+            summary = RunSummary(store.begin_run(provenance, command=command))
+            stack.enter_context(finishing(store, summary))
+        yield summary
+
+
 def take_cell(store: Store, run_id: str, cell: Cell, device: DeviceInfo, summary: RunSummary, observer: Observer,
               force: bool = False) -> bool:
     """Claim ``cell`` before measuring it (:func:`infbench.store.claims.claim`).

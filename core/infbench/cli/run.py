@@ -253,6 +253,9 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
             summary = ex.run(the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
+    except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
+        fail(StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
+                        hint="free disk space, wait for the process holding it, or pass --store another file"))
     except KeyboardInterrupt as exc:
         with signals.deferred():
             _print_interrupted(store, as_json, exc)

@@ -34,10 +34,10 @@ from infbench.plan import Group, Plan
 from infbench.run import (
     RunOptions,
     RunSummary,
-    finishing,
     pending_cells,
     record,
     run_command,
+    started_run,
     take_cell,
     unmeasured_failure,
 )
@@ -176,16 +176,15 @@ class ContainerExecutor:
         batches = _batches(plan, pm)
         for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
             runtime.check_image(spec["image"])
-        run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=run_command())
-        summary = RunSummary(run_id)
-        done = set() if opts.force else store.finished_cell_ids()
         root = Path(self.job_root or default_home() / "jobs")
         cache = default_home() / "cache"
         home = default_home() / "worker-home"
         stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
         provenance_set = False
         attempt = 0
-        with finishing(store, summary):
+        with started_run(store, {**host_provenance, "runtime": runtime.name}, run_command()) as summary:
+            run_id = summary.run_id
+            done = set() if opts.force else store.finished_cell_ids()
             for spec, groups in batches:
                 remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, observer)
                 remaining = [c for c in remaining if take_cell(store, run_id, c, device, summary, observer, opts.force)]

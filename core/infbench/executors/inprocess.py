@@ -21,10 +21,10 @@ from infbench.run import (
     RunOptions,
     RunSummary,
     busy_elsewhere,
-    finishing,
     pending_cells,
     record,
     run_command,
+    started_run,
     take_cell,
     unmeasured_failure,
 )
@@ -63,13 +63,11 @@ class InProcessExecutor:
             KeyboardInterrupt: after the run is marked interrupted.
         """
         opts = options or RunOptions()
-        run_id = store.begin_run(self.provenance, command=run_command())
-        summary = RunSummary(run_id)
-        done = set() if opts.force else store.finished_cell_ids()
-        sampler = opts.power_override or device_power_sampler(self.pm, plan.device)
-        limits, limits_reason = device_roofline_limits(self.pm, plan.device)
-        with finishing(store, summary):
+        with started_run(store, self.provenance, run_command()) as summary:
+            done = set() if opts.force else store.finished_cell_ids()
+            sampler = opts.power_override or device_power_sampler(self.pm, plan.device)
             try:
+                limits, limits_reason = device_roofline_limits(self.pm, plan.device)
                 self._groups(plan, store, opts, observer, summary, done, sampler, limits, limits_reason)
             finally:
                 sampler.close()
