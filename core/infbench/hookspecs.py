@@ -22,7 +22,8 @@ History: 1.0 first release; 1.1 adds ``infbench_device_catalog``; 1.2 adds the o
 ``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``;
 1.3 adds the optional ``apptainer_options`` key of ``infbench_container_spec`` and the image
 recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGINE`` and
-``ARG ENGINE_VERSION``).
+``ARG ENGINE_VERSION``); 1.4 adds the optional ``options`` and ``native_options`` of
+``EngineSpec`` (the ``--engine-arg`` keys an adapter reads; unknown keys are refused).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.3"
+CONTRACT_VERSION = "1.4"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
