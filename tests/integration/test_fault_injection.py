@@ -3,7 +3,8 @@ random points of a run, a full disk (a 200 KB tmpfs), a locked store, a corrupt 
 killed server, a killed worker container, two processes on one store. Each asserts that
 no measured cell is lost and that no run is left ``running``.
 
-The random points are drawn from a seeded generator (the same points every CI run);
+The random points are drawn from a seeded generator (the same points every CI run) and
+placed where they land during the run (at observer events, after the first stored cell);
 ``benchmarks/reliability.py`` draws many more and writes the counts in
 docs/reliability.md. Servers and containers are real; every run uses the tiny llama.cpp
 model (a few seconds per sweep).
@@ -26,6 +27,9 @@ import pytest
 
 from tests.support.faults import (
     N_CELLS,
+    N_EVENTS,
+    N_SLOW,
+    SLOW_SWEEP,
     SWEEP,
     children_matching,
     infbench,
@@ -42,23 +46,24 @@ pytestmark = pytest.mark.integration
 RNG = random.Random(14)
 
 
-def complete(store: Path, home: Path, *extra: str) -> dict:
-    """Run the sweep again to its end; returns the store's state."""
-    p = infbench("run", *SWEEP, *extra, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
+def complete(store: Path, home: Path, *extra: str, args: list[str] = SWEEP) -> dict:
+    """Run the sweep (``args``) again to its end; returns the store's state."""
+    p = infbench("run", *args, *extra, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
     assert p.returncode == 0, p.stderr
     return store_state(store)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_signal_at_random_points_in_process(pm, tmp_path, signum):
-    """The exact set of measured cells is known in-process: each is stored, and a re-run
-    measures only what is missing."""
-    for i, delay in enumerate(sorted(RNG.uniform(0.05, 4.0) for _ in range(3))):
+    """The exact set of measured cells is known in-process: a signal at any observer event
+    (model loading, a cell starting, a cell being stored) interrupts the run, every
+    measured cell is stored, and a re-run measures only what is missing."""
+    for i, at in enumerate(sorted(RNG.sample(range(1, N_EVENTS + 1), 3))):
         store = tmp_path / f"s{i}.db"
-        r = signal_in_process(store, signum, delay, pm)
-        assert r["measured"] <= r["kept"], f"lost at {delay:.2f} s: {r['measured'] - r['kept']}"
-        assert "running" not in r["statuses"]
-        assert r["statuses"] == {"interrupted" if r["interrupted"] else "completed"}
+        r = signal_in_process(store, signum, at, 0.0, pm)
+        assert r["interrupted"], f"the signal at event {at} did not interrupt the run"
+        assert r["measured"] <= r["kept"], f"lost at event {at}: {r['measured'] - r['kept']}"
+        assert r["statuses"] == {"interrupted"}
         st = complete(store, tmp_path / "home")
         assert len(st["ok"]) == N_CELLS and st["attempts"] == N_CELLS  # nothing measured twice
 
@@ -66,22 +71,28 @@ def test_signal_at_random_points_in_process(pm, tmp_path, signum):
 @pytest.mark.parametrize("name, signum", [("SIGINT", signal.SIGINT), ("SIGTERM", signal.SIGTERM),
                                           ("SIGKILL", signal.SIGKILL)])
 def test_signal_to_infbench_run(tmp_path, name, signum):
+    """A signal to `infbench run` after its first stored cell (and a random few ms): SIGINT
+    and SIGTERM end it interrupted with what it kept said and stored; after SIGKILL the
+    next start marks the run interrupted. Resuming completes the sweep, nothing twice."""
     home = tmp_path / "home"
     store = tmp_path / "s.db"
-    r = signal_subprocess(store, signum, RNG.uniform(3.0, 8.0), home)
-    if signum != signal.SIGKILL and r["code"] in (130, 143):
+    r = signal_subprocess(store, signum, RNG.uniform(0.0, 0.05), home, after_cells=1)
+    assert r["sent"], "the sweep ended before the signal"
+    st = r["state"]
+    if signum != signal.SIGKILL:
         assert r["code"] == (130 if signum == signal.SIGINT else 143), r["stderr"]
-        said, st = r["said"], r["state"]
-        assert said["status"] == "interrupted" and said["ok"] + said["failed"] == st["attempts"]
-        assert "running" not in st["runs"].values()
+        said = r["said"]
+        assert said["status"] == "interrupted" and 1 <= said["ok"] + said["failed"] == st["attempts"] < N_SLOW
+        assert set(st["runs"].values()) == {"interrupted"}
         assert ("terminated (SIGTERM)" if signum == signal.SIGTERM else "interrupted") in r["stderr"]
-    elif signum == signal.SIGKILL and r["code"] == -9 and store.exists():
-        left = [k for k, v in r["state"]["runs"].items() if v == "running"]
-        p = infbench("run", *SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
-        assert p.returncode == 0 and "marked interrupted" in p.stderr and left[0] in p.stderr
-    st = complete(store, home)
+    else:
+        assert r["code"] == -9
+        [left] = [k for k, v in st["runs"].items() if v == "running"]
+        p = infbench("run", *SLOW_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
+        assert p.returncode == 0 and "marked interrupted" in p.stderr and left in p.stderr
+    st = complete(store, home, args=SLOW_SWEEP)
     assert "running" not in st["runs"].values() and st["integrity"] == "ok"
-    assert len(st["ok"]) == N_CELLS
+    assert len(st["ok"]) == N_SLOW and st["attempts"] == N_SLOW
 
 
 def test_full_disk(tmp_path):

@@ -23,14 +23,21 @@ from pathlib import Path
 from typing import Any
 
 
-def sweep(batch: str = "1,2,3,4", output_len: int = 16) -> list[str]:
+def sweep(batch: str = "1,2,3,4", output_len: int = 16, input_len: int = 16) -> list[str]:
     """``infbench run`` flags of a small real sweep of the tiny llama.cpp model."""
-    return ["--model", "tiny", "--engine", "llama.cpp", "--dtype", "f16", "--batch", batch, "--input-len", "16",
-            "--output-len", str(output_len)]
+    return ["--model", "tiny", "--engine", "llama.cpp", "--dtype", "f16", "--batch", batch, "--input-len",
+            str(input_len), "--output-len", str(output_len)]
 
 
 SWEEP = sweep()
 N_CELLS = 4
+#: A sweep whose cells take long enough (about 0.1-0.2 s each here) for a signal sent
+#: after its first stored cell to land while the others are measured.
+SLOW_SWEEP = sweep("1,2,3,4,5,6", output_len=512, input_len=256)
+N_SLOW = 6
+#: Observer events of the in-process sweep (GroupLoading, then CellStarted and
+#: CellFinished per cell): a signal sent at any of them lands during the run.
+N_EVENTS = 1 + 2 * N_CELLS
 
 
 def infbench(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -63,13 +70,15 @@ def journal_cells(home: Path) -> set[str]:
 
 
 # -- in-process: the exact set of measured cells is known --------------------------------
-def signal_in_process(store_path: Path, signum: int, delay_s: float, pm: Any) -> dict[str, Any]:
+def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: float, pm: Any) -> dict[str, Any]:
     """Run the sweep in this process with the in-process executor (SIGTERM handled as the
-    CLI handles it) and send ``signum`` to this process after ``delay_s``.
+    CLI handles it) and send ``signum`` to this process at its ``at_event``-th observer
+    event (1-based: GroupLoading, CellStarted, CellFinished...), right there when
+    ``delay_s`` is 0, else ``delay_s`` seconds later from a timer thread.
 
     Returns:
         ``{"measured": cell ids the engine measured, "kept": ids in the store,
-        "status": the run's status, "interrupted": bool}``.
+        "statuses": run statuses, "interrupted": bool, "attempts": stored attempts}``.
     """
     from infbench import signals
     from infbench.detect import detect
@@ -86,27 +95,37 @@ def signal_in_process(store_path: Path, signum: int, delay_s: float, pm: Any) ->
     the_plan = plan(sw, det.devices[0], pm)
     measured: list[str] = []
     real = inprocess.measure_cell
+    timers: list[threading.Timer] = []
+    events = [0]
 
     def measuring(*a: Any, **k: Any) -> Any:
         r = real(*a, **k)
         measured.append(r.cell_id)
         return r
 
+    def observer(ev: Any) -> None:
+        events[0] += 1
+        if events[0] != at_event:
+            return
+        if delay_s <= 0:
+            os.kill(os.getpid(), signum)
+        else:
+            timers.append(threading.Timer(delay_s, os.kill, (os.getpid(), signum)))
+            timers[0].start()
+
     inprocess.measure_cell = measuring
     store = Store(store_path)
-    timer = threading.Timer(delay_s, os.kill, (os.getpid(), signum))
     interrupted = False
     try:
         with signals.terminate_as_interrupt():
-            timer.start()
             try:
-                InProcessExecutor(pm, provenance(det, pm)).run(the_plan, store)
+                InProcessExecutor(pm, provenance(det, pm)).run(the_plan, store, None, observer)
             except KeyboardInterrupt:
                 interrupted = True
-            finally:
-                timer.cancel()
-            timer.join()
-            try:  # a signal that fired after the run returned
+            for t in timers:  # a timer that fires after the run returned: not during the run
+                t.cancel()
+                t.join()
+            try:
                 time.sleep(0.01)
             except KeyboardInterrupt:
                 pass
@@ -120,17 +139,30 @@ def signal_in_process(store_path: Path, signum: int, delay_s: float, pm: Any) ->
             "interrupted": interrupted, "attempts": st["attempts"]}
 
 
+def attempts(store: Path) -> int:
+    """Cell attempts stored in ``store`` so far (0 while it does not exist or is busy)."""
+    try:
+        return store_state(store)["attempts"] if store.exists() else 0
+    except sqlite3.Error:
+        return 0
+
+
 # -- a real `infbench run` process -------------------------------------------------------
-def signal_subprocess(store_path: Path, signum: int, delay_s: float, home: Path,
-                      extra: list[str] | None = None) -> dict[str, Any]:
-    """Start ``infbench run --json`` on the sweep, send ``signum`` after ``delay_s``, and
-    report its exit status, what it said it kept and the store afterwards."""
+def signal_subprocess(store_path: Path, signum: int, delay_s: float, home: Path, after_cells: int = 0,
+                      args: list[str] | None = None) -> dict[str, Any]:
+    """Start ``infbench run --json`` on ``args`` (default :data:`SLOW_SWEEP`), wait until
+    ``after_cells`` cell attempts are stored (0: from the start), then ``delay_s`` seconds,
+    send ``signum``, and report its exit status (``sent``: whether it was still running),
+    what it said it kept and the store afterwards."""
     env = {**os.environ, "INFBENCH_HOME": str(home)}
-    p = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", *SWEEP, *(extra or []), "--store",
+    p = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", *(args or SLOW_SWEEP), "--store",
                           str(store_path), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=env)
+    if after_cells:
+        wait_for(lambda: p.poll() is not None or attempts(store_path) >= after_cells, 300, 0.01)
     time.sleep(delay_s)
-    if p.poll() is None:
+    sent = p.poll() is None
+    if sent:
         p.send_signal(signum)
     out, errs = p.communicate(timeout=300)
     said = None
@@ -139,7 +171,7 @@ def signal_subprocess(store_path: Path, signum: int, delay_s: float, home: Path,
     except ValueError:
         pass
     state = store_state(store_path) if store_path.exists() else None
-    return {"code": p.returncode, "said": said, "stderr": errs, "state": state}
+    return {"code": p.returncode, "sent": sent, "said": said, "stderr": errs, "state": state}
 
 
 def children_matching(pid: int, needle: str) -> list[int]:
