@@ -45,6 +45,37 @@ class CellTimeout(InfbenchError):
     """A cell ran past its time limit (``--cell-timeout``); stored as a failed cell."""
 
 
+class DeviceMismatch(InfbenchError):
+    """An engine would run (or ran) somewhere other than the device its cells are planned on.
+
+    Raised by an adapter's :meth:`~infbench.engines.base.Engine.start` (before loading
+    weights, when the installed library has no support for the device) or
+    :meth:`~infbench.engines.base.Engine.verify_device` (after loading, when the engine's
+    own report shows another device). The group then fails before its first timed
+    request and every cell is stored failed with :meth:`cell_error`, so nothing is stored
+    ``ok`` under a device it did not run on.
+
+    Args:
+        engine: engine name (``llama.cpp``).
+        device: the planned device, as the user knows it (``nvidia NVIDIA H100 80GB HBM3``).
+        reason: what is installed or what the engine reported (``llama-cpp-python 0.3.36
+            was built without GPU offload``).
+        instead: where the cells would have run instead (``the CPU``).
+        fix: the command that fixes it (the ``hint``).
+    """
+
+    exit_code = 2
+
+    def __init__(self, engine: str, device: str, reason: str, instead: str, fix: str | None):
+        self.engine, self.device, self.reason, self.instead, self.fix = engine, device, reason, instead, fix
+        super().__init__(f"{engine} does not run on {device}: {reason}; its cells would have run on {instead}",
+                         hint=fix)
+
+    def cell_error(self) -> str:
+        """The error stored with each cell of the refused group: the message and the fix."""
+        return f"device check failed: {self.message}" + (f". Fix: {self.fix}" if self.fix else "")
+
+
 def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
     """Return ``"did you mean: a, b?"`` for the closest ``choices`` to ``name``, or ``""``.
 

@@ -22,8 +22,15 @@ History: 1.0 first release; 1.1 adds ``infbench_device_catalog``; 1.2 adds the o
 ``link_bytes_s`` key of ``infbench_device_info`` and ``DeviceSpec.link_bandwidth_gb_s``;
 1.3 adds the optional ``apptainer_options`` key of ``infbench_container_spec`` and the image
 recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGINE`` and
-``ARG ENGINE_VERSION``); 1.4 adds the optional ``options`` and ``native_options`` of
-``EngineSpec`` (the ``--engine-arg`` keys an adapter reads; unknown keys are refused).
+``ARG ENGINE_VERSION``); 1.4 adds ``infbench_default_sweep`` (what a bare ``infbench run``
+does on a device, engines in order of preference), ``infbench_device_backends`` (which
+torch, vLLM and ggml builds run on a device, and the commands installing them) and the
+optional ``check`` field of :class:`~infbench.engines.base.EngineSpec`; 1.5 adds the
+optional ``PowerSampler.read_channels()`` (telemetry channels read with power: utilisation,
+clocks, temperature, throttle reasons, as :class:`~infbench.schema.ChannelReading`) and lets
+a ``StreamSampler`` line parser return channel readings; 1.6 adds the optional ``options`` and
+``native_options`` of ``EngineSpec`` (the ``--engine-arg`` keys an adapter reads; unknown
+keys are refused).
 """
 
 from __future__ import annotations
@@ -35,10 +42,10 @@ import pluggy
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.engines.base import Engine, EngineSpec
     from infbench.measure.power import PowerSampler
-    from infbench.schema import DeviceInfo, DeviceSpec
+    from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.4"
+CONTRACT_VERSION = "1.6"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -99,7 +106,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
         over instantaneous power). When the device has no readable power source,
         return :class:`~infbench.measure.power.NoPower` with the reason, so the
         results say why energy is missing. The core drives the sampler from its own
-        thread at ``--power-interval`` (default 0.1 s).
+        thread at ``--power-interval`` (default 0.1 s). Since 1.5 the sampler may also
+        implement ``read_channels()`` (utilisation, clocks, temperature, throttle
+        reasons; :data:`infbench.measure.telemetry.CHANNELS`), read on the same thread;
+        a ``NoPower`` may carry channels too.
     """
 
 
@@ -147,4 +157,39 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
         ENTRYPOINT runs ``infbench worker``. The launcher adds the job and cache mounts,
         the host user, ``network_mode="none"`` unless given, and never ``privileged``
         unless given (then the user is told).
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+    """What a bare ``infbench run`` measures on ``device`` (since 1.4).
+
+    Returns:
+        A dict of :class:`~infbench.schema.Sweep` fields, optionally with ``preset``
+        (a name from :data:`infbench.plan.PRESETS` whose fields the others override) and
+        ``description`` (one line for ``--dry-run``). ``engines`` lists the engines in
+        order of preference: the core takes the first one that runs here, trying the
+        plugin's image first (``infbench_container_spec``) when it is built and a
+        container runtime answers, then each engine in-process
+        (:func:`infbench.default_sweep.default_sweep`). ``None`` for a device this
+        plugin does not own. Example (the GPU plugins)::
+
+            {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
+             "dtypes": ["bf16"], "description": "LLM-Inference-Bench corner"}
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | dict[str, Any] | None:
+    """Which builds of the engine libraries run on ``device`` (since 1.4).
+
+    Returns:
+        A :class:`~infbench.schema.DeviceBackends` (or its fields as a dict): the
+        PyTorch build (``cuda``, ``hip``, ``xpu``, ``hpu``), the vLLM platform, the ggml
+        backends, and the command installing each library's build for the device. The
+        core uses it to list each engine as usable, not installed, or installed without
+        support for the device (``infbench detect``), to pick the default sweep's engine,
+        and in every adapter's device check before the first timed request; an adapter
+        refuses an accelerator whose plugin does not answer. ``None`` for a device this
+        plugin does not own.
     """

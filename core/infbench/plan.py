@@ -21,13 +21,19 @@ from infbench.plugins import PluginManager
 from infbench.schema import Cell, Dataset, DeviceInfo, Load, Sweep
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
-#: model on llama.cpp, a few minutes on 2 CPU cores. ``paper`` is the LLM-Inference-Bench
+#: model on llama.cpp, a few minutes on 2 CPU cores (a GPU plugin's default sweep replaces
+#: it on its devices: :mod:`infbench.default_sweep`). ``paper`` is the LLM-Inference-Bench
 #: grid (input/output 128..2048, batch 1/16/32/64) for the model(s) you pass. ``genz-*``
 #: are GenZ's use cases (question answering, chat, RAG, summarisation, code generation):
 #: their input/output lengths and TTFT/TPOT SLOs, which give each cell its goodput.
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
               "batch": [1, 4, 8], "input_len": [128, 512], "output_len": [64]},
+    # LLM-Inference-Bench's corner (Chitty-Venkata et al., SC'24 workshops, their Llama-3-8B
+    # cells): batch 1/16/64, input = output in {128, 1024}, dummy weights. The default sweep
+    # of the GPU plugins (``infbench_default_sweep``), which pick the engine and dtype.
+    "lib-corner": {"models": ["llama-3-8b"], "engines": ["vllm"], "dtypes": ["bf16"], "batch": [1, 16, 64],
+                   "input_len": [128, 1024], "output_len": [128, 1024], "pair_lengths": True},
     "paper": {"models": ["smollm2-135m"], "engines": ["llama.cpp"], "dtypes": ["f16"],
               "batch": [1, 16, 32, 64], "input_len": [128, 256, 512, 1024, 2048],
               "output_len": [128, 256, 512, 1024, 2048]},
@@ -38,6 +44,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     "genz-rag": {"input_len": [10000], "output_len": [200], "slo_ttft_s": 0.4, "slo_tpot_s": 0.010},
     "genz-summarization": {"input_len": [15000], "output_len": [1000], "slo_ttft_s": 2.0, "slo_tpot_s": 0.020},
     "genz-codegen": {"input_len": [20000], "output_len": [50], "slo_ttft_s": 0.5, "slo_tpot_s": 0.020},
+}
+#: What the presets a default sweep names are, for ``infbench run --dry-run``.
+PRESET_DESCRIPTIONS = {
+    "quick": "the quick preset: smollm2-135m (dummy weights), batch 1/4/8, input 128/512, output 64",
+    "lib-corner": "LLM-Inference-Bench's corner: llama-3-8b (dummy weights), batch 1/16/64, input = output 128/1024",
 }
 #: Presets that set only lengths and SLOs take the rest from ``quick``.
 for _name, _p in PRESETS.items():
@@ -102,6 +113,7 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
             m.platforms = sorted(set(m.platforms) | set(s.platforms))
             if m.factory is None and s.factory is not None:
                 m.factory, m.modules, m.install, m.commands = s.factory, s.modules, s.install, s.commands
+                m.check = s.check
                 m.serving, m.any_model = s.serving, s.any_model
                 m.options, m.native_options = s.options, s.native_options
                 m.description = s.description or m.description
@@ -213,7 +225,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                               "detected", hint=f"use tensor_parallel_size <= {device.count}")
     for name, m in models.items():
         maxpos = m.config.get("max_position_embeddings")
-        longest = max(sweep.input_len) + max(sweep.output_len)
+        longest = max(i + o for i, o in sweep.lengths())
         if maxpos and longest > maxpos:
             warnings.append(f"{name}: input+output up to {longest} tokens exceeds max_position_embeddings "
                             f"{maxpos}; positions past it are outside the model's trained range")
@@ -236,9 +248,13 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                                         output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                         warmup=sweep.warmup, load=ld, dataset=data))
                 continue
-            for (b, ld), i, o in itertools.product(shapes, sorted(set(sweep.input_len)),
-                                                   sorted(set(sweep.output_len))):
+            for (b, ld), (i, o) in itertools.product(shapes, sweep.lengths()):
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                     warmup=sweep.warmup, load=ld))
+    if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
+        from infbench.analysis.repeats import repeat_cell
+
+        for g in groups.values():
+            g.cells = g.cells + [repeat_cell(c, r) for r in range(2, sweep.repeat + 1) for c in g.cells]
     return Plan(device=device, groups=list(groups.values()), warnings=warnings)

@@ -86,6 +86,10 @@ class RunOptions:
         slo: per-request limits for goodput (``Sweep.slo()``).
         power_override: a sampler replacing the device plugin's (``--power-command`` /
             ``--power-watts``: a PDU or chassis reading, or a declared wattage).
+        server_metrics_interval_s: seconds between scrapes of a server engine's
+            Prometheus ``/metrics`` (0: no scraping).
+        price_per_hour: USD per hour of the measured machine (``--price-per-hour``);
+            every cell then gets ``usd_per_mtok``.
     """
 
     force: bool = False
@@ -94,6 +98,8 @@ class RunOptions:
     engine_options: dict[str, Any] = field(default_factory=dict)
     slo: dict[str, float] | None = None
     power_override: PowerSampler | None = None
+    server_metrics_interval_s: float = 1.0
+    price_per_hour: float | None = None
 
 
 @dataclass

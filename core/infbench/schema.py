@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Precision classes, independent of how an engine spells its dtype. Device plugins
 #: report these from ``infbench_supported_precisions``; engines map their own dtype
@@ -88,6 +88,27 @@ class PowerReading(BaseModel):
     power_w: float | None = None
     energy_j: float | None = None
     energy_range_j: float | None = None
+
+
+class ChannelReading(BaseModel):
+    """Extra telemetry of one device, read with its power (``PowerSampler.read_channels``;
+    plugin contract 1.5).
+
+    Attributes:
+        t_ns: ``perf_counter_ns`` when the reading was taken.
+        device_index: index of the device (or CPU package; 0 = the whole CPU) within its group.
+        values: channel name -> value, in the units the name carries
+            (:data:`infbench.measure.telemetry.CHANNELS`: ``util_pct``, ``mem_util_pct``,
+            ``clock_mhz``, ``mem_clock_mhz``, ``temp_c``, ``mem_temp_c``); a channel the
+            device cannot read is left out, not set to 0.
+        throttle: names of the clock-limiting reasons active now, as the vendor names them
+            (NVML ``sw_power_cap``, ``hw_thermal_slowdown``...); empty when none is.
+    """
+
+    t_ns: int
+    device_index: int = 0
+    values: dict[str, float] = Field(default_factory=dict)
+    throttle: list[str] = Field(default_factory=list)
 
 
 class Load(BaseModel):
@@ -168,6 +189,8 @@ class Cell(BaseModel):
         load: serving-mode load (server engines); None for in-process batch mode.
         dataset: conversations replayed instead of synthetic prompts; ``input_len`` and
             ``output_len`` are then the sample's mean lengths, each request forcing its own.
+        repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
+            first measurement has none, so its id is that of an unrepeated cell).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -183,6 +206,7 @@ class Cell(BaseModel):
     warmup: int = Field(1, ge=0)
     load: Load | None = None
     dataset: Dataset | None = None
+    repeat: int | None = Field(None, ge=2)
 
     def spec(self) -> dict[str, Any]:
         """The workload fields that define what is measured (warm-up excluded; unset
@@ -209,7 +233,9 @@ class Cell(BaseModel):
         tp = f" tp{self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
         size = self.load.label() if self.load is not None and self.load.mode != "batch" else f"b{self.batch}"
         data = f" {Path(self.dataset.path).name}" if self.dataset is not None else ""
-        return f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} o{self.output_len}"
+        rep = f" #{self.repeat}" if self.repeat else ""
+        return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
+                f"o{self.output_len}{rep}")
 
 
 #: Upper bounds of a sweep's numbers: far above any real run, low enough that a typo
@@ -239,6 +265,9 @@ class Sweep(BaseModel):
         models, engines, dtypes: names (see ``infbench models``, ``infbench plugins``);
             ``dtypes`` may use any engine's spelling or a precision class (``fp16``).
         batch, input_len, output_len: sizes in prompts and tokens.
+        pair_lengths: pair ``input_len[i]`` with ``output_len[i]`` (both lists the same
+            length) instead of crossing them: LLM-Inference-Bench's "Input Output Length"
+            grid, where input = output.
         tensor_parallel_size: list of TP degrees.
         seed, warmup: copied into every cell.
         cell_timeout_s: a cell running longer is stopped and stored as failed.
@@ -251,6 +280,8 @@ class Sweep(BaseModel):
             engines); ``input_len``/``output_len`` are then ignored.
         dataset_min_input_len, dataset_max_input_len, dataset_min_output_len,
             dataset_max_output_len: its length filter in tokens.
+        repeat: measure every cell this many times (``--repeat``); results then give the
+            mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
 
     Types are strict (``batch: [true]`` or ``batch: ["4"]`` is an error, not batch 1 or
     4), numbers must be finite, and sizes have upper bounds (:data:`SWEEP_LIMITS`) so a
@@ -269,6 +300,7 @@ class Sweep(BaseModel):
     batch: list[int] = Field(min_length=1)
     input_len: list[int] = Field(min_length=1)
     output_len: list[int] = Field(min_length=1)
+    pair_lengths: bool = False
     tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
     seed: int = Field(0, ge=0)
     warmup: int = Field(1, ge=0)
@@ -288,6 +320,7 @@ class Sweep(BaseModel):
     dataset_max_input_len: int = Field(1024, ge=1)
     dataset_min_output_len: int = Field(4, ge=1)
     dataset_max_output_len: int = Field(1024, ge=1)
+    repeat: int = Field(1, ge=1)
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""
@@ -299,6 +332,20 @@ class Sweep(BaseModel):
         "models", "engines", "dtypes", "batch", "input_len", "output_len", "tensor_parallel_size",
         "concurrency", "request_rate", mode="before",
     )(_as_list)
+
+    def lengths(self) -> list[tuple[int, int]]:
+        """The (input, output) token lengths of the grid: paired element-wise when
+        :attr:`pair_lengths`, else every input with every output; sorted, no repeats."""
+        if self.pair_lengths:
+            return sorted(set(zip(self.input_len, self.output_len)))
+        return sorted({(i, o) for i in self.input_len for o in self.output_len})
+
+    @model_validator(mode="after")
+    def _paired_same_length(self) -> Sweep:
+        if self.pair_lengths and len(self.input_len) != len(self.output_len):
+            raise ValueError(f"pair_lengths needs as many input_len as output_len values, got {self.input_len} "
+                             f"and {self.output_len}")
+        return self
 
     def loads(self) -> list[Load]:
         """Serving-mode loads: one per concurrency level and per request rate; empty when
@@ -374,6 +421,11 @@ class CellResult(BaseModel):
         records: raw per-request records.
         power: raw power readings taken during the timed part.
         power_note: why energy is unavailable, if it is.
+        telemetry: extra device channels read with the power (utilisation, clocks,
+            temperature, throttle reasons), when the device's sampler has them.
+        server_metrics: the server's own Prometheus view of the cell
+            (:func:`infbench.measure.server_metrics.ServerMetricsScraper.result`): its
+            time series and its counter and histogram deltas; None for in-process engines.
         engine: engine name and library versions (``Engine.describe()``).
         wall_s: time the harness spent on the cell (s), warm-up excluded.
         engine_s: time spent inside the engine's generate/decode calls (s).
@@ -390,6 +442,8 @@ class CellResult(BaseModel):
     records: list[RequestRecord] = Field(default_factory=list)
     power: list[PowerReading] = Field(default_factory=list)
     power_note: str | None = None
+    telemetry: list[ChannelReading] = Field(default_factory=list)
+    server_metrics: dict[str, Any] | None = None
     engine: dict[str, Any] = Field(default_factory=dict)
     wall_s: float | None = None
     engine_s: float | None = None
@@ -457,3 +511,34 @@ class DeviceSpec(BaseModel):
             "link_bytes_s": self.link_bandwidth_gb_s * 1e9 if self.link_bandwidth_gb_s else None,
             "source": "; ".join(self.sources),
         }
+
+
+class DeviceBackends(BaseModel):
+    """What a device needs from each engine library, as its plugin declares it
+    (``infbench_device_backends``, contract 1.4), in the libraries' own vocabulary.
+
+    The core checks the installed libraries against it (``infbench detect``'s engine
+    table, the default sweep's engine choice) and every adapter proves with it that it
+    runs on the device before the first timed request
+    (:meth:`infbench.engines.base.Engine.verify_device`).
+
+    Attributes:
+        label: the device's compute stack for messages (``CUDA``, ``ROCm``, ``CPU``).
+        torch: the PyTorch build and device: ``cuda`` (a CUDA build, device ``cuda``),
+            ``hip`` (a ROCm build, device ``cuda``), ``xpu``, ``hpu`` or ``cpu``; None when
+            transformers does not run on the device.
+        vllm: the vLLM platform (``current_platform.device_name``): ``cuda``, ``rocm``,
+            ``xpu``, ``hpu``, ``cpu``; None when vLLM does not run on it.
+        ggml: ggml backend names that run on the device (``["CUDA", "Vulkan"]``; ``["CPU"]``);
+            empty when llama.cpp does not.
+        install: per library (``torch``, ``vllm``, ``llama_cpp``, ``xllamacpp``), the exact
+            command that installs a build for this device, shown when it is missing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    label: str
+    torch: Literal["cuda", "hip", "xpu", "hpu", "cpu"] | None = None
+    vllm: str | None = None
+    ggml: list[str] = Field(default_factory=list)
+    install: dict[str, str] = Field(default_factory=dict)

@@ -180,13 +180,18 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
     return data
 
 
-def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sweep:
+def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any] | None = None,
+                **flags: Any) -> Sweep:
     """The sweep of ``infbench run``: preset, then file, then flags (see the module doc).
 
     Args:
-        preset: a name from :data:`infbench.plan.PRESETS`, or None for ``quick``.
+        preset: a name from :data:`infbench.plan.PRESETS`, or None for the default.
         sweep_file: a YAML file of :class:`Sweep` fields, or None.
+        base: the default when neither ``preset`` nor ``sweep_file`` is given: the device's
+            default sweep (:func:`infbench.default_sweep.default_sweep`); None: ``quick``.
         **flags: :class:`Sweep` fields from the command line; None and ``[]`` mean "not given".
+            A preset that pairs input with output lengths (``pair_lengths``) crosses them
+            instead when a flag changes one axis to another number of values.
 
     Raises:
         ConfigError: unknown preset, bad file, or a field that fails validation.
@@ -202,12 +207,18 @@ def build_sweep(preset: str | None, sweep_file: Path | None, **flags: Any) -> Sw
             raise ConfigError(f"unknown preset {_short.repr(p)} in {sweep_file}",
                               hint=f"choose one of: {', '.join(PRESETS)}")
         data = {**PRESETS[p], **data}
+    elif preset is None and base is not None:
+        data = dict(base)
     else:
         name = preset or "quick"
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
         data = dict(PRESETS[name])
-    data.update({k: v for k, v in flags.items() if v not in (None, [])})
+    given = {k: v for k, v in flags.items() if v not in (None, [])}
+    data.update(given)
+    if data.get("pair_lengths") and ({"input_len", "output_len"} & set(given)) and \
+            len(data.get("input_len") or []) != len(data.get("output_len") or []):
+        data["pair_lengths"] = False  # an axis changed alone: every input with every output
     try:
         return Sweep.model_validate(data)
     except ValidationError as exc:

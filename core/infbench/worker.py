@@ -53,6 +53,8 @@ class WorkerOptions(BaseModel):
     power_interval_s: float = 0.1
     engine_options: dict[str, Any] = Field(default_factory=dict)
     slo: dict[str, float] | None = None
+    server_metrics_interval_s: float = 1.0
+    price_per_hour: float | None = None
 
 
 class WorkerSpec(BaseModel):
@@ -109,6 +111,20 @@ def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
              "(`infbench containers build`) or install the matching infbench version on the host")
 
 
+def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
+    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device and cells,
+    and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
+    power interval, engine options, SLO), stamped with this infbench's store schema."""
+    o = WorkerOptions()
+    if opts is not None:
+        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
+                          engine_options=dict(opts.engine_options), slo=opts.slo,
+                          server_metrics_interval_s=opts.server_metrics_interval_s,
+                          price_per_hour=opts.price_per_hour)
+    return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
+                      cells=plan.cells, options=o)
+
+
 def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
     """Write the worker spec of ``plan`` (a :class:`~infbench.plan.Plan`) to ``path``.
 
@@ -118,12 +134,7 @@ def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
         opts: optional :class:`infbench.run.RunOptions` (timeout, power interval, engine
             options, SLO).
     """
-    o = WorkerOptions()
-    if opts is not None:
-        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=dict(opts.engine_options), slo=opts.slo)
-    spec = WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
-                      cells=plan.cells, options=o)
+    spec = make_spec(plan, opts)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(spec.model_dump_json(indent=2))
     return spec
@@ -202,7 +213,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     _write_json(out_dir / PROVENANCE_FILE, prov)
     o = spec.options
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
-                      engine_options=dict(o.engine_options), slo=o.slo)
+                      engine_options=dict(o.engine_options), slo=o.slo,
+                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour)
     store = Store(out_dir / DB_FILE)
 
     def event(ev: Any) -> None:

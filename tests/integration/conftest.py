@@ -47,3 +47,29 @@ def cpu_image(docker_client):
     assert [r["ok"] for r in res] == [True], res
     assert res[0]["tags"] == [IMAGE, f"infbench/cpu-llamacpp:{__version__}-llama.cpp{engine_version}"]
     return {"image": IMAGE, "engine_version": engine_version}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(cpu_limits_file):
+    """A real two-node Ray cluster on 127.0.0.1 (tests/support/ray_cluster.py): the head
+    reports the test plugin's ``Raytest Alpha`` accelerator, the worker ``Raytest Beta``;
+    both have this host's CPU. Started once per session, on first use."""
+    from infbench.errors import ConfigError
+    from infbench.executors.ray import import_ray
+
+    try:
+        import_ray()
+    except ConfigError:
+        if os.environ.get("CI"):
+            pytest.fail("Ray is not installed (scripts/setup.sh installs infbench[ray])")
+        pytest.skip("Ray is not installed: pip install 'infbench[ray]'")
+    from tests.support.ray_cluster import LocalRayCluster
+
+    c = LocalRayCluster(cpu_limits=cpu_limits_file)
+    try:
+        c.add_node({"INFBENCH_RAYTEST_DEVICE": "alpha"})
+        c.add_node({"INFBENCH_RAYTEST_DEVICE": "beta"})
+        c.connect()
+        yield c
+    finally:
+        c.shutdown()

@@ -52,6 +52,8 @@ def test_engine_args_and_server_command():
     argv = server_argv(args, 8123, "tiny")
     assert argv[argv.index("--max-num-seqs") + 1] == "8" and "--enforce-eager" in argv
     assert "--enable-prefix-caching" not in argv and argv[argv.index("--load-format") + 1] == "dummy"
+    # off by default (the warm-up sends the timed prompts), and said so to the server explicitly
+    assert vllm_args(g, cpu_device(), {})["enable_prefix_caching"] is False and "--no-enable-prefix-caching" in argv
 
 
 def test_offline_batch_cells(tmp_path):
@@ -172,3 +174,35 @@ def test_server_replays_conversations(server_engine, tmp_path):
     for r, q in zip(out.records, want[1:]):
         # template "role: content\n" per message + "assistant:": a few tokens per turn
         assert q.input_len < r.n_in <= q.input_len + 4 * len(q.messages) + 4
+
+
+def test_server_metrics_scraped_per_cell_with_prefix_hits_only_on_reuse(server_engine):
+    """The cell's own scrape of vLLM's /metrics (issue 16 part 7): the server's TTFT histogram
+    counts exactly this cell's requests (+1 warm-up) and sits below the client's TTFT;
+    prefix-cache hits appear only when prompts repeat (vLLM V1 caches prefixes by default)."""
+    from infbench.measure.cell import measure_cell
+    from infbench.measure.power import NoPower
+    from infbench.run import RunOptions
+
+    e, cell = server_engine
+    m = resolve("tiny")
+    group = Group(m, "vllm-server", "bfloat16", 1, [cell])
+    opts = RunOptions(server_metrics_interval_s=0.5)
+    fresh = cell.model_copy(update={"seed": 1601, "input_len": 200})     # prompts no earlier test sent; >1 block
+    distinct = measure_cell(e, group, fresh, cpu_device(), NoPower("test"), opts)
+    once = e.make_prompts(fresh.model_copy(update={"seed": 1602}), m)[0]
+    e.make_prompts = lambda c, model: [once] * 13
+    try:
+        reused = measure_cell(e, group, fresh.model_copy(update={"seed": 1602}), cpu_device(), NoPower("test"), opts)
+    finally:
+        del e.make_prompts
+    for r in (distinct, reused):
+        mt = r.metrics
+        assert r.status == "ok" and mt["server_name"] == "vllm" and mt["server_latency_source"] == "histogram"
+        assert mt["server_ttft_s"]["count"] == 13 and mt["server_tpot_s"]["count"] == 13
+        assert mt["server_ttft_s"]["mean"] <= mt["ttft_s"]["mean"] * 1.1
+        assert mt["server_preemptions"] == 0 and 0 <= mt["server_kv_cache_usage"]["max"] <= 1
+        assert r.server_metrics["deltas"]["vllm:request_success_total"] == 13
+        assert "vllm:num_requests_running" in r.server_metrics["series"]
+    assert distinct.metrics["server_prefix_cache_hit_rate"] == 0.0
+    assert reused.metrics["server_prefix_cache_hit_rate"] > 0.3

@@ -1,5 +1,6 @@
 """The roofline floor of a measured cell: the device's limits from its plugin or the
-catalog, and MBU/MFU put into an ok cell's metrics (:mod:`infbench.analysis.roofline`)."""
+catalog, and MBU/MFU put into an ok cell's metrics (:mod:`infbench.analysis.roofline`),
+then the cell checked against physics (:mod:`infbench.analysis.physics`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
     """The device's :class:`~infbench.analysis.roofline.Limits` for the roofline, or
     ``(None, reason)`` when it is not described (no plugin answers, no catalog match)
     or its description lacks bandwidth or peak rate."""
-    from infbench.analysis.roofline import Limits, RooflineError
+    from infbench.analysis.physics import limits_from_info
+    from infbench.analysis.roofline import RooflineError
     from infbench.devices import device_limits
 
     try:
@@ -23,7 +25,7 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
     if info is None:
         return None, f"no description of {device.vendor} {device.model!r} (see `infbench devices`)"
     try:
-        return Limits.from_info(info), None
+        return limits_from_info(info), None
     except RooflineError as exc:
         return None, str(exc)
 
@@ -31,7 +33,16 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
 def add_roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = None) -> None:
     """Put the roofline floor (``metrics["roofline"]``) and ``mbu``/``mfu`` into an ok
     cell's metrics (:func:`infbench.analysis.roofline.roofline_for`); where it cannot be
-    computed, ``metrics["roofline_note"]`` says why. Never raises."""
+    computed, ``metrics["roofline_note"]`` says why. Then check the cell against physics
+    (:func:`infbench.analysis.physics.mark_suspect`: ``metrics["suspect"]`` names why a cell
+    beats its floor, shows a utilisation above 1 or has too few tokens). Never raises."""
+    from infbench.analysis.physics import mark_suspect
+
+    _roofline(result, shape, limits, reason)
+    mark_suspect(result, limits, shape)
+
+
+def _roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = None) -> None:
     from infbench.analysis.roofline import roofline_for
 
     if result.status != "ok":

@@ -1,30 +1,61 @@
-"""Analytical prediction of TTFT, TPOT, E2E and throughput, and its calibration
-against measured cells.
+"""Analytical prediction of TTFT, TPOT, E2E, batch duration and throughput, and its
+calibration against measured cells (local or published).
 
-Method (GenZ, Bambhaniya et al. 2024): each operator of :mod:`infbench.analysis.roofline`
-takes ``max(FLOPs / (peak x tp x eff_c), bytes / (bandwidth x tp x eff_m))``; a forward
-pass adds ``overhead_s`` (kernel launches, scheduling, sampling: what a roofline cannot
-see) and, for ``tp > 1``, two ring all-reduces per layer of the ``M x H`` activations,
-``2 (tp - 1) / tp x bytes / link_bandwidth`` each (Megatron-LM's tensor parallelism,
-Shoeybi et al. 2019)::
+Method (GenZ, Bambhaniya et al., "Demystifying Platform Requirements for Diverse LLM
+Inference Use Cases", arXiv 2406.01698, code github.com/abhibambhaniya/GenZ-LLM-Analyzer):
+each operator of :mod:`infbench.analysis.roofline` takes ``max(FLOPs / (peak x eff_c),
+bytes / (bandwidth x eff_m))`` on its share of the devices; around that roofline this
+module adds what decides a real engine's time (docs/roofline.md gives each term with its
+source and a worked example):
 
-    TTFT = pass(prefill of B x n_in tokens)
-    TPOT = pass(decode step at context n_in + n_out / 2)
-    E2E  = TTFT + (n_out - 1) x TPOT
-    output_tok_s = B n_out / E2E;  total_tok_s = B (n_in + n_out) / E2E   (LLM-Inference-Bench eq. 2)
+* **KV-cache capacity** (:func:`kv_capacity_tokens`): the tokens that fit beside the
+  weights, ``(memory x fraction - reserve - weights per device) x devices / KV bytes per
+  token``. A batch beyond it runs in waves (:func:`waves`): whole waves with TensorRT-LLM's
+  guaranteed-no-evict scheduler (it reserves ``n_in + n_out`` per sequence), a fractional
+  number with vLLM's paged cache, which refills freed blocks and preempts (recompute).
+* **Scheduler overhead** per forward step ``a + b x B`` (``overhead_s``,
+  ``overhead_per_seq_s``), a per-request prefill overhead ``c`` and a per-batch one ``d``.
+* **Attention** that grows with the context, with or without flash attention
+  (:func:`infbench.analysis.roofline.operators`, ``flash``), prefill and decode.
+* **Tensor parallelism**: two ring all-reduces per layer (Megatron-LM, Shoeybi et al. 2019),
+  ``2 (tp - 1) / tp x bytes / (link x link_efficiency) + latency`` (:func:`allreduce_time`).
+* **Pipeline parallelism** (:func:`pipeline_time`): ``(m + pp - 1)`` stage times for ``m``
+  micro-batches (GPipe's bubble, Huang et al. 2019), each stage sending its activations to
+  the next (:func:`p2p_time`, GenZ ``get_message_pass_time``). llama.cpp's default layer
+  split is this with ``m = 1`` in decode and ``m`` = prompt chunks in the prefill.
+* **Expert parallelism** (:func:`all_to_all_bytes`, :func:`expert_load`): two all-to-alls
+  per MoE layer (dispatch and combine), and the busiest device's experts and tokens between
+  GenZ's best and worst case (``GenZ/Models/ffn.py``), set by ``moe_imbalance`` (0..1).
+* **Chunked prefill** (:func:`chunked_prefill_steps`): a token budget per step that prompt
+  chunks fill beside the running decodes (Sarathi-Serve, Agrawal et al. 2024; vLLM
+  ``enable_chunked_prefill``; DeepSpeed-FastGen's Dynamic SplitFuse, 768 tokens), or
+  prompt-only chunks (llama.cpp's ``n_ubatch``).
+* **Speculative decoding** (:class:`Speculative`): a draft model proposes ``k`` tokens,
+  the target verifies ``k + 1`` in one pass; :func:`expected_tokens` per step.
+* **Link efficiency**: collectives reach ``link_efficiency`` (GenZ measured 75 % of
+  NVLink's bandwidth) of the described link.
 
-Every quantity is a numpy array over the grid (batch x input x output x tp broadcast),
-so a whole LLM-Inference-Bench grid is one call per (model, device).
+Per wave of ``b`` sequences::
 
-:func:`calibrate` fits ``eff_c``, ``eff_m`` and ``overhead_s`` to stored cells of one
-device by least squares on ``log(predicted / measured)`` of TTFT and TPOT
-(``scipy.optimize.least_squares``), on a deterministic part of the cells, and reports
-the geometric-mean error on the held-out rest.
+    prefill(b) = pipeline_time(stage = unit pass / pp, units, pp) + a x units + c x b
+    step(b)    = pipeline_time(stage = decode pass / pp, micro-batches, pp) + a + b_seq x b
+    wave(b)    = prefill(b) + (n_out - 1) / tokens_per_step x step(b)
+    duration   = waves of the batch (whole or fractional) + d
 
-The ``genz-llm`` package implements the same model with a richer operator set but pins
-its own hardware table and pulls in pandas and a web UI; infbench needs the model on its
-own device descriptions, vectorised over a grid, and fitted to its own cells, so it
-keeps the ~100 lines here.
+and TTFT, TPOT and E2E are the means over the requests of their wave. Throughputs are
+``B n_out / duration`` (output) and ``B (n_in + n_out) / duration`` (total,
+LLM-Inference-Bench eq. 2). Every quantity is a numpy array over the grid, so a whole
+LLM-Inference-Bench grid is one call per (model, device, engine).
+
+:func:`calibrate` fits the efficiency factors and overheads of one (device, engine) to
+stored cells, local or imported (published), by least squares on ``log(predicted /
+measured)`` of whatever each cell measured (TTFT, TPOT, E2E, batch duration), on a
+deterministic 70 % of the cells, and reports the geometric-mean error per metric on the
+held-out rest with the number of cells behind it.
+
+The ``genz-llm`` package implements GenZ with a richer operator set but pins its own
+hardware table and pulls in pandas and a web UI; infbench needs the model on its own
+device descriptions, vectorised over a grid, per engine, and fitted to its own cells.
 """
 
 from __future__ import annotations
@@ -32,7 +63,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,142 +72,650 @@ import numpy as np
 from infbench.analysis.roofline import (
     Limits,
     act_bytes,
-    decode_ops,
     effective_batch,
-    pass_time,
-    prefill_ops,
+    operators,
     weight_bytes,
 )
 from infbench.engines.base import DTYPE_ALIASES
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
 
-#: Link bandwidth assumed for the all-reduce when a device description gives none
-#: (B/s): PCIe 4.0 x16, one direction. Said in the prediction's ``notes``.
+#: Link bandwidth assumed for collectives when a device description gives none (B/s):
+#: PCIe 4.0 x16, one direction. Said in the prediction's ``notes``.
 DEFAULT_LINK_BYTES_S = 32e9
-#: Per-message latency of one all-reduce (s), NCCL-like small-message latency.
+#: Start-up latency of one collective or point-to-point message (s): GenZ's 5 us start
+#: latency (``GenZ/collective_times.py``) plus NCCL-like launch cost.
 ALLREDUCE_LATENCY_S = 10e-6
+#: Fraction of a link's bandwidth collectives reach: GenZ measured 75 % on NVLink.
+LINK_EFFICIENCY = 0.75
+
+#: Published efficiency figures the uncalibrated defaults start from, by device id
+#: prefix: GenZ's validation (arXiv 2406.01698) found matmul efficiencies of about 0.4
+#: on A100 and 0.55 to 0.75 on H100 (midpoint here); GenZ's own notebooks run H100 at a
+#: system efficiency of 0.75 (``notebook/Chunked_prefill.ipynb``), taken as the memory
+#: efficiency. Other devices get the middle of that range.
+PUBLISHED_EFFICIENCY: dict[str, tuple[float, float]] = {
+    "a100": (0.40, 0.75), "h100": (0.65, 0.75), "gh200": (0.65, 0.75), "h200": (0.65, 0.75),
+}
+DEFAULT_EFFICIENCY = (0.55, 0.75)
 
 
 @dataclass
 class Efficiency:
-    """Efficiency factors of the analytical model.
+    """Efficiency factors and overheads of the analytical model (fitted by :func:`calibrate`).
 
     Attributes:
         eff_compute: fraction of peak FLOP/s reached by matmuls (0..1].
-        eff_memory: fraction of peak bandwidth reached by weight/KV reads (0..1].
-        overhead_s: fixed time per forward pass (s).
-        source: ``default`` or what they were fitted on.
+        eff_memory: fraction of peak bandwidth reached by weight reads (0..1].
+        eff_attention: fraction of peak bandwidth reached by the attention operators'
+            KV-cache (and score-matrix) traffic; None: ``eff_memory``. Paged attention
+            gathers the KV cache in blocks and reaches less than a weight GEMM does.
+        kv_reread: share of the extra reads of each KV head by the query heads that share
+            it (grouped-query attention): 0 = read once, 1 = once per query head
+            (:func:`infbench.analysis.roofline.operators`).
+        overhead_s: ``a``, fixed time per forward step (kernel launches, scheduling,
+            sampling), s.
+        overhead_per_seq_s: ``b``, time per step per running sequence (the scheduler's
+            and sampler's per-sequence work), s.
+        prefill_overhead_s: ``c``, time per request when it is admitted (tokenisation,
+            block allocation, input preparation), s.
+        batch_overhead_s: ``d``, time per batch (a ``generate`` call's own start-up), s.
+        link_efficiency: fraction of the link bandwidth collectives reach (0..1].
+        collective_latency_s: start-up latency of one collective or p2p message, s.
+        kv_memory_fraction: fraction of device memory the engine may use for weights and
+            KV cache; None takes the engine's default (:class:`Serving`).
+        kv_reserve_bytes: memory per device kept out of the KV cache beside the weights
+            (activations, CUDA graphs, communication buffers), B; None takes the engine's
+            default (:class:`Serving`).
+        source: ``default ...`` or what they were fitted on.
     """
 
-    eff_compute: float = 0.7
-    eff_memory: float = 0.8
+    eff_compute: float = DEFAULT_EFFICIENCY[0]
+    eff_memory: float = DEFAULT_EFFICIENCY[1]
+    eff_attention: float | None = None
+    kv_reread: float = 0.0
     overhead_s: float = 0.0
-    source: str = "default (GenZ-style typical efficiencies, not fitted)"
+    overhead_per_seq_s: float = 0.0
+    prefill_overhead_s: float = 0.0
+    batch_overhead_s: float = 0.0
+    link_efficiency: float = LINK_EFFICIENCY
+    collective_latency_s: float = ALLREDUCE_LATENCY_S
+    kv_memory_fraction: float | None = None
+    kv_reserve_bytes: float | None = None
+    source: str = "default (published efficiency figures, not fitted)"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Efficiency:
+        """From :func:`dataclasses.asdict` output; unknown keys are ignored and missing
+        ones take their defaults (calibrations saved by older versions load)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def default_efficiency(device_id: str) -> Efficiency:
+    """The uncalibrated factors for a device id: :data:`PUBLISHED_EFFICIENCY` by prefix
+    (``a100-40gb`` -> A100's), else :data:`DEFAULT_EFFICIENCY`."""
+    for prefix, (c, m) in PUBLISHED_EFFICIENCY.items():
+        if device_id.lower().startswith(prefix):
+            return Efficiency(c, m, source=f"default for {prefix} (published figures: GenZ arXiv 2406.01698)")
+    return Efficiency()
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How an engine schedules a batch: the engine's side of the model.
+
+    Attributes:
+        engine: the engine name it describes.
+        kv_policy: ``paged`` (blocks allocated as sequences grow, preemption when full:
+            vLLM, DeepSpeed-FastGen; a batch beyond capacity runs in fractional waves),
+            ``reserve`` (``n_in + n_out`` reserved per sequence at admission: TensorRT-LLM's
+            guaranteed-no-evict; whole waves) or ``static`` (one static batch allocated up
+            front: transformers, optimum-habana; beyond capacity it does not fit).
+        memory_fraction: share of device memory for weights + KV (vLLM
+            ``gpu_memory_utilization``, TensorRT-LLM ``free_gpu_memory_fraction``).
+        reserve_bytes: memory per device kept out of the KV cache (activations, graphs), B.
+        max_num_seqs: most sequences in one step (vLLM ``max_num_seqs``), None: no limit.
+        prefill_chunk: token budget per step for prompts (chunked prefill, DeepSpeed's
+            ``max_ragged_batch_size``, llama.cpp's ``n_ubatch``); None: whole prompts.
+        mixed_chunks: decode tokens share the budget with prompt chunks (Sarathi-Serve,
+            vLLM chunked prefill, Dynamic SplitFuse) rather than prompts running alone.
+        flash_attention: fused attention (no materialised score matrix).
+        split: how the cell's devices hold one model: ``tensor`` (tensor parallel) or
+            ``layer`` (llama.cpp's default ``--split-mode layer``: a pipeline, ``pp`` = devices).
+        source: where these defaults come from.
+    """
+
+    engine: str = "generic"
+    kv_policy: str = "paged"
+    memory_fraction: float = 0.9
+    reserve_bytes: float = 0.0
+    max_num_seqs: int | None = None
+    prefill_chunk: int | None = None
+    mixed_chunks: bool = False
+    flash_attention: bool = True
+    split: str = "tensor"
+    source: str = "generic continuous-batching engine"
+
+    def with_options(self, options: dict[str, Any] | None) -> Serving:
+        """This profile with an engine's own options applied: ``gpu_memory_utilization``,
+        ``max_num_seqs``, ``max_num_batched_tokens`` with ``enable_chunked_prefill`` (vLLM),
+        ``n_batch``/``n_ubatch`` (llama.cpp: chunk = min of the two), ``flash_attn``,
+        ``split_mode``. Unknown options are ignored."""
+        o = options or {}
+        kw: dict[str, Any] = {}
+        if o.get("gpu_memory_utilization"):
+            kw["memory_fraction"] = float(o["gpu_memory_utilization"])
+        if o.get("max_num_seqs"):
+            kw["max_num_seqs"] = int(o["max_num_seqs"])
+        if o.get("enable_chunked_prefill") and o.get("max_num_batched_tokens"):
+            kw.update(prefill_chunk=int(o["max_num_batched_tokens"]), mixed_chunks=True)
+        chunks = [int(o[k]) for k in ("n_batch", "n_ubatch") if o.get(k)]
+        if chunks:
+            kw["prefill_chunk"] = min(chunks + ([self.prefill_chunk] if self.prefill_chunk and "n_ubatch" not in o
+                                                 else []))
+        if "flash_attn" in o and o["flash_attn"] is not None:
+            kw["flash_attention"] = bool(o["flash_attn"])
+        if o.get("split_mode") in ("layer", "row", "tensor"):
+            kw["split"] = "layer" if o["split_mode"] == "layer" else "tensor"
+        return replace(self, **kw) if kw else self
+
+
+#: Engine profiles by engine name (family): defaults of each engine as it shipped when
+#: LLM-Inference-Bench measured it (2024).
+ENGINE_PROFILES: dict[str, Serving] = {
+    "vllm": Serving("vllm", "paged", 0.9, max_num_seqs=256, flash_attention=True,
+                    source="vLLM EngineArgs: gpu_memory_utilization 0.9, max_num_seqs 256, paged KV blocks with "
+                           "recompute preemption, FlashAttention backend"),
+    "trtllm-serve": Serving("trtllm-serve", "reserve", 0.9, flash_attention=True,
+                            source="TensorRT-LLM KvCacheConfig free_gpu_memory_fraction 0.9, "
+                                   "CapacitySchedulerPolicy GUARANTEED_NO_EVICT, fused MHA"),
+    "llama.cpp": Serving("llama.cpp", "static", 1.0, prefill_chunk=512, flash_attention=False, split="layer",
+                         source="llama.cpp: n_ubatch 512, flash attention off (-fa 0), --split-mode layer, "
+                                "context allocated up front"),
+    "transformers": Serving("transformers", "static", 1.0, flash_attention=True,
+                            source="transformers generate(): static batch, SDPA attention"),
+    "deepspeed-mii": Serving("deepspeed-mii", "paged", 1.0, reserve_bytes=1e9, max_num_seqs=512, prefill_chunk=768,
+                             mixed_chunks=True, flash_attention=True,
+                             source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
+                                    "SplitFuse), max_ragged_sequence_count 512, MemoryConfig reserve 1 GB"),
+    "deepspeed": Serving("deepspeed", "static", 1.0, flash_attention=False,
+                         source="optimum-habana run_generation.py with DeepSpeed: static shapes, HPU graphs"),
+}
+#: Engine names that share a profile (same engine, another front end).
+ENGINE_FAMILY = {"vllm-server": "vllm", "llama.cpp-server": "llama.cpp", "trtllm": "trtllm-serve",
+                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "optimum-habana": "deepspeed"}
+
+
+def engine_family(engine: str) -> str:
+    """The profile name of an engine (``vllm-server`` -> ``vllm``)."""
+    e = (engine or "generic").lower()
+    return ENGINE_FAMILY.get(e, e)
+
+
+def serving_for(engine: str, options: dict[str, Any] | None = None) -> Serving:
+    """The :class:`Serving` profile of an engine (generic when unknown) with its options."""
+    fam = engine_family(engine)
+    base = ENGINE_PROFILES.get(fam) or Serving(fam)
+    return base.with_options(options)
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """Speculative decoding (Leviathan et al. 2023; GenZ ``llm_spec_decode.py``).
+
+    Attributes:
+        draft: the draft model's shape (runs on the same devices and parallelism).
+        k: tokens the draft proposes per step.
+        acceptance: probability that the target accepts a draft token (0..1).
+    """
+
+    draft: ModelShape
+    k: int = 4
+    acceptance: float = 0.7
+
+
+def expected_tokens(k: int, acceptance: float) -> float:
+    """Expected tokens a speculative step yields: ``(1 - a^(k+1)) / (1 - a)`` (Leviathan
+    et al. 2023, eq. 1): the accepted prefix of the ``k`` draft tokens plus the target's
+    own token; ``k + 1`` at ``a = 1``.
+
+    GenZ's ``expected_tokens`` sums the same series term by term, ``1 + sum_{i<k} i a^i
+    (1 - a) + k a^k`` (equal to ``sum_{i=0..k} a^i``), but caps it at ``k``; the two agree
+    below that cap (``k = 4, a = 0.7``: ``(1 - 0.7^5) / 0.3 = 2.7731``).
+
+    Raises:
+        ConfigError: ``k < 1`` or ``acceptance`` outside [0, 1].
+    """
+    if k < 1 or not 0.0 <= acceptance <= 1.0:
+        raise ConfigError(f"speculative decoding needs k >= 1 and 0 <= acceptance <= 1 (got k={k}, "
+                          f"acceptance={acceptance})")
+    if acceptance >= 1.0:
+        return float(k + 1)
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
 
 
 def _precision(dtype: str) -> str:
     return DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
 
 
-def allreduce_time(m: ModelShape, precision: str, batch: Any, tokens: Any, tp: Any,
-                   link_bytes_s: float) -> np.ndarray:
-    """Two ring all-reduces per layer of ``B x T x hidden`` activations (s); 0 at tp = 1."""
-    tp = np.asarray(tp, dtype=float)
-    size = np.asarray(batch, dtype=float) * np.asarray(tokens, dtype=float) * m.hidden * act_bytes(precision)
-    one = 2 * (tp - 1) / tp * size / link_bytes_s + ALLREDUCE_LATENCY_S
+def _arr(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
+# -- the terms ---------------------------------------------------------------------------
+
+def allreduce_time(m: ModelShape, precision: str, batch: Any, tokens: Any, tp: Any, link_bytes_s: float,
+                   latency_s: float = ALLREDUCE_LATENCY_S) -> np.ndarray:
+    """Two ring all-reduces per layer of ``B x T x hidden`` activations (s); 0 at tp = 1.
+
+    Each: ``2 (tp - 1) / tp x bytes / link + latency`` (ring all-reduce; GenZ
+    ``get_AR_time``). ``link_bytes_s`` is the usable rate (already times the link efficiency).
+    """
+    tp = _arr(tp)
+    size = _arr(batch) * _arr(tokens) * m.hidden * act_bytes(precision)
+    one = 2 * (tp - 1) / tp * size / link_bytes_s + latency_s
     return np.where(tp > 1, 2 * m.layers * one, 0.0)
 
 
+def p2p_time(m: ModelShape, precision: str, tokens: Any, link_bytes_s: float,
+             latency_s: float = ALLREDUCE_LATENCY_S) -> np.ndarray:
+    """One pipeline stage's send of ``tokens x hidden`` activations to the next (s):
+    ``bytes / link + latency`` (GenZ ``get_message_pass_time``)."""
+    return _arr(tokens) * m.hidden * act_bytes(precision) / link_bytes_s + latency_s
+
+
+def pipeline_time(stage_s: Any, microbatches: Any, pp: Any, p2p_s: Any = 0.0) -> np.ndarray:
+    """Time for ``m`` micro-batches through ``pp`` stages of ``stage_s`` each (s):
+    ``(m + pp - 1) x (stage + p2p)`` (GPipe, Huang et al. 2019; the bubble is the
+    ``pp - 1`` extra stage times, a fraction ``(pp - 1) / (m + pp - 1)`` of the total).
+    No transfer at ``pp = 1``."""
+    pp = _arr(pp)
+    return (_arr(microbatches) + pp - 1) * (_arr(stage_s) + np.where(pp > 1, _arr(p2p_s), 0.0))
+
+
+def chunked_prefill_steps(batch: Any, n_in: Any, budget: Any, mixed: bool = True) -> np.ndarray:
+    """Steps that prefill ``batch`` prompts of ``n_in`` tokens under a token budget per step.
+
+    Prompt-only chunks (llama.cpp ``n_ubatch``): ``ceil(B n_in / N)``. Mixed (Sarathi-Serve,
+    vLLM chunked prefill, Dynamic SplitFuse): the decode tokens of the sequences already
+    prefilled go first and prompt chunks fill the rest; with all prompts arriving at once
+    the decoding sequences ramp from 0 to ``B - 1``, ``(B - 1) / 2`` on average, so
+    ``ceil(B n_in / (N - (B - 1) / 2))``. ``budget`` NaN or 0: whole prompts in one step.
+    """
+    b, n, N = np.broadcast_arrays(_arr(batch), _arr(n_in), _arr(budget))
+    room = np.maximum(N - ((b - 1) / 2 if mixed else 0.0), 1.0)
+    steps = np.ceil(b * n / np.where(np.isfinite(N) & (N > 0), room, np.inf))
+    return np.where(np.isfinite(N) & (N > 0), np.maximum(steps, 1.0), 1.0)
+
+
+def kv_capacity_tokens(m: ModelShape, limits: Limits, dtype: str, devices: Any = 1, ep: int = 1,
+                       memory_fraction: float = 0.9, reserve_bytes: float = 0.0) -> np.ndarray:
+    """Tokens of KV cache that fit beside the weights on ``devices`` (tp x pp) x ``ep`` devices.
+
+    ``(memory x fraction - reserve - weights per device) x devices / KV bytes per token``,
+    the weights split evenly over ``devices`` (expert weights also over ``ep``), the KV
+    bytes per token ``2 x layers x kv_heads x head_dim x bytes`` (:meth:`ModelShape.kv_bytes_per_token`).
+    Infinite when the device memory is unknown; <= 0 when the weights alone do not fit.
+    """
+    d = _arr(devices)
+    if not limits.memory_bytes:
+        return np.full(d.shape, np.inf)
+    precision = _precision(dtype)
+    wb = weight_bytes(dtype, precision)
+    total = m.param_counts()["total"]
+    expert = (m.experts * 3 * m.hidden * m.intermediate * m.layers) if m.experts > 1 else 0
+    w_dev = ((total - expert) / d + expert / (d * ep)) * wb
+    kv = 2 * m.layers * m.kv_heads * m.head_dim * act_bytes(precision)
+    free = limits.memory_bytes * memory_fraction - reserve_bytes - w_dev
+    return free * d * ep / kv
+
+
+def concurrency(batch: Any, capacity_tokens: Any, n_in: Any, n_out: Any, policy: str = "paged",
+                max_num_seqs: int | None = None) -> np.ndarray:
+    """Sequences that run together: ``min(B, max_num_seqs, floor(capacity / footprint))``,
+    the footprint ``n_in + n_out`` for ``reserve``/``static`` and the mean ``n_in + n_out / 2``
+    for ``paged`` (blocks are taken as sequences grow; the ones short of blocks are
+    preempted and recomputed). At least 1 (a single sequence that does not fit is
+    reported by ``fits_memory``, not here)."""
+    b = _arr(batch)
+    foot = _arr(n_in) + _arr(n_out) * (0.5 if policy == "paged" else 1.0)
+    c = np.floor(_arr(capacity_tokens) / foot)
+    c = np.minimum(b, np.where(np.isfinite(c), c, b))
+    if max_num_seqs:
+        c = np.minimum(c, max_num_seqs)
+    return np.maximum(c, 1.0)
+
+
+def waves(batch: Any, conc: Any, policy: str = "paged") -> tuple[np.ndarray, np.ndarray]:
+    """How a batch of ``B`` runs at concurrency ``C``: ``(full waves, sequences in the
+    last partial wave)``. ``reserve``/``static``: ``floor(B / C)`` whole waves of ``C`` and
+    one of ``B mod C``. ``paged``: continuous batching refills freed slots at once, so the
+    batch takes ``B / C`` waves of ``C`` (fractional), no partial wave."""
+    b, c = np.broadcast_arrays(_arr(batch), _arr(conc))
+    if policy == "paged":
+        return b / c, np.zeros_like(b)
+    full = np.floor(b / c)
+    return full, b - full * c
+
+
+def expert_load(tokens: Any, experts: int, top_k: int, ep: int, imbalance: float = 0.0) -> tuple[Any, Any]:
+    """The busiest expert-parallel device's ``(experts touched, tokens x experts routed)``
+    in one MoE layer for ``tokens`` tokens (GenZ ``GenZ/Models/ffn.py``'s bounds).
+
+    Activated experts ``A = min(K x tokens, E)``. Best case (even routing): ``max(1,
+    ceil(A / ep))`` experts and ``tokens x K / ep`` routed tokens per device. Worst case
+    (all activated experts on one device): ``min(A, ceil(E / ep))`` experts and ``tokens x
+    min(K, ceil(E / ep))`` routed tokens. ``imbalance`` in [0, 1] interpolates.
+    """
+    t = _arr(tokens)
+    a = np.minimum(top_k * t, experts)
+    per = math.ceil(experts / ep)
+    best_e, worst_e = np.maximum(1.0, np.ceil(a / ep)), np.minimum(a, per)
+    best_t, worst_t = t * top_k / ep, t * min(top_k, per)
+    return best_e + imbalance * (worst_e - best_e), best_t + imbalance * (worst_t - best_t)
+
+
+def all_to_all_bytes(m: ModelShape, precision: str, tokens: Any, ep: int) -> np.ndarray:
+    """Bytes one device sends in one all-to-all of a MoE layer (dispatch or combine): its
+    ``tokens / ep`` tokens x ``K`` routed copies x ``hidden`` x activation bytes, of which
+    ``(ep - 1) / ep`` leave the device (GenZ ``get_A2A_time``'s message size)."""
+    if ep <= 1:
+        return np.zeros_like(_arr(tokens))
+    return _arr(tokens) / ep * m.experts_per_token * m.hidden * act_bytes(precision) * (ep - 1) / ep
+
+
+def _model_ops(m: ModelShape, precision: str, dtype: str, seqs: Any, toks: Any, ctx: Any, ctx_read: Any,
+               flash: bool, ep: int, imbalance: float,
+               kv_reread: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+    """Operators of one expert-parallel device's share (all of it at ep = 1): with ep > 1
+    the attention runs data-parallel on ``seqs / ep`` sequences and the experts of the
+    busiest device (:func:`expert_load`) replace the FFN."""
+    if ep <= 1:
+        return operators(m, precision, dtype, seqs, toks, ctx, ctx_read, flash, kv_reread)
+    ops = operators(m, precision, dtype, _arr(seqs) / ep, toks, ctx, ctx_read, flash, kv_reread)
+    M = _arr(seqs) * _arr(toks)
+    n_exp, routed = expert_load(M, m.experts, m.experts_per_token, ep, imbalance)
+    H, I = float(m.hidden), float(m.intermediate)  # noqa: E741 - the paper's symbols
+    bw, ba = weight_bytes(dtype, precision), act_bytes(precision)
+    ops["ffn"] = (6 * H * I * routed, bw * 3 * H * I * n_exp + ba * routed * (2 * H + 3 * I), float(m.layers))
+    return ops
+
+
+def _ops_time(ops: dict[str, tuple[np.ndarray, np.ndarray, float]], peak: float, bandwidth: float, tp: Any,
+              eff: Efficiency) -> np.ndarray:
+    """GenZ's operator roofline on ``tp`` devices, attention at its own bandwidth efficiency (s)."""
+    tp = _arr(tp)
+    total = 0.0
+    eff_attn = eff.eff_attention or eff.eff_memory
+    for name, (f, b, n) in ops.items():
+        em = eff_attn if name.startswith("attention") else eff.eff_memory
+        total = total + n * np.maximum(f / (peak * tp * eff.eff_compute), b / (bandwidth * tp * em))
+    return np.asarray(total)
+
+
+# -- the prediction ----------------------------------------------------------------------
+
 def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp: Any = 1,
-            dtype: str = "bf16", eff: Efficiency | None = None) -> dict[str, np.ndarray]:
+            dtype: str = "bf16", eff: Efficiency | None = None, *, pp: Any = 1, ep: int = 1,
+            serving: Serving | None = None, prefill_chunk: Any = None, speculative: Speculative | None = None,
+            moe_imbalance: float = 0.0) -> dict[str, np.ndarray]:
     """Predicted latencies and throughputs over a grid (arrays broadcast together).
 
     Args:
         m: model shape.
         limits: device limits (per device).
-        batch, n_in, n_out, tp: sequences, tokens in/out per request, devices.
+        batch: sequences submitted together (batch mode) or kept in flight.
+        n_in, n_out: tokens in and out per request.
+        tp, pp: tensor- and pipeline-parallel degrees (devices = tp x pp x ep). With
+            ``serving.split == "layer"`` (llama.cpp) ``tp`` devices hold a layer pipeline.
         dtype: engine dtype or precision class.
-        eff: efficiency factors (default :class:`Efficiency`).
+        eff: efficiency factors (default :func:`default_efficiency` of the device).
+        ep: expert-parallel degree (MoE models only).
+        serving: the engine's profile (default: a generic paged engine).
+        prefill_chunk: per-point token budget per step (overrides the profile's; NaN: the profile's).
+        speculative: speculative decoding, or None.
+        moe_imbalance: 0 (even routing) .. 1 (GenZ's worst case) for expert parallelism.
 
     Returns:
-        ``{"ttft_s", "tpot_s", "e2e_s" (s), "output_tok_s", "total_tok_s" (tokens/s),
-        "output_tok_s_per_device", "memory_bytes" (B per device: weights / tp + the KV
-        cache of B x (n_in + n_out) tokens / tp)}`` arrays of the broadcast shape.
+        Arrays of the broadcast shape: ``ttft_s``, ``tpot_s``, ``e2e_s`` (means over the
+        requests, s), ``duration_s`` (the whole batch, s), ``output_tok_s``,
+        ``total_tok_s``, ``output_tok_s_per_device`` (tokens/s), ``memory_bytes`` (B per
+        device: weights + KV of the sequences running together), ``kv_capacity_tokens``,
+        ``concurrency`` (sequences per wave), ``waves`` (waves of the batch),
+        ``fits_memory`` (1.0 / 0.0; NaN when the device memory is unknown).
 
     Raises:
         RooflineError: the device lacks a figure.
+        ConfigError: expert parallelism on a dense model.
     """
-    eff = eff or Efficiency()
+    sv = serving or Serving()
+    eff = eff or default_efficiency(limits.id)
+    if ep > 1 and m.experts <= 1:
+        raise ConfigError(f"expert parallelism (ep={ep}) needs a mixture-of-experts model; {m.name} is dense")
     precision = _precision(dtype)
     peak, _ = limits.peak(precision)
     bw = limits.bandwidth_bytes_s
-    link = limits.link_bytes_s or DEFAULT_LINK_BYTES_S
-    b, i, o, t = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, n_in, n_out, tp)))
-    ttft = (pass_time(prefill_ops(m, precision, dtype, b, i), peak, bw, t, eff.eff_compute, eff.eff_memory)
-            + allreduce_time(m, precision, b, i, t, link) + eff.overhead_s)
-    tpot = (pass_time(decode_ops(m, precision, dtype, b, i, o), peak, bw, t, eff.eff_compute, eff.eff_memory)
-            + allreduce_time(m, precision, b, 1.0, t, link) + eff.overhead_s)
-    e2e = ttft + np.maximum(o - 1, 0) * tpot
-    out_tps = b * o / e2e
-    # Memory each device holds: its share of the weights and of the full KV cache.
-    mem = (m.param_counts()["total"] * weight_bytes(dtype, precision)
-           + b * (i + o) * 2 * m.layers * m.kv_heads * m.head_dim * act_bytes(precision)) / t
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "output_tok_s": out_tps,
-            "total_tok_s": b * (i + o) / e2e, "output_tok_s_per_device": out_tps / t, "memory_bytes": mem}
+    link = (limits.link_bytes_s or DEFAULT_LINK_BYTES_S) * eff.link_efficiency
+    lat = eff.collective_latency_s
+    chunk_default = float(sv.prefill_chunk) if sv.prefill_chunk else np.nan
+    chunk = _arr(chunk_default if prefill_chunk is None else prefill_chunk)
+    chunk = np.where(np.isfinite(chunk) & (chunk > 0), chunk, chunk_default)
+    B, I, O, D, P, N = np.broadcast_arrays(*(_arr(x) for x in (batch, n_in, n_out, tp, pp, chunk)))  # noqa: E741
+    if sv.split == "layer":
+        T, P = np.ones_like(D), D * P
+    else:
+        T = D
+    devices = T * P * ep
+    flash = sv.flash_attention
+
+    frac = eff.kv_memory_fraction or sv.memory_fraction
+    reserve = sv.reserve_bytes if eff.kv_reserve_bytes is None else eff.kv_reserve_bytes
+    cap = kv_capacity_tokens(m, limits, dtype, T * P, ep, frac, reserve)
+    conc = concurrency(B, cap, I, O, sv.kv_policy, sv.max_num_seqs)
+    n_full, rest = waves(B, conc, sv.kv_policy)
+
+    def wave(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(prefill s, decode step s, wave s) of ``b`` sequences running together."""
+        steps = chunked_prefill_steps(b, I, N, sv.mixed_chunks)
+        chunked = steps > 1
+        units = np.where(chunked, steps, np.minimum(b, P))
+        tok_unit = b * I / units
+        seqs = np.maximum(tok_unit / I, 1.0)
+        toks = tok_unit / seqs
+        ctx_read = np.where(chunked, np.minimum(I, (I + toks) / 2), I)
+        ops = _model_ops(m, precision, dtype, seqs, toks, (I + 1) / 2, ctx_read, flash, ep, moe_imbalance,
+                         eff.kv_reread)
+        unit = _ops_time(ops, peak, bw, T, eff) + allreduce_time(m, precision, seqs, toks, T, link, lat)
+        unit = unit + _a2a(m, precision, seqs * toks, ep, link, lat)
+        prefill = (pipeline_time(unit / P, units, P, p2p_time(m, precision, tok_unit / T, link, lat))
+                   + eff.overhead_s * units + eff.prefill_overhead_s * b)
+        mb = np.minimum(b, P)
+        step = _decode_step(m, precision, dtype, b / mb, I, O, T, peak, bw, eff, flash, ep, moe_imbalance,
+                            link, lat, 1.0)
+        tokens_per_step = 1.0
+        if speculative is not None:
+            draft = _decode_step(speculative.draft, precision, dtype, b / mb, I, O, T, peak, bw, eff, flash, 1,
+                                 0.0, link, lat, 1.0)
+            verify = _decode_step(m, precision, dtype, b / mb, I, O, T, peak, bw, eff, flash, ep, moe_imbalance,
+                                  link, lat, speculative.k + 1.0)
+            step = speculative.k * (draft + eff.overhead_s) + verify
+            tokens_per_step = expected_tokens(speculative.k, speculative.acceptance)
+        hop = p2p_time(m, precision, b / mb / T, link, lat)
+        dec = np.maximum(mb, P) * (step / P + np.where(P > 1, hop, 0.0)) + eff.overhead_s + eff.overhead_per_seq_s * b
+        tpot = dec / tokens_per_step
+        return prefill, tpot, prefill + np.maximum(O - 1, 0) * tpot
+
+    pre_c, tpot_c, w_c = wave(conc)
+    pre_r, tpot_r, w_r = wave(np.maximum(rest, 1.0))
+    has_rest = rest > 0
+    w_r = np.where(has_rest, w_r, 0.0)
+    d = eff.batch_overhead_s
+    duration = n_full * w_c + w_r + d
+    if sv.kv_policy == "paged":
+        k = np.maximum(n_full, 1.0)
+        e2e = np.where(n_full > 1, w_c * (k + 1) / 2, w_c) + d
+        ttft = np.where(n_full > 1, w_c * (k - 1) / 2 + pre_c, pre_c) + d
+        tpot = tpot_c
+    else:
+        c, k = conc, n_full
+        e2e = (c * w_c * k * (k + 1) / 2 + rest * (k * w_c + w_r)) / B + d
+        ttft = (c * (w_c * k * (k - 1) / 2 + k * pre_c) + rest * (k * w_c + np.where(has_rest, pre_r, 0.0))) / B + d
+        tpot = (c * k * tpot_c + rest * np.where(has_rest, tpot_r, 0.0)) / B
+    out_tps = B * O / duration
+    wb = weight_bytes(dtype, precision)
+    kv_tok = 2 * m.layers * m.kv_heads * m.head_dim * act_bytes(precision)
+    total = m.param_counts()["total"]
+    expert = (m.experts * 3 * m.hidden * m.intermediate * m.layers) if m.experts > 1 else 0
+    w_dev = ((total - expert) / (T * P) + expert / (T * P * ep)) * wb
+    foot = I + O * (0.5 if sv.kv_policy == "paged" else 1.0)
+    mem = w_dev + np.minimum(conc, B) * foot * kv_tok / (T * P * ep)
+    if limits.memory_bytes:
+        one_fits = cap >= (I + O) * (0.5 if sv.kv_policy == "paged" else 1.0)
+        fits = (one_fits & ((sv.kv_policy != "static") | (conc >= B))).astype(float)
+    else:
+        fits = np.full(B.shape, np.nan)
+    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "duration_s": duration, "output_tok_s": out_tps,
+            "total_tok_s": B * (I + O) / duration, "output_tok_s_per_device": out_tps / devices,
+            "memory_bytes": mem, "kv_capacity_tokens": cap, "concurrency": conc,
+            "waves": n_full + has_rest, "fits_memory": fits}
 
 
-# -- calibration -------------------------------------------------------------------------
+def _a2a(m: ModelShape, precision: str, tokens: Any, ep: int, link: float, lat: float) -> np.ndarray:
+    """Two all-to-alls (dispatch, combine) per MoE layer (s)."""
+    if ep <= 1:
+        return np.zeros_like(_arr(tokens))
+    return 2 * m.layers * (all_to_all_bytes(m, precision, tokens, ep) / link + lat)
+
+
+def _decode_step(m: ModelShape, precision: str, dtype: str, seqs: Any, n_in: Any, n_out: Any, tp: Any, peak: float,
+                 bw: float, eff: Efficiency, flash: bool, ep: int, imbalance: float, link: float, lat: float,
+                 tokens: float) -> np.ndarray:
+    """One decode (or verify, ``tokens`` > 1) pass of ``seqs`` sequences at the mean context."""
+    c = _arr(n_in) + _arr(n_out) / 2
+    ops = _model_ops(m, precision, dtype, seqs, tokens, c, c, flash, ep, imbalance, eff.kv_reread)
+    return (_ops_time(ops, peak, bw, tp, eff) + allreduce_time(m, precision, seqs, tokens, tp, link, lat)
+            + _a2a(m, precision, _arr(seqs) * tokens, ep, link, lat))
+
+
+# -- measured points and calibration -------------------------------------------------------
+
+#: The measurements a prediction is compared with (each cell has some of them).
+METRICS = ("ttft_s", "tpot_s", "e2e_s", "duration_s", "output_tok_s")
+#: The ones the fit minimises (throughput follows from the duration).
+FIT_METRICS = ("ttft_s", "tpot_s", "e2e_s", "duration_s")
+
+
+def cell_options(r: dict[str, Any]) -> dict[str, Any]:
+    """The engine options a stored cell ran with: its engine description's ``options``
+    (published cells: e.g. llama-bench's ``n_batch``) or ``engine_args`` (vLLM)."""
+    eng = r.get("engine") or {}
+    opts = eng.get("options") or eng.get("engine_args") or {}
+    return opts if isinstance(opts, dict) else {}
+
 
 def measured_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The usable cells of ``Store.results()`` rows: ok, fixed lengths, a known
-    effective batch and TTFT/TPOT means. Each point: ``cell_id, model, dtype, batch,
-    n_in, n_out, tp, ttft_s, tpot_s, e2e_s, output_tok_s`` (s, tokens/s). Points from
-    elsewhere (a published table) may leave any of the four measurements None."""
+    """The usable cells of ``Store.results()`` rows (local or published): ok, fixed
+    lengths, a known effective batch and at least one of TTFT/TPOT/E2E means or the
+    batch duration.
+
+    Each point: ``cell_id, model, dtype, engine, options, batch, n_in, n_out, tp`` and the
+    measurements of :data:`METRICS` (s, tokens/s; None where not measured), plus
+    ``published`` (True for imported cells). Batch duration counts only in batch mode.
+    """
     pts = []
     for r in rows:
         s, m = r["spec"], r.get("metrics") or {}
         if r.get("status") != "ok" or s.get("dataset"):
             continue
         b = effective_batch(s, m)
-        ttft, tpot = (m.get("ttft_s") or {}).get("mean"), (m.get("tpot_s") or {}).get("mean")
-        if b is None or not ttft or not tpot:
+        mode = (s.get("load") or {}).get("mode") or "batch"
+        vals = {k: (m.get(k) or {}).get("mean") for k in ("ttft_s", "tpot_s", "e2e_s")}
+        vals["duration_s"] = m.get("duration_s") if mode == "batch" else None
+        vals["output_tok_s"] = m.get("output_tok_s")
+        if b is None or not any(vals[k] for k in FIT_METRICS):
             continue
-        pts.append({"cell_id": r["cell_id"], "model": s["model"], "dtype": s["dtype"], "batch": b,
+        pts.append({"cell_id": r["cell_id"], "model": s["model"], "dtype": s["dtype"],
+                    "engine": s.get("engine") or "generic", "options": cell_options(r), "batch": b,
                     "n_in": s["input_len"], "n_out": s["output_len"], "tp": s.get("tensor_parallel_size") or 1,
-                    "ttft_s": ttft, "tpot_s": tpot, "e2e_s": (m.get("e2e_s") or {}).get("mean"),
-                    "output_tok_s": m.get("output_tok_s")})
+                    "published": bool((r.get("engine") or {}).get("published")), **vals})
     return pts
 
 
 def held_out(cell_id: str, fraction: float = 0.3) -> bool:
-    """Deterministic split: True for about ``fraction`` of cell ids (by their hash)."""
+    """Deterministic split: True for about ``fraction`` of cell ids (by their SHA-256):
+    a random split that every run and site reproduces."""
     return int(hashlib.sha256(cell_id.encode()).hexdigest()[:8], 16) / 2**32 < fraction
-
-
-#: The measurements a prediction is compared with.
-METRICS = ("ttft_s", "tpot_s", "e2e_s", "output_tok_s")
-#: The ones the fit minimises (throughput follows from them).
-FIT_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 def _column(points: list[dict[str, Any]], k: str) -> np.ndarray:
     return np.array([np.nan if p.get(k) is None else p[k] for p in points], dtype=float)
 
 
-def _predict_points(pts: list[dict[str, Any]], limits: Limits, eff: Efficiency,
-                    shapes: dict[str, ModelShape]) -> dict[str, np.ndarray]:
-    keys = METRICS
-    out = {k: np.empty(len(pts)) for k in keys}
-    groups: dict[tuple[str, str], list[int]] = {}
-    for j, p in enumerate(pts):
-        groups.setdefault((p["model"], p["dtype"]), []).append(j)
-    for (model, dtype), idx in groups.items():
-        arr = {k: np.array([pts[j][k] for j in idx], dtype=float) for k in ("batch", "n_in", "n_out", "tp")}
-        pr = predict(shapes[model], limits, arr["batch"], arr["n_in"], arr["n_out"], arr["tp"], dtype, eff)
-        for k in keys:
+def predict_points(pts: list[dict[str, Any]], limits: Limits, eff: Efficiency,
+                   shapes: dict[str, ModelShape] | None = None) -> dict[str, np.ndarray]:
+    """:func:`predict` at each measured point (grouped by model, dtype, engine and
+    options so each group is one vectorised call). Returns ``{metric: array}`` for
+    :data:`METRICS` in the order of ``pts``."""
+    out = {k: np.empty(len(pts)) for k in METRICS}
+    for shape, dtype, sv, idx, arr in _point_groups(pts, shapes):
+        pr = predict(shape, limits, arr["batch"], arr["n_in"], arr["n_out"], arr["tp"], dtype, eff, serving=sv)
+        for k in METRICS:
             out[k][idx] = pr[k]
     return out
+
+
+def _point_groups(pts: list[dict[str, Any]], shapes: dict[str, ModelShape] | None) -> list[tuple]:
+    """Points grouped by (model, dtype, engine, options): ``(shape, dtype, serving,
+    indices, {"batch", "n_in", "n_out", "tp": arrays})`` each; cached per list of points
+    (a fit predicts the same points hundreds of times)."""
+    from infbench.models import resolve
+
+    key = (id(pts), len(pts))
+    hit = _GROUP_CACHE.get(key)
+    if hit is not None and hit[0] is pts:
+        return hit[1]
+    shapes = shapes or {}
+    groups: dict[tuple[str, str, str, str], list[int]] = {}
+    for j, p in enumerate(pts):
+        k = (p["model"], p["dtype"], engine_family(p.get("engine", "generic")),
+             json.dumps(p.get("options") or {}, sort_keys=True, default=str))
+        groups.setdefault(k, []).append(j)
+    out = []
+    for (model, dtype, engine, opts), idx in groups.items():
+        arr = {k: np.array([pts[j][k] for j in idx], dtype=float) for k in ("batch", "n_in", "n_out", "tp")}
+        out.append((shapes.get(model) or resolve(model), dtype, serving_for(engine, json.loads(opts)),
+                    np.array(idx), arr))
+    if len(_GROUP_CACHE) > 64:
+        _GROUP_CACHE.clear()
+    _GROUP_CACHE[key] = (pts, out)
+    return out
+
+
+_GROUP_CACHE: dict[tuple[int, int], tuple[list[dict[str, Any]], list[tuple]]] = {}
+
+
+def floor_points(pts: list[dict[str, Any]], limits: Limits,
+                 shapes: dict[str, ModelShape] | None = None) -> dict[str, np.ndarray]:
+    """The roofline floor of each point's measurements: :func:`predict_points` at full
+    efficiency (1.0), no overheads, free communication, unlimited memory, whole prompts
+    and flash attention, every device sharing the work. No engine can measure below it;
+    a cell that does is impossible for the described device (a mislabelled or broken
+    measurement) and :func:`calibrate` leaves it out."""
+    lim = replace(limits, memory_bytes=None, link_bytes_s=float("inf"))
+    eff = Efficiency(1.0, 1.0, 1.0, link_efficiency=1.0, collective_latency_s=0.0, source="floor")
+    generic = [{**p, "engine": "floor", "options": {}} for p in pts]
+    return predict_points(generic, lim, eff, shapes)
+
+
+def below_floor(pts: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape] | None = None) -> np.ndarray:
+    """Mask of the points with a measurement below its roofline floor (:func:`floor_points`)."""
+    floor = floor_points(pts, limits, shapes)
+    bad = np.zeros(len(pts), dtype=bool)
+    for k in FIT_METRICS:
+        meas = _column(pts, k)
+        bad |= np.isfinite(meas) & (meas < floor[k])
+    return bad
 
 
 def geomean_error(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -188,27 +727,44 @@ def geomean_error(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.exp(np.mean(np.abs(np.log(pred[ok] / meas[ok])))) - 1)
 
 
+def point_errors(pts: list[dict[str, Any]], pred: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
+    """Per metric: ``{"error": geometric-mean error, "n": cells with that measurement}``."""
+    out = {}
+    for k in METRICS:
+        meas = _column(pts, k)
+        ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred[k]) & (pred[k] > 0)
+        out[k] = {"error": geomean_error(pred[k][ok], meas[ok]) if ok.any() else float("nan"), "n": int(ok.sum())}
+    return out
+
+
 @dataclass
 class Calibration:
-    """The result of :func:`calibrate`.
+    """The result of :func:`calibrate` for one (device, engine).
 
     Attributes:
         device_id: the device the factors belong to.
+        engine: the engine (family) they belong to; ``*`` for any.
         efficiency: the fitted factors.
         n_train, n_test: cells fitted on / held out.
-        error_test: geometric-mean error on held-out cells per metric (:data:`METRICS`),
-            a fraction (0.2 = 20 %); NaN where no held-out cell has that measurement.
+        error_test: held-out error per metric of :data:`METRICS`: ``{"error": fraction
+            (0.2 = 20 %) or NaN, "n": cells}``.
         error_train: the same on the fitted cells.
-        error_default: held-out error of the unfitted defaults, for comparison.
+        error_default: held-out error of the uncalibrated defaults, for comparison.
+        sources: ``{"published": n, "local": n}`` cells fitted on, by origin.
+        excluded: cells left out and why: ``{"below_floor": [cell ids]}`` (measured faster
+            than the device's roofline allows, :func:`below_floor`).
     """
 
     device_id: str
+    engine: str
     efficiency: Efficiency
     n_train: int
     n_test: int
-    error_test: dict[str, float]
-    error_train: dict[str, float]
-    error_default: dict[str, float]
+    error_test: dict[str, dict[str, Any]]
+    error_train: dict[str, dict[str, Any]]
+    error_default: dict[str, dict[str, Any]]
+    sources: dict[str, int] = field(default_factory=dict)
+    excluded: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -216,91 +772,187 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{**d, "efficiency": Efficiency(**d["efficiency"])})
+        """Inverse of :meth:`to_dict` (also reads calibrations saved per device only)."""
+        d = dict(d)
+        d.setdefault("engine", "*")
+        for k in ("error_test", "error_train", "error_default"):
+            d[k] = {m: (v if isinstance(v, dict) else {"error": v, "n": None}) for m, v in (d.get(k) or {}).items()}
+        names = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in names}
+        return cls(**{**kept, "efficiency": Efficiency.from_dict(d["efficiency"])})
 
 
-def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 0.3) -> Calibration:
-    """Fit ``eff_compute``, ``eff_memory`` and ``overhead_s`` to measured cells.
+#: The fitted parameters, in the solver's order.
+FIT_PARAMS = ("eff_compute", "eff_memory", "eff_attention", "kv_reread", "overhead_s", "overhead_per_seq_s",
+              "prefill_overhead_s", "batch_overhead_s", "collective_latency_s")
+#: Memory per device kept out of the KV cache tried by the fit, GB (a discrete search:
+#: waves are steps): vLLM's profiled activations, CUDA graphs and NCCL buffers take
+#: a few GB beside the weights.
+KV_RESERVES_GB = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+
+
+#: Starting points of the efficiencies (compute, memory, attention) the fit tries.
+STARTS = ((None, None, None), (0.3, 0.4, 0.2), (0.8, 0.9, 0.9))
+
+
+def _fit(train: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape], base: Efficiency,
+         scale: float, prior_weight: float, starts: tuple = STARTS[:1]) -> tuple[Efficiency, float]:
+    """One least-squares fit of :data:`FIT_PARAMS` from each of ``starts``; the best."""
+    from scipy.optimize import least_squares
+
+    meas = {k: _column(train, k) for k in FIT_METRICS}
+    ok = {k: np.isfinite(meas[k]) & (meas[k] > 0) for k in FIT_METRICS}
+    n = sum(int(v.sum()) for v in ok.values())
+    # Overheads are solved in units of `scale` (a typical measured step) so every
+    # parameter is of order one; a weak prior pulls each one back to its default, which
+    # keeps the ones the cells cannot tell apart (e.g. the collective latency at tp = 1) put.
+    # The soft-L1 loss (about |log error| beyond 5 %) fits the geometric-mean error that is
+    # reported and keeps a few broken cells from steering the fit.
+    x_scale = np.array([1, 1, 1, 1, scale, scale / 8, scale, scale * 10, 1e-5])
+
+    def eff_of(x: np.ndarray) -> Efficiency:
+        return replace(base, **{k: float(v) for k, v in zip(FIT_PARAMS, x * x_scale, strict=True)})
+
+    base = replace(base, eff_attention=base.eff_attention or base.eff_memory)
+    x0 = np.array([getattr(base, k) for k in FIT_PARAMS]) / x_scale
+    prior0 = x0.copy()
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pr = predict_points(train, limits, eff_of(x), shapes)
+        parts = [np.log(pr[k][ok[k]] / meas[k][ok[k]]) for k in FIT_METRICS if ok[k].any()]
+        res = np.concatenate(parts) if parts else np.zeros(0)
+        res = np.where(np.isfinite(res), res, 10.0)
+        prior = prior_weight * math.sqrt(max(n, 1)) / len(x) * np.concatenate(
+            [np.log(x[:3] / prior0[:3]), 0.1 * (x[3:4] - prior0[3:4]), np.log1p(x[4:]) - np.log1p(prior0[4:])])
+        return np.concatenate([res, prior])
+
+    lo = np.array([0.02, 0.02, 0.005, 0, 0, 0, 0, 0, 0])
+    hi = np.array([1.0, 1.0, 1.0, 1.0, 1e3, 1e3, 1e3, 1e3, 1e5])
+    best = None
+    for start in starts:
+        xs = x0.copy()
+        xs[:3] = [x0[i] if v is None else v for i, v in enumerate(start)]
+        fit = least_squares(residuals, np.clip(xs, lo, hi), bounds=(lo, hi), x_scale="jac", max_nfev=200,
+                            loss="soft_l1", f_scale=0.05)
+        if best is None or fit.cost < best.cost:
+            best = fit
+    return eff_of(best.x), float(best.cost)
+
+
+def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 0.3, engine: str = "*",
+              prior_weight: float = 0.02) -> Calibration:
+    """Fit the efficiency factors and overheads of one (device, engine) to measured cells.
+
+    Published cells measured below their roofline floor (:func:`below_floor`) are left
+    out (and listed in ``excluded``). The rest is split 70/30 by :func:`held_out`. On the 70 % it
+    fits :data:`FIT_PARAMS` (``eff_compute``, ``eff_memory``, ``eff_attention``,
+    ``kv_reread``, the overheads a, b, c, d and ``collective_latency_s``) by robust least
+    squares on ``log(predicted / measured)`` of every measurement the cells have
+    (``scipy.optimize.least_squares``, soft-L1 loss), and ``kv_reserve_bytes`` by a
+    search over :data:`KV_RESERVES_GB` when the KV capacity limits some cell; the held-out
+    30 % give the reported error, next to the uncalibrated defaults' error on them.
 
     Args:
-        pts: :func:`measured_points` of one device.
+        pts: :func:`measured_points` of one device (and engine).
         limits: that device's limits.
         test_fraction: share of cells held out (chosen by :func:`held_out`; at least one).
+        engine: the engine the calibration is for (``*``: any).
+        prior_weight: strength of the pull of each parameter to its default.
 
     Raises:
         ConfigError: fewer than 4 usable cells, or a model that cannot be resolved.
     """
-    from scipy.optimize import least_squares
-
     from infbench.models import resolve
 
     if len(pts) < 4:
         raise ConfigError(f"calibration needs at least 4 measured ok cells with fixed lengths; found {len(pts)}",
-                          hint="run a sweep on this device first (e.g. `infbench run --preset quick`)")
+                          hint="run a sweep on this device first (e.g. `infbench run --preset quick`), or import "
+                               "published cells (`infbench import --format lib-csv FILE`)")
     shapes = {p["model"]: resolve(p["model"]) for p in pts}
+    # Only published cells are screened: infbench's own cells come with their raw token
+    # times, and a CPU's limits are measured attainable rates, not bounds.
+    bad = below_floor(pts, limits, shapes) & np.array([bool(p.get("published")) for p in pts], dtype=bool)
+    excluded = {"below_floor": [p["cell_id"] for p, b in zip(pts, bad, strict=True) if b]}
+    pts = [p for p, b in zip(pts, bad, strict=True) if not b]
+    if len(pts) < 4:
+        raise ConfigError(f"calibration needs at least 4 measured cells above the roofline floor; found {len(pts)} "
+                          f"({len(excluded['below_floor'])} below it)")
     test = [p for p in pts if held_out(p["cell_id"], test_fraction)]
     if not test:
         test = [pts[-1]]
-    train = [p for p in pts if p not in test]
-    meas = {k: _column(train, k) for k in FIT_METRICS}
-    # overhead_s is fitted in units of the shortest measured pass, so all three
-    # parameters are of order one for the solver.
-    shortest = [np.nanmin(meas[k]) for k in ("tpot_s", "ttft_s") if np.isfinite(meas[k]).any()]
-    scale = float(min(shortest)) if shortest else float(np.nanmin(meas["e2e_s"])) / 100
+    test_ids = {p["cell_id"] for p in test}
+    train = [p for p in pts if p["cell_id"] not in test_ids]
+    base = default_efficiency(limits.id)
+    steps = [v for p in train for v in (p.get("tpot_s"), (p.get("duration_s") or 0) / max(p["n_out"], 1)) if v]
+    scale = float(np.median(steps)) if steps else 1e-3
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        e = Efficiency(float(x[0]), float(x[1]), float(x[2]) * scale)
-        pr = _predict_points(train, limits, e, shapes)
-        parts = []
-        for k in FIT_METRICS:
-            ok = np.isfinite(meas[k])
-            parts.append(np.log(pr[k][ok] / meas[k][ok]))
-        return np.concatenate(parts)
-
-    best = None
-    for x0 in ([0.5, 0.5, 0.1], [0.1, 0.3, 0.5], [0.8, 0.9, 0.0]):
-        fit = least_squares(residuals, x0, bounds=([1e-4, 1e-4, 0.0], [1.0, 1.0, 1e3]))
-        if best is None or fit.cost < best.cost:
-            best = fit
-    eff = Efficiency(float(best.x[0]), float(best.x[1]), float(best.x[2]) * scale,
-                     source=f"fitted on {len(train)} cells of {limits.id}")
-
-    def errors(points: list[dict[str, Any]], e: Efficiency) -> dict[str, float]:
-        pr = _predict_points(points, limits, e, shapes)
-        return {k: geomean_error(pr[k], _column(points, k)) for k in METRICS}
-
-    return Calibration(device_id=limits.id, efficiency=eff, n_train=len(train), n_test=len(test),
-                       error_test=errors(test, eff), error_train=errors(train, eff),
-                       error_default=errors(test, Efficiency()))
+    reserves: tuple[float | None, ...] = (None,)
+    if limits.memory_bytes and _capacity_binds(train, limits, shapes):
+        reserves = tuple(g * 1e9 for g in KV_RESERVES_GB)
+    best: tuple[Efficiency, float, float | None] | None = None
+    for r in reserves:
+        e, cost = _fit(train, limits, shapes, replace(base, kv_reserve_bytes=r), scale, prior_weight)
+        if best is None or cost < best[1]:
+            best = (e, cost, r)
+    e, cost = _fit(train, limits, shapes, replace(base, kv_reserve_bytes=best[2]), scale, prior_weight, STARTS[1:])
+    if cost < best[1]:
+        best = (e, cost, best[2])
+    eff = replace(best[0], source=f"fitted on {len(train)} cells of {limits.id}"
+                                  + (f" / {engine}" if engine != "*" else ""))
+    published = sum(1 for p in train if p.get("published"))
+    return Calibration(
+        device_id=limits.id, engine=engine, efficiency=eff, n_train=len(train), n_test=len(test),
+        error_test=point_errors(test, predict_points(test, limits, eff, shapes)),
+        error_train=point_errors(train, predict_points(train, limits, eff, shapes)),
+        error_default=point_errors(test, predict_points(test, limits, base, shapes)),
+        sources={"published": published, "local": len(train) - published}, excluded=excluded)
 
 
-def calibration_path(home: Path, device_id: str) -> Path:
-    """Where a device's fitted factors are kept: ``$INFBENCH_HOME/calibration/<id>.json``."""
-    return home / "calibration" / f"{device_id}.json"
+def _capacity_binds(pts: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape]) -> bool:
+    """Whether the KV capacity with the largest tried reserve limits any point's batch."""
+    for p in pts:
+        sv = serving_for(p.get("engine", "generic"), p.get("options"))
+        tp = float(p["tp"])
+        devices = (1.0, tp) if sv.split == "layer" else (tp, 1.0)
+        cap = kv_capacity_tokens(shapes[p["model"]], limits, p["dtype"], devices[0] * devices[1], 1,
+                                 sv.memory_fraction, max(KV_RESERVES_GB) * 1e9)
+        if float(cap) < p["batch"] * (p["n_in"] + p["n_out"]):
+            return True
+    return False
+
+
+def calibration_path(home: Path, device_id: str, engine: str = "*") -> Path:
+    """Where fitted factors are kept: ``$INFBENCH_HOME/calibration/<device>__<engine>.json``
+    (``<device>.json`` for a calibration over any engine)."""
+    name = device_id if engine in ("*", "", None) else f"{device_id}__{engine_family(engine)}"
+    return home / "calibration" / f"{name.replace('/', '_')}.json"
 
 
 def save_calibration(home: Path, cal: Calibration) -> Path:
     """Write ``cal`` to :func:`calibration_path`; returns the path."""
-    p = calibration_path(home, cal.device_id)
+    p = calibration_path(home, cal.device_id, cal.engine)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(cal.to_dict(), indent=2))
     return p
 
 
-def load_calibration(home: Path, device_id: str) -> Calibration | None:
-    """The saved factors of ``device_id``, or None (unreadable files count as none)."""
-    p = calibration_path(home, device_id)
-    try:
-        return Calibration.from_dict(json.loads(p.read_text()))
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
+def load_calibration(home: Path, device_id: str, engine: str = "*") -> Calibration | None:
+    """The saved factors of (``device_id``, ``engine``), else those of the device over any
+    engine, else None (unreadable files count as none)."""
+    for p in dict.fromkeys([calibration_path(home, device_id, engine), calibration_path(home, device_id)]):
+        try:
+            return Calibration.from_dict(json.loads(p.read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+    return None
 
 
 def finite(x: float | None) -> float | None:
     """``x`` if it is a finite number, else None (for JSON output)."""
     return x if x is not None and math.isfinite(x) else None
 
+
+# -- devices -------------------------------------------------------------------------------
 
 def limits_for_id(pm: Any, ident: str) -> Limits:
     """The :class:`Limits` of a described device id (``h100-sxm``; ``infbench devices``),
@@ -326,63 +978,88 @@ def limits_for_id(pm: Any, ident: str) -> Limits:
         raise ConfigError(f"cannot predict on {ident}: {exc}", hint="see `infbench devices --json`") from exc
 
 
-def rows_of_device(pm: Any, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
-    """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
-    matched through the catalog as the roofline matches them."""
+def device_catalog_id(pm: Any, device: dict[str, Any], specs: list[Any] | None = None) -> str | None:
+    """The catalog id a stored device maps to: ``properties.catalog_id`` (set by
+    ``infbench import``), else the description whose ``match`` fits its model name; None
+    for CPUs and undescribed devices."""
     from infbench.devices import catalog, match_device
     from infbench.schema import DeviceInfo
+
+    ident = (device.get("properties") or {}).get("catalog_id")
+    if ident:
+        return str(ident)
+    s = match_device(specs if specs is not None else catalog(pm), DeviceInfo(**device))
+    return s.id if s is not None else None
+
+
+def rows_of_device(pm: Any, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
+    """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
+    matched through the catalog as the roofline matches them (published cells through
+    the catalog id their import recorded)."""
+    from infbench.devices import catalog
 
     specs = catalog(pm)
     keep = []
     for r in rows:
-        d = DeviceInfo(**r["device"])
+        d = r["device"]
         if ident.lower() == "cpu":
-            if d.vendor == "cpu":
+            if d.get("vendor") == "cpu":
                 keep.append(r)
         else:
-            s = match_device(specs, d)
-            if s is not None and s.id.lower() == ident.lower():
+            cid = device_catalog_id(pm, d, specs)
+            if cid is not None and cid.lower() == ident.lower():
                 keep.append(r)
     return keep
 
 
 def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: list[int], n_in: list[int],
-                 n_out: list[int], tp: list[int], dtype: str,
-                 efficiency: dict[str, Efficiency]) -> list[dict[str, Any]]:
-    """Predictions for every (device, model, batch, input, output, tp) of a grid, one
+                 n_out: list[int], tp: list[int], dtype: str, efficiency: dict[str, Efficiency],
+                 engine: str = "generic", pp: list[int] | None = None, ep: int = 1,
+                 options: dict[str, Any] | None = None, speculative: Speculative | None = None,
+                 moe_imbalance: float = 0.0) -> list[dict[str, Any]]:
+    """Predictions for every (device, model, batch, input, output, tp, pp) of a grid, one
     flat dict each (the rows of ``infbench predict``).
 
     Args:
         models: resolved model shapes.
         limits: device id -> its limits.
-        batch, n_in, n_out, tp: the grid's axes (tokens; tp in devices).
+        batch, n_in, n_out, tp, pp: the grid's axes (tokens; tp and pp in devices).
         dtype: precision class or engine dtype.
         efficiency: device id -> the efficiency factors to use.
+        engine: engine whose scheduling is modelled (:data:`ENGINE_PROFILES`).
+        ep, options, speculative, moe_imbalance: see :func:`predict`.
 
     Returns:
-        Dicts with ``model``, ``device``, ``dtype``, ``batch``, ``input_len``, ``output_len``,
-        ``tp``, every key of :func:`predict` (s, tokens/s, B) as finite floats or None,
-        ``fits_memory`` (None when the device's memory is unknown) and ``efficiency``.
+        Dicts with ``model``, ``device``, ``engine``, ``dtype``, ``batch``, ``input_len``,
+        ``output_len``, ``tp``, ``pp``, ``ep`` (as the engine uses the devices: llama.cpp's
+        layer split turns ``tp`` devices into pipeline stages), ``devices``, every key of
+        :func:`predict` (s, tokens/s, B)
+        as finite floats or None, ``fits_memory`` (None when the memory is unknown) and
+        ``efficiency``.
 
     Raises:
         ConfigError: a model that cannot be predicted on a device (e.g. no shape).
     """
     from infbench.analysis.roofline import RooflineError
 
-    gb, gi, go, gt = np.meshgrid(*(np.asarray(v, dtype=float) for v in (batch, n_in, n_out, tp)), indexing="ij")
+    sv = serving_for(engine, options)
+    axes = (batch, n_in, n_out, tp, pp or [1])
+    gb, gi, go, gt, gp = np.meshgrid(*(np.asarray(v, dtype=float) for v in axes), indexing="ij")
     rows: list[dict[str, Any]] = []
     for d, lim in limits.items():
         eff = efficiency[d]
         for m in models:
             try:
-                pr = predict(m, lim, gb, gi, go, gt, dtype, eff)
+                pr = predict(m, lim, gb, gi, go, gt, dtype, eff, pp=gp, ep=ep, serving=sv, speculative=speculative,
+                             moe_imbalance=moe_imbalance)
             except RooflineError as exc:
                 raise ConfigError(f"cannot predict {m.name} on {d}: {exc}") from exc
             for idx in np.ndindex(gb.shape):
+                fits = pr["fits_memory"][idx]
+                t, p = (1, int(gt[idx] * gp[idx])) if sv.split == "layer" else (int(gt[idx]), int(gp[idx]))
                 rows.append({
-                    "model": m.name, "device": d, "dtype": dtype, "batch": int(gb[idx]), "input_len": int(gi[idx]),
-                    "output_len": int(go[idx]), "tp": int(gt[idx]),
-                    **{k: finite(float(v[idx])) for k, v in pr.items()},
-                    "fits_memory": bool(pr["memory_bytes"][idx] <= lim.memory_bytes) if lim.memory_bytes else None,
-                    "efficiency": eff.__dict__})
+                    "model": m.name, "device": d, "engine": sv.engine, "dtype": dtype, "batch": int(gb[idx]),
+                    "input_len": int(gi[idx]), "output_len": int(go[idx]), "tp": t, "pp": p, "ep": ep,
+                    "devices": t * p * ep, **{k: finite(float(v[idx])) for k, v in pr.items() if k != "fits_memory"},
+                    "fits_memory": None if not np.isfinite(fits) else bool(fits), "efficiency": asdict(eff)})
     return rows

@@ -21,6 +21,15 @@ ffn (SwiGLU)  6 M H I e              b_w 3 H I E_touched(M) + b_a M (2H + 3I e)
 lm_head       2 B H V (once)         b_w H V + b_a B (H + V)
 ============  =====================  ======================================================
 
+Without flash attention (``flash=False``: llama.cpp's default ``-fa 0``, transformers'
+eager attention) the score matrix ``S = Q K^T`` of ``heads x T x c_read`` elements per
+sequence is materialised in fp32: written by the QK^T matmul, read and written by the
+softmax, read by the AV matmul, :data:`SCORE_BYTES` = 4 accesses x 4 B = 16 B per element,
+and the masked half of a causal prefill is computed too (``c = c_read``). Flash attention
+(Dao et al. 2022, FlashAttention-2 2023) keeps S on chip and skips the masked blocks, so
+its attention row of the table holds. Either way attention grows with the context: in the
+prefill as ``n_in^2`` (FLOPs, and bytes without flash), in decode as ``c`` (KV bytes).
+
 ``E_touched(M) = E (1 - (1 - e/E)^M)`` is the expected number of distinct experts M
 tokens route to (uniform routing); 1 for dense models. Only the last position of each
 sequence goes through the LM head (vLLM, llama.cpp). The embedding lookup reads ``B x T``
@@ -57,7 +66,10 @@ from infbench.models import ModelShape
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
 #: q8_0 = 34 B per 32 weights, q4_0 = 18 B per 32; ggml's block_q8_0 / block_q4_0).
-DTYPE_WEIGHT_BYTES = {"q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8, "q5_k_m": 5.69 / 8}
+DTYPE_WEIGHT_BYTES = {"q8_0": 34 / 32, "q4_0": 18 / 32, "q4_k_m": 4.85 / 8, "q5_k_m": 5.69 / 8,
+                      # ggml blocks: q4_1 20 B / 32, q5_0 22 / 32, q5_1 24 / 32, q6_K 210 / 256, q2_K 84 / 256
+                      # (llama.cpp's q2_K mix keeps some tensors wider: a lower bound).
+                      "q4_1": 20 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32, "q6_k": 210 / 256, "q2_k": 84 / 256}
 #: Bytes per weight element by precision class.
 PRECISION_WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 #: Which peak rate each precision's matmuls run at, in order of preference: weight-only
@@ -65,6 +77,13 @@ PRECISION_WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "in
 PEAK_FALLBACK = {"fp32": ["fp32"], "fp16": ["fp16", "bf16", "fp32"], "bf16": ["bf16", "fp16", "fp32"],
                  "fp8": ["fp8", "bf16", "fp16", "fp32"], "int8": ["int8", "fp16", "bf16", "fp32"],
                  "int4": ["int4", "int8", "fp16", "bf16", "fp32"]}
+
+
+#: Bytes moved per element of a materialised attention score matrix (no flash
+#: attention): fp32 scores written by QK^T, read and written by the softmax, read by AV
+#: = 4 accesses x 4 B (ggml's KQ product and soft_max are f32; transformers' eager
+#: attention up-casts the softmax to fp32).
+SCORE_BYTES = 16.0
 
 
 class RooflineError(ValueError):
@@ -131,7 +150,8 @@ def act_bytes(precision: str) -> float:
 
 
 def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any, ctx: Any,
-              ctx_read: Any) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+              ctx_read: Any, flash: bool = True,
+              kv_reread: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
     """FLOPs and bytes of each operator of one forward pass (table in the module doc).
 
     Args:
@@ -142,6 +162,12 @@ def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any
         tokens: new tokens per sequence T.
         ctx: mean attended positions per new token c.
         ctx_read: KV-cache positions read per sequence.
+        flash: fused (flash) attention; False adds the ``attention_scores`` operator
+            (the materialised ``heads x T x c_read`` score matrix, :data:`SCORE_BYTES`
+            per element) and computes the full, unmasked ``T x c_read`` product.
+        kv_reread: share of the ``heads / kv_heads - 1`` extra reads of each KV head that
+            reach memory when an attention kernel walks the cache once per query head
+            (0: read once, as the table; 1: once per query head).
 
     Returns:
         ``{name: (flops, bytes, times)}``: FLOPs and bytes of one instance (arrays,
@@ -160,13 +186,20 @@ def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any
     M = B * T
     touched = E * (1.0 - (1.0 - e / E) ** M) if E > 1 else np.ones_like(M)
     L = float(m.layers)
-    return {
+    ops = {
         "qkv_proj": (2 * M * H * (q + 2 * k), bw * H * (q + 2 * k) + ba * M * (H + q + 2 * k), L),
-        "attention": (4 * M * c * q, bkv * B * cr * 2 * k + bkv * M * 2 * k + ba * 2 * M * q, L),
+        "attention": (4 * M * (c if flash else cr) * q,
+                      bkv * B * cr * 2 * k * (1 + kv_reread * (q / k - 1)) + bkv * M * 2 * k + ba * 2 * M * q, L),
         "o_proj": (2 * M * q * H, bw * q * H + ba * M * (q + H), L),
         "ffn": (6 * M * H * I * e, bw * 3 * H * I * touched + ba * M * (2 * H + 3 * I * e), L),
         "lm_head": (2 * B * H * V, bw * H * V + ba * B * (H + V), 1.0),
     }
+    if not flash:
+        # The score matrix: heads x T x c_read per sequence; the softmax costs ~5 FLOPs an element
+        # (max, subtract, exp, sum, divide).
+        scores = M * float(m.heads) * cr
+        ops["attention_scores"] = (5 * scores, SCORE_BYTES * scores, L)
+    return ops
 
 
 def pass_totals(ops: dict[str, tuple[np.ndarray, np.ndarray, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -186,16 +219,16 @@ def pass_time(ops: dict[str, tuple[np.ndarray, np.ndarray, float]], peak: float,
     return np.asarray(total)
 
 
-def prefill_ops(m: ModelShape, precision: str, dtype: str, batch: Any, n_in: Any):
+def prefill_ops(m: ModelShape, precision: str, dtype: str, batch: Any, n_in: Any, flash: bool = True):
     """:func:`operators` of the prefill of ``batch`` prompts of ``n_in`` tokens."""
     n = np.asarray(n_in, dtype=float)
-    return operators(m, precision, dtype, batch, n, (n + 1) / 2, n)
+    return operators(m, precision, dtype, batch, n, (n + 1) / 2, n, flash)
 
 
-def decode_ops(m: ModelShape, precision: str, dtype: str, batch: Any, n_in: Any, n_out: Any):
+def decode_ops(m: ModelShape, precision: str, dtype: str, batch: Any, n_in: Any, n_out: Any, flash: bool = True):
     """:func:`operators` of the mean decode step (context ``n_in + n_out / 2``)."""
     c = np.asarray(n_in, dtype=float) + np.asarray(n_out, dtype=float) / 2
-    return operators(m, precision, dtype, batch, 1.0, c, c)
+    return operators(m, precision, dtype, batch, 1.0, c, c, flash)
 
 
 def effective_batch(spec: dict[str, Any], metrics: dict[str, Any] | None = None) -> float | None:

@@ -2,11 +2,12 @@
 
 Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``worker``,
 ``ingest`` (:mod:`.run`) -> ``results`` (:mod:`.results`) -> ``report``, ``export``,
-``compare`` (:mod:`.report`); ``predict`` (:mod:`.predict`); ``devices``, ``models``,
-``plugins`` (:mod:`.catalog`) list what is available; ``containers`` (:mod:`.containers`)
-builds worker images. The modules hold options and printing; what a command computes
-lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...), where tests
-call it without a subprocess.
+``compare`` (:mod:`.report`); ``import`` (:mod:`.importer`: published results);
+``perplexity``, ``quantize`` (:mod:`.quality`); ``predict`` (:mod:`.predict`); ``devices``,
+``models``, ``plugins`` (:mod:`.catalog`) list what is available; ``containers``
+(:mod:`.containers`) builds worker images. The modules hold options and printing; what a
+command computes lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...),
+where tests call it without a subprocess.
 
 Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
 2 bad input, 3 some cells failed (their errors are stored), 130 interrupted.
@@ -21,7 +22,7 @@ from typing import Annotated
 import typer
 
 from infbench import __version__
-from infbench.cli import catalog, containers, detect, predict, report, results, run
+from infbench.cli import catalog, containers, detect, importer, predict, quality, report, results, run
 from infbench.cli.common import out
 
 app = typer.Typer(
@@ -50,7 +51,7 @@ def _main(
 
 
 #: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect, run, results, report, predict, catalog, containers)
+COMMAND_MODULES = (detect, run, results, report, importer, quality, predict, catalog, containers)
 for _m in COMMAND_MODULES:
     _m.register(app)
 

@@ -64,6 +64,9 @@ def report(
                                           "(editable in the page).")] = None,
     slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT p99 limit (s) marked in the trade-off "
                                           "figure.")] = None,
+    max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Mark precisions whose perplexity "
+                                                "exceeds their model's highest precision by more than this (e.g. "
+                                                "1%) in the perplexity figure.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
     """Write an interactive HTML report of stored results (one self-contained file that
@@ -71,7 +74,12 @@ def report(
 
     Figures: throughput vs batch size, an input x output heatmap, TTFT and ITL bars,
     power and tokens per joule, the latency-throughput trade-off with its Pareto front and
-    the SLO-meeting cells, and measured latency against the roofline floor. The page has
+    the SLO-meeting cells, measured latency against the roofline floor, and perplexity
+    against throughput per precision (cells whose model, engine and dtype have a stored
+    `infbench perplexity`; LLM-Inference-Bench Figs. 10/29); with serving data also the
+    server's own TTFT beside the client's, goodput against load for `run --find-max`
+    searches (the knee marked), the spread of `--repeat` cells (mean ± 95 % CI) and device
+    telemetry (utilisation, clocks, temperature, throttling). The page has
     filters (device, engine, model, precision, batch, lengths, tp, run) and axis
     selectors. Example: `infbench report --out report && xdg-open report/index.html`.
     """
@@ -87,25 +95,40 @@ def report(
         raise typer.Exit(1)
     resolve = limits_resolver(plugin_manager())
     flat = [flat_row(r, resolve) for r in rows]
+    from infbench.quality.gate import parse_increase, with_gate
+    from infbench.report.data import attach_perplexity
+    from infbench.store.quality import quality_results
+
+    try:
+        gate = parse_increase(max_ppl_increase)
+    except ConfigError as exc:
+        fail(exc)
+    with_ppl = attach_perplexity(flat, with_gate(quality_results(store, status="ok"), gate))
     try:
         from infbench.report.html import write_report
+        from infbench.report.serving import serving_html, write_serving_figures
 
         with writing(out_dir):
             page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
-                                slo_tpot * 1e3 if slo_tpot else None)
+                                slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat),
+                                ppl_gate=gate)
             figs = []
             if static:
                 from infbench.report.static import write_figures
 
-                figs = write_figures(flat, out_dir / "figures")
+                figs = (write_figures(flat, out_dir / "figures")
+                        + write_serving_figures(rows, flat, out_dir / "figures"))
     except ImportError as exc:
         need("report", exc)
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
     if as_json:
         print_json({"html": str(page), "figures": [str(p) for p in figs], "cells": len(flat),
-                    "roofline_backfilled": backfilled})
+                    "roofline_backfilled": backfilled, "cells_with_perplexity": with_ppl,
+                    "suspect": sum(1 for f in flat if f["status"] == "ok" and f.get("suspect"))})
         return
     note = f"; roofline computed now for {backfilled} older cells" if backfilled else ""
+    n_suspect = sum(1 for f in flat if f["status"] == "ok" and f.get("suspect"))
+    note += f"; {n_suspect} suspect cells listed on the page" if n_suspect else ""
     out.print(f"[green]wrote[/] {page} ({len(flat)} cells{note})")
     if figs:
         out.print(f"[green]wrote[/] {len(figs)} figure files in {out_dir / 'figures'}")
@@ -125,8 +148,9 @@ def export(
 
     `--format lib-csv` writes LLM-Inference-Bench's columns (Hardware, Num of Hardware,
     Framework, Model, Input Output Length, Batch Size, Latency, Throughput, then Input
-    Length, Output Length, TTFT Latency, end_latency, avg_power in mW) for ok batch-mode
-    cells, so its dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+    Length, Output Length, TTFT Latency, end_latency, avg_power in mW, and infbench's
+    suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
+    dashboard (InferenceGraphPlotter) and notebooks read infbench results.
     """
     from infbench.report.data import lib_csv, lib_rows
     from infbench.report.tables import results_csv, results_json
@@ -144,6 +168,10 @@ def export(
         if not lib_rows(rows):
             err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no "
                       "serving-mode columns)")
+    n_suspect = sum(1 for r in rows if r["status"] == "ok" and (r["metrics"] or {}).get("suspect"))
+    if n_suspect:
+        err.print(f"[yellow]{n_suspect} suspect cell(s)[/]: exported with their reason (lib-csv: column suspect; "
+                  "csv: suspect; json: metrics.suspect)")
     if out_file:
         with writing(out_file):
             out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -154,27 +182,54 @@ def export(
 
 
 def compare(
-    run_a: Annotated[str, typer.Argument(help="Side A: run id (prefix), results .db file, or FILE.db:RUN.")],
-    run_b: Annotated[str, typer.Argument(help="Side B, the same forms.")],
+    run_a: Annotated[str | None, typer.Argument(help="Side A: run id (prefix), results .db file, or FILE.db:RUN. "
+                                                "With --dtypes it may be left out (the whole store).")] = None,
+    run_b: Annotated[str | None, typer.Argument(help="Side B, the same forms (default: side A).")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Database for run ids.")] = None,
     html_out: Annotated[Path | None, Opt("--out", "-o", help="Also write a plot of the ratios (HTML).")] = None,
+    dtypes: Annotated[str | None, Opt("--dtypes", help="Compare two precisions, A,B (e.g. f16,q4_0): cells at A "
+                                      "against the same workloads at B, and the perplexity change.")] = None,
+    max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="With --dtypes: flag a perplexity "
+                                                "change above this (e.g. 1%).")] = None,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
     power and tokens per joule, for cells with the same workload (spec hash).
 
     Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
-    `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them.
+    `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them;
+    `infbench compare --dtypes f16,q4_0 --max-ppl-increase 1%` (two precisions in the
+    store: speed ratios and the perplexity change, flagged beyond 1 %).
     """
-    from infbench.report.compare import COMPARED, compare_rows, load_side, write_compare_html
+    from infbench.report.compare import COMPARED, compare_precisions, compare_rows, load_side, write_compare_html
     from infbench.report.tables import print_table
 
+    pair = None
     try:
-        la, a = load_side(run_a, store_path)
-        lb, b = load_side(run_b, store_path)
+        if dtypes is not None:
+            pair = split([dtypes], "--dtypes")
+            if not pair or len(pair) != 2:
+                raise ConfigError(f"--dtypes takes two dtypes, got {dtypes!r}", hint="e.g. --dtypes f16,q4_0")
+        elif run_a is None or run_b is None:
+            raise ConfigError("compare needs two sides (A B), or --dtypes A,B",
+                              hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
+        from infbench.quality.gate import parse_increase
+
+        gate = parse_increase(max_ppl_increase)
+        la, a = load_side(run_a, store_path) if run_a is not None else (str(open_store(store_path, readonly=True).path), None)
+        lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
-    res = compare_rows(a, b)
+    if pair is not None:
+        from infbench.store.quality import quality_results
+
+        store = open_store(store_path, readonly=True)
+        a = a if a is not None else store.results()
+        b = b if b is not None else a
+        res = compare_precisions(a, b, pair[0], pair[1], quality_results(store, status="ok"), gate)
+        la, lb = f"{la} {pair[0]}", f"{lb} {pair[1]}"
+    else:
+        res = compare_rows(a, b)
     if html_out:
         try:
             with writing(html_out):
@@ -184,8 +239,12 @@ def compare(
     if as_json:
         print_json({"a": la, "b": lb, **res})
         return
+    if res.get("perplexity"):
+        _print_ppl_change(res["perplexity"], pair, gate)
     if not res["pairs"]:
         err.print(f"no cell is ok on both sides ({res['only_a']} only in A, {res['only_b']} only in B)")
+        if res.get("perplexity"):
+            return
         raise typer.Exit(1)
     t = Table(title=f"B / A  (A = {escape(la)}, B = {escape(lb)})", header_style="bold")
     t.add_column("cell", overflow="fold")
@@ -208,6 +267,22 @@ def compare(
               "(matched by workload spec hash; green = B better)")
     if html_out:
         out.print(f"[green]wrote[/] {html_out}")
+
+
+def _print_ppl_change(rows: list[dict], pair: list[str], gate: float | None) -> None:
+    """The perplexity table of ``compare --dtypes``."""
+    t = Table(title=f"perplexity {pair[1]} vs {pair[0]}", header_style="bold")
+    for c in ("model", "engine", "text", f"PPL {pair[0]}", f"PPL {pair[1]}", "change"):
+        t.add_column(c, justify="right" if c.startswith(("PPL", "change")) else "left")
+    for r in rows:
+        ch = f"{r['change'] * 100:+.2f} %"
+        if r["beyond_gate"]:
+            ch = f"[red]{ch} > {gate * 100:g} %[/]"
+        elif r["beyond_gate"] is False:
+            ch = f"[green]{ch}[/]"
+        t.add_row(escape(Path(r["model"]).name), r["engine"], f"{Path(r['text_path'] or '').name} n_ctx {r['n_ctx']}",
+                  f"{r['ppl_a']:.4f} +/- {r['stderr_a']:.4f}", f"{r['ppl_b']:.4f} +/- {r['stderr_b']:.4f}", ch)
+    out.print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -31,17 +31,38 @@ def results(
                                          "Perplexity's A100/H100 study.")] = None,
     percentile: Annotated[str, Opt("--percentile", help="Statistic that must meet the limits: mean, p50, p90, "
                                    "p99, max.")] = "p99",
+    repeats: Annotated[bool, Opt("--repeats", help="Per repeated cell (`run --repeat N`): mean ± 95 % "
+                                 "t-interval of the headline metrics across its repeats.")] = False,
+    searches: Annotated[bool, Opt("--searches", help="The `run --find-max` searches: goodput per probed load "
+                                  "and the knee.")] = False,
+    quality: Annotated[bool, Opt("--quality", help="Only the perplexity measurements (`infbench perplexity`), in "
+                                 "every format.")] = False,
+    max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Flag precisions whose perplexity "
+                                                "exceeds their model's highest precision by more than this "
+                                                "(e.g. 1%).")] = None,
 ) -> None:
     """Show stored results: the newest attempt of every cell.
 
     `--best --max-e2e 25.6` keeps the cells whose p99 E2E latency is within 25.6 s and
     shows, per model and device, the one with the highest output throughput per device.
 
+    `--repeats` summarises cells measured with `run --repeat N` (mean ± 95 % t-interval);
+    `--searches` lists `run --find-max` searches (goodput per load, the knee). With a
+    server engine the table shows the server's own TTFT (its /metrics) beside the client's.
+
     `--format json` gives each cell's spec, device, engine versions and metrics
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
     `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
+
+    A cell shown `suspect` is stored with its numbers but breaks a physical bound (faster
+    than its roofline floor, a utilisation above 1, fewer tokens than asked, a prefix-cache
+    hit); the reason is printed under the table and kept in `metrics.suspect`.
+
+    Perplexity measurements follow the cells in the table (`--quality` for them alone, as
+    JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
+    their model's highest precision.
     """
-    from infbench.report.tables import print_results, results_csv, results_json
+    from infbench.report.tables import print_results, results_csv, results_json, suspect_notes
     from infbench.store import default_store_path
 
     if fmt not in ("table", "json", "csv"):
@@ -49,13 +70,27 @@ def results(
     if status is not None and status not in STATUSES:
         fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
     check_run_id(run_id)
+    try:
+        from infbench.quality.gate import parse_increase
+
+        gate = parse_increase(max_ppl_increase)
+    except ConfigError as exc:
+        fail(exc)
     if store_path is None and not default_store_path().exists():
         err.print(f"no results in {default_store_path()}; run `infbench run` first")
         return
     store = open_store(store_path, readonly=True)
+    if quality:
+        _quality(store, fmt, all_attempts, status, gate)
+        return
     rows = read_results(store, run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
+    if repeats or searches:
+        from infbench.cli.serving import print_repeats, print_searches
+
+        (print_repeats if repeats else print_searches)(rows, fmt)
+        return
     limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}
     if limits and not best:
         fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))
@@ -80,6 +115,42 @@ def results(
                   + ("" if what else "; run `infbench run` first"))
     else:
         print_results(out, rows, title=f"results in {store.path}")
+        for line in suspect_notes(rows):
+            out.print(f"[yellow]suspect:[/] {escape(line)}")
+    if fmt == "table" and not best and not run_id:  # measurements belong to no run
+        from infbench.quality.gate import with_gate
+        from infbench.report.tables import quality_table
+        from infbench.store.quality import quality_results
+
+        q = quality_results(store, all_attempts=all_attempts, status=status)
+        if q:
+            out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
+
+
+def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
+    """``results --quality``: the perplexity measurements as a table, JSON or CSV."""
+    import csv
+    import io
+
+    from infbench.quality.gate import with_gate
+    from infbench.report.tables import quality_json, quality_table
+    from infbench.store.quality import quality_results
+
+    rows = with_gate(quality_results(store, all_attempts=all_attempts, status=status), gate)
+    if fmt == "json":
+        print_json(quality_json(rows))
+    elif fmt == "csv":
+        flat = [{k: v for k, v in r.items() if k != "result"} for r in quality_json(rows)]
+        if flat:
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=list(flat[0]))
+            w.writeheader()
+            w.writerows(flat)
+            sys.stdout.write(buf.getvalue())
+    elif not rows:
+        err.print(f"no perplexity measurements in {store.path}; run `infbench perplexity` first")
+    else:
+        out.print(quality_table(rows, title=f"perplexity in {store.path}", max_increase=gate))
 
 
 def register(app: typer.Typer) -> None:

@@ -39,12 +39,20 @@ from infbench.store import StoreError, describe_db_error
 
 RUN_HELP = """Run a sweep of cells and store every result.
 
-With no arguments: the `quick` preset (smollm2-135m with dummy weights on llama.cpp,
-batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two on 2 CPU cores.
+With no arguments: the detected device's default sweep, named by its plugin. On the CPU,
+the `quick` preset (smollm2-135m with dummy weights on llama.cpp, batch 1/4/8, input
+128/512, output 64), a minute or two on 2 cores; on an NVIDIA, AMD or Intel GPU or a
+Gaudi, LLM-Inference-Bench's corner (llama-3-8b with dummy weights, batch 1/16/64, input
+= output 128/1024) on the best engine that runs there: the plugin's image when built and a
+container runtime answers, else vLLM, else transformers on the device, else llama.cpp
+built for it. `--dry-run` shows the choice, why, and the command installing each better
+engine; with none usable the run is refused, never measured on the CPU instead. Every
+engine proves it runs on the device before its first timed request.
 
 **Examples**
 
     infbench run
+    infbench run --dry-run                                         # the default sweep, its engine and why
     infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
     infbench run --preset paper --model tinyllama-1.1b
     infbench run --sweep my-sweep.yaml --force
@@ -54,12 +62,33 @@ batch 1/4/8, input 128/512, output 64) on the detected device, a minute or two o
     infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
     infbench run --executor container                              # inside the worker image
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
+    infbench run --executor ray --device nvidia --container-runtime apptainer
+    infbench run --engine vllm-server --concurrency 1 --find-max concurrency --slo-ttft-ms 500 --slo-tpot-ms 50
+    infbench run --engine llama.cpp-server --request-rate 1 --find-max rate --slo-ttft-ms 300 --goodput 0.95
+    infbench run --repeat 5 --price-per-hour 2.5                   # mean ± 95 % CI, USD per Mtok
+
+**Serving as production looks**: `--find-max rate|concurrency` brackets then bisects for
+the highest load at which `--goodput` (default 0.9) of the requests meet `--slo-ttft-ms`
+and `--slo-tpot-ms`, each probe a stored cell (starting at the first `--concurrency` /
+`--request-rate`); it stops going up when the server saturates. Server engines are
+scraped for their Prometheus `/metrics` every `--scrape-interval` s (server TTFT, queue,
+KV cache, prefix-cache hits). `--repeat N` measures each cell N times (`infbench results
+--repeats` shows mean ± 95 % t-interval); `--price-per-hour` adds `usd_per_mtok`.
+    infbench run -m model.gguf --dtype f16,q8_0,q4_K_M --perplexity wiki.test.raw   # speed and quality
+
+**Real weights**: `--model` a `.gguf` file (llama.cpp; at its own type, or `--dtype` names
+precisions derived from it, see `infbench quantize`) or a Hugging Face folder with weights
+(transformers, vLLM). Each cell records that its weights are real, their SHA-256 and the
+model's greedy answer to a factual question (its own tokenizer and chat template).
 
 **Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
 hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
 present; `container` forces the worker image (`--container-runtime docker|apptainer`;
 build images with `infbench containers build`); `inprocess` forces this process; `ray`
-spreads the groups over a Ray cluster's nodes. Results are stored the same way whichever
+spreads the groups over a Ray cluster's nodes: the sweep is planned once per device
+type of the fleet (`--device all`, or a comma list; default every accelerator type,
+else the CPUs), each group runs on a node with its device, and a node lost mid-sweep
+hands its remaining cells to another node of the same type (docs/cluster.md). Results are stored the same way whichever
 executor ran them, with the image or node in the provenance. (`--runtime` is the old
 name: none = inprocess, docker/apptainer = container.)
 
@@ -85,9 +114,10 @@ def run(
     output_len: Annotated[ListOpt, Opt("--output-len", help="Generated tokens per request (forced).")] = None,
     tp: Annotated[ListOpt, Opt("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
     sweep_file: Annotated[Path | None, Opt("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
-    preset: Annotated[str | None, Opt("--preset", help="quick (default), paper (LLM-Inference-Bench grid), "
-                                      "genz-qa, genz-chat, genz-rag, genz-summarization, genz-codegen (GenZ use "
-                                      "cases with SLOs).")] = None,
+    preset: Annotated[str | None, Opt("--preset", help="quick (the CPU's default), lib-corner (the GPUs' "
+                                      "default), paper (LLM-Inference-Bench grid), genz-qa, genz-chat, genz-rag, "
+                                      "genz-summarization, genz-codegen (GenZ use cases with SLOs). Default: the "
+                                      "device's default sweep.")] = None,
     device: Annotated[str | None, Opt("--device", help="Device vendor to run on (cpu, nvidia...). Default: first "
                                       "accelerator, else cpu.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
@@ -150,9 +180,39 @@ def run(
                                         "worker image) or ray. auto: in-process on the CPU, the image on vendor "
                                         "hardware when a container runtime is present.")] = None,
     container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
-                                                 "apptainer (default: Docker when an engine answers).")] = None,
+                                                 "apptainer (default: Docker when an engine answers). With "
+                                                 "--executor ray: run each group in the plugin's image with this "
+                                                 "runtime on its node (default: in-process there).")] = None,
+    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the Ray cluster (HOST:PORT of "
+                                           "the head; default $RAY_ADDRESS). With it, --device takes device types "
+                                           "of the fleet: a comma list, or all.")] = None,
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
+    repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
+                                      "95 % t-interval across repeats (`infbench results --repeats`).")] = None,
+    price_per_hour: Annotated[float | None, Opt("--price-per-hour", help="USD per hour of the measured machine: "
+                                                "every cell gets usd_per_mtok (USD per million output "
+                                                "tokens).")] = None,
+    scrape_interval: Annotated[float, Opt("--scrape-interval", help="Seconds between scrapes of a server "
+                                          "engine's Prometheus /metrics (0: off).")] = 1.0,
+    find_max: Annotated[str | None, Opt("--find-max", help="rate or concurrency: search for the highest load "
+                                        "meeting the SLO (--slo-ttft-ms/--slo-tpot-ms, --goodput).")] = None,
+    slo_ttft_ms: Annotated[float | None, Opt("--slo-ttft-ms", help="TTFT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    slo_tpot_ms: Annotated[float | None, Opt("--slo-tpot-ms", help="TPOT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    goodput: Annotated[float, Opt("--goodput", help="--find-max: fraction of requests that must meet the SLO.")
+                       ] = 0.9,
+    find_max_limit: Annotated[float | None, Opt("--find-max-limit", help="--find-max: highest load tried "
+                                                "(default 512 in flight, 1000 req/s).")] = None,
+    find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
+                                        "measure.")] = 20,
+    perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
+                                           "text for each group with real weights (`infbench perplexity`; stored "
+                                           "beside the throughput).")] = None,
+    ppl_n_ctx: Annotated[int, Opt("--ppl-n-ctx", help="--perplexity: tokens per chunk.")] = 512,
+    ppl_chunks: Annotated[int | None, Opt("--ppl-chunks", help="--perplexity: score only the first N "
+                                          "chunks.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
     params = dict(locals())
@@ -171,8 +231,11 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
          warmup, seed, cell_timeout, threads, power_interval, power_command, power_watts, power_label, concurrency,
          request_rate, burstiness, num_requests, duration, warmup_requests, request_timeout, base_url, api_key_env,
          endpoint, served_model_name, prompt_format, engine_arg, dataset, max_input_len, max_output_len, slo_ttft,
-         slo_tpot, slo_e2e, dry_run, write_spec, executor, container_runtime, runtime, as_json) -> None:
+         slo_tpot, slo_e2e, dry_run, write_spec, executor, container_runtime, ray_address, runtime, repeat,
+         price_per_hour, scrape_interval, find_max, slo_ttft_ms, slo_tpot_ms, goodput, find_max_limit,
+         find_max_probes, perplexity, ppl_n_ctx, ppl_chunks, as_json) -> None:
     from infbench import signals
+    from infbench.default_sweep import default_for_run
     from infbench.detect import detect as do_detect
     from infbench.engines.options import engine_options
     from infbench.measure.power import user_power_sampler
@@ -182,9 +245,49 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
     from infbench.target import choose_device
 
     try:
+        from infbench.cli.serving import run_find_max, slo_seconds
+
+        slo_ttft, slo_tpot = slo_seconds(slo_ttft, slo_ttft_ms, "ttft"), slo_seconds(slo_tpot, slo_tpot_ms, "tpot")
+        if find_max is not None and find_max not in ("rate", "concurrency"):
+            raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
+                              hint="e.g. --find-max concurrency --slo-ttft-ms 500")
+        if find_max == "concurrency" and not concurrency and not request_rate:
+            concurrency = ["1"]                      # the search starts at 1 in flight
+        elif find_max == "rate" and not request_rate and not concurrency:
+            request_rate = ["1"]
+        name, container_runtime = _executor_name(executor, runtime, container_runtime)
+        if find_max is not None:
+            if name not in ("auto", "inprocess"):
+                raise ConfigError(f"--find-max runs in this process (one server kept up across probes), not with "
+                                  f"--executor {name}", hint="leave out --executor")
+            name = "inprocess"
+        if power_interval <= 0:
+            raise ConfigError(f"--power-interval must be > 0 s, got {power_interval:g}",
+                              hint="e.g. --power-interval 0.1")
+        pm = plugin_manager()
+        det = do_detect(pm)
+        det.raise_config_errors()
+        # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
+        default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), name,
+                                  container_runtime, base_url)
+        if default is not None and not default.user_engines and default.chosen is None and not dry_run:
+            raise default.refusal()
+        from infbench.quality.weights import gguf_native_dtypes
+
+        # On llama.cpp a real GGUF runs at its own type (q4_1...) unless --dtype asks for derived precisions.
+        dtypes = split(dtype, "--dtype")
+        engines_now = split(engine, "--engine") or list((default.fields if default else {}).get("engines")
+                                                        or ["llama.cpp"])
+        if dtypes is None and sweep_file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
+            dtypes = gguf_native_dtypes(split(model, "--model"))
+        if perplexity is not None:
+            from infbench.quality.perplexity import read_text
+
+            read_text(perplexity)
         sweep = build_sweep(
-            preset, sweep_file, models=split(model, "--model"), engines=split(engine, "--engine"),
-            dtypes=split(dtype, "--dtype"), batch=split(batch, "--batch", int),
+            preset, sweep_file, base=default.fields if default else None, models=split(model, "--model"),
+            engines=split(engine, "--engine"),
+            dtypes=dtypes, batch=split(batch, "--batch", int),
             input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
             tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
             cell_timeout_s=cell_timeout, concurrency=split(concurrency, "--concurrency", int),
@@ -192,23 +295,27 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
             num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
             request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
             dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
-            dataset_max_output_len=max_output_len)
-        if power_interval <= 0:
-            raise ConfigError(f"--power-interval must be > 0 s, got {power_interval:g}",
-                              hint="e.g. --power-interval 0.1")
-        pm = plugin_manager()
-        det = do_detect(pm)
-        det.raise_config_errors()
-        dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
-        the_plan = make_plan(sweep, dev, pm)
-        for w in the_plan.warnings:
+            dataset_max_output_len=max_output_len, repeat=repeat)
+        fleet = None
+        if name == "ray":
+            fleet, plans, endpoint_opts = _fleet_plans(sweep, pm, device, ray_address)
+            the_plan, dev = plans[0], plans[0].device
+        else:
+            dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
+            the_plan = make_plan(sweep, dev, pm)
+            plans = [the_plan]
+        for w in dict.fromkeys(w for p in plans for w in p.warnings):
             err.print(f"[yellow]warning:[/] {w}")
-        cells = the_plan.cells
+        cells = [c for p in plans for c in p.cells]
         eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
                                prompt_format=prompt_format, **endpoint_opts)
         check_engine_args(pm, sweep.engines, engine_arg)
         if write_spec is not None:
             from infbench.worker import write_spec as _write_spec
+
+            if len(plans) > 1:
+                raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(plans)} "
+                                  "device types", hint="pick one with --device")
 
             with writing(write_spec, "--write-spec"):
                 wspec = _write_spec(the_plan, write_spec, RunOptions(
@@ -220,14 +327,20 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
                 out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
             return
         if dry_run:
-            _print_dry_run(the_plan, as_json)
+            _print_dry_run(plans, as_json, fleet, default)
+            if default is not None and not default.user_engines and default.chosen is None:
+                raise default.refusal()
             return
+        if default is not None:
+            _print_default_notes(default)  # on stderr, also with --json
         from infbench.executors import choose_executor
 
-        name, container_runtime = _executor_name(executor, runtime, container_runtime)
+        if price_per_hour is not None and price_per_hour < 0:
+            raise ConfigError(f"--price-per-hour must be >= 0 USD, got {price_per_hour}")
         prov = provenance(det, pm)
         ex_notes: list[str] = []
-        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime)
+        ray_opts = {"ray_address": ray_address, "fleet": fleet} if name == "ray" else {}
+        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime, **ray_opts)
         for n in ex_notes:
             err.print(f"[yellow]note:[/] {escape(n)}")
         if ex.name != "inprocess" and (power_command or power_watts is not None):
@@ -238,19 +351,29 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         fail(exc)
     store = store_for_writing(store_path)
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options=eopts, slo=sweep.slo(), power_override=override)
+                      engine_options=eopts, slo=sweep.slo(), power_override=override,
+                      server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour)
+    if find_max is not None:
+        run_find_max(the_plan, store, opts, pm, prov, find_max, slo_ttft, slo_tpot, goodput, find_max_limit,
+                     find_max_probes, as_json)
+        return
     if not as_json:
         where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
             f", on {ex.name}" if ex.name != "inprocess" else "")
-        out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
-                  f"store {store.path}")
+        if fleet is not None:
+            types = "; ".join(f"{p.device.vendor} ({p.device.model})" for p in plans)
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {types}, over the {len(fleet.nodes)} "
+                      f"node(s) of the Ray cluster {fleet.address}, store {store.path}")
+        else:
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
+                      f"store {store.path}")
     progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
                         disable=as_json)
     observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
     try:
         with progress, stdout_to_stderr(as_json):
-            summary = ex.run(the_plan, store, opts, observer)
+            summary = ex.run(plans if fleet is not None else the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
     except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
@@ -260,8 +383,13 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         with signals.deferred():
             _print_interrupted(store, as_json, exc)
         raise typer.Exit(signals.exit_status(exc)) from None
-    _print_summary(store, summary, as_json)
-    if summary.failed:
+    quality = None
+    if perplexity is not None:
+        from infbench.cli.quality import perplexity_after_run
+
+        quality = perplexity_after_run(the_plan, perplexity, store, pm, eopts, ppl_n_ctx, ppl_chunks, force, as_json)
+    _print_summary(store, summary, as_json, quality)
+    if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
 
 
@@ -300,17 +428,82 @@ def _print_interrupted(store: Any, as_json: bool, exc: BaseException) -> None:
               "stored; run the same command again to resume.")
 
 
-def _print_dry_run(the_plan: Any, as_json: bool) -> None:
-    dev = the_plan.device
+def _print_default(default: Any) -> None:
+    """The default sweep, every engine considered (best first) with its status and the
+    command installing it, and the choice."""
+    d = default.device
+    out.print(f"default sweep for {d.vendor} ({escape(d.model)}), from "
+              f"{'infbench' if default.source == 'core' else 'the ' + default.source + ' plugin'}: "
+              f"{escape(default.description)}")
+    out.print("engines, best first:" if not default.user_engines else "engines given with --engine:")
+    for i, c in enumerate(default.candidates, 1):
+        mark = "->" if c is default.chosen else "  "
+        colour = "green" if c.usable else "red" if c.status == "unsupported" else "yellow"
+        out.print(f" {mark} {i}. {c.engine} ({escape(c.where)}): [{colour}]{c.status}[/] {escape(c.reason)}")
+        if c.fix and not c.usable:
+            out.print(f"        install: {escape(c.fix)}")
+    out.print(f"chosen: {escape(default.why())}")
+
+
+def _print_default_notes(default: Any) -> None:
+    """Before a run: the engine choice and each better engine that is missing, as notes."""
+    err.print(f"[yellow]note:[/] default sweep for {default.device.vendor}: {escape(default.why())}")
+    for c in default.better_missing():
+        err.print(f"[yellow]note:[/] better engine not available: {c.engine} ({escape(c.where)}), {c.status}: "
+                  f"{escape(c.reason)}" + (f"; install: {escape(c.fix)}" if c.fix else ""))
+    if default.user_engines:
+        for c in default.candidates:
+            if not c.usable:
+                err.print(f"[yellow]warning:[/] {c.engine} cannot run on {default.device.vendor} here ({c.status}: "
+                          f"{escape(c.reason)}); its cells will be stored failed" +
+                          (f"; install: {escape(c.fix)}" if c.fix else ""))
+
+
+def _fleet_plans(sweep: Any, pm: Any, device: str | None, ray_address: str | None) -> tuple[Any, list[Any], dict]:
+    """``--executor ray``: detect the fleet, select its device types (``--device``) and
+    plan the sweep once per type.
+
+    Raises:
+        ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
+            with a selected device, or a plan error.
+    """
+    from infbench.executors.ray import detect_fleet
+    from infbench.fleet import plan_fleet
+    from infbench.plan import engine_specs
+
+    specs = engine_specs(pm)
+    if any(e in specs and specs[e].any_model for e in sweep.engines):
+        raise ConfigError("a remote endpoint (--engine openai) is measured from one place, not from a Ray cluster",
+                          hint="use --executor inprocess")
+    fleet = detect_fleet(ray_address)
+    return fleet, plan_fleet(sweep, fleet.select(device), pm), {"base_url": None, "api_key_env": None}
+
+
+def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: Any = None) -> None:
+    """The planned cells: one plan per device type (several on a Ray fleet), with the
+    default sweep's engine choice when the device's default sweep is used."""
+    def nodes(dev: Any) -> list[str]:
+        t = fleet.type_of(dev) if fleet is not None else None
+        return [n.name() for n in t.nodes] if t is not None else []
+
     if as_json:
-        print_json({"device": dev.model_dump(),
-                    "cells": [{"cell_id": c.cell_id(dev), **c.model_dump()} for c in the_plan.cells]})
+        docs = [{"device": p.device.model_dump(), **({"nodes": nodes(p.device)} if fleet is not None else {}),
+                 "cells": [{"cell_id": c.cell_id(p.device), **c.model_dump()} for c in p.cells]} for p in plans]
+        if fleet is not None:
+            print_json({"plans": docs})
+        else:
+            print_json({**docs[0], "default_sweep": default.to_dict() if default else None})
         return
-    out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}):")
-    for g in the_plan.groups:
-        out.print(f"  [bold]{g.label()}[/]")
-        for c in g.cells:
-            out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+    if default is not None:
+        _print_default(default)
+    for the_plan in plans:
+        dev = the_plan.device
+        on = f" on node(s) {', '.join(nodes(dev))}" if fleet is not None else ""
+        out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}){on}:")
+        for g in the_plan.groups:
+            out.print(f"  [bold]{g.label()}[/]")
+            for c in g.cells:
+                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
 
 
 def _executor_name(executor: str | None, runtime: str | None, container_runtime: str | None
@@ -367,10 +560,8 @@ class ProgressObserver:
             logging.getLogger("infbench.worker").debug("%s", printable(event.line))
 
 
-def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
-    import sqlite3
-
-    from infbench.report.tables import print_results, results_json
+def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+    from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
 
     try:
         rows = store.results(run_id=summary.run_id)
@@ -388,10 +579,15 @@ def _print_summary(store: Any, summary: Any, as_json: bool) -> None:
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
                     "claimed_elsewhere": len(summary.claimed), "journaled": len(summary.journaled),
                     "journal": summary.journal if not summary.journal_stored else None,
-                    "cells": results_json(rows)})
+                    "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
+                                                    else {})})
         return
     if rows:
         print_results(out, rows, title=f"run {summary.run_id}")
+    for line in suspect_notes(rows):
+        out.print(f"[yellow]suspect:[/] {escape(line)}")
+    if quality:
+        out.print(quality_table(quality, title="perplexity"))
     if summary.claimed:
         out.print(f"{len(summary.claimed)} cell(s) skipped: another process on this store measured them "
                   f"({escape(summary.claimed[0][1])}{', ...' if len(summary.claimed) > 1 else ''}).")

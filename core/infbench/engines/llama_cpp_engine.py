@@ -9,7 +9,8 @@ taken (all sequences of a step share it).
 
 Dummy weights: a GGUF with random values is written from the zoo config
 (:mod:`infbench.engines.gguf_dummy`) and cached under ``$INFBENCH_HOME/cache/gguf``.
-Real weights: pass a ``.gguf`` file as ``--model``.
+Real weights: pass a ``.gguf`` file as ``--model``; at a ``--dtype`` other than its own type,
+the precision derived from it is loaded (:func:`infbench.quality.quantize.derive`).
 """
 
 from __future__ import annotations
@@ -18,26 +19,31 @@ import ctypes
 import logging
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 log = logging.getLogger("infbench.llama_cpp")
 _backend_ready = False
 _log_cb = None
+#: llama.cpp's model-loading lines about placement (``load_tensors: ...``), kept for the
+#: device check (:meth:`LlamaCppEngine.verify_device`); cleared before each model load.
+_load_lines: list[str] = []
 
 
 def _quiet_logs(L: Any) -> None:
-    """Route llama.cpp's log lines to Python logging (errors only by default)."""
+    """Route llama.cpp's log lines to Python logging (errors only by default), keeping the
+    loader's placement lines in :data:`_load_lines`."""
     global _log_cb
 
     def cb(level: int, text: bytes, _user: Any) -> None:
+        if b"load_tensors" in text or b"assigned to device" in text:
+            _load_lines.append(text.decode(errors="replace").rstrip())
         if level >= 4:  # GGML_LOG_LEVEL_ERROR
             log.error(text.decode(errors="replace").rstrip())
         else:
@@ -89,7 +95,8 @@ class LlamaCppEngine(Engine):
     """llama.cpp in process (llama-cpp-python bindings), B sequences per batch.
 
     Options: ``n_threads`` (default :func:`default_threads`), ``n_gpu_layers``
-    (default: all on a GPU device, 0 on the CPU), ``n_ubatch`` (default 512).
+    (default: all on an accelerator, after checking the build can offload to it; always 0
+    on the CPU), ``n_ubatch`` (default 512).
     """
 
     name = "llama.cpp"
@@ -102,6 +109,8 @@ class LlamaCppEngine(Engine):
         self.ctx_key: tuple[int, int] | None = None
         self.n_vocab = 0
         self.model_file: str | None = None
+        self.load_log: list[str] = []
+        self._n_gpu_layers_used = 0
 
     def start(self, group) -> None:
         """Load the GGUF (written from the zoo config for dummy weights) once for the group.
@@ -117,16 +126,21 @@ class LlamaCppEngine(Engine):
             raise EngineUnavailable("the llama.cpp engine needs llama-cpp-python",
                                     hint="pip install 'infbench[llamacpp]'") from exc
         self.L = L
+        gpu_layers = self._gpu_layers()  # refuses a device this build cannot offload to, before any GGUF is written
         m = group.model
         if m.path:
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}",
                                   hint="convert it with llama.cpp's convert_hf_to_gguf.py, or use a zoo name")
-            path = Path(m.path)
+            from infbench.quality.quantize import derive
+
+            # The file itself at its own dtype (q4_1...), else that precision derived from it.
+            path = derive(m.path, group.dtype).path
         else:
             if group.dtype not in GGUF_DTYPES:
-                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
-                                  hint=f"use one of {', '.join(GGUF_DTYPES)}")
+                raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown for dummy weights",
+                                  hint=f"use one of {', '.join(GGUF_DTYPES)}, or a real .gguf --model for "
+                                       "k-quants (q4_k_m, q2_k...)")
             from infbench.store import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
@@ -135,15 +149,74 @@ class LlamaCppEngine(Engine):
             L.llama_backend_init()
             _backend_ready = True
         mp = L.llama_model_default_params()
-        mp.n_gpu_layers = int(self.options.get("n_gpu_layers", 999 if self.device.kind == "gpu" else 0))
+        mp.n_gpu_layers = self._n_gpu_layers_used = gpu_layers
         self._progress_cb = L.llama_progress_callback(lambda _p, _u: True)  # silences the loading dots
         mp.progress_callback = self._progress_cb
+        _load_lines.clear()
         self.model = L.llama_model_load_from_file(str(path).encode(), mp)
+        self.load_log = list(_load_lines)
         if not self.model:
             raise ConfigError(f"llama.cpp could not load {path}", hint="is it a valid GGUF for this llama.cpp version?")
         self.model_file = str(path)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads = int(self.options.get("n_threads") or default_threads())
+        from infbench.quality.sample import llama_cpp_sample, weights_record, with_sample
+
+        self.weights = with_sample(weights_record(m, path), lambda: llama_cpp_sample(L, self.model, self.threads))
+
+    def _gpu_layers(self) -> int:
+        """``n_gpu_layers`` for the device: 0 on the CPU, every layer (999) on an
+        accelerator, after checking that this llama.cpp can offload to it.
+
+        Raises:
+            DeviceMismatch: a GPU device and a build without GPU offload or without the
+                device's ggml backend (before loading), or ``n_gpu_layers`` > 0 asked for a
+                CPU device of a build that would honour it.
+        """
+        from infbench.engines.availability import device_label, ggml_probe
+
+        g = ggml_probe()
+        label = device_label(self.device)
+        asked = self.options.get("n_gpu_layers")
+        if self.device.kind == "cpu":
+            if asked not in (None, 0, "0") and g["gpu_offload"]:
+                raise DeviceMismatch(self.name, label, f"n_gpu_layers={asked} would offload layers to "
+                                     f"{', '.join(d['name'] for d in g['devices'] if d['type'] != 'cpu')}",
+                                     "a GPU", "drop --engine-arg n_gpu_layers for a CPU device")
+            return 0
+        b = self.backends
+        if b is None or not b.ggml:
+            raise DeviceMismatch(self.name, label, f"ggml has no backend declared for {self.device.vendor} devices",
+                                 "the CPU", None if b is None else b.install.get("llama_cpp"))
+        fix = b.install.get("llama_cpp")
+        if not g["gpu_offload"]:
+            raise DeviceMismatch(self.name, label, f"llama-cpp-python {g['version']} was built without GPU offload "
+                                 f"(llama_supports_gpu_offload() is False; ggml backends: "
+                                 f"{', '.join(g['backends']) or 'CPU'}), so n_gpu_layers is ignored", "the CPU", fix)
+        from infbench.engines.availability import ggml_backend_of
+
+        if g["devices"] and not any(ggml_backend_of(d["name"]) in b.ggml for d in g["devices"]):
+            raise DeviceMismatch(self.name, label, f"llama-cpp-python {g['version']} has no {'/'.join(b.ggml)} device "
+                                 f"(ggml devices: {', '.join(d['name'] for d in g['devices'])})",
+                                 ", ".join(d["name"] for d in g["devices"]), fix)
+        return int(asked) if asked is not None else 999
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """Every layer sits where the device says (llama.cpp's own ``load_tensors`` report:
+        all on the device's GPU backend for an accelerator, all on ``CPU`` with
+        ``n_gpu_layers=0`` otherwise), and the GPU's ggml description is the detected model.
+
+        Raises:
+            DeviceMismatch: see :func:`infbench.engines.device_proof.check_ggml_placement`.
+        """
+        from infbench.engines.availability import ggml_probe
+        from infbench.engines.device_proof import check_ggml_placement, ggml_placement
+
+        desc = {d["name"]: d["description"] for d in ggml_probe()["devices"]}
+        proof = check_ggml_placement(self.name, self.device, self.backends, ggml_placement("\n".join(self.load_log)),
+                                     desc, "drop --engine-arg n_gpu_layers (default: every layer on the GPU)")
+        proof["n_gpu_layers"] = self._n_gpu_layers_used
+        return proof
 
     def _context(self, batch: int, n_tokens: int) -> Any:
         """A context for ``batch`` sequences of ``n_tokens`` each (reused while it fits)."""
@@ -224,4 +297,5 @@ class LlamaCppEngine(Engine):
 
         return {"name": self.name, "versions": {"llama_cpp_python": llama_cpp.__version__},
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
-                "n_threads": getattr(self, "threads", None), "model_file": self.model_file}
+                "n_threads": getattr(self, "threads", None), "model_file": self.model_file,
+                "weights": getattr(self, "weights", None)}

@@ -15,7 +15,7 @@ from typing import Any
 
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 
 
 def slots_needed(cells) -> int:
@@ -49,25 +49,64 @@ class LlamaServerEngine(ManagedServerEngine):
         if m.path:
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}")
-            path = m.path
+            from infbench.quality.quantize import derive
+
+            path = str(derive(m.path, group.dtype).path)  # the file at its own dtype, else derived from it
         else:
             if group.dtype not in GGUF_DTYPES:
                 raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown",
                                   hint=f"use one of {', '.join(GGUF_DTYPES)}")
             path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
+        self._check_devices()
         parallel = int(self.options.get("parallel") or slots_needed(group.cells))
         per_slot = max(c.input_len + c.output_len for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
         extra = ["--threads", str(self.options["n_threads"])] if self.options.get("n_threads") else []
-        if self.device.kind == "gpu":
+        if self.device.kind != "cpu":
             extra += ["--n-gpu-layers", "999"]
+        extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
         self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path,
                                          "--port", str(port), "--parallel", str(parallel),
                                          "--ctx", str(parallel * per_slot), *extra],
                            float(self.options.get("startup_timeout_s", 120)))
         self.options.setdefault("served_model", path)
         self.parallel = parallel
+        from infbench.quality.sample import weights_record
+
+        self.weights = weights_record(m, path)
         super().start(group)
+
+    def _check_devices(self) -> None:
+        """Refuse, before the server starts, an accelerator that this xllamacpp build has no
+        device for (a CPU wheel on a GPU node would serve from the CPU).
+
+        Raises:
+            DeviceMismatch: no ggml device of the device's backends in this build.
+        """
+        if self.device.kind == "cpu":
+            return
+        from infbench.engines.availability import check_llama_server, device_label
+
+        s = check_llama_server(self.device, self.backends)
+        if not s.usable:
+            raise DeviceMismatch(self.name, device_label(self.device), s.reason, "the CPU", s.fix)
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """The server's own log (llama.cpp's loader at verbosity 4: ``device_info``,
+        ``offloaded n/total layers to GPU``, ``<device> model buffer size``) shows every layer
+        on the device's GPU backend for an accelerator, no GPU buffer on the CPU.
+
+        Raises:
+            DeviceMismatch: see :func:`infbench.engines.device_proof.check_ggml_placement`.
+        """
+        from infbench.engines.device_proof import check_ggml_placement, ggml_placement
+
+        log = self.server.log_path.read_text(errors="replace") if self.server else ""
+        placement = ggml_placement(log)
+        proof = check_ggml_placement(self.name, self.device, self.backends, placement, placement["devices"],
+                                     "drop --engine-arg n_gpu_layers (every layer goes to the GPU)")
+        proof["source"] = "server log"
+        return proof
 
     def make_prompts(self, cell, model) -> list[Any]:
         """As :meth:`OpenAIEngine.make_prompts`; for a dummy GGUF, text (conversations,
@@ -98,4 +137,5 @@ class LlamaServerEngine(ManagedServerEngine):
         d = super().describe()
         d["parallel"] = getattr(self, "parallel", None)
         d["versions"]["xllamacpp"] = xllamacpp.__version__
+        d["weights"] = getattr(self, "weights", None)
         return d

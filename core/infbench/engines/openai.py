@@ -135,6 +135,9 @@ def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None,
     server = dict(p.server)
     if p.finish_reason:
         server["finish_reason"] = p.finish_reason
+    cached = ((p.usage or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached:
+        server["cached_tokens"] = int(cached)  # prompt tokens the server took from its prefix cache
     return RequestRecord(t_send_ns=t_send, t_sched_ns=t_sched, t_tokens_ns=times,
                          n_in=n_in, n_out=n_out, n_out_source=source, error=error, server=server or None)
 
@@ -190,6 +193,22 @@ class OpenAIEngine(Engine):
             raise ConfigError(f"unknown endpoint {self.endpoint!r}", hint="use completions or chat")
         self.group = group
         self._check_server()
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """An endpoint infbench did not start is measured as what it is: a ``remote``
+        device (the endpoint, or the remote platform the site declares), never a local one.
+
+        Raises:
+            DeviceMismatch: the cells are planned on a local device.
+        """
+        if self.device.kind != "remote":
+            from infbench.engines.availability import device_label
+            from infbench.errors import DeviceMismatch
+
+            raise DeviceMismatch(self.name, device_label(self.device), f"{self.base_url} is an endpoint infbench did "
+                                 "not start; its own hardware serves it", f"the endpoint {self.base_url}",
+                                 "run it as a remote device: --engine openai --base-url URL")
+        return {"device": "remote", "endpoint": self.base_url}
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._key}"} if self._key else {}

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infbench.engines.base import Engine
 from infbench.engines.openai import OpenAIEngine
 from infbench.errors import EngineUnavailable
 
@@ -156,11 +157,14 @@ class ManagedServerEngine(OpenAIEngine):
     def __init__(self, device, options=None):
         super().__init__(device, options)
         self.server: ServerProcess | None = None
+        #: The server's Prometheus endpoint (read by :mod:`infbench.measure.server_metrics`).
+        self.metrics_url: str | None = None
 
     def launch_server(self, argv: Callable[[int], list[str]], timeout_s: float,
                       env: dict[str, str] | None = None) -> int:
         """Start ``argv(port)`` on a free port of 127.0.0.1, wait for ``/health``, point the
-        client at ``/v1``; the log goes to ``$INFBENCH_HOME/logs/<engine>-<time>-<port>.log``.
+        client at ``/v1`` and :attr:`metrics_url` at ``/metrics``; the log goes to
+        ``$INFBENCH_HOME/logs/<engine>-<time>-<port>.log``.
 
         Returns:
             The port.
@@ -175,7 +179,14 @@ class ManagedServerEngine(OpenAIEngine):
         self.server = ServerProcess(argv(port), f"http://127.0.0.1:{port}/health", log, env=env)
         self.server.start(timeout_s)
         self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
         return port
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """Servers prove their device from their own log (the llama.cpp and vLLM servers
+        override this); a server without such a check gets :class:`Engine`'s default:
+        accepted on the CPU, refused on an accelerator."""
+        return Engine.verify_device(self, group)
 
     def stop(self) -> None:
         """Stop the server process group (SIGTERM, then SIGKILL); safe to call twice."""

@@ -2,7 +2,8 @@
 process, with per-token times taken by a streamer.
 
 Dummy weights: ``AutoModelForCausalLM.from_config`` on the zoo config (random init).
-Real weights: a local HF folder passed as ``--model``. Output length is forced with
+Real weights: a local HF folder passed as ``--model``, or a ``.gguf`` file (loaded with
+``from_pretrained(folder, gguf_file=name)``, dequantized to the dtype). Output length is forced with
 ``min_new_tokens = max_new_tokens`` and greedy decoding. ``generate`` hands each step's
 tokens (shape ``[batch]``) to the streamer after the step's ``.cpu()`` copy, which
 synchronises with the device, so the time is when the token exists on the host.
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 from infbench.engines.base import Engine, RunOutput
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 TRANSFORMERS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
@@ -45,7 +46,8 @@ class _TimingStreamer:
 
 
 class TransformersEngine(Engine):
-    """Batch-mode generation with ``transformers`` on CPU or a CUDA/ROCm device.
+    """Batch-mode generation with ``transformers`` on the CPU or the device's torch backend
+    (CUDA, ROCm, XPU, HPU), refused rather than run on the CPU when torch lacks it.
 
     Options: ``n_threads`` (torch intra-op threads; default torch's choice).
     """
@@ -62,7 +64,7 @@ class TransformersEngine(Engine):
 
         Raises:
             EngineUnavailable: torch/transformers missing.
-            ConfigError: a ``.gguf`` model (llama.cpp only) or an unknown dtype.
+            ConfigError: an unknown dtype.
         """
         try:
             import torch
@@ -75,15 +77,14 @@ class TransformersEngine(Engine):
             raise ConfigError(f"transformers dtype {group.dtype!r} unknown",
                               hint=f"use one of {', '.join(TRANSFORMERS_DTYPES)}")
         m = group.model
-        if m.path and m.path.endswith(".gguf"):
-            raise ConfigError("the transformers engine cannot load a .gguf file",
-                              hint="pass a Hugging Face folder, a zoo name, or use --engine llama.cpp")
         if self.options.get("n_threads"):
             torch.set_num_threads(int(self.options["n_threads"]))
         dtype = getattr(torch, group.dtype)
-        self.dev = "cuda" if self.device.kind == "gpu" and torch.cuda.is_available() else "cpu"
-        if m.path:
-            model = transformers.AutoModelForCausalLM.from_pretrained(m.path, dtype=dtype)
+        self.dev = self._torch_device()
+        from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
+
+        if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
+            model = transformers.AutoModelForCausalLM.from_pretrained(**hf_source(m.path), dtype=dtype)
         else:
             cfg = dict(m.config)
             cfg.pop("architectures", None)
@@ -94,6 +95,58 @@ class TransformersEngine(Engine):
         gc = self.model.generation_config
         if gc.pad_token_id is None:
             gc.pad_token_id = 0
+        self.weights = with_sample(weights_record(m), lambda: hf_sample(self.model, hf_tokenizer(m.path), self.dev))
+
+    def _torch_device(self) -> str:
+        """The torch device of :attr:`device`: ``cpu`` on the CPU, else the device type of
+        its torch build (``cuda`` for CUDA and ROCm, ``xpu``, ``hpu``) with index 0. Never a
+        silent CPU fallback.
+
+        Raises:
+            DeviceMismatch: the installed torch has no build for the device (before any
+                weights are loaded).
+        """
+        from infbench.engines.availability import device_label, torch_backend_problem, torch_probe
+
+        if self.device.kind == "cpu":
+            return "cpu"
+        b = self.backends
+        label = device_label(self.device)
+        if b is None or b.torch is None:
+            raise DeviceMismatch(self.name, label, f"the {self.device.vendor} plugin declares no PyTorch build for "
+                                 "its devices", "the CPU", f"upgrade the infbench-{self.device.vendor} plugin")
+        problem = torch_backend_problem(torch_probe(), b.torch)
+        if problem:
+            raise DeviceMismatch(self.name, label, problem, "the CPU", b.install.get("torch"))
+        return {"cuda": "cuda", "hip": "cuda", "xpu": "xpu", "hpu": "hpu"}[b.torch] + ":0"
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """Every parameter and buffer sits on the torch device of :attr:`device`, and that
+        device's name (``torch.cuda.get_device_name``) is the detected model's.
+
+        Raises:
+            DeviceMismatch: a tensor elsewhere, or torch's device is another GPU model.
+        """
+        from infbench.engines.availability import device_label, names_match
+
+        torch = self.torch
+        want = torch.device(self.dev)
+        tensors = list(self.model.parameters()) + list(self.model.buffers())
+        where = sorted({str(t.device) for t in tensors})
+        label = device_label(self.device)
+        if any(t.device.type != want.type for t in tensors):
+            raise DeviceMismatch(self.name, label, f"model tensors sit on {', '.join(where)}, not {want.type}",
+                                 ", ".join(where), "report this: the model was not moved to the device")
+        proof: dict[str, Any] = {"device": ", ".join(where), "tensors": len(tensors), "torch": torch.__version__}
+        if want.type != "cpu":
+            mod = getattr(torch, want.type)
+            name = str(mod.get_device_name(want.index or 0))
+            proof["name"] = name
+            if not names_match(name, self.device.model):
+                raise DeviceMismatch(self.name, label, f"torch's {want} is a {name}, not the detected "
+                                     f"{self.device.model}", name, "make the detected GPU visible "
+                                     "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK)")
+        return proof
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Generate ``cell.output_len`` tokens for the batch of ``prompts`` (one generate call)."""
@@ -123,4 +176,5 @@ class TransformersEngine(Engine):
         import transformers
 
         return {"name": self.name, "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
-                "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads()}
+                "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads(),
+                "weights": getattr(self, "weights", None)}

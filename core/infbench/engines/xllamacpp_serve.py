@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=4096, help="total context (shared by the slots)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--verbosity", type=int, default=3,
+                    help="llama.cpp log verbosity; 4 adds the loader's lines (devices, offloaded layers)")
     a = ap.parse_args()
 
     import xllamacpp
@@ -38,6 +40,7 @@ def main() -> None:
     p.cont_batching = True
     p.endpoint_metrics = True
     p.n_gpu_layers = a.n_gpu_layers
+    p.verbosity = a.verbosity
     if a.threads:
         p.cpuparams.n_threads = a.threads
         p.cpuparams_batch.n_threads = a.threads

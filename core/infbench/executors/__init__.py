@@ -84,8 +84,9 @@ def choose_executor(name: str, device: Any, engines: list[str], pm: Any, provena
         pm: the plugin manager.
         provenance: the host's provenance.
         notes: receives a line for the user when ``auto`` falls back to in-process.
-        container_runtime: ``docker``, ``apptainer`` or None (detect) for ``container``.
-        **kwargs: executor options (``ray_address`` for ``ray``).
+        container_runtime: ``docker``, ``apptainer`` or None (detect) for ``container``; for
+            ``ray``, the runtime each node runs the plugin's image with (None: in-process).
+        **kwargs: executor options (``ray_address``, ``fleet`` for ``ray``).
 
     Raises:
         ConfigError: unknown name, or the named executor is not usable here.
@@ -103,11 +104,10 @@ def choose_executor(name: str, device: Any, engines: list[str], pm: Any, provena
 
         return ContainerExecutor(pm, make_runtime(container_runtime), provenance)
     if name == "ray":
-        try:
-            from infbench.executors.ray import RayExecutor
-        except ImportError as exc:
-            raise ConfigError(f"--executor ray needs {exc.name or 'ray'}", hint="pip install 'infbench[ray]'") from exc
-        return RayExecutor(pm, provenance, **kwargs)
+        from infbench.executors.ray import RayExecutor, import_ray
+
+        import_ray()  # a clear error when Ray is not installed
+        return RayExecutor(pm, provenance, container_runtime=container_runtime, **kwargs)
     from infbench.executors.inprocess import InProcessExecutor
 
     rt = _auto_runtime(device, engines, pm, notes, container_runtime)

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.analysis.floor import add_roofline, device_roofline_limits
+from infbench.engines.availability import device_backends
 from infbench.engines.base import Engine
+from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
 from infbench.executors.events import CellStarted, GroupLoading, Observer, ignore
-from infbench.measure.cell import describe_error, measure_cell
-from infbench.measure.power import PowerSampler, device_power_sampler
+from infbench.measure.cell import measure_cell
+from infbench.measure.power import PowerSampler, WithChannels, device_power_sampler
 from infbench.plan import Plan
 from infbench.plugins import PluginManager
 from infbench.run import (
@@ -65,7 +67,9 @@ class InProcessExecutor:
         opts = options or RunOptions()
         with started_run(store, self.provenance, run_command()) as summary:
             done = set() if opts.force else store.finished_cell_ids()
-            sampler = opts.power_override or device_power_sampler(self.pm, plan.device)
+            sampler = device_power_sampler(self.pm, plan.device)
+            if opts.power_override is not None:  # the user's power, the device's telemetry channels
+                sampler = WithChannels(opts.power_override, sampler)
             try:
                 limits, limits_reason = device_roofline_limits(self.pm, plan.device)
                 self._groups(plan, store, opts, observer, summary, done, sampler, limits, limits_reason)
@@ -89,11 +93,11 @@ class InProcessExecutor:
             engine: Engine | None = None
             try:
                 engine = launch(self.pm, group.engine, device, opts.engine_options)
-                engine.start(group)
+                start_on_device(engine, group, device_backends(self.pm, device))  # refuses a device it is not on
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # noqa: BLE001 - the whole group fails, the sweep goes on
-                err = f"engine start failed: {describe_error(exc)}"
+                err = group_failure(exc)
                 for c in todo:
                     record(store, run_id, summary, unmeasured_failure(c, device, err), observer)
                 if engine is not None:

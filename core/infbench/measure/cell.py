@@ -1,5 +1,6 @@
 """Step 4 of a run: measure one cell on a started engine (warm-up, timed requests with
-power sampling, metrics from the raw records, METRICS.md)."""
+power and telemetry sampling and, for servers, a scrape of their Prometheus metrics;
+metrics from the raw records, METRICS.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from infbench.engines.base import Engine
 from infbench.errors import CellTimeout
 from infbench.measure.metrics import cell_metrics
 from infbench.measure.power import PowerMonitor, PowerSampler
+from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
+from infbench.measure.server_metrics import summarize as server_summary
+from infbench.measure.telemetry import summarize_channels
 from infbench.schema import Cell, CellResult, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,10 +34,12 @@ def describe_error(exc: BaseException) -> str:
 
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
                  opts: RunOptions) -> CellResult:
-    """Warm up, run the timed part with power sampling, derive metrics. Never raises
-    for a failed cell (the error is in the result); re-raises KeyboardInterrupt."""
+    """Warm up, run the timed part with power and telemetry sampling (and a scrape of the
+    server's ``/metrics`` for server engines), derive metrics. Never raises for a failed
+    cell (the error is in the result); re-raises KeyboardInterrupt."""
     started = time.time()
     monitor = PowerMonitor(sampler, opts.power_interval_s)
+    scraper = server_scraper(engine, opts)
     base = dict(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
                 engine=describe_engine(engine), started_at=started)
     try:
@@ -43,10 +49,14 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         t0 = time.perf_counter()
         deadline = (time.perf_counter_ns() + int(opts.cell_timeout_s * 1e9)) if opts.cell_timeout_s else None
         monitor.start()
+        if scraper is not None:
+            scraper.start()
         try:
             out = engine.run(cell, prompts, deadline_ns=deadline)
         finally:
             readings = monitor.stop()
+            if scraper is not None:
+                scraper.stop()
         done = [r for r in out.records if r.error is None and r.t_tokens_ns]
         window = (min(r.t_send_ns for r in done), max(r.t_tokens_ns[-1] for r in done)) if done else None
         energy, note = monitor.energy(window)
@@ -56,6 +66,19 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["energy_source"] = src["name"]
             if src["label"]:
                 metrics["energy_label"] = src["label"]
+        metrics.update(summarize_channels(monitor.channels, window))
+        if monitor.channel_error:
+            metrics["telemetry_note"] = monitor.channel_error
+        server = scraper.result() if scraper is not None else None
+        metrics.update(server_summary(server))
+        if scraper is not None and "server_ttft_s" not in metrics:  # llama.cpp: per-request timings instead
+            metrics.update(from_timings(out.records))
+        if scraper is not None and scraper.error:
+            metrics["server_metrics_note"] = scraper.error
+        if opts.price_per_hour is not None:
+            from infbench.measure.cost import cost_metrics
+
+            metrics.update(cost_metrics(metrics, opts.price_per_hour))
         if out.warnings:
             metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0
@@ -63,8 +86,8 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         if metrics["n_completed"] == 0:
             status, error = "failed", "no request completed"
         return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
-                          power=readings, power_note=note, wall_s=wall, engine_s=out.engine_s,
-                          finished_at=time.time())
+                          power=readings, power_note=note, telemetry=monitor.channels, server_metrics=server,
+                          wall_s=wall, engine_s=out.engine_s, finished_at=time.time())
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # noqa: BLE001 - a failed cell is a result
@@ -72,9 +95,21 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         return CellResult(**base, status="failed", error=err, power_note=monitor.error, finished_at=time.time())
 
 
+def server_scraper(engine: Engine, opts: RunOptions) -> ServerMetricsScraper | None:
+    """A scraper of the engine's server metrics (:func:`~infbench.measure.server_metrics.metrics_url`),
+    or None for in-process engines and when ``opts.server_metrics_interval_s`` is 0."""
+    interval = getattr(opts, "server_metrics_interval_s", 1.0)
+    url = metrics_url(engine)
+    if not url or not interval:
+        return None
+    return ServerMetricsScraper(url, interval)
+
+
 def describe_engine(engine: Engine) -> dict[str, Any]:
-    """``engine.describe()``, or its name and the error when describing fails."""
+    """``engine.describe()`` with the evidence that it ran on the device
+    (``device_proof``: :mod:`infbench.engines.device_proof`), or its name and the error when
+    describing fails."""
     try:
-        return engine.describe()
+        return {**engine.describe(), "device_proof": engine.device_proof}
     except Exception as exc:  # noqa: BLE001
-        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc)}
+        return {"name": getattr(engine, "name", "?"), "describe_error": str(exc), "device_proof": engine.device_proof}

@@ -3,9 +3,12 @@ thread, and energy integration.
 
 A plugin returns a :class:`PowerSampler` from ``infbench_power_sampler``; the core
 wraps it in a :class:`PowerMonitor` that reads it every ``interval_s`` on a daemon
-thread while a cell runs. Energy is taken from cumulative counters where the sampler
-has them (differences, wraparound at ``energy_range_j``), otherwise by trapezoidal
-integration of power over time (:func:`energy_j`).
+thread while a cell runs. Since plugin contract 1.5 a sampler may also give extra
+channels (utilisation, clocks, temperature, throttle reasons) through
+:meth:`PowerSampler.read_channels`, read on the same thread
+(:mod:`infbench.measure.telemetry`). Energy is taken from cumulative counters where the
+sampler has them (differences, wraparound at ``energy_range_j``), otherwise by
+trapezoidal integration of power over time (:func:`energy_j`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from infbench.schema import PowerReading
+from infbench.schema import ChannelReading, PowerReading
 
 #: Counter energy and integrated power disagreeing by more than this fraction means one
 #: of them is wrong (AMD: some GPUs report bad counters; MI250's second GCD reads 0 W).
@@ -58,6 +61,20 @@ class PowerSampler(ABC):
             reason energy is unavailable; the cell itself goes on.
         """
 
+    def read_channels(self) -> list[ChannelReading]:
+        """Extra telemetry per device now (optional, plugin contract 1.5): utilisation,
+        clocks, temperature and throttle reasons (:data:`infbench.measure.telemetry.CHANNELS`
+        names the channels and units). Called right after :meth:`read` on the monitor's
+        thread, also when the sampler has no power (:class:`NoPower`).
+
+        Returns:
+            One :class:`~infbench.schema.ChannelReading` per device; default ``[]``.
+
+        Raises:
+            Any exception: the monitor stops reading channels and notes why; power goes on.
+        """
+        return []
+
     def close(self) -> None:  # noqa: B027 - optional hook, most samplers hold nothing
         """Release handles (NVML, subprocesses). Default: nothing to do."""
 
@@ -88,7 +105,10 @@ class PowerMonitor:
         interval_s: time between readings in s (default 0.1 s = 10 Hz).
 
     A reading is always taken at start() and at stop(), so counters span the whole
-    timed interval even when it is shorter than ``interval_s``.
+    timed interval even when it is shorter than ``interval_s``. The sampler's extra
+    channels (:meth:`PowerSampler.read_channels`) are read right after each power reading,
+    into :attr:`channels`; a failing channel read stops only the channels
+    (:attr:`channel_error`), and a sampler without power still has its channels read.
     """
 
     def __init__(self, sampler: PowerSampler, interval_s: float = 0.1):
@@ -97,27 +117,37 @@ class PowerMonitor:
         self.sampler = sampler
         self.interval_s = interval_s
         self.readings: list[PowerReading] = []
+        self.channels: list[ChannelReading] = []
         self.error: str | None = None if sampler.available else getattr(sampler, "reason", "unavailable")
+        self.channel_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _read_once(self) -> None:
-        if self.error is not None:
-            return
-        try:
-            self.readings.extend(self.sampler.read())
-        except Exception as exc:  # noqa: BLE001 - sampling must not stop the run
-            self.error = f"{self.sampler.name} failed: {type(exc).__name__}: {exc}"
+        if self.error is None:
+            try:
+                self.readings.extend(self.sampler.read())
+            except Exception as exc:  # noqa: BLE001 - sampling must not stop the run
+                self.error = f"{self.sampler.name} failed: {type(exc).__name__}: {exc}"
+        if self.channel_error is None:
+            try:
+                self.channels.extend(self.sampler.read_channels())
+            except Exception as exc:  # noqa: BLE001 - telemetry must not stop the run
+                self.channel_error = f"{self.sampler.name} channels failed: {type(exc).__name__}: {exc}"
+
+    def _active(self) -> bool:
+        return self.error is None or self.channel_error is None
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._read_once()
-            if self.error is not None:
+            if not self._active():
                 return
 
     def start(self) -> None:
         """Take the first reading and start the sampling thread."""
         self.readings = []
+        self.channels = []
         self._stop.clear()
         if self.error is None:
             try:
@@ -125,12 +155,13 @@ class PowerMonitor:
             except Exception as exc:  # noqa: BLE001 - sampling must not stop the run
                 self.error = f"{self.sampler.name} failed: {type(exc).__name__}: {exc}"
         self._read_once()
-        if self.error is None:
+        if self.error is None or (self.channel_error is None and self.channels):
             self._thread = threading.Thread(target=self._loop, name="infbench-power", daemon=True)
             self._thread.start()
 
     def stop(self) -> list[PowerReading]:
-        """Stop the thread, take the last reading, return all readings of the interval."""
+        """Stop the thread, take the last reading, return all power readings of the
+        interval (the channel readings are in :attr:`channels`)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=max(1.0, 5 * self.interval_s))
@@ -377,8 +408,10 @@ class StreamSampler(PowerSampler):
 
     Args:
         argv: the command (list of arguments, no shell).
-        parse_line: ``parse_line(line, t_ns) -> list[PowerReading]`` (``[]`` for headers
-            and blank lines); raising ValueError marks the line unparseable.
+        parse_line: ``parse_line(line, t_ns) -> list[PowerReading | ChannelReading]``
+            (``[]`` for headers and blank lines; channel readings, since contract 1.5,
+            come back from :meth:`read_channels`); raising ValueError marks the line
+            unparseable.
         name: sampler name shown in results.
         source: ``power`` or ``energy_counter``.
         start_timeout_s: :meth:`start` waits this long for the first reading.
@@ -396,6 +429,7 @@ class StreamSampler(PowerSampler):
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen | None = None
         self._buf: list[PowerReading] = []
+        self._chan: list[ChannelReading] = []
         self._lock = threading.Lock()
         self._error: str | None = None
         self._got = threading.Event()
@@ -432,7 +466,8 @@ class StreamSampler(PowerSampler):
                 return
             if rs:
                 with self._lock:
-                    self._buf.extend(rs)
+                    self._buf.extend(r for r in rs if isinstance(r, PowerReading))
+                    self._chan.extend(r for r in rs if isinstance(r, ChannelReading))
                 self._got.set()
         try:
             err = (proc.stderr.read() if proc.stderr else "").strip()
@@ -447,6 +482,7 @@ class StreamSampler(PowerSampler):
             self.start()
         with self._lock:
             self._buf = []
+            self._chan = []
 
     def read(self) -> list[PowerReading]:
         """The readings parsed since the last call (possibly none)."""
@@ -458,6 +494,12 @@ class StreamSampler(PowerSampler):
             raise RuntimeError(self._error)
         return out
 
+    def read_channels(self) -> list[ChannelReading]:
+        """The channel readings parsed since the last call (possibly none)."""
+        with self._lock:
+            out, self._chan = self._chan, []
+        return out
+
     def close(self) -> None:
         """Stop the tool (SIGTERM, then SIGKILL after 2 s)."""
         if self._proc is not None and self._proc.poll() is None:
@@ -467,6 +509,40 @@ class StreamSampler(PowerSampler):
             except subprocess.TimeoutExpired:
                 self._proc.kill()
         self._proc = None
+
+
+class WithChannels(PowerSampler):
+    """A power sampler whose extra channels come from another sampler: the device's
+    telemetry kept when ``--power-command``/``--power-watts`` replace its power.
+
+    Args:
+        power: the sampler that gives power (its name, source, label and availability).
+        channels: the sampler whose :meth:`~PowerSampler.read_channels` is used.
+    """
+
+    def __init__(self, power: PowerSampler, channels: PowerSampler):
+        self.power, self.channel_source = power, channels
+        self.name, self.source, self.available = power.name, power.source, power.available
+        self.label = power.label
+        self.reason = getattr(power, "reason", None)
+
+    def read(self) -> list[PowerReading]:
+        """The power sampler's readings."""
+        return self.power.read()
+
+    def read_channels(self) -> list[ChannelReading]:
+        """The channel sampler's readings."""
+        return self.channel_source.read_channels()
+
+    def drain(self) -> None:
+        """Drain both."""
+        self.power.drain()
+        self.channel_source.drain()
+
+    def close(self) -> None:
+        """Close both."""
+        self.power.close()
+        self.channel_source.close()
 
 
 def now_ns() -> int:

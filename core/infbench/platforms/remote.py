@@ -33,6 +33,7 @@ class RemotePlatform(BaseModel):
         power_w: declared power of the system(s) in W (e.g. the rack's PDU average).
         power_command: a shell command printing the current power in W (PDU/BMC).
         power_label: what the power covers; stored with every cell's energy.
+        model: the served model id the default sweep asks for (``llama3.1-8b``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +45,7 @@ class RemotePlatform(BaseModel):
     power_w: float | None = Field(None, gt=0)
     power_command: str | None = None
     power_label: str | None = None
+    model: str | None = None
 
     @model_validator(mode="after")
     def _one_power_source(self) -> RemotePlatform:
@@ -69,7 +71,7 @@ class RemotePlatform(BaseModel):
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in exc.errors())
             raise ConfigError(f"[{name}] in {site_config_path()}: {problems}",
                               hint="keys: base_url, api_key_env, system, count, power_w | power_command, "
-                                   "power_label") from exc
+                                   "power_label, model") from exc
 
     def device(self, vendor: str) -> DeviceInfo:
         """The platform as a device group (``kind="remote"``); properties carry the
@@ -110,8 +112,9 @@ class RemotePlatformPlugin:
 
     Hooks: ``infbench_detect`` (the site's ``[vendor]`` table as a ``remote`` device, or
     ``[]``), ``infbench_power_sampler`` (the site's power source), ``infbench_engines``
-    (the core's ``openai`` engine runs on this platform), ``infbench_supported_precisions``
-    and ``infbench_device_catalog``.
+    (the core's ``openai`` engine runs on this platform), ``infbench_supported_precisions``,
+    ``infbench_device_catalog`` and ``infbench_default_sweep`` (the endpoint's ``model``
+    through ``openai``).
 
     Args:
         vendor: plugin name and ``DeviceInfo.vendor``.
@@ -162,6 +165,23 @@ class RemotePlatformPlugin:
         from infbench.engines.base import EngineSpec
 
         return [EngineSpec("openai", None, [self.vendor])]
+
+    @hookimpl
+    def infbench_default_sweep(self, device: DeviceInfo) -> dict[str, Any] | None:
+        """The site's endpoint through the core's ``openai`` client: its ``model`` at
+        concurrency 1 and 16, input = output in {128, 1024} tokens, 32 requests per cell."""
+        if device.vendor != self.vendor:
+            return None
+        cfg = self.config()
+        model = cfg.model if cfg and cfg.model else None
+        if model is None:
+            raise ConfigError(f"[{self.vendor}] in {site_config_path()} names no model for the default sweep",
+                              hint=f"add model = \"...\" to [{self.vendor}], or pass --model")
+        return {"engines": ["openai"], "models": [model], "dtypes": ["auto"], "batch": [1],
+                "input_len": [128, 1024], "output_len": [128, 1024], "pair_lengths": True,
+                "concurrency": [1, 16], "num_requests": 32,
+                "description": f"{self.vendor}'s endpoint through the openai client: {model}, concurrency 1/16, "
+                               "input = output 128/1024"}
 
     @hookimpl
     def infbench_device_catalog(self) -> list:

@@ -4,8 +4,12 @@ two sites, two images).
 Cells are matched by ``spec_hash``, the hash of the workload alone (model, engine,
 dtype, batch or load, lengths, tp, seed), which is the same on every site and in every
 image. (``cell_id`` adds the device signature, so it matches only on identical
-hardware; where it does, the two agree.) A side is a run id (prefix) in the store, a
-results database file, or ``FILE.db:RUN``.
+hardware; where it does, the two agree.) Cells left unmatched are then matched on the
+workload as a person reads it (:func:`workload_key`: the zoo model whatever name was
+typed, the engine family, the precision class, batch or load, lengths, tp, seed) when one
+of the two is a published cell (``infbench import``), which pairs a site's run with the
+paper's cells however each spelled the model and dtype. A side is a
+run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from infbench.errors import ConfigError
 from infbench.report.data import flat_row
+from infbench.report.lib_import import is_published
 
 #: Compared metrics: key -> (label, True if higher is better).
 COMPARED = {
@@ -77,6 +82,14 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
     """
     fa = {r["spec_hash"]: flat_row(r) for r in a if r["status"] == "ok"}
     fb = {r["spec_hash"]: flat_row(r) for r in b if r["status"] == "ok"}
+    # Second pass: unmatched cells of which one side is published (imported), paired on the
+    # normalised workload and keyed under A's hash.
+    ka = {workload_key(r): r for r in a if r["status"] == "ok" and r["spec_hash"] not in fb}
+    for r in b:
+        k = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
+        ra = ka.get(k) if k is not None else None
+        if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)):
+            fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
     pairs = []
     for h in [h for h in fa if h in fb]:
         ra, rb = fa[h], fb[h]
@@ -96,6 +109,32 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
     return {"pairs": pairs, "only_a": len(set(fa) - set(fb)), "only_b": len(set(fb) - set(fa)), "geomean": geo}
 
 
+def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
+    """A stored cell's workload as a person reads it: ``(zoo model, engine family,
+    precision class, batch, load, input, output, tp, seed, engine options)``; None for a dataset
+    replay. Two spellings of one workload (``llama-2-7b``/``meta-llama/Llama-2-7b-hf``,
+    ``float16``/``fp16``, ``vllm``/``vllm-server``) give one key."""
+    import json
+
+    from infbench.analysis.predict import engine_family
+    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.errors import ConfigError
+    from infbench.models import resolve
+
+    s = r["spec"]
+    if s.get("dataset"):
+        return None
+    try:
+        model = resolve(s["model"]).name
+    except ConfigError:
+        model = s["model"]
+    dtype = str(s["dtype"]).lower()
+    load = json.dumps(s.get("load") or {}, sort_keys=True)
+    options = json.dumps((r.get("engine") or {}).get("options") or {}, sort_keys=True, default=str)
+    return (model, engine_family(s["engine"]), DTYPE_ALIASES.get(dtype, dtype), s["batch"], load, s["input_len"],
+            s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
+
+
 def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path: Path) -> Path:
     """A self-contained plotly page: one bar per matched cell of the B / A ratio of
     output throughput, TTFT p50 and TPOT p50 (1 = equal)."""
@@ -111,3 +150,54 @@ def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.write_html(path, include_plotlyjs=True, full_html=True)
     return path
+
+
+def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:
+    """A stored row whose ``spec_hash`` ignores the dtype (so two precisions of one workload match)."""
+    from infbench.schema import short_hash
+
+    spec = {k: v for k, v in r["spec"].items() if k != "dtype"}
+    return {**r, "spec_hash": short_hash(spec)}
+
+
+def compare_precisions(a: list[dict[str, Any]], b: list[dict[str, Any]], dtype_a: str, dtype_b: str,
+                       quality: list[dict[str, Any]], max_increase: float | None = None) -> dict[str, Any]:
+    """Two precisions of the same workloads: cells of side A at ``dtype_a`` matched with
+    cells of side B at ``dtype_b`` whose spec is otherwise equal, and the perplexity change.
+
+    Args:
+        a, b: ``Store.results()`` rows (the same rows on both sides to compare within a store).
+        dtype_a, dtype_b: the two dtypes (case-insensitive, as stored).
+        quality: stored perplexity measurements (:func:`infbench.store.quality.quality_results`).
+        max_increase: the gate as a fraction (0.01 = 1 %), or None.
+
+    Returns:
+        :func:`compare_rows`'s dict (ratios B / A) plus ``"perplexity"``: one entry per model,
+        engine and text measured at both dtypes: ``{"model", "engine", "text_path", "n_ctx",
+        "ppl_a", "ppl_b", "stderr_a", "stderr_b", "change"`` (ppl_b / ppl_a - 1),
+        ``"beyond_gate"`` (None without a gate)``}``.
+    """
+    from infbench.quality.gate import group_key
+
+    da, db = dtype_a.lower(), dtype_b.lower()
+    res = compare_rows([_without_dtype(r) for r in a if str(r["spec"]["dtype"]).lower() == da],
+                       [_without_dtype(r) for r in b if str(r["spec"]["dtype"]).lower() == db])
+    newest: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for q in quality:
+        if q.get("status") != "ok" or q.get("value") is None or q["dtype"].lower() not in (da, db):
+            continue
+        slot = newest.setdefault(group_key(q), {})
+        d = q["dtype"].lower()
+        if d not in slot or q["id"] > slot[d]["id"]:
+            slot[d] = q
+    ppl = []
+    for _k, slot in newest.items():
+        if da in slot and db in slot:
+            qa, qb = slot[da], slot[db]
+            change = qb["value"] / qa["value"] - 1.0
+            ppl.append({"model": qa["model"], "engine": qa["engine"], "text_path": qa["text_path"],
+                        "n_ctx": qa["n_ctx"], "ppl_a": qa["value"], "ppl_b": qb["value"], "stderr_a": qa["stderr"],
+                        "stderr_b": qb["stderr"], "change": change,
+                        "beyond_gate": None if max_increase is None else change > max_increase})
+    res["perplexity"] = ppl
+    return res

@@ -111,10 +111,35 @@ function figRoofline(rs) {
     {type: 'scatter', mode: 'lines', name: 'hardware limit (measured = floor)', x: [lo, hi], y: [lo, hi], line: {color: '#999', dash: 'dash'}}],
     {...base('Measured mean vs roofline floor (ms)'), xaxis: {title: {text: 'roofline floor (ms)'}, type: 'log'}, yaxis: {title: {text: 'measured (ms)'}, type: 'log'}}, {responsive: true});
 }
+function figQuality(rs) {
+  // LLM-Inference-Bench Figs. 10/29: one point per precision of a model on an engine and device,
+  // at its best output throughput over the filtered cells.
+  const id = 'fig-quality';
+  const best = new Map();
+  for (const r of rs) {
+    if (num(r.perplexity) === null || num(r.output_tok_s) === null) continue;
+    const k = [r.model, r.engine, r.device, r.dtype].join('|');
+    if (!best.has(k) || r.output_tok_s > best.get(k).output_tok_s) best.set(k, r);
+  }
+  const pts = [...best.values()];
+  if (!pts.length) return empty(id, 'Perplexity vs throughput', 'no perplexity stored for these cells (infbench perplexity, same model, engine and dtype)');
+  const series = new Map();
+  for (const r of pts) { const s = r.model.split('/').pop() + ' ' + r.engine + ' | ' + r.device; if (!series.has(s)) series.set(s, []); series.get(s).push(r); }
+  const pct = v => num(v) === null ? '' : ' (' + (v >= 0 ? '+' : '') + (100 * v).toFixed(2) + ' %' + ')';
+  const traces = [...series].map(([s, ps]) => { ps.sort((a, b) => a.perplexity - b.perplexity);
+    return {type: 'scatter', mode: 'lines+markers+text', name: s, x: ps.map(r => r.output_tok_s), y: ps.map(r => r.perplexity),
+      text: ps.map(r => r.dtype), textposition: 'top center',
+      error_y: {type: 'data', array: ps.map(r => num(r.perplexity_stderr) === null ? 0 : r.perplexity_stderr), visible: true},
+      marker: {size: 10, symbol: ps.map(r => r.beyond_gate ? 'x' : 'circle'), color: ps.map(r => r.beyond_gate ? '#d62728' : undefined)},
+      customdata: ps.map(r => r.label + '<br>perplexity ' + r.perplexity.toFixed(4) + pct(r.ppl_increase) + (r.beyond_gate ? '<br>beyond the gate' : '')),
+      hovertemplate: '%{customdata}<br>%{x:.4g} output tok/s<extra></extra>'}; });
+  const gate = num(D.ppl_gate) === null ? '' : ' - red x: more than ' + (100 * D.ppl_gate).toFixed(2).replace(/\.?0+$/, '') + ' % above the highest precision';
+  Plotly.react(id, traces, {...base('Perplexity vs output throughput per precision' + gate), xaxis: {title: {text: mets.output_tok_s}}, yaxis: {title: {text: mets.perplexity}}}, {responsive: true});
+}
 function render() {
   const rs = filtered();
   $('status').textContent = rs.length + ' of ' + rows.length + ' ok cells shown' + (D.failed ? ' (' + D.failed + ' failed cells are in the store, not plotted)' : '');
-  figThroughput(rs); figHeatmap(rs); figLatency(rs); figPower(rs); figPareto(rs); figRoofline(rs);
+  figThroughput(rs); figHeatmap(rs); figLatency(rs); figPower(rs); figPareto(rs); figRoofline(rs); figQuality(rs);
   window.infbench.renders += 1;
 }
 window.infbench = {rows: rows, filtered: filtered, render: render, renders: 0};

@@ -31,7 +31,13 @@ METRICS = {
     "e2e_s_p50": "E2E p50 (s)", "e2e_s_p99": "E2E p99 (s)",
     "avg_power_w": "Average power (W)", "tokens_per_j": "Tokens per joule (tokens/J)",
     "mbu": "MBU (decode bandwidth utilisation)", "mfu": "MFU (prefill FLOP utilisation)",
+    "mbu_attainable": "MBU against the measured attainable bandwidth (CPU)",
+    "mfu_attainable_fp32": "MFU against the measured attainable fp32 rate (CPU)",
     "ttft_floor_ms": "TTFT roofline floor (ms)", "tpot_floor_ms": "TPOT roofline floor (ms)",
+    "server_ttft_ms_p50": "Server's own TTFT p50 (ms, its /metrics)",
+    "server_prefix_cache_hit_rate": "Server prefix-cache hit rate",
+    "util_pct_mean": "Device utilisation (%, mean)", "usd_per_mtok": "USD per million output tokens",
+    "perplexity": "Perplexity (llama-perplexity method)",
 }
 
 #: Engine names as LLM-Inference-Bench spells its frameworks.
@@ -78,11 +84,18 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
             except RooflineError:
                 roof = None
     size = s["batch"] if mode == "batch" else (ld.get("concurrency") if mode == "concurrency" else None)
+    eng = r.get("engine") or {}
+    published = bool(eng.get("published") or m.get("published"))
+    device = device_label(dev)
+    if published:
+        # Published cells never pass for local measurements: their device says where they come from.
+        device = f"{device} ({eng.get('source') or 'published'})"
     row = {
         "cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
         "error": r.get("error"), "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
         "precision": DTYPE_ALIASES.get(str(s["dtype"]).lower(), str(s["dtype"]).lower()),
-        "device": device_label(dev), "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
+        "device": device, "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
+        "published": published,
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
@@ -102,7 +115,28 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "tpot_floor_ms": roof["tpot_floor_s"] * 1e3 if roof else None,
         "roofline_device": roof.get("device_id") if roof else None,
         "roofline_backfilled": backfilled,
+        "mbu_attainable": ((roof or {}).get("attainable") or {}).get("mbu"),
+        "mfu_attainable_fp32": ((roof or {}).get("attainable") or {}).get("mfu_fp32"),
+        "suspect": m.get("suspect"),
         "finished_at": r.get("finished_at"),
+        "repeat": s.get("repeat"),
+        # the server's own view (its Prometheus /metrics) and the device's telemetry
+        "server_name": m.get("server_name"),
+        "server_ttft_ms_p50": _q(m, "server_ttft_s", "p50", 1e3),
+        "server_ttft_ms_mean": _q(m, "server_ttft_s", "mean", 1e3),
+        "server_tpot_ms_p50": _q(m, "server_tpot_s", "p50", 1e3),
+        "server_waiting_max": _q(m, "server_waiting", "max"),
+        "server_kv_cache_usage_max": _q(m, "server_kv_cache_usage", "max"),
+        "server_prefix_cache_hit_rate": m.get("server_prefix_cache_hit_rate"),
+        "server_preemptions": m.get("server_preemptions"),
+        "util_pct_mean": _q(m.get("telemetry") or {}, "util_pct", "mean"),
+        "clock_mhz_mean": _q(m.get("telemetry") or {}, "clock_mhz", "mean"),
+        "temp_c_max": _q(m.get("telemetry") or {}, "temp_c", "max"),
+        "throttled": m.get("throttled"),
+        "throttle_reasons": ", ".join(m.get("throttle_reasons") or []) or None,
+        "usd_per_mtok": m.get("usd_per_mtok"),
+        "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
+        "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
     }
     row["label"] = config_label(row)
     return row
@@ -113,8 +147,9 @@ def config_label(row: dict[str, Any]) -> str:
     size = f"b{row['batch']}" if row["mode"] == "batch" else (
         f"c{row['batch']}" if row["mode"] == "concurrency" else f"r{row['request_rate']:g}")
     tp = f" tp{row['tp']}" if row["tp"] > 1 else ""
+    rep = f" #{row['repeat']}" if row.get("repeat") else ""
     return (f"{row['model']} {row['engine']} {row['dtype']}{tp} | {row['device']} | "
-            f"{size} i{row['input_len']} o{row['output_len']}")
+            f"{size} i{row['input_len']} o{row['output_len']}{rep}")
 
 
 def limits_resolver(pm: Any) -> Any:
@@ -154,7 +189,8 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Columns: ``Hardware, Num of Hardware, Framework, Model, Input Output Length,
     Batch Size, Latency, Throughput`` (their dashboard's Throughput/config.json filters),
-    then ``Input Length, Output Length, TTFT Latency, end_latency, avg_power``.
+    then ``Input Length, Output Length, TTFT Latency, end_latency, avg_power``, and infbench's
+    ``suspect`` (why a cell breaks physics, empty when sound: :mod:`infbench.analysis.physics`).
     ``Latency`` is the batch's E2E (s, the cell's duration), ``Throughput`` is
     (input + output) tokens over it (their eq. 2, our ``total_tok_s``), ``avg_power`` is
     in mW as in their ``power_results.csv``. ``Input Output Length`` holds the common
@@ -174,8 +210,12 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         except ConfigError:
             model = f["model"]
         n_in, n_out = f["input_len"], f["output_len"]
+        hardware = f["device"].rsplit(" (", 1)[0] if f.get("published") else f["device"]
+        hardware = hardware.rsplit(" x", 1)[0] if f["device_count"] > 1 else hardware
+        if "label" not in r:  # a stored cell: an imported one goes back under its published name
+            hardware = ((r.get("device") or {}).get("properties") or {}).get("published_name") or hardware
         out.append({
-            "Hardware": f["device"].rsplit(" x", 1)[0] if f["device_count"] > 1 else f["device"],
+            "Hardware": hardware,
             "Num of Hardware": f["tp"], "Framework": LIB_FRAMEWORK.get(f["engine"], f["engine"]),
             "Model": model, "Input Output Length": n_in if n_in == n_out else f"{n_in}/{n_out}",
             "Batch Size": f["batch"], "Latency": f["duration_s"], "Throughput": f["total_tok_s"],
@@ -183,13 +223,14 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "TTFT Latency": f["ttft_ms_mean"] / 1e3 if f["ttft_ms_mean"] is not None else None,
             "end_latency": f["e2e_s_mean"],
             "avg_power": f["avg_power_w"] * 1e3 if f["avg_power_w"] is not None else None,
+            "suspect": f.get("suspect"),
         })
     return out
 
 
 #: The columns of LLM-Inference-Bench's CSV (``Plots/All_results.csv``), in its order.
 LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
-               "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power"]
+               "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power", "suspect"]
 
 
 def lib_csv(rows: list[dict[str, Any]]) -> str:
@@ -215,3 +256,66 @@ def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, dev
     return [r for r in rows
             if (not models or r["spec"]["model"] in models) and (not engines or r["spec"]["engine"] in engines)
             and (not devs or any(d in f"{r['device']['vendor']} {r['device']['model']}".lower() for d in devs))]
+
+
+#: Server engines whose perplexity is their in-process twin's (same weights, same kernels).
+PERPLEXITY_TWIN = {"llama.cpp-server": "llama.cpp", "vllm-server": "vllm"}
+
+
+def attach_perplexity(flat: list[dict[str, Any]], quality: list[dict[str, Any]]) -> int:
+    """Put the stored perplexity of each cell's precision into its flat row (in place):
+    ``perplexity``, ``perplexity_stderr``, ``ppl_dtype_baseline``, ``ppl_increase``,
+    ``beyond_gate`` (None where nothing matches).
+
+    A measurement matches a cell with the same weights (their SHA-256 where the cell
+    recorded it, else the model name), engine (a server engine takes its in-process
+    twin's, :data:`PERPLEXITY_TWIN`) and dtype. Of several matches (other texts or ``n_ctx``), the
+    one scoring the most tokens, then the newest, is used.
+
+    Args:
+        flat: :func:`flat_row` rows.
+        quality: ok measurements (:func:`infbench.store.quality.quality_results`, with
+            :func:`infbench.quality.gate.with_gate`'s fields where present).
+
+    Returns:
+        How many cells got a perplexity.
+    """
+    best: dict[tuple, dict[str, Any]] = {}
+    for q in quality:
+        if q.get("status") != "ok" or q.get("value") is None:
+            continue
+        for k in ((q["weights_sha256"], q["engine"], q["dtype"]), (q["model"], q["engine"], q["dtype"])):
+            cur = best.get(k)
+            if cur is None or (q.get("n_tokens") or 0, q["id"]) > (cur.get("n_tokens") or 0, cur["id"]):
+                best[k] = q
+    n = 0
+    for f in flat:
+        engine = PERPLEXITY_TWIN.get(f["engine"], f["engine"])
+        # By the weights' hash where the cell recorded it (any spelling of the path), else by name.
+        q = best.get((f.get("weights_sha256") or f["model"], engine, f["dtype"]))
+        f["perplexity"] = q["value"] if q else None
+        f["perplexity_stderr"] = q["stderr"] if q else None
+        f["ppl_baseline_dtype"] = q.get("baseline_dtype") if q else None
+        f["ppl_increase"] = q.get("ppl_increase") if q else None
+        f["beyond_gate"] = q.get("beyond_gate") if q else None
+        n += q is not None
+    return n
+
+
+def quality_points(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The points of the perplexity-vs-throughput figure (LLM-Inference-Bench Figs. 10/29):
+    one per model, engine, device and dtype with a perplexity, at the highest
+    ``output_tok_s`` of its ok cells (filter the cells to choose the workload), with
+    ``label``, ``series`` (model engine device) and the gate fields."""
+    pts: dict[tuple, dict[str, Any]] = {}
+    for f in flat:
+        if f["status"] != "ok" or f.get("perplexity") is None or f.get("output_tok_s") is None:
+            continue
+        k = (f["model"], f["engine"], f["device"], f["dtype"])
+        if k not in pts or f["output_tok_s"] > pts[k]["output_tok_s"]:
+            pts[k] = {"series": f"{f['model'].rsplit('/', 1)[-1]} {f['engine']} | {f['device']}",
+                      "dtype": f["dtype"], "precision": f["precision"], "output_tok_s": f["output_tok_s"],
+                      "perplexity": f["perplexity"], "perplexity_stderr": f.get("perplexity_stderr"),
+                      "ppl_increase": f.get("ppl_increase"), "beyond_gate": f.get("beyond_gate"),
+                      "label": f["label"]}
+    return sorted(pts.values(), key=lambda p: (p["series"], p["perplexity"]))

@@ -15,9 +15,13 @@ from the filtered cells:
   cells meeting the SLO (TTFT and TPOT limits typed into the page) marked.
 * ``fig-roofline``: measured TTFT and TPOT against their roofline floors (the
   diagonal is the hardware limit), with MBU / MFU on hover.
+* ``fig-quality``: perplexity against output throughput, one point per precision of a
+  model on an engine and device (its best throughput over the filtered cells), as
+  LLM-Inference-Bench's Figs. 10/29; precisions beyond ``--max-ppl-increase`` are marked.
 
 Filters (multi-select) cover device, engine, model, precision, batch, lengths, tp and
-run. The page exposes ``window.infbench`` (``rows``, ``filtered()``, ``render()``) so a
+run. Cells marked ``suspect`` (:mod:`infbench.analysis.physics`) are listed with their
+reasons in a section of their own. The page exposes ``window.infbench`` (``rows``, ``filtered()``, ``render()``) so a
 browser test can check what it shows.
 """
 
@@ -31,7 +35,7 @@ from typing import Any
 
 from infbench.report.data import DIMENSIONS, METRICS
 
-FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline")
+FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -60,7 +64,8 @@ def _select(id_: str, label: str, options: dict[str, str], selected: str) -> str
 
 
 def render_html(rows: list[dict[str, Any]], title: str = "infbench report", failed: int = 0,
-                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> str:
+                slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
+                ppl_gate: float | None = None) -> str:
     """The report page for flat rows (:func:`infbench.report.data.flat_row`).
 
     Args:
@@ -68,17 +73,21 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
         title: page title.
         failed: failed cells to mention.
         slo_ttft_ms, slo_tpot_ms: initial SLO limits (p99, ms) of the trade-off figure.
+        extra_html: more sections placed after the six figures (the serving sections of
+            :mod:`infbench.report.serving`).
+        ppl_gate: the ``--max-ppl-increase`` fraction shown in the quality figure, or None.
 
     Raises:
         ImportError: plotly is not installed (``pip install 'infbench[report]'``).
     """
     from plotly.offline import get_plotlyjs
 
-    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed}
+    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate}
     payload = json.dumps(data, default=str).replace("</", "<\\/")
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
-                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu")}
+                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu",
+                                  "mbu_attainable", "mfu_attainable_fp32")}
     colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
                                                           ("device", "engine", "model", "dtype", "tp")}}
     lat = {k: METRICS[k] for k in ("tpot_ms_p50", "ttft_ms_p50", "itl_ms_p50", "e2e_s_p50", "tpot_ms_p99")}
@@ -93,24 +102,33 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
           f'value="{"" if slo_tpot_ms is None else slo_tpot_ms:}"></label>')
     titles = {"fig-throughput": "Throughput vs batch size", "fig-heatmap": "Input x output length",
               "fig-latency": "TTFT and ITL", "fig-power": "Power and tokens per joule",
-              "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor"}
+              "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor",
+              "fig-quality": "Perplexity vs throughput per precision"}
     sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     n_ok = sum(1 for r in rows if r["status"] == "ok")
+    suspect = [r for r in rows if r["status"] == "ok" and r.get("suspect")]
+    if suspect:
+        items = "".join(f"<li><b>{html.escape(r['label'])}</b> ({html.escape(r['cell_id'])}): "
+                        f"{html.escape(r['suspect'])}</li>" for r in suspect)
+        sections += (f'<section id="suspect-cells"><h2>Suspect cells ({len(suspect)}): stored, but they break a '
+                     f'physical bound</h2><ul style="font-size:12px">{items}</ul></section>')
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells, {failed} failed; generated {stamp} by "
+            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed; "
+            f"generated {stamp} by "
             f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
-            f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}</main>"
+            f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}{extra_html}</main>"
             f"<script type=\"application/json\" id=\"infbench-data\">{payload}</script>"
             f"<script>{_script()}</script></body></html>")
 
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infbench report",
-                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None) -> Path:
+                 slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
+                 ppl_gate: float | None = None) -> Path:
     """Write ``out_dir/index.html`` (self-contained); returns its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = sum(1 for r in rows if r["status"] != "ok")
     p = out_dir / "index.html"
-    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms), encoding="utf-8")
+    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html, ppl_gate), encoding="utf-8")
     return p

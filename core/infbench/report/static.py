@@ -1,6 +1,6 @@
-"""Static figures for papers (matplotlib, PNG and SVG): the same six views as the HTML
-report, drawn from all ok cells given (filter with ``infbench report --model/--device
-...`` first).
+"""Static figures for papers (matplotlib, PNG and SVG): the same views as the HTML
+report (perplexity vs throughput where perplexity is stored), drawn from all ok cells
+given (filter with ``infbench report --model/--device ...`` first).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from infbench.report.data import METRICS, pareto_front
+from infbench.report.data import METRICS, pareto_front, quality_points
 
 
 def _series_key(r: dict[str, Any], keys: list[str]) -> str:
@@ -163,4 +163,22 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
         ax.set_ylabel("measured mean (ms)")
         ax.legend(fontsize=8)
         save(fig, "measured_vs_roofline")
+
+    # 7. perplexity vs throughput per precision (LLM-Inference-Bench Figs. 10/29)
+    qp = quality_points(ok)
+    if qp:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name in sorted({p["series"] for p in qp}):
+            ps = [p for p in qp if p["series"] == name]
+            line = ax.errorbar([p["output_tok_s"] for p in ps], [p["perplexity"] for p in ps],
+                               yerr=[p["perplexity_stderr"] or 0 for p in ps], marker="o", capsize=2, label=name)
+            for p in ps:
+                ax.annotate(p["dtype"] + (" (beyond gate)" if p["beyond_gate"] else ""),
+                            (p["output_tok_s"], p["perplexity"]), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color="tab:red" if p["beyond_gate"] else line[0].get_color())
+        ax.set_xlabel(METRICS["output_tok_s"])
+        ax.set_ylabel(METRICS["perplexity"])
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "perplexity_vs_throughput")
     return written

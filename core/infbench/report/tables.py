@@ -63,12 +63,17 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
-    """A rich table: spec, status, TTFT/TPOT p50 (ms), E2E p50 (s), throughputs, energy,
-    MBU/MFU (roofline utilisations, %)."""
+    """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
+    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``; ``throttled``
+    added when the device limited its clocks), TTFT p50 (ms) with the server's own TTFT p50
+    beside it when a server's metrics were scraped, TPOT p50 (ms), E2E p50 (s),
+    throughputs, energy, MBU/MFU (roofline utilisations, %)."""
     t = Table(title=title, header_style="bold", show_lines=False)
+    server = any((r["metrics"] or {}).get("server_ttft_s") for r in rows)
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
-                      ("TTFT p50 ms", "right"), ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
+                      ("TTFT p50 ms", "right"), *([("server TTFT p50 ms", "right")] if server else []),
+                      ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
                       ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
                       ("tok/J", "right"), ("MBU %", "right"), ("MFU %", "right"), ("n", "right")]:
         t.add_column(col, justify=just, no_wrap=col in ("model",))
@@ -78,13 +83,23 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         def g(k: str, q: str = "p50", m: dict = m) -> float | None:
             return (m.get(k) or {}).get(q)
 
-        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {escape(printable(r['error'])[:60])}"
+        if r["status"] != "ok":
+            status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
+        else:
+            status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
+        if m.get("throttled"):
+            status += " [yellow]throttled[/]"
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else (
             f"c{ld['concurrency']}" if ld["mode"] == "concurrency" else f"r{ld['request_rate']:g}")
+        if s.get("repeat"):
+            size += f" #{s['repeat']}"
+        published = (r.get("engine") or {}).get("published") or m.get("published")
+        status = status + (" [cyan](published)[/]" if published else "")
         t.add_row(*[escape(printable(x)) for x in (s["model"], s["engine"], s["dtype"], r["device"]["vendor"])], size,
                   str(s["input_len"]), str(s["output_len"]), status,
-                  _fmt(g("ttft_s"), 1e3), _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
+                  _fmt(g("ttft_s"), 1e3), *([_fmt(g("server_ttft_s"), 1e3)] if server else []),
+                  _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
                   _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),
                   _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
                   str(m.get("n_completed", "-")))
@@ -180,3 +195,80 @@ def print_table(console: Console, table: Table, keep: int = 1) -> None:
 def print_results(console: Console, rows: list[dict[str, Any]], title: str = "infbench results") -> None:
     """Print stored cells as :func:`results_table`, split to the console's width."""
     print_table(console, results_table(rows, title=title), keep=RESULT_KEY_COLUMNS)
+
+
+def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per stored ok cell marked ``suspect`` (:mod:`infbench.analysis.physics`):
+    ``"<cell id> <model> <engine> b<batch> i<in> o<out>: <reasons>"``."""
+    out = []
+    for r in rows:
+        reason = (r.get("metrics") or {}).get("suspect")
+        if r["status"] == "ok" and reason:
+            s = r["spec"]
+            out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
+                       f"o{s['output_len']}: {reason}")
+    return out
+
+
+def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
+    """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
+    cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
+    from infbench.analysis.repeats import HEADLINE, fmt_ci
+
+    keys = [k for k in ("output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_s_p50", "tokens_per_j", "usd_per_mtok")
+            if any(k in g["metrics"] for g in groups)]
+    t = Table(title=title, header_style="bold")
+    t.add_column("cell", no_wrap=True)
+    t.add_column("n", justify="right")
+    for k in keys:
+        t.add_column(HEADLINE[k][0], justify="right")
+    t.add_column("CV out tok/s", justify="right")
+    for g in groups:
+        m = g["metrics"]
+        cv = (m.get("output_tok_s") or {}).get("cv")
+        t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[k], 3 if k == "e2e_s_p50" else 2) if k in m else "-"
+                                             for k in keys], "-" if cv is None else f"{100 * cv:.1f} %")
+    return t
+
+
+def quality_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Stored perplexity measurements (:func:`infbench.store.quality.quality_results`, gate
+    fields of :func:`infbench.quality.gate.with_gate` where present) for ``--json``: the
+    identity, ``perplexity`` and ``stderr``, the gate, and the full stored result."""
+    keep = ("id", "quality_key", "model", "weights_sha256", "engine", "dtype", "text_path", "text_sha256", "n_ctx",
+            "max_chunks", "n_chunks", "n_tokens", "status", "error", "baseline_dtype", "ppl_increase", "beyond_gate",
+            "skipped")
+    return [{**{k: r[k] for k in keep if k in r}, "perplexity": r["value"], "stderr": r["stderr"],
+             "result": r["result"]} for r in rows]
+
+
+def quality_table(rows: list[dict[str, Any]], title: str = "perplexity",
+                  max_increase: float | None = None) -> Table:
+    """A rich table of perplexity measurements: model, engine, dtype, PPL +/- its
+    uncertainty, scored tokens (chunks x n_ctx), the change against the baseline precision
+    (red beyond ``max_increase``), the weights' and the text's hashes."""
+    from pathlib import Path
+
+    t = Table(title=title, header_style="bold")
+    for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("PPL", "right"),
+                      ("+/-", "right"), ("tokens", "right"), ("chunks x n_ctx", "right"), ("vs baseline", "right"),
+                      ("weights", "left"), ("text", "left"), ("status", "left")]:
+        t.add_column(col, justify=just, no_wrap=col == "model")
+    for r in rows:
+        inc = r.get("ppl_increase")
+        if inc is None:
+            vs = "-"
+        else:
+            vs = f"{inc * 100:+.2f} % vs {r['baseline_dtype']}" if r.get("baseline_dtype") != r["dtype"] else "baseline"
+            if r.get("beyond_gate"):
+                vs = f"[red]{vs} > {max_increase * 100:g} %[/]" if max_increase is not None else f"[red]{vs}[/]"
+            elif r.get("beyond_gate") is False and r.get("baseline_dtype") != r["dtype"]:
+                vs = f"[green]{vs}[/]"
+        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {escape(printable(r.get('error'))[:60])}"
+        if r.get("skipped"):
+            status += " (stored)"
+        t.add_row(Path(r["model"]).name, r["engine"], r["dtype"], _fmt(r.get("value"), 1, 4),
+                  _fmt(r.get("stderr"), 1, 4), str(r.get("n_tokens") or "-"),
+                  f"{r.get('n_chunks') or 0} x {r['n_ctx']}", vs, (r.get("weights_sha256") or "")[:12],
+                  f"{Path(r.get('text_path') or '').name} {r['text_sha256'][:8]}", status)
+    return t

@@ -9,6 +9,8 @@ Default location: ``$INFBENCH_HOME/results.db``, with ``INFBENCH_HOME`` defaulti
   device, engine description and derived metrics as JSON.
 * ``requests``: the raw per-request records (token times as little-endian int64 blobs).
 * ``power_samples``: raw power readings per cell.
+* ``telemetry_samples``, ``server_metric_samples``, ``server_metrics``: telemetry channels
+  and the server's Prometheus metrics per cell (:mod:`infbench.store.telemetry`).
 
 The layout is built and upgraded by numbered migrations (:mod:`infbench.store.migrations`);
 a store written by a newer infbench is refused.
@@ -47,7 +49,7 @@ import numpy as np
 from infbench import SCHEMA_VERSION
 from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import CellResult, PowerReading, RequestRecord
-from infbench.store import migrations
+from infbench.store import migrations, telemetry
 
 
 def default_home() -> Path:
@@ -351,6 +353,7 @@ class Store:
             self.db.executemany(
                 "INSERT INTO power_samples VALUES (?,?,?,?,?,?)",
                 [(row, p.t_ns, p.device_index, p.power_w, p.energy_j, p.energy_range_j) for p in r.power])
+            telemetry.save(self.db, row, r)
         return row
 
     # -- reading -------------------------------------------------------------------

@@ -8,7 +8,7 @@ from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler
-from infbench.schema import DeviceInfo, DeviceSpec
+from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_amd import __version__
 from infbench_amd.smi import (
     AmdSmiCliSampler,
@@ -69,8 +69,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM (ROCm build) offline and server, and llama.cpp (HIP build) run on AMD GPUs."""
-    return [EngineSpec(e, None, [VENDOR]) for e in ("vllm", "vllm-server", "llama.cpp", "llama.cpp-server")]
+    """vLLM (ROCm build) offline and server, transformers (ROCm torch) and llama.cpp (HIP build)
+    run on AMD GPUs."""
+    return [EngineSpec(e, None, [VENDOR]) for e in ("vllm", "vllm-server", "transformers", "llama.cpp",
+                                                    "llama.cpp-server")]
 
 
 @hookimpl
@@ -93,3 +95,31 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
         "shm_size": "16g",
         "security_opt": ["seccomp=unconfined"],
     }
+
+#: The builds of the engine libraries that run on AMD GPUs, and the commands installing them
+#: (PyTorch's ROCm 6.4 wheels; vLLM's ROCm build comes in this plugin's image, as vLLM's
+#: docs recommend Docker on ROCm; llama-cpp-python's README for GGML_HIP; xllamacpp's README
+#: for its ROCm wheel index). A HIP build of ggml names its backend ``ROCm``.
+BACKENDS = DeviceBackends(
+    label="ROCm", torch="hip", vllm="rocm", ggml=["ROCm", "Vulkan"],
+    install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/rocm6.4",
+             "vllm": "infbench containers build --vendor amd",
+             "llama_cpp": 'CMAKE_ARGS="-DGGML_HIP=on" pip install --force-reinstall --no-cache-dir llama-cpp-python',
+             "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
+                          "https://xorbitsai.github.io/xllamacpp/whl/rocm-6.4.1"})
+
+
+@hookimpl
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
+    """ROCm: torch's ROCm (HIP) build, vLLM's ``rocm`` platform, ggml's ROCm (or Vulkan) backend."""
+    return BACKENDS if device.vendor == VENDOR else None
+
+@hookimpl
+def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+    """LLM-Inference-Bench's corner (``lib-corner``) on vLLM (ROCm), else transformers on
+    ROCm torch, else llama.cpp's HIP build; bf16 where the gfx target has it (MI100 on)."""
+    if device.vendor != VENDOR:
+        return None
+    bf16 = "bf16" in precisions_for_gfx(device.properties.get("gfx_version"))
+    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
+            "dtypes": ["bf16" if bf16 else "fp16"]}

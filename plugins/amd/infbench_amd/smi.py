@@ -3,10 +3,12 @@
 Sources: ROCm AMD SMI Python API reference (``amdsmi_get_gpu_asic_info``,
 ``amdsmi_get_gpu_vram_info`` [vram_size in MB], ``amdsmi_get_gpu_driver_info``,
 ``amdsmi_get_energy_count`` [accumulator x counter_resolution = uJ],
-``amdsmi_get_power_info`` [socket_power in W]) and the amd-smi CLI reference
-(``amd-smi static --json``, ``amd-smi metric --power --energy --json``; values are
-``{"value": v, "unit": u}`` objects, ROCm 6.x prints a list of GPUs, ROCm 7 wraps it in
-``{"gpu_data": [...]}``).
+``amdsmi_get_power_info`` [socket_power in W]; telemetry: ``amdsmi_get_gpu_activity``
+[gfx_activity, umc_activity in %], ``amdsmi_get_clock_info`` [``clk`` in MHz, ``cur_clk``
+before ROCm 6.1], ``amdsmi_get_temp_metric`` [C], ``amdsmi_get_gpu_metrics_info``
+[``throttle_status``]) and the amd-smi CLI reference (``amd-smi static --json``,
+``amd-smi metric --power --energy --usage --json``; values are ``{"value": v, "unit": u}``
+objects, ROCm 6.x prints a list of GPUs, ROCm 7 wraps it in ``{"gpu_data": [...]}``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import defaultdict
 from typing import Any
 
 from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import DeviceInfo, PowerReading
+from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: Energy units amd-smi prints -> J.
 ENERGY_UNITS = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3}
@@ -160,6 +162,58 @@ def readings_from_metric(doc: Any, t_ns: int, indices: list[int] | None = None) 
     return out
 
 
+def channels_from_metric(doc: Any, t_ns: int, indices: list[int] | None = None) -> list[ChannelReading]:
+    """Telemetry per GPU from ``amd-smi metric --usage --power --json``: ``util_pct``
+    (``usage.gfx_activity``), ``mem_util_pct`` (``usage.umc_activity``), and throttle
+    reason ``throttled`` when ``power.throttle_status`` says so (``THROTTLED``; the CLI
+    names no cause). ``device_index`` as in :func:`readings_from_metric`."""
+    out = []
+    for g in gpu_list(doc):
+        idx = int(g.get("gpu", 0))
+        if indices is not None and idx not in indices:
+            continue
+        usage = g.get("usage") if isinstance(g.get("usage"), dict) else {}
+        values = {}
+        for key, name in (("gfx_activity", "util_pct"), ("umc_activity", "mem_util_pct")):
+            v, _ = value_of(usage.get(key))
+            if v is not None:
+                values[name] = v
+        pw = g.get("power") if isinstance(g.get("power"), dict) else {}
+        status = str(pw.get("throttle_status", "")).strip().upper()
+        throttle = ["throttled"] if status in ("THROTTLED", "TRUE", "1") else []
+        out.append(ChannelReading(t_ns=t_ns, device_index=indices.index(idx) if indices is not None else idx,
+                                  values=values, throttle=throttle))
+    return out
+
+
+def channels_from_amdsmi(amdsmi: Any, handle: Any, t_ns: int, device_index: int) -> ChannelReading:
+    """One GPU's telemetry through the amdsmi library (see the module doc for the calls);
+    a query the GPU does not support, or that answers ``N/A``, is left out."""
+    values: dict[str, float] = {}
+    throttle: list[str] = []
+
+    def put(name: str, v: Any) -> None:
+        num, _ = value_of(v)
+        if num is not None:
+            values[name] = num
+
+    with contextlib.suppress(Exception):
+        act = amdsmi.amdsmi_get_gpu_activity(handle)
+        put("util_pct", act.get("gfx_activity"))
+        put("mem_util_pct", act.get("umc_activity"))
+    for name, kind in (("clock_mhz", "GFX"), ("mem_clock_mhz", "MEM")):
+        with contextlib.suppress(Exception):
+            clk = amdsmi.amdsmi_get_clock_info(handle, getattr(amdsmi.AmdSmiClkType, kind))
+            put(name, clk.get("clk", clk.get("cur_clk")))
+    with contextlib.suppress(Exception):
+        put("temp_c", amdsmi.amdsmi_get_temp_metric(handle, amdsmi.AmdSmiTemperatureType.HOTSPOT,
+                                                    amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    with contextlib.suppress(Exception):
+        if amdsmi.amdsmi_get_gpu_metrics_info(handle).get("throttle_status") in (True, 1):
+            throttle = ["throttled"]
+    return ChannelReading(t_ns=t_ns, device_index=device_index, values=values, throttle=throttle)
+
+
 def energy_j_from_count(count: dict[str, Any]) -> float:
     """J from ``amdsmi_get_energy_count``: accumulator (``energy_accumulator``; ``power``
     before ROCm 6.1) x ``counter_resolution`` (uJ per tick) / 1e6."""
@@ -203,6 +257,10 @@ class AmdSmiSampler(PowerSampler):
             out.append(PowerReading(t_ns=t, device_index=i, energy_j=e, power_w=p))
         return out
 
+    def read_channels(self) -> list[ChannelReading]:
+        """One telemetry reading per GPU (:func:`channels_from_amdsmi`; contract 1.5)."""
+        return [channels_from_amdsmi(self.amdsmi, h, now_ns(), i) for i, h in enumerate(self.handles)]
+
     def close(self) -> None:
         """``amdsmi_shut_down``."""
         with contextlib.suppress(Exception):
@@ -225,18 +283,27 @@ class AmdSmiCliSampler(PowerSampler):
     def __init__(self, indices: list[int], exe: str = "amd-smi"):
         self.indices = indices
         self.exe = exe
+        self._channels: list[ChannelReading] = []
 
     def read(self) -> list[PowerReading]:
-        """Run amd-smi once; readings stamped halfway through the call.
+        """Run amd-smi once (power, energy and usage); readings stamped halfway through the
+        call. The same answer's telemetry waits for :meth:`read_channels`.
 
         Raises:
             subprocess.CalledProcessError, ValueError: amd-smi failed or printed no JSON.
         """
         t0 = now_ns()
-        out = subprocess.run([self.exe, "metric", "--power", "--energy", "--json"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
+        out = subprocess.run([self.exe, "metric", "--power", "--energy", "--usage", "--json"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
         t1 = now_ns()
-        return readings_from_metric(parse_json_output(out), (t0 + t1) // 2, self.indices)
+        doc = parse_json_output(out)
+        self._channels = channels_from_metric(doc, (t0 + t1) // 2, self.indices)
+        return readings_from_metric(doc, (t0 + t1) // 2, self.indices)
+
+    def read_channels(self) -> list[ChannelReading]:
+        """The telemetry of the last :meth:`read` (one amd-smi call gives both)."""
+        out, self._channels = self._channels, []
+        return out
 
 
 def cli_static(exe: str = "amd-smi") -> Any:

@@ -27,8 +27,8 @@ def sample(name):
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_no_gpu_here_detects_nothing_without_error():
@@ -36,6 +36,30 @@ def test_no_gpu_here_detects_nothing_without_error():
     assert hooks.infbench_detect() == []
     s = hooks.infbench_power_sampler(DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI300X"))
     assert not s.available and "amd-smi" in s.reason
+
+
+def test_amdsmi_binding_without_its_library_is_contained(monkeypatch, capsys):
+    """The pip binding on a host without ROCm prints a message and raises KeyError('libamd_smi.so')
+    at import (seen with amdsmi 7.0.2): detection says why, prints nothing, raises nothing."""
+    import builtins
+    import sys
+
+    from infbench_amd.smi import SmiUnavailable, load_amdsmi
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "amdsmi":
+            print("Unable to find libamd_smi.so library try installing amd-smi-lib from your package manager")
+            raise KeyError("libamd_smi.so")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.delitem(sys.modules, "amdsmi", raising=False)
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(SmiUnavailable, match="KeyError: 'libamd_smi.so'.*Unable to find libamd_smi.so"):
+        load_amdsmi()
+    assert hooks.infbench_detect() == []
+    assert capsys.readouterr().out == ""
 
 
 def test_static_json_groups_identical_gpus():
@@ -98,3 +122,47 @@ def test_mi250_catalog_is_per_gcd():
     d = s.per_device()
     assert s.id == "mi250" and d["memory_bytes"] == 64 * 2**30
     assert d["peak_flops"]["bf16"] == pytest.approx(181.05e12) and "fp8" not in d["peak_flops"]
+
+
+def test_metric_json_usage_and_throttle_channels():
+    from infbench_amd.smi import channels_from_metric
+
+    cs = channels_from_metric(sample("amd-smi-metric-rocm7.json"), t_ns=5, indices=[0, 1])
+    assert cs[0].values == {"util_pct": 87.0, "mem_util_pct": 41.0} and cs[0].throttle == []
+    assert cs[1].values == {"util_pct": 0.0} and cs[1].device_index == 1
+
+
+class RecordedAmdsmi:
+    """amdsmi's answers for one MI300X (the binding's dict shapes, ROCm 6.1+ ``clk`` key);
+    the memory clock query is unsupported, as on some SKUs."""
+
+    class AmdSmiClkType:
+        GFX, MEM = 1, 7
+
+    class AmdSmiTemperatureType:
+        HOTSPOT = 1
+
+    class AmdSmiTemperatureMetric:
+        CURRENT = 0
+
+    def amdsmi_get_gpu_activity(self, h):
+        return {"gfx_activity": 93, "umc_activity": 37, "mm_activity": "N/A"}
+
+    def amdsmi_get_clock_info(self, h, kind):
+        if kind == self.AmdSmiClkType.MEM:
+            raise RuntimeError("AMDSMI_STATUS_NOT_SUPPORTED")
+        return {"clk": 2100, "min_clk": 500, "max_clk": 2100, "clk_locked": False}
+
+    def amdsmi_get_temp_metric(self, h, sensor, metric):
+        return 74
+
+    def amdsmi_get_gpu_metrics_info(self, h):
+        return {"throttle_status": True}
+
+
+def test_amdsmi_library_channels():
+    from infbench_amd.smi import channels_from_amdsmi
+
+    c = channels_from_amdsmi(RecordedAmdsmi(), "h0", t_ns=1, device_index=0)
+    assert c.values == {"util_pct": 93.0, "mem_util_pct": 37.0, "clock_mhz": 2100.0, "temp_c": 74.0}
+    assert c.throttle == ["throttled"]

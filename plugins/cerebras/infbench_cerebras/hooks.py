@@ -8,7 +8,8 @@ from infbench.platforms.remote import RemotePlatformPlugin
 plugin = RemotePlatformPlugin(
     "cerebras",
     defaults={"base_url": "https://api.cerebras.ai/v1", "api_key_env": "CEREBRAS_API_KEY",
-              "system": "Cerebras CS-3 (Cerebras Inference)"},
+              "system": "Cerebras CS-3 (Cerebras Inference)",
+              "model": "llama3.1-8b"},
     precisions=["fp16", "bf16"],
     package="infbench_cerebras",
 )

@@ -20,8 +20,8 @@ def site(tmp_path, monkeypatch):
 
 def test_hooks_match_the_contract():
     assert check_plugin(plugin) == sorted([
-        "infbench_detect", "infbench_device_catalog", "infbench_engines", "infbench_power_sampler",
-        "infbench_supported_precisions"])
+        "infbench_default_sweep", "infbench_detect", "infbench_device_catalog", "infbench_engines",
+        "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_not_declared_means_not_detected(site):

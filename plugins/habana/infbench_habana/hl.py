@@ -3,7 +3,12 @@
 Sources: pyhlml (PyPI ``pyhlml``; ``hlmlDeviceGetPowerUsage`` in mW,
 ``hlmlDeviceGetTotalEnergyConsumption`` in mJ since the driver loaded) and the Intel
 Gaudi documentation, "System Management Tools Reference: hl-smi Utility" (``-Q`` query
-fields, ``-f csv[,noheader][,nounits]``, ``-l`` loop in seconds).
+fields, ``-f csv[,noheader][,nounits]``, ``-l`` loop in seconds; telemetry fields
+``utilization.aip``, ``temperature.aip``, ``clocks.current.soc``), and pyhlml's
+``hlmlDeviceGetUtilizationRates`` (%; an int, or a struct with ``aip`` in newer
+releases), ``hlmlDeviceGetClockInfo`` (clock type 0 = SOC, MHz),
+``hlmlDeviceGetTemperature`` (sensor 0 = on the AIP, C) and
+``hlmlDeviceGetCurrentClocksThrottleReasons`` (a reason code).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import defaultdict
 from typing import Any
 
 from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import DeviceInfo, PowerReading
+from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: hl-smi fields read for detection, in this order.
 QUERY_FIELDS = ("index", "name", "bus_id", "driver_version", "memory.total", "uuid")
@@ -121,33 +126,69 @@ def query_cli(exe: str = "hl-smi") -> str:
         raise HlUnavailable(f"hl-smi failed: {exc}") from exc
 
 
+#: The streaming query's fields after ``index, power.draw``: telemetry channels (contract 1.5).
+TELEMETRY_FIELDS = (("utilization.aip", "util_pct"), ("temperature.aip", "temp_c"), ("clocks.current.soc", "clock_mhz"))
+
+
 def power_argv(exe: str = "hl-smi", interval_s: int = 1) -> list[str]:
-    """The streaming power query: ``hl-smi -Q index,power.draw -f csv,noheader,nounits -l 1``."""
-    return [exe, "-Q", "index,power.draw", "-f", "csv,noheader,nounits", "-l", str(interval_s)]
+    """The streaming power and telemetry query: ``hl-smi -Q index,power.draw,utilization.aip,
+    temperature.aip,clocks.current.soc -f csv,noheader,nounits -l 1``."""
+    fields = ",".join(["index", "power.draw", *(f for f, _ in TELEMETRY_FIELDS)])
+    return [exe, "-Q", fields, "-f", "csv,noheader,nounits", "-l", str(interval_s)]
 
 
 class PowerLineParser:
-    """Parses ``index, power.draw`` lines (W, with or without the unit) of the group's devices.
+    """Parses ``index, power.draw[, utilization.aip, temperature.aip, clocks.current.soc]``
+    lines (numbers with or without units) of the group's devices; the telemetry fields,
+    when present, give a :class:`~infbench.schema.ChannelReading`.
 
     Raises (per line):
-        ValueError: a line that is not ``index, number``.
+        ValueError: a line that is not ``index, number[, ...]`` with 2 or 5 fields.
     """
 
     def __init__(self, indices: list[int]):
         self.indices = indices
 
-    def __call__(self, line: str, t_ns: int) -> list[PowerReading]:
-        """One reading for a device of the group, ``[]`` for others and blank lines."""
+    def __call__(self, line: str, t_ns: int) -> list[PowerReading | ChannelReading]:
+        """The readings of a device of the group, ``[]`` for others and blank lines."""
         if not line.strip():
             return []
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 2 or not parts[0].isdigit():
-            raise ValueError(f"expected 'index, power.draw', got {line.strip()!r}")
+        if len(parts) not in (2, 2 + len(TELEMETRY_FIELDS)) or not parts[0].isdigit():
+            raise ValueError(f"expected 'index, power.draw[, utilization.aip, temperature.aip, "
+                             f"clocks.current.soc]', got {line.strip()!r}")
         idx = int(parts[0])
         if idx not in self.indices:
             return []
+        i = self.indices.index(idx)
         w, _ = number(parts[1])
-        return [PowerReading(t_ns=t_ns, device_index=self.indices.index(idx), power_w=w)] if w is not None else []
+        out: list[PowerReading | ChannelReading] = []
+        if w is not None:
+            out.append(PowerReading(t_ns=t_ns, device_index=i, power_w=w))
+        values = {name: v for (_, name), f in zip(TELEMETRY_FIELDS, parts[2:]) if (v := number(f)[0]) is not None}
+        if values:
+            out.append(ChannelReading(t_ns=t_ns, device_index=i, values=values))
+        return out
+
+
+def hlml_channels(hlml: Any, handle: Any, t_ns: int, device_index: int) -> ChannelReading:
+    """One Gaudi's telemetry through pyhlml (see the module doc); a query that fails is
+    left out. A non-zero throttle reason code is kept as ``hlml_reason_0x..`` (HLML's code,
+    not decoded here)."""
+    values: dict[str, float] = {}
+    throttle: list[str] = []
+    with contextlib.suppress(Exception):
+        u = hlml.hlmlDeviceGetUtilizationRates(handle)
+        values["util_pct"] = float(getattr(u, "aip", u))
+    with contextlib.suppress(Exception):
+        values["clock_mhz"] = float(hlml.hlmlDeviceGetClockInfo(handle, 0))
+    with contextlib.suppress(Exception):
+        values["temp_c"] = float(hlml.hlmlDeviceGetTemperature(handle, getattr(hlml, "HLML_TEMPERATURE_ON_AIP", 0)))
+    with contextlib.suppress(Exception):
+        code = int(hlml.hlmlDeviceGetCurrentClocksThrottleReasons(handle))
+        if code:
+            throttle = [f"hlml_reason_0x{code:x}"]
+    return ChannelReading(t_ns=t_ns, device_index=device_index, values=values, throttle=throttle)
 
 
 class HlmlSampler(PowerSampler):
@@ -174,6 +215,10 @@ class HlmlSampler(PowerSampler):
                                     energy_j=self.hlml.hlmlDeviceGetTotalEnergyConsumption(h) / 1000.0,
                                     power_w=self.hlml.hlmlDeviceGetPowerUsage(h) / 1000.0))
         return out
+
+    def read_channels(self) -> list[ChannelReading]:
+        """One telemetry reading per device (:func:`hlml_channels`; contract 1.5)."""
+        return [hlml_channels(self.hlml, h, now_ns(), i) for i, h in enumerate(self.handles)]
 
     def close(self) -> None:
         """``hlmlShutdown``."""

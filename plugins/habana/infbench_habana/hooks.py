@@ -8,7 +8,7 @@ from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler, StreamSampler
-from infbench.schema import DeviceInfo, DeviceSpec
+from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_habana import __version__
 from infbench_habana.hl import (
     HlmlSampler,
@@ -71,8 +71,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM for Gaudi (HabanaAI's vllm-fork / vllm-gaudi plugin), offline and server."""
-    return [EngineSpec("vllm", None, [VENDOR]), EngineSpec("vllm-server", None, [VENDOR])]
+    """vLLM for Gaudi (HabanaAI's vllm-fork / vllm-gaudi plugin), offline and server, and
+    transformers on Gaudi's PyTorch."""
+    return [EngineSpec("vllm", None, [VENDOR]), EngineSpec("vllm-server", None, [VENDOR]),
+            EngineSpec("transformers", None, [VENDOR])]
 
 
 @hookimpl
@@ -91,3 +93,25 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
             "environment": {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
             # --runtime apptainer: the Gaudi device nodes (habanalabs driver: /dev/accel/accel*)
             "apptainer_options": ["--bind", "/dev/accel"]}
+
+#: The builds of the engine libraries that run on Gaudi, and the commands installing them
+#: (the Intel Gaudi software installer's PyTorch; vLLM for Gaudi comes in this plugin's
+#: image). ggml has no Gaudi backend, so llama.cpp does not run on it.
+BACKENDS = DeviceBackends(
+    label="HPU", torch="hpu", vllm="hpu", ggml=[],
+    install={"torch": "./habanalabs-installer.sh install --type pytorch --venv",
+             "vllm": "infbench containers build --vendor habana"})
+
+
+@hookimpl
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
+    """HPU: Gaudi's PyTorch (habana_frameworks), vLLM's ``hpu`` platform; no ggml backend."""
+    return BACKENDS if device.vendor == VENDOR else None
+
+@hookimpl
+def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+    """LLM-Inference-Bench's corner (``lib-corner``) on vLLM for Gaudi, else transformers on
+    Gaudi's PyTorch; bf16, Gaudi's native type."""
+    if device.vendor != VENDOR:
+        return None
+    return {"preset": "lib-corner", "engines": ["vllm", "transformers"], "dtypes": ["bf16"]}

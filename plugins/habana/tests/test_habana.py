@@ -16,8 +16,8 @@ SAMPLES = Path(__file__).parent / "samples"
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_real_pyhlml_without_libhlml_detects_nothing():
@@ -53,7 +53,46 @@ def test_power_loop_lines_for_the_group_and_energy():
 def test_fields_with_and_without_units():
     assert number("101 W") == (101.0, "W") and number("98304") == (98304.0, "")
     assert number("N/A") == (None, "")
-    assert power_argv() == ["hl-smi", "-Q", "index,power.draw", "-f", "csv,noheader,nounits", "-l", "1"]
+    assert power_argv() == ["hl-smi", "-Q", "index,power.draw,utilization.aip,temperature.aip,clocks.current.soc",
+                            "-f", "csv,noheader,nounits", "-l", "1"]
+
+
+def test_telemetry_loop_lines_give_channels():
+    from infbench.schema import ChannelReading
+
+    p = PowerLineParser([0, 3])
+    rs = [r for line in (SAMPLES / "telemetry-loop.csv").read_text().splitlines() for r in p(line, 0)]
+    ch = [r for r in rs if isinstance(r, ChannelReading)]
+    assert [(c.device_index, c.values) for c in ch] == [
+        (0, {"util_pct": 98.0, "temp_c": 54.0, "clock_mhz": 1600.0}),
+        (1, {"util_pct": 0.0, "temp_c": 33.0, "clock_mhz": 1600.0})]
+    assert [r.power_w for r in rs if not isinstance(r, ChannelReading)] == [512.0, 101.0]
+
+
+class RecordedHlml:
+    """pyhlml's answers for one Gaudi2 (newer pyhlml: utilisation as a struct with ``aip``)."""
+
+    def hlmlDeviceGetUtilizationRates(self, h):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(aip=91)
+
+    def hlmlDeviceGetClockInfo(self, h, clock_type):
+        assert clock_type == 0  # SOC
+        return 1600
+
+    def hlmlDeviceGetTemperature(self, h, sensor):
+        return 47
+
+    def hlmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return 0x2
+
+
+def test_hlml_channels():
+    from infbench_habana.hl import hlml_channels
+
+    c = hlml_channels(RecordedHlml(), "h", t_ns=3, device_index=1)
+    assert c.values == {"util_pct": 91.0, "clock_mhz": 1600.0, "temp_c": 47.0} and c.throttle == ["hlml_reason_0x2"]
 
 
 def test_precisions_and_container_spec():

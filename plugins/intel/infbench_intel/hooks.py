@@ -8,7 +8,7 @@ from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler, StreamSampler
-from infbench.schema import DeviceInfo, DeviceSpec
+from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_intel import __version__
 from infbench_intel.xpusmi import DumpParser, XpuSmiUnavailable, detect_groups, dump_argv, parse_version, run_xpusmi
 
@@ -49,8 +49,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM's XPU build runs on Intel GPUs (offline and server)."""
-    return [EngineSpec("vllm", None, [VENDOR]), EngineSpec("vllm-server", None, [VENDOR])]
+    """vLLM's XPU build (offline and server), transformers (XPU torch) and llama.cpp (SYCL
+    build) run on Intel GPUs."""
+    return [EngineSpec(e, None, [VENDOR]) for e in ("vllm", "vllm-server", "transformers", "llama.cpp",
+                                                    "llama.cpp-server")]
 
 
 @hookimpl
@@ -66,3 +68,31 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
         return None
     return {"image": IMAGE, "devices": ["/dev/dri:/dev/dri:rwm"], "group_add": ["render"], "ipc_mode": "host",
             "shm_size": "16g"}
+
+#: The builds of the engine libraries that run on Intel Data Center GPUs, and the commands
+#: installing them (PyTorch's XPU wheels; vLLM's XPU build comes in this plugin's image, as
+#: vLLM publishes no XPU wheel; llama-cpp-python with ggml's SYCL backend, in a oneAPI shell;
+#: xllamacpp's Vulkan wheel).
+BACKENDS = DeviceBackends(
+    label="XPU", torch="xpu", vllm="xpu", ggml=["SYCL", "Vulkan"],
+    install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/xpu",
+             "vllm": "infbench containers build --vendor intel",
+             "llama_cpp": 'source /opt/intel/oneapi/setvars.sh && CMAKE_ARGS="-DGGML_SYCL=on '
+                          '-DCMAKE_C_COMPILER=icx -DCMAKE_CXX_COMPILER=icpx" pip install --force-reinstall '
+                          '--no-cache-dir llama-cpp-python',
+             "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
+                          "https://xorbitsai.github.io/xllamacpp/whl/vulkan"})
+
+
+@hookimpl
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
+    """XPU: torch's XPU build, vLLM's ``xpu`` platform, ggml's SYCL (or Vulkan) backend."""
+    return BACKENDS if device.vendor == VENDOR else None
+
+@hookimpl
+def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+    """LLM-Inference-Bench's corner (``lib-corner``) on vLLM (XPU), else transformers on XPU
+    torch, else llama.cpp's SYCL build; fp16, vLLM's preferred dtype on XPU."""
+    if device.vendor != VENDOR:
+        return None
+    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"], "dtypes": ["fp16"]}

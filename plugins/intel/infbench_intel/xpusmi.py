@@ -3,8 +3,10 @@
 Sources: XPU Manager "XPU System Management Interface User Guide" (1.x: ``discovery -j``
 with ``device_list``; ``dump -d 0 -m 0,1,2 -i 1`` printing ``Timestamp, DeviceId, GPU
 Utilization (%), GPU Power (W), ...``; metric ids 1 = GPU Power (W), 8 = GPU Energy
-Consumed (J)) and the 2.0 reference (``dump --metrics`` with the legacy numeric ids,
-``--interval`` in seconds, ``-d`` taking comma-separated ids).
+Consumed (J); telemetry ids 0 = GPU Utilization (%) [2.x header: "Average % utilization
+of all GPU Engines"], 2 = GPU Frequency (MHz), 3 = GPU Core Temperature (Celsius Degree),
+5 = GPU Memory Utilization (%)) and the 2.0 reference (``dump --metrics`` with the
+legacy numeric ids, ``--interval`` in seconds, ``-d`` taking comma-separated ids).
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.schema import DeviceInfo, PowerReading
+from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: The dump metrics infbench reads: 1 = GPU Power (W), 8 = GPU Energy Consumed (J).
 POWER_METRIC, ENERGY_METRIC = 1, 8
+#: Telemetry metrics streamed with them (contract 1.5): 0 = utilisation, 2 = frequency,
+#: 3 = core temperature, 5 = memory utilisation.
+TELEMETRY_METRICS = (0, 2, 3, 5)
+#: Dump column headers (lower case, unit included) -> channel name.
+CHANNEL_COLUMNS = {"gpu utilization (%)": "util_pct", "average % utilization of all gpu engines": "util_pct",
+                   "gpu frequency (mhz)": "clock_mhz", "gpu core temperature (celsius degree)": "temp_c",
+                   "gpu memory temperature (celsius degree)": "mem_temp_c",
+                   "gpu memory utilization (%)": "mem_util_pct"}
 
 
 class XpuSmiUnavailable(Exception):
@@ -56,12 +66,12 @@ def parse_version(text: str) -> tuple[int, int]:
 
 
 def dump_argv(version: tuple[int, int], device_ids: list[int], interval_s: int = 1, exe: str = "xpu-smi") -> list[str]:
-    """The ``xpu-smi dump`` command streaming power and energy for ``device_ids``.
+    """The ``xpu-smi dump`` command streaming power, energy and telemetry for ``device_ids``.
 
-    1.x: ``-d ID -m 1,8 -i 1``; 2.x: ``-d ID[,ID] --metrics 1,8 --interval 1``.
+    1.x: ``-d ID -m 0,1,2,3,5,8 -i 1``; 2.x: ``-d ID[,ID] --metrics 0,1,2,3,5,8 --interval 1``.
     """
     ids = ",".join(str(i) for i in device_ids)
-    metrics = f"{POWER_METRIC},{ENERGY_METRIC}"
+    metrics = ",".join(str(m) for m in sorted((POWER_METRIC, ENERGY_METRIC, *TELEMETRY_METRICS)))
     if version[0] >= 2:
         return [exe, "dump", "-d", ids, "--metrics", metrics, "--interval", str(interval_s)]
     return [exe, "dump", "-d", ids, "-m", metrics, "-i", str(interval_s)]
@@ -80,7 +90,9 @@ class DumpParser:
 
     The header (``Timestamp, DeviceId, GPU Power (W), GPU Energy Consumed (J)``) fixes
     the columns; rows with a ``TileId`` value are per-tile and skipped (the device row
-    is the sum of tiles for energy and power). Unknown columns are ignored.
+    is the sum of tiles for energy and power). Telemetry columns
+    (:data:`CHANNEL_COLUMNS`) give a :class:`~infbench.schema.ChannelReading` per row
+    ("N/A" left out). Unknown columns are ignored.
 
     Args:
         device_ids: xpu-smi ids of the group, in device_index order.
@@ -90,8 +102,9 @@ class DumpParser:
         self.device_ids = device_ids
         self.columns: dict[str, int] | None = None
 
-    def __call__(self, line: str, t_ns: int) -> list[PowerReading]:
-        """Readings of one line (``[]`` for the header, blank lines and tile rows).
+    def __call__(self, line: str, t_ns: int) -> list[PowerReading | ChannelReading]:
+        """Readings of one line: power/energy and telemetry (``[]`` for the header, blank
+        lines and tile rows).
 
         Raises:
             ValueError: a data row before any header, or a row without the device column.
@@ -111,6 +124,8 @@ class DumpParser:
                     self.columns["power"] = i
                 elif "energy" in lc and "(j)" in lc:
                     self.columns["energy"] = i
+                elif lc in CHANNEL_COLUMNS:
+                    self.columns["ch:" + CHANNEL_COLUMNS[lc]] = i
             if "device" not in self.columns:
                 raise ValueError("xpu-smi dump header has no DeviceId column")
             return []
@@ -124,11 +139,17 @@ class DumpParser:
         dev = int(cells[cols["device"]])
         if dev not in self.device_ids:
             return []
+        idx = self.device_ids.index(dev)
         power = _num(cells[cols["power"]]) if "power" in cols and len(cells) > cols["power"] else None
         energy = _num(cells[cols["energy"]]) if "energy" in cols and len(cells) > cols["energy"] else None
-        if power is None and energy is None:
-            return []
-        return [PowerReading(t_ns=t_ns, device_index=self.device_ids.index(dev), power_w=power, energy_j=energy)]
+        out: list[PowerReading | ChannelReading] = []
+        if power is not None or energy is not None:
+            out.append(PowerReading(t_ns=t_ns, device_index=idx, power_w=power, energy_j=energy))
+        values = {k[3:]: v for k, i in cols.items() if k.startswith("ch:") and len(cells) > i
+                  and (v := _num(cells[i])) is not None}
+        if values:
+            out.append(ChannelReading(t_ns=t_ns, device_index=idx, values=values))
+        return out
 
 
 def parse_discovery(doc: dict[str, Any]) -> list[dict[str, Any]]:

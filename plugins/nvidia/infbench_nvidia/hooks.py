@@ -8,7 +8,7 @@ from infbench.devices import packaged_specs
 from infbench.engines.base import Engine, EngineSpec
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler
-from infbench.schema import DeviceInfo, DeviceSpec
+from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_nvidia import __version__
 from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
 from infbench_nvidia.trtllm import TRTLLM_DTYPES
@@ -111,3 +111,31 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
         "ulimits": ulimits,
         "environment": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
     }
+
+#: The builds of the engine libraries that run on NVIDIA GPUs, and the commands installing
+#: them (PyTorch's CUDA 12.8 wheels; vLLM's PyPI wheels are CUDA builds; llama-cpp-python's
+#: README for GGML_CUDA; xllamacpp's README for its CUDA wheel index). Vulkan builds of
+#: ggml run on NVIDIA GPUs too.
+BACKENDS = DeviceBackends(
+    label="CUDA", torch="cuda", vllm="cuda", ggml=["CUDA", "Vulkan"],
+    install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cu128",
+             "vllm": "pip install vllm",
+             "llama_cpp": 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python',
+             "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
+                          "https://xorbitsai.github.io/xllamacpp/whl/cu128"})
+
+
+@hookimpl
+def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
+    """CUDA: torch's CUDA build, vLLM's ``cuda`` platform, ggml's CUDA (or Vulkan) backend."""
+    return BACKENDS if device.vendor == VENDOR else None
+
+@hookimpl
+def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+    """LLM-Inference-Bench's corner (``lib-corner``) on vLLM, else transformers on CUDA, else
+    llama.cpp's CUDA build; bf16 from compute capability 8.0 (A100) on, fp16 before."""
+    if device.vendor != VENDOR:
+        return None
+    bf16 = "bf16" in (infbench_supported_precisions(device) or [])
+    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
+            "dtypes": ["bf16" if bf16 else "fp16"]}

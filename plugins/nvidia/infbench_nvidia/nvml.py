@@ -3,8 +3,9 @@
 Every function takes the NVML module (``pynvml`` from ``nvidia-ml-py``) as an argument,
 so the logic runs the same against the real library and against a recorded one in tests.
 NVML references: NVML API Reference Guide, "Device Queries" (nvmlDeviceGetTotalEnergyConsumption,
-nvmlDeviceGetPowerUsage, nvmlDeviceGetFieldValues) and nvml.h (``NVML_FI_DEV_POWER_INSTANT``,
-``NVML_POWER_SCOPE_MODULE``).
+nvmlDeviceGetPowerUsage, nvmlDeviceGetFieldValues, nvmlDeviceGetUtilizationRates,
+nvmlDeviceGetClockInfo, nvmlDeviceGetTemperature, nvmlDeviceGetCurrentClocksEventReasons) and
+nvml.h (``NVML_FI_DEV_POWER_INSTANT``, ``NVML_POWER_SCOPE_MODULE``, ``nvmlClocksEventReason*``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from types import ModuleType
 from typing import Any
 
 from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import DeviceInfo, PowerReading
+from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+
+#: Clock event (throttle) reasons that lower the clocks below what was asked, by their
+#: bit in ``nvmlDeviceGetCurrentClocksEventReasons`` (nvml.h ``nvmlClocksEventReason*``).
+#: GPU idle (0x1), application clocks (0x2), sync boost (0x10) and display clock (0x100)
+#: are left out: they are settings or idleness, not a limit hit under load.
+THROTTLE_REASONS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
+                    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x200: "board_limit",
+                    0x400: "reliability"}
 
 
 class NvmlUnavailable(Exception):
@@ -214,6 +223,46 @@ class NvmlSampler(PowerSampler):
                 out.append(PowerReading(t_ns=t, device_index=i, power_w=self._instant_w(h)))
             else:
                 out.append(PowerReading(t_ns=t, device_index=i, power_w=self.nvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
+        return out
+
+    def _probe_channels(self) -> None:
+        """Which channel queries each GPU answers (tried once; an unsupported one, e.g.
+        utilisation under MIG, is left out rather than failing every reading)."""
+        nv = self.nvml
+        sm, mem = getattr(nv, "NVML_CLOCK_SM", 1), getattr(nv, "NVML_CLOCK_MEM", 2)
+        temp = getattr(nv, "NVML_TEMPERATURE_GPU", 0)
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        queries = {"util": lambda h: nv.nvmlDeviceGetUtilizationRates(h),
+                   "clock_mhz": lambda h: nv.nvmlDeviceGetClockInfo(h, sm),
+                   "mem_clock_mhz": lambda h: nv.nvmlDeviceGetClockInfo(h, mem),
+                   "temp_c": lambda h: nv.nvmlDeviceGetTemperature(h, temp)}
+        if reasons is not None:
+            queries["throttle"] = reasons
+        self._channel_queries = [{k: q for k, q in queries.items() if self._try(lambda q=q, h=h: q(h))}
+                                 for h in self.handles]
+
+    def read_channels(self) -> list[ChannelReading]:
+        """One reading per GPU: ``util_pct`` and ``mem_util_pct`` (nvmlDeviceGetUtilizationRates:
+        % of the driver's last sample period, 1/6 to 1 s), ``clock_mhz`` (SM) and
+        ``mem_clock_mhz`` (MHz), ``temp_c`` (GPU sensor, C), and the active clock event
+        reasons of :data:`THROTTLE_REASONS` (contract 1.5)."""
+        if not hasattr(self, "_channel_queries"):
+            self._probe_channels()
+        out = []
+        for i, (h, qs) in enumerate(zip(self.handles, self._channel_queries)):
+            t = now_ns()
+            values: dict[str, float] = {}
+            throttle: list[str] = []
+            for k, q in qs.items():
+                v = q(h)
+                if k == "util":
+                    values["util_pct"], values["mem_util_pct"] = float(v.gpu), float(v.memory)
+                elif k == "throttle":
+                    throttle = [name for bit, name in THROTTLE_REASONS.items() if int(v) & bit]
+                else:
+                    values[k] = float(v)
+            out.append(ChannelReading(t_ns=t, device_index=i, values=values, throttle=throttle))
         return out
 
     def close(self) -> None:

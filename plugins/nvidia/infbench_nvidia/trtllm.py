@@ -82,6 +82,22 @@ class TrtllmServeEngine(ManagedServerEngine):
         self.options["served_model"] = served
         super().start(group)
 
+    def verify_device(self, group) -> dict[str, Any]:
+        """TensorRT-LLM has no CPU path: a healthy ``trtllm-serve`` runs on a CUDA GPU. The
+        cells must be planned on an NVIDIA device (the plugin registers the engine there only).
+
+        Raises:
+            DeviceMismatch: the planned device is not an NVIDIA GPU.
+        """
+        from infbench.engines.availability import device_label
+        from infbench.errors import DeviceMismatch
+
+        if self.device.vendor != "nvidia":
+            raise DeviceMismatch(self.name, device_label(self.device), "TensorRT-LLM runs on NVIDIA GPUs only",
+                                 "an NVIDIA GPU", "run trtllm-serve cells with --device nvidia")
+        return {"device": "cuda", "basis": "trtllm-serve started and answered /health; TensorRT-LLM has no CPU path",
+                "source": "server log" if self.server else None}
+
     def describe(self) -> dict[str, Any]:
         """Client description, LLM-API options and the server log path."""
         d = super().describe()

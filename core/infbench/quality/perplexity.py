@@ -1,0 +1,634 @@
+"""Perplexity the way llama.cpp's ``llama-perplexity`` computes it, on llama.cpp,
+transformers and vLLM.
+
+The method (llama.cpp ``tools/perplexity/perplexity.cpp``, ``perplexity()``, the default
+``--ppl-stride 0`` path):
+
+1. Tokenize the whole text (one trailing newline dropped, as ``-f FILE`` reads it) once
+   with the model's tokenizer, special tokens added as the model asks
+   (``common_tokenize(ctx, text, add_special=true)``: BOS first where the vocabulary's
+   ``add_bos`` is set; never EOS).
+2. Refuse a text of fewer than ``2 * n_ctx`` tokens. Cut the tokens into
+   ``n_chunk = len(tokens) // n_ctx`` non-overlapping chunks of ``n_ctx`` tokens (the
+   tail is dropped; ``--chunks N`` keeps the first N).
+3. In each chunk, where the model adds BOS, replace the first token by BOS; evaluate the
+   chunk from an empty cache at positions ``0 .. n_ctx-1``.
+4. Score the second half: for ``j = first .. n_ctx-2`` with ``first = n_ctx // 2``, the
+   negative log-likelihood of token ``j+1`` under the softmax of the logits at ``j``
+   (``n_ctx - first - 1`` tokens per chunk; 255 for ``n_ctx`` 512).
+5. ``perplexity = exp(mean NLL)``; llama.cpp's uncertainty
+   ``PPL * sqrt((mean(NLL^2) - mean(NLL)^2) / (count - 1))`` is :attr:`PerplexityResult.stderr`
+   ("Final estimate: PPL = X +/- Y").
+
+Per engine (:data:`SCORERS`), each on the model its adapter loaded:
+
+* ``llama.cpp``: the C API (llama-cpp-python): ``llama_tokenize``, one ``llama_decode`` per
+  chunk with logits requested for positions ``>= first``, ``llama_get_logits``;
+* ``transformers``: the model's own loss (``model(input_ids, labels)`` with labels -100
+  outside the scored half; the causal-LM loss shifts them by one, so it is the mean NLL
+  of exactly the tokens above) for the perplexity, per-token cross-entropy of the same
+  logits for the uncertainty;
+* ``vllm``: ``SamplingParams(prompt_logprobs=0)`` on token-id prompts (the log-probability
+  of each prompt token given the ones before it, from the raw logits).
+
+Token ids: a GGUF model is tokenized by its own vocabulary through llama.cpp on every engine
+(and so is a folder ``infbench quantize --to hf`` wrote from a GGUF), so all engines score
+the same ids (``tokens_sha256``); transformers' conversion of a GGUF vocabulary does not
+split text as llama.cpp does (SmolLM2 on CPython's LICENSE.txt: 3,822 tokens against
+3,767). Any other Hugging Face folder uses its own tokenizer (BOS as it adds one).
+Log-softmax is taken in float64 over float32 logits on every engine. Random (dummy)
+weights are refused (:func:`~infbench.quality.weights.require_real_weights`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from infbench.errors import ConfigError
+from infbench.schema import short_hash
+
+#: Engines that can score a text, and the dtype each uses when none is given (llama.cpp:
+#: the GGUF's own type).
+PERPLEXITY_ENGINES = ("llama.cpp", "transformers", "vllm")
+DEFAULT_DTYPES = {"transformers": "float32", "vllm": "float32"}
+
+
+class PerplexityResult(BaseModel):
+    """One perplexity measurement, as stored (:mod:`infbench.store.quality`).
+
+    Attributes:
+        model: the model as given (``.gguf`` path, HF folder).
+        weights_sha256: SHA-256 of that model's weights (file, or folder's weight files).
+        engine, dtype: the engine and its dtype (a derived precision for llama.cpp).
+        text_path, text_sha256: the scored text and the SHA-256 of its bytes.
+        n_ctx: tokens per chunk. max_chunks: the ``--chunks`` limit (None: all).
+        n_chunks: chunks scored. n_tokens: tokens scored (``n_chunks * (n_ctx - n_ctx//2 - 1)``).
+        n_text_tokens: tokens in the whole text. add_bos: BOS put first in each chunk.
+        tokenizer: what tokenized the text (:func:`tokenizer_source`).
+        tokens_sha256: SHA-256 of the scored chunks' token ids (int32, BOS included):
+            equal on two engines means they scored the very same ids.
+        perplexity: exp(mean NLL). stderr: llama.cpp's uncertainty of it (module doc).
+        nll_mean, nll_std: mean and standard deviation of the per-token NLL (nats).
+        chunk_perplexity: perplexity of each chunk alone.
+        status, error: ``ok`` or ``failed`` with the error.
+        device: the device group (``DeviceInfo``). engine_info: the adapter's ``describe()``.
+        weights: what was loaded (:func:`~infbench.quality.sample.weights_record`).
+        wall_s: seconds spent scoring (load excluded); load_s: seconds loading the model.
+        started_at, finished_at: UNIX times (s).
+    """
+
+    model: str
+    weights_sha256: str
+    engine: str
+    dtype: str
+    text_path: str
+    text_sha256: str
+    n_ctx: int
+    max_chunks: int | None = None
+    n_chunks: int = 0
+    n_tokens: int = 0
+    n_text_tokens: int = 0
+    add_bos: bool = False
+    tokenizer: str | None = None
+    tokens_sha256: str | None = None
+    perplexity: float | None = None
+    stderr: float | None = None
+    nll_mean: float | None = None
+    nll_std: float | None = None
+    chunk_perplexity: list[float] = Field(default_factory=list)
+    status: str = "ok"
+    error: str | None = None
+    device: dict[str, Any] = Field(default_factory=dict)
+    engine_info: dict[str, Any] = Field(default_factory=dict)
+    weights: dict[str, Any] = Field(default_factory=dict)
+    wall_s: float | None = None
+    load_s: float | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+    def key(self) -> str:
+        """:func:`quality_key` of this result."""
+        return quality_key(self.model, self.weights_sha256, self.engine, self.dtype, self.text_sha256, self.n_ctx,
+                           self.max_chunks)
+
+
+def quality_key(model: str, weights_sha256: str, engine: str, dtype: str, text_sha256: str, n_ctx: int,
+                max_chunks: int | None) -> str:
+    """16-hex-digit identity of a measurement: model and its weights' hash, engine, dtype,
+    text hash, ``n_ctx`` and the chunk limit (the last changes which tokens are scored)."""
+    return short_hash({"model": model, "weights_sha256": weights_sha256, "engine": engine, "dtype": dtype,
+                       "text_sha256": text_sha256, "n_ctx": n_ctx, "max_chunks": max_chunks})
+
+
+# -- the method ----------------------------------------------------------------------------
+def chunk_tokens(tokens: np.ndarray, n_ctx: int, bos_id: int | None, max_chunks: int | None = None) -> np.ndarray:
+    """The chunks of step 2-3: shape ``(n_chunk, n_ctx)`` int32, BOS first in each when
+    ``bos_id`` is not None.
+
+    Raises:
+        ConfigError: fewer than ``2 * n_ctx`` tokens (llama.cpp's own limit), ``n_ctx < 4``.
+    """
+    if n_ctx < 4:
+        raise ConfigError(f"--n-ctx {n_ctx} is too small", hint="use at least 4 (llama-perplexity uses 512)")
+    t = np.asarray(tokens, dtype=np.int32)
+    if t.size < 2 * n_ctx:
+        raise ConfigError(f"the text tokenizes to {t.size} tokens; perplexity with a context of {n_ctx} needs at "
+                          f"least {2 * n_ctx}", hint=f"use a longer text or --n-ctx {max(4, t.size // 2)}")
+    n = t.size // n_ctx
+    if max_chunks is not None:
+        n = min(n, max_chunks)
+    chunks = t[:n * n_ctx].reshape(n, n_ctx).copy()
+    if bos_id is not None:
+        chunks[:, 0] = bos_id
+    return chunks
+
+
+def first_scored(n_ctx: int) -> int:
+    """``first = n_ctx // 2``: logits at positions ``first .. n_ctx-2`` are scored."""
+    return n_ctx // 2
+
+
+def nll_from_logits(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Per-row negative log-likelihood ``logsumexp(logits) - logits[target]`` in float64.
+
+    Args:
+        logits: ``(k, n_vocab)``. targets: ``(k,)`` token ids.
+    """
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=1)
+    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+    return lse - x[np.arange(x.shape[0]), np.asarray(targets)]
+
+
+def summarize(nll: np.ndarray) -> dict[str, float]:
+    """``{"perplexity", "stderr", "nll_mean", "nll_std", "n_tokens"}`` of per-token NLLs,
+    with llama.cpp's uncertainty (module doc, step 5).
+
+    Raises:
+        ValueError: fewer than 2 values.
+    """
+    v = np.asarray(nll, dtype=np.float64)
+    if v.size < 2:
+        raise ValueError("need at least 2 scored tokens")
+    mean = float(v.mean())
+    var = float((v * v).mean() - mean * mean)
+    ppl = math.exp(mean)
+    err = ppl * math.sqrt(var / (v.size - 1)) if var > 0 else 0.0
+    return {"perplexity": ppl, "stderr": err, "nll_mean": mean, "nll_std": math.sqrt(max(var, 0.0)),
+            "n_tokens": int(v.size)}
+
+
+# -- scorers -------------------------------------------------------------------------------
+class Scorer(ABC):
+    """Tokenizes a text and scores chunks on an engine adapter that has loaded a model.
+
+    Args:
+        engine: the started adapter.
+        n_ctx: tokens per chunk.
+        model: the :class:`~infbench.models.ModelShape` it loaded (its path has the tokenizer).
+        gguf_vocab: a GGUF whose vocabulary (through llama.cpp) tokenizes the text instead
+            of the engine's own tokenizer (:func:`tokenizer_source`), so every engine scores
+            the same ids; None: the engine's tokenizer.
+    """
+
+    def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
+        self.engine = engine
+        self.n_ctx = n_ctx
+        self.model = model
+        self.gguf_vocab = gguf_vocab
+
+    @abstractmethod
+    def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
+        """``(token ids with BOS first where the model adds one, BOS id or None)``."""
+
+    @abstractmethod
+    def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
+        """Per chunk, the NLLs of tokens ``first+1 .. n_ctx-1`` (shape ``(n_ctx-first-1,)``),
+        and per chunk the engine's own mean loss where it reports one (else None)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook: most scorers hold nothing of their own
+        """Free what the scorer created (not the engine)."""
+
+
+def llama_tokenize_text(L: Any, vocab: Any, text: str) -> tuple[np.ndarray, int | None]:
+    """``common_tokenize(ctx, text, add_special=true, parse_special=false)`` through the C
+    API: ``(ids, BOS id if the vocabulary adds one else None)``."""
+    b = text.encode("utf-8")
+    need = -L.llama_tokenize(vocab, b, len(b), None, 0, True, False)
+    buf = (L.llama_token * max(need, 1))()
+    n = L.llama_tokenize(vocab, b, len(b), buf, max(need, 1), True, False)
+    if n < 0:
+        raise RuntimeError(f"llama_tokenize failed ({n})")
+    ids = np.ctypeslib.as_array(buf)[:n].astype(np.int32)
+    bos = int(L.llama_vocab_bos(vocab)) if L.llama_vocab_get_add_bos(vocab) else None
+    return ids, bos
+
+
+def gguf_tokenize(path: str | Path, text: str) -> tuple[np.ndarray, int | None]:
+    """Tokenize with a GGUF's own vocabulary as llama.cpp implements it (the model loaded
+    ``vocab_only``): the reference tokenization of a GGUF model on every engine.
+
+    Raises:
+        ConfigError: llama.cpp cannot read the file's vocabulary.
+    """
+    import llama_cpp as L
+
+    from infbench.engines import llama_cpp_engine as lce
+
+    if not lce._backend_ready:  # llama.cpp's log to Python logging, as the engine sets it up
+        lce._quiet_logs(L)
+        L.llama_backend_init()
+        lce._backend_ready = True
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(str(path).encode(), mp)
+    if not model:
+        raise ConfigError(f"llama.cpp could not read the vocabulary of {path}")
+    try:
+        return llama_tokenize_text(L, L.llama_model_get_vocab(model), text)
+    finally:
+        L.llama_model_free(model)
+
+
+def tokenizer_source(weights: Any) -> str | None:
+    """The GGUF whose vocabulary tokenizes the text for any engine: the model itself when it
+    is a GGUF; for a folder written by ``infbench quantize --to hf``, its parent GGUF (the
+    same model: transformers' conversion of a GGUF vocabulary need not split text as
+    llama.cpp does); None for other folders (their own Hugging Face tokenizer)."""
+    import json
+
+    from infbench.quality.quantize import HF_PROVENANCE
+
+    if weights.format == "gguf":
+        return weights.path
+    side = Path(weights.path or "") / HF_PROVENANCE
+    if weights.format == "hf" and side.is_file():
+        parent = json.loads(side.read_text()).get("parent")
+        if parent and Path(parent).is_file():
+            return parent
+    return None
+
+
+class LlamaCppScorer(Scorer):
+    """llama.cpp through the C API (one sequence, ``n_batch = n_ctx``)."""
+
+    def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
+        super().__init__(engine, n_ctx, model, gguf_vocab)
+        from infbench.engines.llama_cpp_engine import _Batch
+
+        L = engine.L
+        self.L = L
+        self.vocab = L.llama_model_get_vocab(engine.model)
+        cp = L.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = n_ctx
+        cp.n_ubatch = min(n_ctx, int(engine.options.get("n_ubatch", 512)))
+        cp.n_seq_max = 1
+        cp.n_threads = cp.n_threads_batch = engine.threads
+        self.ctx = L.llama_init_from_model(engine.model, cp)
+        if not self.ctx:
+            raise MemoryError(f"llama.cpp could not create a context of {n_ctx} tokens")
+        self.batch = _Batch(L, n_ctx)
+
+    def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
+        return llama_tokenize_text(self.L, self.vocab, text)
+
+    def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
+        L, n_ctx = self.L, self.n_ctx
+        n_vocab = self.engine.n_vocab
+        out = []
+        pos = np.arange(n_ctx, dtype=np.int32)
+        seq = np.zeros(n_ctx, np.int32)
+        want = (pos >= first).astype(np.int8)
+        for chunk in chunks:
+            L.llama_memory_clear(L.llama_get_memory(self.ctx), True)
+            self.batch.fill(chunk, pos, seq, want)
+            rc = L.llama_decode(self.ctx, self.batch.batch)
+            if rc != 0:
+                raise RuntimeError(f"llama_decode returned {rc}")
+            logits = np.ctypeslib.as_array(L.llama_get_logits(self.ctx), shape=(n_ctx - first, n_vocab))
+            out.append(nll_from_logits(logits[:-1], chunk[first + 1:]))
+        return out, None
+
+    def close(self) -> None:
+        if self.ctx is not None:
+            self.L.llama_free(self.ctx)
+            self.ctx = None
+
+
+def hf_tokenize(tokenizer: Any, text: str) -> tuple[np.ndarray, int | None]:
+    """A Hugging Face tokenizer's ids for ``text`` with BOS first when the tokenizer adds
+    one (as llama.cpp's ``add_bos``): special tokens of the text are not parsed, no EOS."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    bos = tokenizer.bos_token_id
+    probe = tokenizer.encode("a", add_special_tokens=True)
+    adds_bos = bos is not None and len(probe) > 0 and probe[0] == bos
+    if adds_bos:
+        ids = [bos, *ids]
+    return np.asarray(ids, dtype=np.int32), (bos if adds_bos else None)
+
+
+class TransformersScorer(Scorer):
+    """transformers: the model's loss per chunk (module doc), on the adapter's device."""
+
+    def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
+        from infbench.quality.sample import hf_tokenizer
+
+        if self.gguf_vocab:
+            return gguf_tokenize(self.gguf_vocab, text)
+        return hf_tokenize(hf_tokenizer(self.model.path), text)
+
+    def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
+        torch = self.engine.torch
+        model, dev = self.engine.model, self.engine.dev
+        out, losses = [], []
+        with torch.inference_mode():
+            for chunk in chunks:
+                ids = torch.tensor(chunk[None, :], dtype=torch.long, device=dev)
+                labels = ids.clone()
+                labels[:, :first + 1] = -100
+                res = model(input_ids=ids, labels=labels)
+                logits = res.logits[0, first:self.n_ctx - 1].float()
+                nll = torch.nn.functional.cross_entropy(logits.double(), ids[0, first + 1:], reduction="none")
+                out.append(nll.cpu().numpy())
+                losses.append(float(res.loss))
+        return out, losses
+
+
+class VllmScorer(Scorer):
+    """vLLM: ``prompt_logprobs=0`` on the chunks as token-id prompts, all submitted together."""
+
+    def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
+        if self.gguf_vocab:
+            return gguf_tokenize(self.gguf_vocab, text)
+        return hf_tokenize(self.engine.llm.get_tokenizer(), text)
+
+    def chunk_nll(self, chunks: np.ndarray, first: int) -> tuple[list[np.ndarray], list[float] | None]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        outs = self.engine.llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in c]) for c in chunks], sp,
+                                        use_tqdm=False)
+        res = []
+        for chunk, o in zip(chunks, outs):
+            pl = o.prompt_logprobs
+            res.append(np.array([-pl[j][int(chunk[j])].logprob for j in range(first + 1, self.n_ctx)],
+                                dtype=np.float64))
+        return res, None
+
+
+#: Engine name -> scorer class.
+SCORERS: dict[str, type[Scorer]] = {"llama.cpp": LlamaCppScorer, "transformers": TransformersScorer,
+                                    "vllm": VllmScorer}
+
+
+# -- the measurement -------------------------------------------------------------------------
+def read_text(path: str | Path) -> tuple[str, str]:
+    """``(text, sha256 of the file's bytes)``; one trailing newline is dropped from the text,
+    as llama.cpp's ``-f FILE`` does (``common/arg.cpp``).
+
+    Raises:
+        ConfigError: missing file or not UTF-8.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"text file {p} not found", hint="pass a plain-text file to --text (e.g. WikiText-2 test)")
+    raw = p.read_bytes()
+    try:
+        return raw.decode("utf-8").removesuffix("\n"), hashlib.sha256(raw).hexdigest()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p} is not UTF-8 text ({exc})") from None
+
+
+def score_text(scorer: Scorer, text: str, n_ctx: int, max_chunks: int | None = None,
+               on_chunks: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Steps 1-5 of the module doc on a scorer.
+
+    Returns:
+        :func:`summarize`'s dict plus ``n_chunks``, ``n_text_tokens``, ``add_bos``,
+        ``tokens_sha256``, ``chunk_perplexity`` and ``engine_loss`` (the engine's mean loss
+        over all scored tokens where it reports one, else None).
+
+    Raises:
+        ConfigError: the text is too short for ``n_ctx``.
+    """
+    ids, bos = scorer.tokenize(text)
+    chunks = chunk_tokens(ids, n_ctx, bos, max_chunks)
+    if on_chunks is not None:
+        on_chunks(len(chunks))
+    first = first_scored(n_ctx)
+    nlls, losses = scorer.chunk_nll(chunks, first)
+    allv = np.concatenate(nlls)
+    s = summarize(allv)
+    per = [math.exp(float(v.mean())) for v in nlls]
+    if losses is not None:
+        # The engine's own loss gives the perplexity (transformers); the per-token values the spread.
+        mean_loss = float(np.mean(losses))
+        s["engine_loss"] = mean_loss
+        s["perplexity"] = math.exp(mean_loss)
+        s["stderr"] = s["perplexity"] * s["stderr"] / math.exp(s["nll_mean"])
+    else:
+        s["engine_loss"] = None
+    s.update(n_chunks=int(len(chunks)), n_text_tokens=int(ids.size), add_bos=bos is not None,
+             tokens_sha256=hashlib.sha256(chunks.astype("<i4").tobytes()).hexdigest(), chunk_perplexity=per)
+    return s
+
+
+def default_dtype(engine: str, weights: Any, spec: Any) -> str:
+    """The dtype when none is given: llama.cpp on a GGUF its own type, transformers and vLLM
+    float32 (the reference), else the engine's default."""
+    if engine == "llama.cpp" and weights.dtype:
+        return weights.dtype
+    return DEFAULT_DTYPES.get(engine) or next(iter(spec.dtypes))
+
+
+@dataclass
+class PerplexityRequest:
+    """A validated measurement to make (:func:`plan_perplexity`).
+
+    Attributes:
+        shape: the resolved model. weights: its :class:`~infbench.quality.weights.WeightsInfo`.
+        engine: engine name. dtype: the engine's dtype spelling.
+        text, text_path, text_sha256: the text, its file and the SHA-256 of its bytes.
+        n_ctx, max_chunks: chunking (module doc).
+    """
+
+    shape: Any
+    weights: Any
+    engine: str
+    dtype: str
+    text: str
+    text_path: str
+    text_sha256: str
+    n_ctx: int
+    max_chunks: int | None
+
+    def key(self) -> str:
+        """:func:`quality_key` of the measurement."""
+        return quality_key(self.shape.name, self.weights.sha256 or "", self.engine, self.dtype, self.text_sha256,
+                           self.n_ctx, self.max_chunks)
+
+    def label(self) -> str:
+        """``model on engine (dtype)``."""
+        return f"{self.shape.name} on {self.engine} ({self.dtype})"
+
+
+def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, text: str | Path, n_ctx: int = 512,
+                    max_chunks: int | None = None, pm: Any = None) -> list[PerplexityRequest]:
+    """Validate everything before anything loads: one request per engine and dtype.
+
+    Args:
+        model: a ``.gguf`` file or an HF folder with weights (zoo names are dummy: refused).
+        engines: among :data:`PERPLEXITY_ENGINES`.
+        dtypes: engine dtypes or precision classes (None: :func:`default_dtype` per engine).
+        text: a UTF-8 text file.
+        n_ctx: tokens per chunk (512 as llama-perplexity). max_chunks: score only the first chunks.
+        pm: the plugin manager (default: a fresh one).
+
+    Raises:
+        ConfigError: dummy weights, an engine that cannot score, a dtype it does not have,
+            a missing text, ``n_ctx`` or ``max_chunks`` out of range.
+        EngineUnavailable: an engine's library is missing.
+    """
+    from infbench.errors import EngineUnavailable
+    from infbench.models import resolve
+    from infbench.plan import engine_specs
+    from infbench.plugins import get_plugin_manager
+    from infbench.quality.weights import require_real_weights
+
+    bad = [e for e in engines if e not in SCORERS]
+    if bad:
+        raise ConfigError(f"perplexity runs on {', '.join(PERPLEXITY_ENGINES)}, not {', '.join(bad)}",
+                          hint="a server engine scores through its in-process twin: llama.cpp or vllm")
+    if n_ctx < 4:
+        raise ConfigError(f"--n-ctx {n_ctx} is too small", hint="use at least 4 (llama-perplexity uses 512)")
+    if max_chunks is not None and max_chunks < 1:
+        raise ConfigError(f"--chunks {max_chunks} must be at least 1")
+    shape = resolve(model)
+    weights = require_real_weights(shape)
+    body, text_sha = read_text(text)
+    specs = engine_specs(pm or get_plugin_manager())
+    out = []
+    for e in engines:
+        spec = specs.get(e)
+        if spec is None or spec.factory is None:
+            raise EngineUnavailable(f"engine {e!r} is not installed")
+        missing = spec.missing()
+        if missing:
+            raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)}", hint=spec.install or None)
+        natives = []
+        for d in dtypes or [None]:
+            native = default_dtype(e, weights, spec) if d is None else spec.resolve_dtype(d)
+            if native is None:
+                raise ConfigError(f"dtype {d!r} is not available on engine {e!r}",
+                                  hint=f"{e} dtypes: {', '.join(spec.dtypes)}")
+            if e == "llama.cpp" and weights.format != "gguf":
+                raise ConfigError(f"llama.cpp needs a .gguf file, got {shape.name}",
+                                  hint="use --engine transformers or vllm for a Hugging Face folder")
+            if e == "transformers" and weights.format == "gguf" and importlib.util.find_spec("accelerate") is None:
+                raise EngineUnavailable("transformers loads a .gguf file only with accelerate installed",
+                                        hint="pip install 'infbench[transformers]'")
+            natives.append(native)
+        for native in dict.fromkeys(natives):
+            out.append(PerplexityRequest(shape, weights, e, native, body, str(Path(text).resolve()), text_sha, n_ctx,
+                                         max_chunks))
+    return out
+
+
+def run_perplexity(req: PerplexityRequest, device: Any, options: dict[str, Any] | None = None, pm: Any = None,
+                   on_event: Callable[[str, Any], None] | None = None) -> PerplexityResult:
+    """Load the request's model on its engine and measure the perplexity of its text.
+
+    Args:
+        req: from :func:`plan_perplexity`.
+        device: the :class:`~infbench.schema.DeviceInfo` to run on.
+        options: engine options (``n_threads``...).
+        pm: the plugin manager (default: a fresh one).
+        on_event: ``(kind, payload)`` callback: ``loading`` (label), ``chunks`` (count).
+
+    Returns:
+        The result; ``status`` ``failed`` with ``error`` when the engine failed (a failed
+        measurement is a result too, and the caller's sweep goes on).
+
+    Raises:
+        ConfigError: the text is too short for ``n_ctx`` (or the engine refuses the input).
+    """
+    from infbench.engines.availability import device_backends
+    from infbench.engines.base import Engine
+    from infbench.engines.device_proof import start_on_device
+    from infbench.engines.launch import launch
+    from infbench.errors import EngineUnavailable
+    from infbench.measure.cell import describe_error
+    from infbench.plan import Group
+    from infbench.plugins import get_plugin_manager
+    from infbench.schema import Cell
+
+    emit = on_event or (lambda kind, payload: None)
+    pm = pm or get_plugin_manager()
+    res = PerplexityResult(model=req.shape.name, weights_sha256=req.weights.sha256 or "", engine=req.engine,
+                           dtype=req.dtype, text_path=req.text_path, text_sha256=req.text_sha256, n_ctx=req.n_ctx,
+                           max_chunks=req.max_chunks, device=device.model_dump(), started_at=time.time())
+    cell = Cell(model=req.shape.name, engine=req.engine, dtype=req.dtype, batch=1, input_len=req.n_ctx,
+                output_len=1, warmup=0)
+    group = Group(req.shape, req.engine, req.dtype, 1, [cell])
+    eng: Engine | None = None
+    scorer: Scorer | None = None
+    try:
+        emit("loading", group.label())
+        t0 = time.perf_counter()
+        eng = launch(pm, req.engine, device, dict(options or {}))
+        start_on_device(eng, group, device_backends(pm, device))  # as a run does: on the device, proven
+        res.load_s = time.perf_counter() - t0
+        try:
+            res.engine_info = eng.describe()
+        except Exception as exc:  # noqa: BLE001
+            res.engine_info = {"name": req.engine, "describe_error": str(exc)}
+        res.weights = dict(res.engine_info.get("weights") or req.weights.record())
+        vocab = tokenizer_source(req.weights)
+        scorer = SCORERS[req.engine](eng, req.n_ctx, req.shape, vocab)
+        res.tokenizer = f"llama.cpp vocabulary of {Path(vocab).name}" if vocab else "Hugging Face tokenizer"
+        t1 = time.perf_counter()
+        s = score_text(scorer, req.text, req.n_ctx, req.max_chunks, on_chunks=lambda n: emit("chunks", n))
+        res.wall_s = time.perf_counter() - t1
+        for k in ("perplexity", "stderr", "nll_mean", "nll_std", "n_tokens", "n_chunks", "n_text_tokens", "add_bos",
+                  "tokens_sha256", "chunk_perplexity"):
+            setattr(res, k, s[k])
+        if s.get("engine_loss") is not None:
+            res.engine_info["loss_mean"] = s["engine_loss"]
+    except (KeyboardInterrupt, ConfigError, EngineUnavailable):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed measurement is a result
+        res.status, res.error = "failed", describe_error(exc)
+    finally:
+        if scorer is not None:
+            scorer.close()
+        if eng is not None:
+            eng.stop()
+        res.finished_at = time.time()
+    return res
+
+
+def measure_perplexity(model: str, engine: str, text: str | Path, dtype: str | None = None, n_ctx: int = 512,
+                       max_chunks: int | None = None, device: str | None = None,
+                       options: dict[str, Any] | None = None, pm: Any = None,
+                       on_event: Callable[[str, Any], None] | None = None) -> PerplexityResult:
+    """One measurement: :func:`plan_perplexity` then :func:`run_perplexity` on ``--device``
+    (default: the first accelerator, else the CPU). Arguments and errors as theirs."""
+    from infbench.detect import detect
+    from infbench.plugins import get_plugin_manager
+    from infbench.target import select_device
+
+    pm = pm or get_plugin_manager()
+    (req,) = plan_perplexity(model, [engine], [dtype] if dtype else None, text, n_ctx, max_chunks, pm)
+    return run_perplexity(req, select_device(detect(pm), device), options, pm, on_event)

@@ -1,0 +1,334 @@
+"""Reading LLM-Inference-Bench's CSV layout into stored cells marked ``published``.
+
+The layout is the one of the paper's raw results (``Plots/All_results.csv`` of
+github.com/argonne-lcf/LLM-Inference-Bench: ``Hardware, Num of Hardware, Framework,
+Model, Input Output Length, Batch Size, Latency, Throughput``) and the one
+``infbench export --format lib-csv`` writes (the same columns plus ``Input Length,
+Output Length, TTFT Latency, end_latency, avg_power``; :data:`infbench.report.data.LIB_COLUMNS`).
+``Latency`` is the batch's wall time (s), ``Throughput`` ``batch x (input + output) /
+Latency`` (their eq. 2).
+
+Mapping (:func:`published_cells`):
+
+* **Devices** by name to the catalog (:data:`LIB_HARDWARE`; any other name through the
+  catalog's ``match`` strings). LLM-Inference-Bench counts an MI250 as one device; ROCm
+  shows its two GCDs, so N MI250 are imported as ``2 N`` devices with ``tensor_parallel_size
+  2 N`` (their scripts: ``CUDA_VISIBLE_DEVICES=0,1`` for one MI250, vLLM ``--tensor-parallel-size``
+  4 and 8 for two and four).
+* **Frameworks** to infbench's engine names (:data:`LIB_ENGINES`), dtype fp16 in each
+  engine's spelling (the paper ran everything in fp16).
+* **llama.cpp**: the paper ran ``llama-bench -pg IN,OUT -b BATCH``, one sequence whose
+  prompt is processed ``BATCH`` tokens at a time (``-b`` is llama.cpp's ``n_batch``), and
+  its rows say so: ``Throughput x Latency = IN + OUT`` rather than ``BATCH x (IN + OUT)``.
+  Such a row (and every llama.cpp row of the paper's own hardware names, ``-b 1`` included)
+  becomes a batch-1 cell with ``options = {"n_batch": BATCH}`` and, since a
+  cell spec cannot hold that option, a ``spec_hash`` of its own (it matches no local cell
+  in ``compare``). With several GPUs llama.cpp splits the layers (a pipeline), which the
+  prediction's llama.cpp profile knows.
+* **Provenance and marking**: each cell's engine description carries ``published: true``,
+  the source and the CSV line; its ``cell_id`` hashes the source and the published device
+  name too, so a published cell never stands in for a local measurement of the same
+  workload (``infbench run`` does not skip a cell because the paper measured it); the
+  device's ``properties`` hold ``catalog_id`` and ``published_name``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infbench.errors import ConfigError
+from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
+
+
+@dataclass(frozen=True)
+class PublishedDevice:
+    """How a published hardware name maps to a catalog device.
+
+    Attributes:
+        catalog_id: the device description id (``infbench devices``).
+        vendor, kind: :class:`DeviceInfo` fields.
+        model: the name the driver reports (matched by the catalog's ``match`` strings).
+        devices_per_unit: devices the driver shows per published unit (MI250: 2 GCDs).
+        note: what is known about the published system.
+    """
+
+    catalog_id: str | None
+    vendor: str
+    kind: str
+    model: str
+    devices_per_unit: int = 1
+    note: str = ""
+
+
+#: LLM-Inference-Bench's hardware names (and their systems, paper Table II).
+LIB_HARDWARE: dict[str, PublishedDevice] = {
+    "Nvidia A100 GPU": PublishedDevice("a100-40gb", "nvidia", "gpu", "NVIDIA A100-SXM4-40GB",
+                                       note="ALCF Polaris: 4x A100 SXM4 40GB per node"),
+    "Nvidia H100 GPU": PublishedDevice("h100-sxm", "nvidia", "gpu", "NVIDIA H100 80GB HBM3"),
+    "Nvidia GH200 GPU": PublishedDevice("gh200", "nvidia", "gpu", "NVIDIA GH200 480GB"),
+    "AMD MI250 GPU": PublishedDevice("mi250", "amd", "gpu", "AMD Instinct MI250", devices_per_unit=2,
+                                     note="each MI250 is two GCDs (devices to ROCm)"),
+    "AMD MI300X GPU": PublishedDevice("mi300x", "amd", "gpu", "AMD Instinct MI300X"),
+    "Intel PVC GPU": PublishedDevice("max-1550", "intel", "gpu", "Intel(R) Data Center GPU Max 1550",
+                                     note="ALCF Aurora/Sunspot, one package (both stacks) per device"),
+    "Intel Max 1550": PublishedDevice("max-1550", "intel", "gpu", "Intel(R) Data Center GPU Max 1550"),
+    "Habana Gaudi2": PublishedDevice("gaudi2", "habana", "accelerator", "HL-225 (Gaudi2)"),
+    "SambaNova SN40L": PublishedDevice("sn40l", "sambanova", "accelerator", "SambaNova SN40L"),
+}
+#: LLM-Inference-Bench's framework names -> infbench engine names.
+LIB_ENGINES = {"vLLM": "vllm", "TensorRT-LLM": "trtllm-serve", "llama.cpp": "llama.cpp",
+               "Deepspeed-MII": "deepspeed-mii", "Deepspeed": "deepspeed", "sambaflow": "sambaflow",
+               "transformers": "transformers", "OpenAI-compatible": "openai"}
+#: fp16 as each engine spells it (the paper ran everything in fp16).
+FP16_SPELLING = {"vllm": "float16", "vllm-server": "float16", "trtllm-serve": "float16", "transformers": "float16",
+                 "llama.cpp": "f16", "llama.cpp-server": "f16"}
+#: The columns a row must have.
+REQUIRED = ("Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency")
+#: The source recorded when the caller names none.
+DEFAULT_SOURCE = {"name": "LLM-Inference-Bench", "url": "https://github.com/argonne-lcf/LLM-Inference-Bench",
+                  "citation": "Chitty-Venkata et al., LLM-Inference-Bench, SC24 workshops (arXiv 2411.00136)"}
+
+
+@dataclass
+class LibRow:
+    """One parsed row (units: s, tokens, tokens/s, W).
+
+    Attributes:
+        line: the row's line number in the file (1 = header).
+        hardware, framework, model: as written.
+        units: ``Num of Hardware``.
+        n_in, n_out, batch: tokens in / out per request, ``Batch Size``.
+        latency_s: the batch's wall time.
+        throughput_tok_s: total tokens per second, or None.
+        ttft_s, e2e_s: mean TTFT and request E2E, or None.
+        avg_power_w: mean power (the layout's mW / 1000), or None.
+    """
+
+    line: int
+    hardware: str
+    units: int
+    framework: str
+    model: str
+    n_in: int
+    n_out: int
+    batch: int
+    latency_s: float
+    throughput_tok_s: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    avg_power_w: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(v: str, col: str, where: str) -> int:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a number",
+                          hint="fix or delete that row (the layout: LLM-Inference-Bench's Plots/All_results.csv)"
+                          ) from None
+    if not math.isfinite(x) or x != int(x) or x < 1:
+        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a positive whole number",
+                          hint="fix or delete that row")
+    return int(x)
+
+
+def _float(v: str | None, col: str, where: str, required: bool = False) -> float | None:
+    if v is None or str(v).strip() in ("", "nan", "NaN", "None"):
+        if required:
+            raise ConfigError(f"{where}: column {col!r} is empty", hint="every row needs Latency (s)")
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a number", hint="fix or delete that row") from None
+    if not math.isfinite(x) or x <= 0:
+        raise ConfigError(f"{where}: column {col!r} is {v!r}; it must be a positive number",
+                          hint="fix or delete that row")
+    return x
+
+
+def read_lib_csv(path: str | Path) -> list[LibRow]:
+    """Parse a CSV in LLM-Inference-Bench's layout. Lines starting with ``#`` are
+    comments (the fixtures record their source that way).
+
+    Raises:
+        ConfigError: unreadable file, a missing column, or a malformed row; the message
+            names the file and the line (``results.csv, line 7: column 'Batch Size' is
+            'abc', not a number``).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc}") from exc
+    numbered = [(i, line) for i, line in enumerate(text.splitlines(), start=1)
+                if line.strip() and not line.lstrip().startswith("#")]
+    if not numbered:
+        raise ConfigError(f"{p} has no header and no rows", hint="expected LLM-Inference-Bench's CSV layout")
+    reader = csv.reader([line for _, line in numbered])
+    header = [h.strip() for h in next(reader)]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ConfigError(f"{p}, line {numbered[0][0]}: the header lacks {', '.join(missing)}",
+                          hint=f"LLM-Inference-Bench's layout starts with: {', '.join(REQUIRED)}, Throughput")
+    rows = []
+    for (lineno, _), values in zip(numbered[1:], reader, strict=True):
+        where = f"{p}, line {lineno}"
+        if len(values) != len(header):
+            raise ConfigError(f"{where}: {len(values)} values for {len(header)} columns",
+                              hint="a quoted field or a stray comma; fix or delete that row")
+        r = dict(zip(header, (v.strip() for v in values), strict=True))
+        io_len = r["Input Output Length"]
+        if r.get("Input Length") and r.get("Output Length"):
+            n_in, n_out = _int(r["Input Length"], "Input Length", where), _int(r["Output Length"], "Output Length",
+                                                                               where)
+        elif "/" in io_len:
+            a, _, b = io_len.partition("/")
+            n_in, n_out = _int(a, "Input Output Length", where), _int(b, "Input Output Length", where)
+        else:
+            n_in = n_out = _int(io_len, "Input Output Length", where)
+        for col in ("Hardware", "Framework", "Model"):
+            if not r[col]:
+                raise ConfigError(f"{where}: column {col!r} is empty", hint="fix or delete that row")
+        power_mw = _float(r.get("avg_power"), "avg_power", where)
+        rows.append(LibRow(
+            line=lineno, hardware=r["Hardware"], units=_int(r["Num of Hardware"], "Num of Hardware", where),
+            framework=r["Framework"], model=r["Model"], n_in=n_in, n_out=n_out,
+            batch=_int(r["Batch Size"], "Batch Size", where),
+            latency_s=_float(r["Latency"], "Latency", where, required=True),
+            throughput_tok_s=_float(r.get("Throughput"), "Throughput", where),
+            ttft_s=_float(r.get("TTFT Latency"), "TTFT Latency", where),
+            e2e_s=_float(r.get("end_latency"), "end_latency", where),
+            avg_power_w=power_mw / 1e3 if power_mw else None,
+            extra={k: v for k, v in r.items() if k not in header[:8] and k not in (
+                "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power") and v}))
+    return rows
+
+
+def published_device(name: str, units: int, pm: Any = None) -> tuple[DeviceInfo, int]:
+    """The :class:`DeviceInfo` of a published hardware name for ``units`` of it, and the
+    devices per unit. Known names use :data:`LIB_HARDWARE`; other names (e.g. what
+    ``export --format lib-csv`` wrote for a local device) are matched against the
+    catalog's ``match`` strings of every vendor, else kept as an undescribed device."""
+    known = LIB_HARDWARE.get(name)
+    if known is None:
+        label = name
+        if ": " in name and name.split(": ", 1)[0].lower() == "cpu":
+            return DeviceInfo(vendor="cpu", kind="cpu", model=name.split(": ", 1)[1], count=units,
+                              properties={"published_name": name}), 1
+        spec = None
+        if pm is not None:
+            from infbench.devices import catalog
+
+            best = None
+            for s in catalog(pm):
+                for m in s.match:
+                    if m.lower() in label.lower() and (best is None or len(m) > best[0]):
+                        best = (len(m), s)
+            spec = best[1] if best else None
+        if spec is not None:
+            known = PublishedDevice(spec.id, spec.vendor, "gpu", name)
+        else:
+            vendor = (name.split()[0] if name.split() else "unknown").lower().strip(":")
+            return DeviceInfo(vendor=vendor, kind="gpu", model=name, count=units,
+                              properties={"published_name": name}), 1
+    props = {"catalog_id": known.catalog_id, "published_name": name}
+    if known.devices_per_unit > 1:
+        props["devices_per_unit"] = known.devices_per_unit
+    return (DeviceInfo(vendor=known.vendor, kind=known.kind, model=known.model, count=units * known.devices_per_unit,
+                       properties=props), known.devices_per_unit)
+
+
+def _model_name(name: str) -> tuple[str, bool]:
+    """The zoo key of a published model name (HF id), and whether the zoo knows it."""
+    from infbench.models import resolve
+
+    try:
+        return resolve(name).name, True
+    except ConfigError:
+        return name, False
+
+
+def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
+                    pm: Any = None) -> tuple[list[CellResult], dict[str, Any]]:
+    """Stored-cell results for parsed rows, marked published (see the module doc).
+
+    Args:
+        rows: :func:`read_lib_csv` output.
+        source: what to record as the source (``name``, ``url``, ``commit``, ``file``...);
+            default :data:`DEFAULT_SOURCE`.
+        pm: plugin manager, for matching unknown hardware names to the catalog.
+
+    Returns:
+        ``(results, summary)``: one ok :class:`CellResult` per row, and ``{"rows",
+        "devices": {catalog id or name: rows}, "unmapped_devices": [...],
+        "unknown_models": [...], "single_sequence_rows": n}``.
+    """
+    src = {**DEFAULT_SOURCE, **(source or {})}
+    now = time.time()
+    out: list[CellResult] = []
+    summary: dict[str, Any] = {"rows": len(rows), "devices": {}, "unmapped_devices": [], "unknown_models": [],
+                               "single_sequence_rows": 0}
+    for r in rows:
+        device, per_unit = published_device(r.hardware, r.units, pm)
+        engine = LIB_ENGINES.get(r.framework, r.framework.lower())
+        dtype = FP16_SPELLING.get(engine, "fp16")
+        model, known_model = _model_name(r.model)
+        if not known_model and model not in summary["unknown_models"]:
+            summary["unknown_models"].append(model)
+        seqs, options = r.batch, {}
+        if r.throughput_tok_s and engine.startswith("llama.cpp"):
+            ratio = r.throughput_tok_s * r.latency_s / (r.n_in + r.n_out)
+            # One sequence for BATCH > 1, or any row of the paper itself: llama-bench -b BATCH.
+            if abs(ratio - 1.0) < 0.02 and (r.batch > 1 or r.hardware in LIB_HARDWARE):
+                seqs, options = 1, {"n_batch": r.batch}
+                summary["single_sequence_rows"] += 1
+        cell = Cell(model=model, engine=engine, dtype=dtype, batch=seqs, input_len=r.n_in, output_len=r.n_out,
+                    tensor_parallel_size=r.units * per_unit, warmup=0)
+        cid = device.properties.get("catalog_id") or r.hardware
+        summary["devices"][cid] = summary["devices"].get(cid, 0) + 1
+        if not device.properties.get("catalog_id") and r.hardware not in summary["unmapped_devices"]:
+            summary["unmapped_devices"].append(r.hardware)
+        mark = {"source": src["name"], "hardware": r.hardware, "framework": r.framework, "options": options}
+        spec_hash = cell.spec_hash() if not options else short_hash({**cell.spec(), "engine_options": options})
+        total = r.throughput_tok_s or seqs * (r.n_in + r.n_out) / r.latency_s
+        out_tps = total * r.n_out / (r.n_in + r.n_out)
+        metrics: dict[str, Any] = {
+            "duration_s": r.latency_s, "total_tok_s": total, "output_tok_s": out_tps,
+            "output_tok_s_per_device": out_tps / device.count, "request_s": seqs / r.latency_s,
+            "published": True}
+        if r.ttft_s:
+            metrics["ttft_s"] = {"mean": r.ttft_s, "count": seqs}
+        if r.e2e_s:
+            metrics["e2e_s"] = {"mean": r.e2e_s, "count": seqs}
+            if r.ttft_s and r.n_out > 1:
+                metrics["tpot_s"] = {"mean": (r.e2e_s - r.ttft_s) / (r.n_out - 1), "count": seqs}
+        if r.avg_power_w:
+            metrics["avg_power_w"] = r.avg_power_w
+            metrics["energy_j"] = r.avg_power_w * r.latency_s
+            metrics["tokens_per_j"] = seqs * (r.n_in + r.n_out) / metrics["energy_j"]
+        eng = {"name": engine, "published": True, "source": src["name"], "framework": r.framework,
+               "line": r.line, "published_model": r.model}
+        if options:
+            eng["options"] = options
+            eng["note"] = (f"llama-bench -b {r.batch}: one sequence, its prompt processed {r.batch} tokens per "
+                           "step (n_batch); LLM-Inference-Bench's 'Batch Size'")
+        if r.extra:
+            eng["extra_columns"] = r.extra
+        out.append(CellResult(
+            cell_id=short_hash({"spec": cell.spec(), "device": device.signature(), "published": mark}),
+            spec_hash=spec_hash, cell=cell, device=device, status="ok", metrics=metrics,
+            power_note=None if r.avg_power_w else "published: no power in the source",
+            engine=eng, wall_s=r.latency_s, engine_s=r.latency_s, started_at=now, finished_at=now))
+    return out, summary
+
+
+def is_published(row: dict[str, Any]) -> bool:
+    """Whether a stored cell (``Store.results()`` item) was imported from a publication."""
+    return bool((row.get("engine") or {}).get("published") or (row.get("metrics") or {}).get("published"))

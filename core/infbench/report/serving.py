@@ -1,0 +1,238 @@
+"""Report sections for serving as production looks: the server's own TTFT beside the
+client's, goodput against load for ``--find-max`` searches (the knee marked), the spread
+of repeated cells (mean ± 95 % t-interval), and device telemetry (utilisation, clocks,
+temperature, throttling).
+
+:func:`serving_html` gives the HTML sections the interactive report appends (plotly
+figures drawn once, from all cells given, plus tables); :func:`write_serving_figures`
+draws the same figures as PNG/SVG with matplotlib. Both skip what the cells do not have.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+#: Ids of the HTML figures, when their data exists.
+SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")
+
+
+def _server_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in flat if f["status"] == "ok" and f.get("server_ttft_ms_p50") is not None]
+
+
+def _telemetry_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in flat if f["status"] == "ok" and (f.get("util_pct_mean") is not None or f.get("throttled"))]
+
+
+def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> dict[str, Any]:
+    """Plotly figures (``plotly.graph_objects.Figure``) by id, for the cells that have the data.
+
+    Args:
+        rows: ``Store.results()`` items (for searches and repeats).
+        flat: the same cells as :func:`infbench.report.data.flat_row` rows.
+    """
+    import plotly.graph_objects as go
+
+    from infbench.analysis.slo_search import searches
+
+    figs: dict[str, Any] = {}
+    srv = _server_rows(flat)
+    if srv:
+        f = go.Figure()
+        labels = [r["label"] for r in srv]
+        f.add_bar(name="client TTFT p50 (ms)", x=labels, y=[r["ttft_ms_p50"] for r in srv])
+        f.add_bar(name="server TTFT p50 (ms, its /metrics histogram)", x=labels,
+                  y=[r["server_ttft_ms_p50"] for r in srv])
+        f.update_layout(title="TTFT: the client's measurement beside the server's own", barmode="group",
+                        yaxis_title="ms", xaxis_tickfont_size=8, height=430)
+        figs["fig-server-ttft"] = f
+    found = searches(rows)
+    if found:
+        f = go.Figure()
+        for s in found:
+            pts = s["points"]
+            name = f"{s['label']} ({s['mode']})"
+            f.add_scatter(x=[p["load"] for p in pts], y=[p["fraction"] for p in pts], mode="lines+markers", name=name,
+                          marker={"symbol": ["circle" if p["passed"] else "x" for p in pts], "size": 10},
+                          text=[p["saturated"] or ("passes" if p["passed"] else "fails") for p in pts],
+                          hovertemplate="load %{x}: %{y:.0%} meet the SLO<br>%{text}<extra></extra>")
+            if s["knee"] is not None:
+                f.add_vline(x=s["knee"], line_dash="dot", annotation_text=f"knee {s['knee']:g}")
+            f.add_hline(y=s["goodput"], line_dash="dash", line_color="grey")
+        mode = found[0]["mode"]
+        f.update_layout(title="Goodput against load: share of requests meeting the SLO (x = failed probe)",
+                        xaxis_title="requests in flight" if mode == "concurrency" else "requests per s",
+                        xaxis_type="log", yaxis_title="fraction meeting the SLO", yaxis_range=[0, 1.05], height=430)
+        figs["fig-goodput"] = f
+    groups = _repeat_groups(rows)
+    if groups:
+        f = go.Figure()
+        for g in groups:
+            m = g["metrics"].get("output_tok_s")
+            if not m:
+                continue
+            f.add_scatter(x=[g["label"]] * len(m["values"]), y=m["values"], mode="markers",
+                          name=f"{g['label']} repeats", marker={"size": 7, "opacity": 0.6}, showlegend=False)
+            f.add_scatter(x=[g["label"]], y=[m["mean"]], mode="markers", name="mean ± 95 % CI",
+                          error_y={"type": "data", "array": [m["ci95"] or 0]}, marker={"size": 12, "symbol": "diamond"},
+                          showlegend=False)
+        f.update_layout(title="Repeats: output tokens/s of each repeat, mean ± 95 % t-interval",
+                        yaxis_title="output tokens/s", xaxis_tickfont_size=8, height=430)
+        figs["fig-repeats"] = f
+    return figs
+
+
+def _repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    try:
+        from infbench.analysis.repeats import repeat_groups
+
+        return repeat_groups(rows)
+    except ImportError:  # scipy missing: the section is left out
+        return []
+
+
+def _table(head: list[str], body: list[list[Any]]) -> str:
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
+        return html.escape(str(v))
+
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    tr = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in body)
+    return f'<table class="serving"><thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>'
+
+
+def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
+    """The report's serving sections (figures and tables), or ``""`` when no cell has any of
+    server metrics, searches, repeats or telemetry.
+
+    Raises:
+        ImportError: plotly is missing.
+    """
+    figs = serving_figures(rows, flat)
+    titles = {"fig-server-ttft": "Server TTFT vs client TTFT", "fig-goodput": "Goodput vs load (--find-max)",
+              "fig-repeats": "Repeats and their spread"}
+    parts, scripts = [], []
+    for fid, fig in figs.items():
+        parts.append(f'<section><h2>{titles[fid]}</h2><div id="{fid}" class="fig"></div></section>')
+        payload = fig.to_json().replace("</", "<\\/")
+        scripts.append(f"(function(){{const f={payload};Plotly.newPlot('{fid}',f.data,f.layout,"
+                       "{responsive:true});})();")
+    srv = _server_rows(flat)
+    if srv:
+        body = [[r["label"], r["server_name"], r["ttft_ms_p50"], r["server_ttft_ms_p50"], r["server_tpot_ms_p50"],
+                 r["server_waiting_max"], r["server_kv_cache_usage_max"], r["server_prefix_cache_hit_rate"],
+                 r["server_preemptions"]] for r in srv]
+        parts.append("<section><h2>The server's own metrics (Prometheus /metrics, per cell)</h2>" + _table(
+            ["cell", "server", "client TTFT p50 ms", "server TTFT p50 ms", "server TPOT p50 ms", "waiting max",
+             "KV cache max", "prefix-cache hit rate", "preemptions"], body) + "</section>")
+    tel = _telemetry_rows(flat)
+    if tel:
+        body = [[r["label"], r["util_pct_mean"], r["clock_mhz_mean"], r["temp_c_max"],
+                 ("yes: " + (r["throttle_reasons"] or "")) if r["throttled"] else "no"] for r in tel]
+        n = sum(1 for r in tel if r["throttled"])
+        parts.append(f"<section><h2>Device telemetry ({n} throttled cell{'s' if n != 1 else ''})</h2>" + _table(
+            ["cell", "utilisation % (mean)", "clock MHz (mean)", "temperature C (max)", "throttled"], body)
+            + "</section>")
+    groups = _repeat_groups(rows)
+    if groups:
+        from infbench.analysis.repeats import fmt_ci
+
+        keys = ["output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_s_p50", "tokens_per_j", "usd_per_mtok"]
+        keys = [k for k in keys if any(k in g["metrics"] for g in groups)]
+        from infbench.analysis.repeats import HEADLINE
+
+        body = [[g["label"], g["n"], *[fmt_ci(g["metrics"][k]) if k in g["metrics"] else "-" for k in keys],
+                 "-" if not (g["metrics"].get("output_tok_s") or {}).get("cv") else
+                 f"{100 * g['metrics']['output_tok_s']['cv']:.1f} %"] for g in groups]
+        parts.append("<section><h2>Repeats: mean ± 95 % t-interval</h2>" + _table(
+            ["cell", "n", *[HEADLINE[k][0] for k in keys], "CV output tok/s"], body) + "</section>")
+    if not parts:
+        return ""
+    style = ("<style>table.serving{border-collapse:collapse;font-size:12px;width:100%}table.serving td,"
+             "table.serving th{border-bottom:1px solid #eee;padding:3px 6px;text-align:right}"
+             "table.serving td:first-child,table.serving th:first-child{text-align:left}</style>")
+    script = f"<script>{''.join(scripts)}</script>" if scripts else ""
+    return style + "".join(parts) + script
+
+
+def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
+                          formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150) -> list[Path]:
+    """PNG/SVG versions of :func:`serving_figures` (matplotlib): ``goodput_vs_load``,
+    ``server_vs_client_ttft``, ``repeats_spread``; returns the files written.
+
+    Raises:
+        ImportError: matplotlib is missing.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from infbench.analysis.slo_search import searches
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        for fmt in formats:
+            p = out_dir / f"{name}.{fmt}"
+            fig.savefig(p, dpi=dpi)
+            written.append(p)
+        plt.close(fig)
+
+    found = searches(rows)
+    if found:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for s in found:
+            pts = s["points"]
+            line, = ax.plot([p["load"] for p in pts], [p["fraction"] for p in pts], marker="o",
+                            label=f"{s['label']} ({s['mode']})")
+            bad = [p for p in pts if not p["passed"]]
+            ax.scatter([p["load"] for p in bad], [p["fraction"] for p in bad], marker="x", s=80, color="red", zorder=3)
+            if s["knee"] is not None:
+                ax.axvline(s["knee"], linestyle=":", color=line.get_color())
+                ax.annotate(f"knee {s['knee']:g}", (s["knee"], 0.05), rotation=90, fontsize=8)
+            ax.axhline(s["goodput"], linestyle="--", color="grey", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(0, 1.05)
+        ax.set_xlabel("requests in flight" if found[0]["mode"] == "concurrency" else "requests per s")
+        ax.set_ylabel("fraction of requests meeting the SLO")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "goodput_vs_load")
+    srv = _server_rows(flat)[:30]
+    if srv:
+        import numpy as np
+
+        x = np.arange(len(srv))
+        fig, ax = plt.subplots(figsize=(max(7, len(srv) * 0.4), 5))
+        ax.bar(x - 0.2, [r["ttft_ms_p50"] for r in srv], 0.4, label="client TTFT p50")
+        ax.bar(x + 0.2, [r["server_ttft_ms_p50"] for r in srv], 0.4, label="server TTFT p50 (/metrics)")
+        ax.set_xticks(x, [r["label"] for r in srv], rotation=75, ha="right", fontsize=6)
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=8)
+        save(fig, "server_vs_client_ttft")
+    groups = [g for g in _repeat_groups(rows) if "output_tok_s" in g["metrics"]][:30]
+    if groups:
+        fig, ax = plt.subplots(figsize=(max(6, len(groups) * 0.6), 4.5))
+        for i, g in enumerate(groups):
+            m = g["metrics"]["output_tok_s"]
+            ax.scatter([i] * len(m["values"]), m["values"], alpha=0.5, s=14)
+            ax.errorbar([i], [m["mean"]], yerr=[[m["ci95"] or 0], [m["ci95"] or 0]], fmt="D", color="black",
+                        capsize=4)
+        ax.set_xticks(range(len(groups)), [g["label"] for g in groups], rotation=75, ha="right", fontsize=6)
+        ax.set_ylabel("output tokens/s (mean ± 95 % CI)")
+        save(fig, "repeats_spread")
+    return written
+
+
+def figures_json(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures' data as plain JSON (for tests and ``--json`` consumers)."""
+    return {k: json.loads(v.to_json()) for k, v in serving_figures(rows, flat).items()}

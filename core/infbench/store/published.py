@@ -1,0 +1,54 @@
+"""Published results in the store: an imported publication is one run whose provenance
+says where it came from, its cells marked ``published`` (no schema change).
+
+Why no new column: a published cell differs from a local one in where it came from, not
+in what it holds; the run's provenance (``{"kind": "published", "source": {...}}``) and
+each cell's engine description (``{"published": true, "source": ..., "line": ...}``) carry
+that, and its ``cell_id`` includes the source, so nothing that keys on cell ids (resume,
+``finished_cell_ids``) can mistake it for a local measurement. Readers that show or fit
+cells ask :func:`infbench.report.lib_import.is_published` (``flat_row`` labels the device
+``(published)``; ``predict --calibrate`` counts them apart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+from infbench.schema import CellResult
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def import_published(store: Any, results: list[CellResult], source: dict[str, Any], command: str = "") -> str:
+    """Store published cells as one run and return its id.
+
+    Args:
+        store: an open :class:`infbench.store.Store`.
+        results: :func:`infbench.report.lib_import.published_cells` output.
+        source: the provenance's ``source`` (name, url, commit, file, sha256, citation).
+        command: the command line, for the run record.
+    """
+    from infbench import __version__
+
+    prov = {"kind": "published", "source": source, "cells": len(results), "imported_at": time.time(),
+            "infbench_version": __version__}
+    run_id = store.begin_run(prov, command=command)
+    try:
+        for r in results:
+            store.save_cell(run_id, r)
+    except BaseException:
+        store.finish_run(run_id, "failed")
+        raise
+    store.finish_run(run_id, "completed")
+    return run_id
+
+
+def published_runs(store: Any) -> list[dict[str, Any]]:
+    """The runs of ``store`` that are imported publications, newest first."""
+    return [r for r in store.runs() if (r.get("provenance") or {}).get("kind") == "published"]

@@ -1,0 +1,228 @@
+"""The Ray executor on a real two-node Ray cluster on this machine (127.0.0.1 only; see
+tests/support/ray_cluster.py): fleet detection, a sweep spread over both nodes with
+every cell stored once and naming its node, one sweep per device type on a
+heterogeneous fleet, the driver interrupted by SIGTERM and resumed, and a worker raylet
+killed mid-sweep. The executor contract itself is checked in test_executor_contract.py.
+
+Tiny model (tiny-random-llama, dummy GGUF built on each node), few cells, short outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from infbench.executors import events as ev
+from infbench.store import Store
+from infbench.store.nodes import cell_node
+from tests.integration.test_cli import infbench
+
+pytestmark = pytest.mark.integration
+
+SWEEP = ["--model", "tiny-random-llama", "--engine", "llama.cpp", "--input-len", "16", "--output-len", "4"]
+
+
+def ray_run(cluster, store, *args, check=True):
+    return infbench("run", "--executor", "ray", "--ray-address", cluster.address, "--store", str(store), "--json",
+                    *SWEEP, *args, env=cluster.env(), check=check)
+
+
+def node_ids(cluster):
+    return [n.node_id for n in cluster.nodes]
+
+
+def test_detect_shows_the_fleet(ray_cluster):
+    d = json.loads(infbench("detect", "--ray-address", ray_cluster.address, "--json", env=ray_cluster.env()).stdout)
+    groups = {(g["vendor"], g["model"]): g for g in d["device_groups"]}
+    head, worker = node_ids(ray_cluster)[:2]
+    assert groups[("raytest", "Raytest Alpha")]["types"][0]["nodes"][0]["node_id"] == head
+    assert groups[("raytest", "Raytest Beta")]["types"][0]["nodes"][0]["node_id"] == worker
+    [cpu] = [g for g in d["device_groups"] if g["vendor"] == "cpu"]
+    assert {n["node_id"] for n in cpu["types"][0]["nodes"]} == {head, worker} and cpu["nodes"] == 2
+    assert {n["node_id"] for n in d["nodes"]} == {head, worker}
+    assert all(n["schema_version"] and n["resources"]["CPU"] == 1 for n in d["nodes"])
+    table = infbench("detect", "--ray-address", ray_cluster.address, env=ray_cluster.env()).stdout
+    assert "Raytest Alpha" in table and "Raytest Beta" in table and "2 node(s)" in table
+
+
+def test_sweep_spread_over_two_nodes(ray_cluster, tmp_path):
+    """Two groups on the CPU type: one per node, the same cell ids as in-process, each
+    cell stored once with its node and that node's provenance."""
+    db = tmp_path / "r.db"
+    p = ray_run(ray_cluster, db, "--device", "cpu", "--dtype", "f16,q8_0", "--batch", "1,2")
+    out = json.loads(p.stdout)
+    assert out["status"] == "completed" and out["ok"] == 4 and out["failed"] == 0
+    local = json.loads(infbench("run", "--dry-run", "--json", *SWEEP, "--dtype", "f16,q8_0", "--batch", "1,2").stdout)
+    store = Store(db)
+    rows = store.results(all_attempts=True)
+    assert sorted(r["cell_id"] for r in rows) == sorted(c["cell_id"] for c in local["cells"])
+    nodes = {}
+    for r in rows:
+        assert r["status"] == "ok" and r["metrics"]["n_out_total"] == r["spec"]["batch"] * 4
+        n = cell_node(store, r)
+        assert n["node_id"] in node_ids(ray_cluster) and n["hostname"]
+        assert n["provenance"]["worker"] is True and n["provenance"]["schema_version"]
+        nodes.setdefault(n["node_id"], set()).add(r["spec"]["dtype"])
+    assert len(nodes) == 2 and all(len(d) == 1 for d in nodes.values())  # one group per node
+    run = store.runs()[0]
+    assert run["provenance"]["executor"] == "ray" and set(run["provenance"]["ray"]["nodes"]) == set(nodes)
+    # each node built its own dummy GGUF: nothing is shared between the nodes' homes
+    for nid in nodes:
+        assert list((ray_cluster.homes[nid] / "cache").rglob("*.gguf")), nid
+
+
+def test_one_sweep_per_device_type(ray_cluster, tmp_path):
+    """A heterogeneous fleet: the test plugin reports Raytest Alpha on one node and Beta on
+    the other; --device raytest plans the sweep once per type and each lands on its node."""
+    db = tmp_path / "r.db"
+    dry = json.loads(ray_run(ray_cluster, db, "--device", "raytest", "--dtype", "f16", "--batch", "1",
+                             "--dry-run").stdout)
+    assert sorted(p["device"]["model"] for p in dry["plans"]) == ["Raytest Alpha", "Raytest Beta"]
+    out = json.loads(ray_run(ray_cluster, db, "--device", "raytest", "--dtype", "f16", "--batch", "1").stdout)
+    assert out["ok"] == 2 and out["failed"] == 0
+    store = Store(db)
+    head, worker = node_ids(ray_cluster)[:2]
+    where = {r["device"]["model"]: cell_node(store, r)["node_id"] for r in store.results()}
+    assert where == {"Raytest Alpha": head, "Raytest Beta": worker}
+    planned = {c["cell_id"] for p in dry["plans"] for c in p["cells"]}
+    assert {r["cell_id"] for r in store.results()} == planned
+    bad = ray_run(ray_cluster, db, "--device", "nonesuch", check=False)
+    assert bad.returncode == 2 and "no node of the Ray cluster has a device matching 'nonesuch'" in bad.stderr
+
+
+def test_missing_model_path_fails_its_group(ray_cluster, pm, tmp_path):
+    """A real model path must exist on the node that runs its group (no shared file
+    system): a path the node does not have fails the group with a clear error."""
+    from infbench.detect import detect
+    from infbench.executors.ray import RayExecutor
+    from infbench.models import resolve
+    from infbench.plan import Group, Plan
+    from infbench.schema import Cell
+
+    dev = detect(pm).devices[0]
+    ghost = str(tmp_path / "not-on-the-node.gguf")
+    c = Cell(model=ghost, engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=2)
+    p = Plan(dev, [Group(resolve("tiny-random-llama"), "llama.cpp", "f16", 1, [c])])
+    store = Store(tmp_path / "r.db")
+    s = RayExecutor(pm, {"host": "driver"}).run(p, store, None, ev.Collector())
+    assert len(s.failed) == 1 and not s.ok and s.status == "completed_with_failures"
+    [row] = store.results()
+    assert "not found on node" in row["error"] and ghost in row["error"]
+    assert cell_node(store, row)["node_id"] in node_ids(ray_cluster)
+
+
+def _stored(db):
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db, timeout=30) as con:
+        try:
+            return con.execute("SELECT COUNT(*) FROM cells WHERE status='ok'").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+
+def _workers_alive(cluster):
+    """`infbench worker` processes started by this cluster's nodes (their job folders)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+        except OSError:
+            continue
+        if "infbench.cli\0worker" in cmd and str(cluster.root) in cmd:
+            out.append(int(pid))
+    return out
+
+
+def test_driver_interrupted_then_resumed(ray_cluster, tmp_path):
+    """SIGTERM to `infbench run --executor ray`: tasks cancelled, run interrupted, nothing
+    left running; the same command again resumes."""
+    db = tmp_path / "r.db"
+    # longer outputs than the other tests: the signal must land while cells still run
+    args = [sys.executable, "-m", "infbench.cli", "run", "--executor", "ray", "--ray-address", ray_cluster.address,
+            "--store", str(db), "--json", "--model", "tiny-random-llama", "--engine", "llama.cpp", "--input-len", "16",
+            "--output-len", "256", "--device", "cpu", "--dtype", "f16,q8_0", "--batch", "1,2,3,4"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **ray_cluster.env()})
+    deadline = time.monotonic() + 300
+    while _stored(db) < 1 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    first = Store(db)
+    run = first.runs()[0]
+    assert run["status"] == "interrupted"
+    done = {r["cell_id"] for r in first.results() if r["status"] == "ok"}
+    assert 1 <= len(done) < 8
+    # no task left: every CPU of the cluster is free again and no worker process remains
+    ray = ray_cluster.ray
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (ray.available_resources().get("CPU", 0) < 2 or _workers_alive(ray_cluster)):
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0) == 2 and not _workers_alive(ray_cluster)
+    again = infbench(*args[3:], env=ray_cluster.env())
+    out = json.loads(again.stdout)
+    assert out["status"] == "completed" and out["skipped"] == len(done) and out["ok"] == 8 - len(done)
+    rows = Store(db).results(all_attempts=True)
+    assert len([r for r in rows if r["status"] == "ok"]) == 8 and len({r["cell_id"] for r in rows}) == 8
+
+
+def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
+    """A worker raylet dies after finishing a cell: its finished cells are kept, the rest
+    of its group runs on the surviving node, every cell is stored once. Runs last: it
+    replaces the killed node with a fresh one for whatever follows."""
+    from infbench.detect import detect
+    from infbench.executors.ray import RayExecutor
+    from infbench.plan import plan
+    from infbench.run import RunOptions, provenance
+    from infbench.schema import Sweep
+
+    head, worker = ray_cluster.nodes[:2]
+    det = detect(pm)
+    dev = det.devices[0]
+    # longer outputs: the worker is still busy when the driver sees its events
+    sweep = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16", "q8_0"], batch=[1, 2, 3],
+                  input_len=[16], output_len=[256])
+    p = plan(sweep, dev, pm)
+    store = Store(tmp_path / "r.db")
+    seen = ev.Collector()
+    finished_there, killed = [], []
+
+    def observer(e):
+        seen(e)
+        on_worker = bool(e.__dict__.get("node")) and worker.node_id[:8] in e.node
+        if isinstance(e, ev.CellFinished) and on_worker:
+            finished_there.append(e.result.cell_id)
+        elif isinstance(e, ev.CellStarted) and on_worker and finished_there and not killed:
+            killed.append(e.cell)  # kill the node while it measures its second cell
+            ray_cluster.kill(worker)
+
+    try:
+        s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(), observer)
+    finally:
+        if worker in ray_cluster.nodes:
+            ray_cluster.kill(worker)
+        ray_cluster.add_node({"INFBENCH_RAYTEST_DEVICE": "beta"})
+    assert killed, "the worker node never started a second cell"
+    [lost] = seen.of(ev.NodeLost)
+    assert worker.node_id[:8] in lost.node
+    rows = store.results(all_attempts=True)
+    assert sorted(r["cell_id"] for r in rows) == sorted(c.cell_id(dev) for c in p.cells)
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    on = {r["cell_id"]: cell_node(store, r)["node_id"] for r in rows}
+    on_worker = [cid for cid, n in on.items() if n == worker.node_id]
+    assert on_worker == finished_there and 1 <= len(on_worker) < 3  # what it finished is kept
+    assert on[killed[0].cell_id(dev)] == head.node_id  # the cell it was on ran again on the head
+    assert sum(n == head.node_id for n in on.values()) == len(rows) - len(on_worker)
+    assert s.status == "completed" and len(s.ok) == 6
