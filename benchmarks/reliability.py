@@ -133,7 +133,7 @@ def subprocess_signals(n: int, rng: random.Random, work: Path) -> dict:
 
 
 def full_disk(n: int, work: Path) -> dict:
-    """The store's 200 KB tmpfs filled up to 56-88 KB of room: the small sweep's cells go
+    """The store's 400 KB tmpfs filled up to 96-128 KB of room: the small sweep's cells go
     to the journal; after the filler is removed the next run stores them. (The slow
     sweep's request records alone outgrow such a disk: that is a disk that stays full.)"""
     out = {"faults": 0, "measured": 0, "journaled": 0, "lost": 0, "left_running": 0, "skipped": None,
@@ -141,7 +141,7 @@ def full_disk(n: int, work: Path) -> dict:
     for i in range(n):
         d = work / f"disk-{i}"
         d.mkdir()
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(d)],
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(d)],
                           capture_output=True).returncode:
             out["skipped"] = "cannot mount a tmpfs here"
             return out
@@ -150,7 +150,7 @@ def full_disk(n: int, work: Path) -> dict:
             infbench("run", *sweep("1"), "--store", str(store), env={"INFBENCH_HOME": str(home)})
             free = shutil.disk_usage(d).free
             # room for SQLite's shared-memory file and a few pages (as in the test): some cells no longer fit
-            (d / "filler").write_bytes(b"\0" * max(0, free - (56 + 16 * i) * 1024))
+            (d / "filler").write_bytes(b"\0" * max(0, free - (96 + 16 * i) * 1024))
             p = infbench("run", *SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
             said = json.loads(p.stdout) if p.stdout.strip() else {"cells": [], "journaled": 0}
             out["faults"] += 1

@@ -1,5 +1,5 @@
 """Fault injection against real runs (issue 14, section 3): SIGINT, SIGTERM and SIGKILL at
-random points of a run, a full disk (a 200 KB tmpfs), a locked store, a corrupt page, a
+random points of a run, a full disk (a 400 KB tmpfs), a locked store, a corrupt page, a
 killed server, a killed worker container, two processes on one store. Each asserts that
 no measured cell is lost and that no run is left ``running``.
 
@@ -99,12 +99,12 @@ def test_full_disk(tmp_path):
     """The store's file system fills up mid-sweep: the cells go to the journal, the sweep
     goes on, and the next run stores them once there is room."""
     home = tmp_path / "home"
-    with tiny_tmpfs(tmp_path, "200k") as disk:
+    with tiny_tmpfs(tmp_path, "400k") as disk:
         store = disk / "s.db"
         assert infbench("run", *sweep("1"), "--store", str(store), env={"INFBENCH_HOME": str(home)}).returncode == 0
         free = shutil.disk_usage(disk).free
-        # room for SQLite's shared-memory file and a few pages: the sweep's cells no longer fit
-        (disk / "filler").write_bytes(b"\0" * max(0, free - 72 * 1024))
+        # room for SQLite's shared-memory file, the run and a few pages: the sweep's cells no longer fit
+        (disk / "filler").write_bytes(b"\0" * max(0, free - 96 * 1024))
         p = infbench("run", *SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
         assert p.returncode == 0, p.stderr
         said = json.loads(p.stdout)
