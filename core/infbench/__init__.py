@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 #: Version of the stored result layout (records, metrics, SQLite tables): the number of
 #: the newest store migration (:mod:`infbench.store.migrations`). Hosts and workers of
 #: different versions detect the skew by it.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`

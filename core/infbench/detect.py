@@ -89,12 +89,28 @@ class Detection:
         pci: accelerator functions seen on the PCI bus.
         missing: vendors seen on the bus without a reporting plugin.
         errors: ``(plugin, error)`` for plugins whose detect hook raised.
+        config_errors: problems of the site config (:mod:`infbench.site`): unreadable,
+            or a table nothing reads.
     """
 
     devices: list[DeviceInfo] = field(default_factory=list)
     pci: list[PciDevice] = field(default_factory=list)
     missing: list[MissingPlugin] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    config_errors: list[str] = field(default_factory=list)
+
+    def raise_config_errors(self) -> None:
+        """Raise the site config's problems as one :class:`~infbench.errors.ConfigError`.
+
+        Raises:
+            ConfigError: when :attr:`config_errors` is not empty.
+        """
+        if self.config_errors:
+            from infbench.errors import ConfigError
+
+            raise ConfigError("; ".join(self.config_errors),
+                              hint="fix the site config (docs/plugins.md#site-configuration), or point "
+                                   "INFBENCH_SITE_CONFIG at another file")
 
     def to_dict(self) -> dict:
         """JSON-ready form (``infbench detect --json``)."""
@@ -105,6 +121,7 @@ class Detection:
             "missing_plugins": [{"vendor": m.vendor.plugin, "package": m.vendor.package, "count": len(m.addresses),
                                  "plugin_installed": m.installed, "message": m.message()} for m in self.missing],
             "errors": [{"plugin": p, "error": e} for p, e in self.errors],
+            "config_errors": list(self.config_errors),
         }
 
 
@@ -147,6 +164,7 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
             continue
         for dev in result or []:
             det.devices.append(dev.model_copy(update={"plugin": dev.plugin or plugin}))
+    det.config_errors = _site_problems(pm)
     reported = {d.vendor for d in det.devices}
     by_vendor: dict[str, list[PciDevice]] = {}
     for p in det.pci:
@@ -155,3 +173,22 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
         if vendor not in reported:
             det.missing.append(MissingPlugin(devs[0].vendor, [p.address for p in devs], pm.has_plugin(vendor)))
     return det
+
+
+def _site_problems(pm: PluginManager) -> list[str]:
+    """The site config's problems: unreadable, or tables no plugin (installed, disabled or
+    broken) nor the core reads; a vendor known by PCI id gets the package to install."""
+    from infbench.errors import ConfigError
+    from infbench.site import unknown_sections
+
+    known = set(getattr(pm, "infos", {}) or {})
+    try:
+        problems = unknown_sections(known)
+    except ConfigError as exc:
+        return [exc.message]
+    packages = {v.plugin: v.package for v in PCI_VENDORS.values()}
+    out = []
+    for p in problems:
+        name = p.split("]", 1)[0].lstrip("[") if p.startswith("[") else ""
+        out.append(p + (f"; pip install {packages[name]} to use it" if name in packages else ""))
+    return out

@@ -28,7 +28,9 @@ torch, vLLM and ggml builds run on a device, and the commands installing them) a
 optional ``check`` field of :class:`~infbench.engines.base.EngineSpec`; 1.5 adds the
 optional ``PowerSampler.read_channels()`` (telemetry channels read with power: utilisation,
 clocks, temperature, throttle reasons, as :class:`~infbench.schema.ChannelReading`) and lets
-a ``StreamSampler`` line parser return channel readings.
+a ``StreamSampler`` line parser return channel readings; 1.6 adds the optional ``options`` and
+``native_options`` of ``EngineSpec`` (the ``--engine-arg`` keys an adapter reads; unknown
+keys are refused).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.5"
+CONTRACT_VERSION = "1.6"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")

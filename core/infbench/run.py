@@ -14,6 +14,7 @@ import contextlib
 import importlib.metadata as md
 import platform
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -28,8 +29,8 @@ from infbench.executors.events import CellSkipped, Observer
 from infbench.measure.power import PowerSampler
 from infbench.plugins import PluginManager
 from infbench.schema import Cell, CellResult, DeviceInfo
-from infbench.secrets import redact_argv
-from infbench.store import Store
+from infbench.secrets import command_line, redact_argv
+from infbench.store import Store, describe_db_error
 
 #: Libraries whose versions go into every run's provenance (when installed).
 TRACKED_LIBRARIES = ("infbench", "pluggy", "pydantic", "numpy", "llama_cpp_python", "gguf", "transformers",
@@ -67,6 +68,12 @@ def provenance(detection: Detection, pm: PluginManager) -> dict[str, Any]:
     }
 
 
+def run_command() -> str:
+    """This process's command line as ``runs.command`` stores it: shell-quoted, with the
+    values of secret-bearing options redacted (:func:`infbench.secrets.redact_argv`)."""
+    return command_line(sys.argv)
+
+
 @dataclass
 class RunOptions:
     """Knobs of a run that are not part of a cell's identity.
@@ -99,13 +106,25 @@ class RunOptions:
 class RunSummary:
     """What a run did: its id, the cells stored ok, failed and skipped, and its status
     (``running``, then ``completed``, ``completed_with_failures``, ``interrupted`` or
-    ``failed``)."""
+    ``failed``).
+
+    Attributes:
+        claimed: the skipped cells that another live process was measuring (or stored
+            ok while this run went), as ``(cell, who)``; also in ``skipped``.
+        journaled: the measured cells (also in ``ok``/``failed``) the store refused,
+            kept in the journal file ``journal`` (:mod:`infbench.store.journal`).
+        journal_stored: True when they reached the store after all as the run ended.
+    """
 
     run_id: str
     ok: list[CellResult] = field(default_factory=list)
     failed: list[CellResult] = field(default_factory=list)
     skipped: list[Cell] = field(default_factory=list)
     status: str = "running"
+    claimed: list[tuple[Cell, str]] = field(default_factory=list)
+    journaled: list[CellResult] = field(default_factory=list)
+    journal: str | None = None
+    journal_stored: bool = False
 
 
 def unmeasured_failure(cell: Cell, device: DeviceInfo, error: str, started_at: float | None = None) -> CellResult:
@@ -141,7 +160,12 @@ def pending_cells(cells: list[Cell], device: DeviceInfo, done: set[str], summary
 @contextlib.contextmanager
 def finishing(store: Store, summary: RunSummary) -> Iterator[None]:
     """Around a run's body: set ``summary.status`` (completed, completed_with_failures,
-    interrupted on Ctrl-C, failed on any other exception) and record it in ``store``."""
+    interrupted on Ctrl-C or SIGTERM, failed on any other exception) and record it in
+    ``store`` (in the journal if the store refuses it), drop the run's cell claims, and
+    store the cells the run had to journal if the store takes them now."""
+    from infbench import signals
+    from infbench.store import claims, journal
+
     try:
         yield
         summary.status = "completed" if not summary.failed else "completed_with_failures"
@@ -149,18 +173,108 @@ def finishing(store: Store, summary: RunSummary) -> Iterator[None]:
         summary.status = "interrupted"
         raise
     finally:
-        if summary.status == "running":
-            summary.status = "failed"
-        store.finish_run(summary.run_id, summary.status)
+        with signals.deferred():
+            if summary.status == "running":
+                summary.status = "failed"
+            try:
+                store.finish_run(summary.run_id, summary.status)
+            except (sqlite3.Error, OSError) as exc:
+                with contextlib.suppress(journal.JournalError):
+                    summary.journal = str(journal.keep_status(store, summary.run_id, summary.status, exc))
+            with contextlib.suppress(sqlite3.Error, OSError):
+                claims.release_run(store, summary.run_id)
+            journal.release(store, summary.run_id)
+            if summary.journal:
+                with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+                    journal.replay(store)
+                summary.journal_stored = not Path(summary.journal).exists()
+
+
+@contextlib.contextmanager
+def started_run(store: Store, provenance: dict[str, Any], command: str) -> Iterator[RunSummary]:
+    """Begin a run in ``store`` and wrap its body in :func:`finishing`, with SIGINT and
+    SIGTERM held back in between, so no signal can leave the run ``running``. Yields the
+    run's :class:`RunSummary`."""
+    from infbench import signals
+
+    with contextlib.ExitStack() as stack:
+        with signals.deferred():
+            summary = RunSummary(store.begin_run(provenance, command=command))
+            stack.enter_context(finishing(store, summary))
+        yield summary
+
+
+def take_cell(store: Store, run_id: str, cell: Cell, device: DeviceInfo, summary: RunSummary, observer: Observer,
+              force: bool = False) -> bool:
+    """Claim ``cell`` before measuring it (:func:`infbench.store.claims.claim`).
+
+    Returns:
+        True when this run measures it. False when another live process is measuring it,
+        or stored it ok since this run planned: then it is added to ``summary.skipped``
+        and ``summary.claimed`` and announced as ``CellSkipped`` with the reason. A store
+        that cannot take the claim (locked, full) gives True: claims are advisory.
+    """
+    from infbench.store import claims
+
+    try:
+        holder = claims.claim(store, cell.cell_id(device), run_id, force=force)
+    except (sqlite3.Error, OSError):
+        return True
+    if holder is None:
+        return True
+    who = (f"being measured by {holder.describe()}" if holder.pid is not None
+           else f"stored ok by run {holder.run_id} meanwhile")
+    summary.skipped.append(cell)
+    summary.claimed.append((cell, who))
+    observer(CellSkipped(cell, who))
+    return False
+
+
+def busy_elsewhere(store: Store, cells: list[Cell], device: DeviceInfo, run_id: str, force: bool = False) -> set[str]:
+    """The cell ids among ``cells`` another live process holds a claim on, or (unless
+    ``force``) stored ok by now: a group whose cells are all busy need not load its model."""
+    from infbench.store import claims
+
+    try:
+        busy = {c for c, h in claims.live_claims(store).items() if h.run_id != run_id}
+        done = set() if force else store.finished_cell_ids()
+    except (sqlite3.Error, OSError):
+        return set()
+    ids = {c.cell_id(device) for c in cells}
+    return ids & (busy | done)
 
 
 def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, observer: Observer,
            node: str | None = None) -> None:
     """Store one finished cell, count it in ``summary`` and announce it
     (:class:`~infbench.executors.events.CellFinished`): what every executor does with a
-    result, in that order, so a stored cell is never missing from the summary."""
-    from infbench.executors.events import CellFinished
+    result, in that order, so a stored cell is never missing from the summary.
 
-    store.save_cell(run_id, result)
-    (summary.ok if result.status == "ok" else summary.failed).append(result)
-    observer(CellFinished(result, node))
+    SIGINT and SIGTERM wait until this is done (:func:`infbench.signals.deferred`). A
+    store that refuses the write (disk full, locked past the busy timeout, a corrupt page)
+    does not lose the cell: it goes to the journal (:func:`infbench.store.journal.keep`),
+    the first such cell is announced with a ``Note``, and the sweep goes on.
+
+    Raises:
+        JournalError: neither the store nor the journal can take the cell.
+    """
+    from infbench import signals
+    from infbench.executors.events import CellFinished, Note
+    from infbench.store import claims, journal
+
+    with signals.deferred():
+        try:
+            store.save_cell(run_id, result)
+        except (sqlite3.Error, OSError) as exc:
+            path = journal.keep(store, run_id, result, exc)
+            if not summary.journaled:
+                observer(Note(f"the store {store.path} refused a measured cell ({describe_db_error(exc)}); it is "
+                              f"kept in {path}, with any other cell the store refuses, and the next `infbench run` "
+                              "on this store stores them"))
+            summary.journaled.append(result)
+            summary.journal = str(path)
+        else:
+            with contextlib.suppress(sqlite3.Error, OSError):
+                claims.release(store, result.cell_id, run_id)
+        (summary.ok if result.status == "ok" else summary.failed).append(result)
+        observer(CellFinished(result, node))

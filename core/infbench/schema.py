@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -349,6 +350,18 @@ class Cell(BaseModel):
                 f"o{self.output_len}{rep}")
 
 
+#: Upper bounds of a sweep's numbers: far above any real run, low enough that a typo
+#: (``batch: [1e23]``) is refused before it reaches an engine or numpy.
+SWEEP_LIMITS: dict[str, int | float] = {
+    "batch": 1_000_000, "input_len": 10_000_000, "output_len": 10_000_000, "tensor_parallel_size": 65_536,
+    "seed": 2**63 - 1, "warmup": 1_000, "cell_timeout_s": 1e7, "concurrency": 1_000_000, "request_rate": 1e6,
+    "burstiness": 1e6, "num_requests": 10_000_000, "duration_s": 1e7, "warmup_requests": 1_000_000,
+    "request_timeout_s": 1e7, "slo_ttft_s": 1e7, "slo_tpot_s": 1e7, "slo_e2e_s": 1e7,
+    "dataset_min_input_len": 10_000_000, "dataset_max_input_len": 10_000_000, "dataset_min_output_len": 10_000_000,
+    "dataset_max_output_len": 10_000_000,
+}
+
+
 def _as_list(v: Any) -> Any:
     if v is None:
         return v
@@ -393,12 +406,16 @@ class Sweep(BaseModel):
         repeat: measure every cell this many times (``--repeat``); results then give the
             mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
 
+    Types are strict (``batch: [true]`` or ``batch: ["4"]`` is an error, not batch 1 or
+    4), numbers must be finite, and sizes have upper bounds (:data:`SWEEP_LIMITS`) so a
+    typo such as ``batch: [1e23]`` is refused here instead of failing deep in an engine.
+
     Raises:
-        pydantic.ValidationError: on unknown fields or values out of range; the CLI
-            turns it into a message that names the field and its allowed values.
+        pydantic.ValidationError: on unknown fields, wrong types or values out of range;
+            the CLI turns it into a message that names the field and its allowed values.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     models: list[str] = Field(min_length=1)
     engines: list[str] = Field(min_length=1)
@@ -408,7 +425,7 @@ class Sweep(BaseModel):
     output_len: list[int] = Field(min_length=1)
     pair_lengths: bool = False
     tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     warmup: int = Field(1, ge=0)
     cell_timeout_s: float | None = Field(None, gt=0)
     concurrency: list[int] | None = None
@@ -484,6 +501,17 @@ class Sweep(BaseModel):
         bad = [x for x in v or [] if x <= 0]
         if bad:
             raise ValueError(f"must be positive integers, got {bad}")
+        return v
+
+    @field_validator(*SWEEP_LIMITS)
+    @classmethod
+    def _bounded(cls, v: Any, info: Any) -> Any:
+        limit = SWEEP_LIMITS[info.field_name]
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, float) and not math.isfinite(x):
+                raise ValueError(f"must be a finite number, got {x}")
+            if x is not None and x > limit:
+                raise ValueError(f"must be at most {limit:,}, got {x:,}")
         return v
 
 

@@ -13,20 +13,30 @@ API (a rack PDU, a chassis BMC), in one TOML file::
     power_label = "rack PDU, 16 RDUs"
 
 Each vendor plugin reads its own table (:func:`site_section`) and validates it with its
-own model (remote platforms use :class:`infbench.platforms.remote.RemotePlatform`).
+own model (remote platforms use :class:`infbench.platforms.remote.RemotePlatform`). The
+core reads the tables in :data:`CORE_SECTIONS`::
+
+    [containers]
+    mount_roots = ["/scratch/models"]   # symlinked cache folders under these are mounted (read-only)
+
+A table that neither the core nor any installed plugin reads is an error
+(:func:`unknown_sections`): a misspelt ``[cerebas]`` must not silently do nothing.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from infbench.errors import ConfigError
+from infbench.errors import ConfigError, suggest
 
 #: Environment variable naming the site file (default ``$INFBENCH_HOME/site.toml``).
 SITE_ENV = "INFBENCH_SITE_CONFIG"
+#: Tables the core itself reads, with what they hold.
+CORE_SECTIONS = {"containers": "mount_roots: folders whose symlinked cache folders workers may read"}
 
 
 def site_config_path() -> Path:
@@ -50,10 +60,39 @@ def site_config(path: str | Path | None = None) -> dict[str, Any]:
             raise ConfigError(f"site config {p} does not exist", hint=f"create it or unset {SITE_ENV}")
         return {}
     try:
-        return tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"site config {p} is not valid TOML: {exc}",
-                          hint="see docs/plugins.md#site-configuration for the format") from exc
+        text = p.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read site config {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"site config {p} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start})", hint="a site config is a TOML text file; see "
+                                                "docs/plugins.md#site-configuration") from None
+    try:
+        return tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        why = str(exc) if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deeply"
+        raise ConfigError(f"site config {p} is not valid TOML: {why[:300]}",
+                          hint="see docs/plugins.md#site-configuration for the format") from None
+
+
+def unknown_sections(known: Iterable[str], path: str | Path | None = None) -> list[str]:
+    """A message per table of the site file that neither the core (:data:`CORE_SECTIONS`)
+    nor a plugin in ``known`` reads, with the closest known name.
+
+    Raises:
+        ConfigError: see :func:`site_config`.
+    """
+    names = set(known) | set(CORE_SECTIONS)
+    out = []
+    for name, value in site_config(path).items():
+        if name in names:
+            continue
+        where = path or site_config_path()
+        what = f"[{name}]" if isinstance(value, dict) else f"key {name!r}"
+        hint = suggest(name, names)
+        out.append(f"{what} in {where} is read by no installed plugin or infbench itself"
+                   + (f" ({hint})" if hint else f" (known tables: {', '.join(sorted(names))})"))
+    return out
 
 
 def site_section(name: str, path: str | Path | None = None) -> dict[str, Any] | None:

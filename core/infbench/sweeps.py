@@ -9,6 +9,7 @@ on the command line replaces both. The result is validated as a
 
 from __future__ import annotations
 
+import reprlib
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,19 @@ from pydantic import ValidationError
 
 from infbench.errors import ConfigError, suggest
 from infbench.schema import Sweep
+
+#: Largest sweep file read (a sweep is a few lines of YAML).
+MAX_SWEEP_BYTES = 1 << 20
+#: Deepest nesting of lists and mappings in a sweep file (a sweep needs 3).
+MAX_DEPTH = 32
+#: Most values a sweep file may expand to once YAML aliases are followed (a "billion
+#: laughs" file expands a few lines into billions).
+MAX_NODES = 100_000
+#: Longest error message built from a sweep's values.
+MAX_MESSAGE = 2000
+
+_short = reprlib.Repr()
+_short.maxstring, _short.maxother, _short.maxlist, _short.maxdict, _short.maxlevel = 60, 60, 6, 6, 2
 
 
 def split_values(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
@@ -36,12 +50,15 @@ def split_values(values: list[str] | None, flag: str, cast: type = str) -> list[
     if not values:
         return None
     items = [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+    if not items:
+        raise ConfigError(f"{flag} was given no value (got {', '.join(repr(v) for v in values)[:80]})",
+                          hint=f"give one or more values, e.g. {flag} 1,16,32, or leave the flag out")
     if cast in (int, float):
         try:
             return [cast(v) for v in items]
         except ValueError:
             kind = "integers" if cast is int else "numbers"
-            raise ConfigError(f"{flag} takes {kind}, got {', '.join(items)}",
+            raise ConfigError(f"{flag} takes {kind}, got {_short.repr(', '.join(items))}",
                               hint=f"e.g. {flag} 1,16,32") from None
     return items
 
@@ -64,15 +81,77 @@ def validation_message(exc: ValidationError, source: str) -> ConfigError:
     lines = []
     for e in exc.errors():
         loc = ".".join(str(x) for x in e["loc"]) or "(top level)"
+        loc = _short.repr(loc) if len(loc) > 60 else loc
         if e["type"] == "extra_forbidden":
-            s = suggest(str(e["loc"][0]), fields)
+            s = suggest(str(e["loc"][0])[:60], fields)
             lines.append(f"unknown field {loc!r}" + (f" ({s})" if s else ""))
         elif e["type"] == "missing":
             lines.append(f"field {loc!r} is required")
+        elif e["type"] == "value_error":
+            lines.append(f"field {loc!r}: {e['msg'].removeprefix('Value error, ')}")
         else:
-            lines.append(f"field {loc!r}: {e['msg']} (got {e.get('input')!r})")
-    return ConfigError(f"invalid sweep in {source}: " + "; ".join(lines),
-                       hint="allowed fields: " + ", ".join(fields))
+            lines.append(f"field {loc!r}: {e['msg']} (got {_short.repr(e.get('input'))})")
+    msg = "; ".join(lines)
+    if len(msg) > MAX_MESSAGE:
+        msg = msg[:MAX_MESSAGE] + f"... ({len(lines)} problems)"
+    return ConfigError(f"invalid sweep in {source}: " + msg, hint="allowed fields: " + ", ".join(fields))
+
+
+class _SweepLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing what a sweep file never needs and a hostile one
+    uses: duplicate keys (the last would silently win), nesting deeper than
+    :data:`MAX_DEPTH` (a recursion error), and aliases expanding to more than
+    :data:`MAX_NODES` values (a "billion laughs" bomb)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels"
+                                     f" at line {self.peek_event().start_mark.line + 1}")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def get_single_node(self) -> Any:
+        node = super().get_single_node()
+        if node is not None:
+            sizes: dict[int, int] = {}
+
+            def size(n: Any) -> int:
+                if id(n) in sizes:
+                    return sizes[id(n)]
+                total = 1
+                if isinstance(n, yaml.SequenceNode):
+                    total += sum(size(c) for c in n.value)
+                elif isinstance(n, yaml.MappingNode):
+                    total += sum(size(k) + size(v) for k, v in n.value)
+                sizes[id(n)] = min(total, MAX_NODES + 1)
+                return sizes[id(n)]
+
+            if size(node) > MAX_NODES:
+                raise yaml.YAMLError(f"it expands to more than {MAX_NODES:,} values through aliases "
+                                     "(a YAML alias bomb?); write the values out")
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    dup = key in seen
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(None, None, "a mapping key that is a list or mapping",
+                                                            key_node.start_mark) from None
+                if dup:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {_short.repr(key)} (the first value would be silently "
+                        "replaced)", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def load_sweep_file(path: Path) -> dict[str, Any]:
@@ -81,14 +160,30 @@ def load_sweep_file(path: Path) -> dict[str, Any]:
     Raises:
         ConfigError: missing file, malformed YAML, or not a mapping.
     """
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"sweep file {path} not found")
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} is not a file", hint="pass a YAML file to --sweep")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
+        raw = path.read_bytes()[:MAX_SWEEP_BYTES + 1]
+    except OSError as exc:
+        raise ConfigError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SWEEP_BYTES:
+        raise ConfigError(f"sweep file {path} is larger than {MAX_SWEEP_BYTES >> 20} MiB; a sweep is a few lines of "
+                          "YAML", hint="see docs/sweeps.md for the file format")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"sweep file {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})",
+                          hint="a sweep file is YAML text; see docs/sweeps.md") from None
+    try:
+        data = yaml.load(text, Loader=_SweepLoader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}",
+        problem = getattr(exc, "problem", None) or (str(exc) if isinstance(exc, yaml.YAMLError) else
+                                                    "nested too deeply")
+        raise ConfigError(f"{path} is not valid YAML{where}: {str(problem)[:300]}",
                           hint="see docs/sweeps.md for the file format") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of sweep fields, got {type(data).__name__}",
@@ -119,8 +214,9 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
         data = load_sweep_file(sweep_file)
         source = str(sweep_file)
         p = data.pop("preset", preset or "quick")
-        if p not in PRESETS:
-            raise ConfigError(f"unknown preset {p!r} in {sweep_file}", hint=f"choose one of: {', '.join(PRESETS)}")
+        if not isinstance(p, str) or p not in PRESETS:
+            raise ConfigError(f"unknown preset {_short.repr(p)} in {sweep_file}",
+                              hint=f"choose one of: {', '.join(PRESETS)}")
         data = {**PRESETS[p], **data}
     elif preset is None and base is not None:
         data = dict(base)
@@ -135,6 +231,6 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
             len(data.get("input_len") or []) != len(data.get("output_len") or []):
         data["pair_lengths"] = False  # an axis changed alone: every input with every output
     try:
-        return Sweep(**data)
+        return Sweep.model_validate(data)
     except ValidationError as exc:
         raise validation_message(exc, source) from None

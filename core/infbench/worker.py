@@ -153,13 +153,16 @@ def read_spec(path: Path) -> WorkerSpec:
     try:
         raw = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read worker spec {path}: {exc}") from exc
+        raise ConfigError(f"cannot read worker spec {path}: {str(exc)[:200]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"worker spec {path} must hold a JSON object, got {type(raw).__name__}",
+                          hint="write one with `infbench run --write-spec FILE`")
     if raw.get("schema_version") != SCHEMA_VERSION:
         raise _skew(f"worker spec {path}", raw.get("schema_version"), raw.get("infbench_version", "?"))
     try:
         return WorkerSpec(**raw)
     except ValidationError as exc:
-        raise ConfigError(f"invalid worker spec {path}: {exc}") from exc
+        raise ConfigError(f"invalid worker spec {path}: {str(exc)[:600]}") from None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -237,11 +240,157 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     return prov
 
 
-def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Read a worker's ``out_dir`` into ``store`` as one run.
+#: Run statuses a worker's ``provenance.json`` may report.
+WORKER_STATUSES = ("running", "completed", "completed_with_failures", "failed", "interrupted")
+#: Most problems listed in one ingest error.
+MAX_PROBLEMS = 5
 
-    A truncated last line of ``cells.jsonl`` (a worker killed while writing) is skipped
-    and counted; everything complete is stored.
+
+def _close(a: Any, b: Any) -> bool:
+    """Whether a stored metric equals its re-derivation (floats to 1e-9 relative)."""
+    import math
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
+        return a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def check_cell(r: CellResult) -> list[str]:
+    """What is wrong with one worker cell (empty when it is sound): its ``spec_hash`` and
+    ``cell_id`` recomputed from its spec and device, its raw records (token times after
+    the send, in order; counts not negative), an ok cell having completed requests, and
+    every metric :func:`~infbench.measure.metrics.cell_metrics` derives re-derived from
+    the raw records and compared with the stored value."""
+    from infbench.measure.metrics import cell_metrics
+    from infbench.store import checked_metrics
+
+    problems = []
+    if r.spec_hash != r.cell.spec_hash():
+        problems.append(f"spec_hash {r.spec_hash[:20]!r} is not the hash of its spec ({r.cell.spec_hash()})")
+    if r.cell_id != r.cell.cell_id(r.device):
+        problems.append(f"cell_id {r.cell_id[:20]!r} does not match its spec and device ({r.cell.cell_id(r.device)})")
+    for i, q in enumerate(r.records):
+        t = q.t_tokens_ns
+        if q.n_in < 0 or q.n_out < 0:
+            problems.append(f"request {i}: negative token count (n_in {q.n_in}, n_out {q.n_out})")
+        elif t and (t[0] < q.t_send_ns or any(b < a for a, b in zip(t, t[1:]))):
+            problems.append(f"request {i}: token times before the send or out of order")
+    if problems:
+        return problems
+    done = [q for q in r.records if q.error is None and q.t_tokens_ns]
+    if r.status == "ok" and not done:
+        return [f"status ok with {'no request records' if not r.records else 'no completed request'}"]
+    m = r.metrics
+    bad = checked_metrics(m).get("invalid")
+    if bad:
+        return [f"metrics {', '.join(bad)} are not numbers"]
+    if r.records:
+        energy = m.get("energy_j") if isinstance(m.get("energy_j"), (int, float)) else None
+        slo = m.get("slo") if isinstance(m.get("slo"), dict) else None
+        devices = m.get("devices_used") if isinstance(m.get("devices_used"), int) else r.cell.tensor_parallel_size
+        derived = cell_metrics(r.records, devices_used=devices, energy_j=energy, slo=slo)
+        wrong = [k for k, v in derived.items() if k in m and not _close(m[k], v)]
+        if wrong:
+            k = wrong[0]
+            problems.append(f"metrics {', '.join(wrong[:4])} do not match its raw records (e.g. {k}: stored "
+                            f"{json.dumps(m[k])[:80]}, derived {json.dumps(derived[k])[:80]})")
+    elif any(isinstance(v, dict) and v.get("count") for v in m.values()):
+        problems.append("metrics summarise requests but the cell has no request records")
+    return problems
+
+
+def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult], int]:
+    """Read and check a worker's output folder without storing anything.
+
+    Returns:
+        ``(provenance.json content, cells, skipped)``: ``skipped`` counts a last line
+        cut short (a worker killed while writing it), which is left out.
+
+    Raises:
+        VersionSkew: another store schema.
+        ConfigError: a missing or malformed ``provenance.json`` (not an object, an
+            unknown status, a provenance that is not an object), a ``cells.jsonl`` that
+            is missing, not a file or not UTF-8, or any cell failing :func:`check_cell`;
+            the message names the file, line and problem (up to :data:`MAX_PROBLEMS`).
+    """
+    out_dir = Path(out_dir)
+    pfile = out_dir / PROVENANCE_FILE
+    try:
+        prov = json.loads(pfile.read_bytes().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:200]
+        raise ConfigError(f"no worker output in {out_dir} ({PROVENANCE_FILE} missing or unreadable: {why})",
+                          hint="did the worker start? see its log") from None
+    if not isinstance(prov, dict):
+        raise ConfigError(f"{pfile} must hold a JSON object, got {type(prov).__name__}",
+                          hint="is this a worker's --out folder? nothing was stored")
+    if prov.get("schema_version") != SCHEMA_VERSION:
+        raise _skew(f"worker output {out_dir}", prov.get("schema_version"), prov.get("infbench_version", "?"))
+    problems = []
+    if prov.get("status") is not None and prov.get("status") not in WORKER_STATUSES:
+        problems.append(f"{PROVENANCE_FILE}: status {json.dumps(prov.get('status'))[:60]} is not one of "
+                        f"{', '.join(WORKER_STATUSES)}")
+    if prov.get("provenance") is not None and not isinstance(prov.get("provenance"), dict):
+        problems.append(f"{PROVENANCE_FILE}: 'provenance' must be an object, got "
+                        f"{type(prov.get('provenance')).__name__}")
+    if prov.get("spec_hash") is not None and not isinstance(prov.get("spec_hash"), str):
+        problems.append(f"{PROVENANCE_FILE}: 'spec_hash' must be a string")
+    path = out_dir / CELLS_FILE
+    if not path.exists():
+        problems.append(f"{CELLS_FILE} is missing")
+        data = b""
+    elif not path.is_file():
+        problems.append(f"{CELLS_FILE} is not a file")
+        data = b""
+    else:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    lines = data.split(b"\n")
+    cut = lines.pop()  # the part after the last newline: empty, or a line cut short
+    cells: list[CellResult] = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        where = f"{CELLS_FILE} line {n}"
+        try:
+            r = CellResult.model_validate_json(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            problems.append(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
+            continue
+        except ValidationError as exc:
+            e = exc.errors()[0]
+            loc = ".".join(str(x) for x in e["loc"])[:60] or "line"
+            problems.append(f"{where}: {loc}: {e['msg'][:120]}")
+            continue
+        problems += [f"{where} ({r.cell.label()[:60]}): {p}" for p in check_cell(r)]
+        cells.append(r)
+    skipped = 0
+    if cut.strip():
+        try:
+            cells.append(CellResult.model_validate_json(cut.decode("utf-8")))
+            problems += [f"{CELLS_FILE} last line: {p}" for p in check_cell(cells[-1])]
+        except (UnicodeDecodeError, ValidationError):
+            skipped = 1
+    if problems:
+        more = f" (and {len(problems) - MAX_PROBLEMS} more)" if len(problems) > MAX_PROBLEMS else ""
+        raise ConfigError(f"worker output {out_dir} is not valid: " + "; ".join(problems[:MAX_PROBLEMS]) + more,
+                          hint="nothing was stored; ingest takes a worker's --out folder as the worker wrote it")
+    return prov, cells, skipped
+
+
+def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read a worker's ``out_dir`` into ``store`` as one run, in one transaction.
+
+    Everything is checked first (:func:`read_worker_output`: provenance, every cell's
+    hashes and raw records, metrics re-derived from the records); one bad cell refuses
+    the whole folder and nothing is stored. A truncated last line of ``cells.jsonl`` (a
+    worker killed while writing) is skipped and counted; everything complete is stored.
 
     Args:
         out_dir: the worker's output folder.
@@ -255,32 +404,17 @@ def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] |
 
     Raises:
         VersionSkew: the worker wrote another store schema.
-        ConfigError: no ``provenance.json`` in ``out_dir`` (the worker never started).
+        ConfigError: see :func:`read_worker_output`.
     """
-    try:
-        prov = json.loads((out_dir / PROVENANCE_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"no worker output in {out_dir} ({PROVENANCE_FILE} missing or unreadable: {exc})",
-                          hint="did the worker start? see its log") from exc
-    if prov.get("schema_version") != SCHEMA_VERSION:
-        raise _skew(f"worker output {out_dir}", prov.get("schema_version"), prov.get("infbench_version", "?"))
-    cells: list[CellResult] = []
-    skipped = 0
-    path = out_dir / CELLS_FILE
-    for line in (path.read_text().splitlines() if path.is_file() else []):
-        if not line.strip():
-            continue
-        try:
-            cells.append(CellResult.model_validate_json(line))
-        except ValidationError:
-            skipped += 1
+    prov, cells, skipped = read_worker_output(Path(out_dir))
     worker_prov = {**(prov.get("provenance") or {}), "spec_hash": prov.get("spec_hash"),
                    "worker_status": prov.get("status"), **(extra or {})}
-    run_id = store.begin_run(worker_prov, command=command)
-    for c in cells:
-        store.save_cell(run_id, c)
     status = prov.get("status") if prov.get("status") not in (None, "running") else "interrupted"
-    store.finish_run(run_id, status)
+    with store.transaction():
+        run_id = store.begin_run(worker_prov, command=command)
+        for c in cells:
+            store.save_cell(run_id, c)
+        store.finish_run(run_id, status)
     return {"run_id": run_id, "ok": sum(c.status == "ok" for c in cells),
             "failed": sum(c.status != "ok" for c in cells), "skipped_lines": skipped, "status": status,
             "spec_hash": prov.get("spec_hash"), "cells": cells}

@@ -1,5 +1,13 @@
 """Plugin discovery through a real entry point: the test plugin distribution is
-pip-installed into a fresh virtual environment that sees this infbench."""
+pip-installed (built by setuptools, no network) into a folder that the infbench
+subprocesses put on their path.
+
+The folder is made by the interpreter running the tests, so this works the same on the
+system Python and inside a (fresh) virtual environment: an earlier version built the
+plugin in a `--system-site-packages` venv of the running interpreter, which in a venv sees
+the *base* interpreter's packages, not the venv's (no infbench there, and a setuptools
+without `bdist_wheel`).
+"""
 
 import json
 import os
@@ -15,19 +23,20 @@ PLUGIN = Path(__file__).parents[1] / "fixtures" / "infbench-testplugin"
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory):
-    d = tmp_path_factory.mktemp("venv")
-    # No pip of its own: the venv's bundled setuptools would shadow the host's. The host's
-    # pip installs into it (--python) and builds with the host's setuptools.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(d)], check=True)
-    py = d / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
-                    "--no-build-isolation", str(PLUGIN)], check=True, capture_output=True)
-    return py
+    """A folder holding the installed plugin distribution (its code and .dist-info with the
+    entry point), built with this interpreter's setuptools (>= 70.1 has bdist_wheel)."""
+    d = tmp_path_factory.mktemp("plugin-site")
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "--target", str(d), str(PLUGIN)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert list(d.glob("infbench_testplugin-0.0.1.dist-info/entry_points.txt"))
+    return d
 
 
-def run(py, *args, **env):
-    p = subprocess.run([str(py), "-m", "infbench.cli", *args], capture_output=True, text=True, check=True,
-                       env={**os.environ, **env})
+def run(site, *args, **env):
+    path = os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH", "")) if x)
+    p = subprocess.run([sys.executable, "-m", "infbench.cli", *args], capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONPATH": path, **env})
     return p.stdout
 
 

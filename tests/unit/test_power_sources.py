@@ -58,12 +58,14 @@ def test_parse_watts_and_errors():
 
 def test_command_sampler_runs_the_command_and_reports_failures():
     s = CommandPowerSampler("echo 42.5")
-    assert s.read()[0].power_w == 42.5 and "echo 42.5" in s.label
-    mon = PowerMonitor(CommandPowerSampler("exit 3"), 0.05)
+    # labelled by the executable's name only: the command line may carry a secret
+    assert s.read()[0].power_w == 42.5 and s.label == "user-supplied power command: echo"
+    mon = PowerMonitor(CommandPowerSampler("SECRET=hunter2 sh -c 'exit 3' --password hunter2"), 0.05)
     mon.start()
     mon.stop()
     e, reason = mon.energy()
-    assert e is None and "command failed" in reason and "CalledProcessError" in reason
+    assert e is None and "command failed" in reason and "sh exited with status 3" in reason
+    assert "hunter2" not in reason
 
 
 TOOL = """

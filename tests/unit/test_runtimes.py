@@ -51,6 +51,9 @@ def test_source_root_refuses_other_folders(tmp_path):
         source_root(tmp_path)
 
 
+NO_NET = ["--net", "--network", "none"]
+
+
 def choose(name, device, engines, pm, notes=None, runtime=None):
     return choose_executor(name, device, engines, pm, {}, notes, runtime).name
 
@@ -80,14 +83,16 @@ def test_apptainer_translation_per_vendor(pm):
     assert nv[0] == "--nv" and "--rocm" not in nv and "NVIDIA_VISIBLE_DEVICES=all" in nv
     assert any("ulimits" in n for n in notes)                     # TensorRT-LLM's memlock/stack
     amd, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("amd"), engine="vllm"))
-    assert amd == ["--rocm"]                                      # /dev/kfd + /dev/dri: --rocm covers both
+    assert amd == ["--rocm", *NO_NET]                             # /dev/kfd + /dev/dri: --rocm covers both
     intel, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("intel"), engine="vllm"))
-    assert intel == ["--bind", "/dev/dri"]
+    assert intel == ["--bind", "/dev/dri", *NO_NET]
     gaudi, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("habana"), engine="vllm"))
     assert gaudi[:2] == ["--bind", "/dev/accel"] and "HABANA_VISIBLE_DEVICES=all" in gaudi
     assert any("privileges" in n for n in notes)                  # cap_add SYS_NICE is not granted
     cpu, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("cpu", "cpu"), engine="llama.cpp"))
-    assert cpu == [] and notes == []
+    assert cpu == NO_NET and notes == []                          # no network, as the Docker worker
+    host, notes = apptainer_args({"image": "x", "network_mode": "host"})
+    assert "--net" not in host and "network mode host" in notes[0]
 
 
 def test_apptainer_command_line(pm, tmp_path, monkeypatch):
@@ -105,8 +110,10 @@ def test_apptainer_command_line(pm, tmp_path, monkeypatch):
     sif.parent.mkdir()
     sif.write_bytes(b"")
     cmd, _ = rt.command(spec, tmp_path / "job", tmp_path / "home", tmp_path / "cache", [str(tmp_path)])
-    assert cmd[:4] == [str(binary), "exec", "--cleanenv", "--nv"]
-    assert f"{tmp_path / 'job'}:/job" in cmd and f"{tmp_path / 'cache'}:/job/home/cache" in cmd
+    assert cmd[:6] == [str(binary), "exec", "--cleanenv", "--contain", "--no-home", "--nv"]
+    assert f"{tmp_path / 'job' / 'spec.json'}:/job/spec.json:ro" in cmd
+    assert f"{tmp_path / 'job' / 'out'}:/job/out" in cmd
+    assert f"{tmp_path / 'cache'}:/job/home/cache" in cmd and "--net" in cmd
     assert f"{tmp_path}:{tmp_path}:ro" in cmd and "INFBENCH_HOME=/job/home" in cmd
     assert cmd[cmd.index(str(sif)) + 1:] == ["infbench", "worker", "--spec", "/job/spec.json", "--out", "/job/out"]
 

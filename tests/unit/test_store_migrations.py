@@ -10,7 +10,7 @@ import pytest
 
 from infbench import SCHEMA_VERSION
 from infbench.schema import Cell, CellResult, DeviceInfo, RequestRecord
-from infbench.store import Store, StoreVersionError, migrations
+from infbench.store import Store, StoreError, StoreVersionError, migrations
 
 FIXTURES = sorted((Path(__file__).parents[1] / "fixtures" / "stores").glob("schema*.db"))
 
@@ -54,6 +54,8 @@ def test_old_store_migrates_without_loss(fixture, tmp_path):
     assert names == [m.name for m in migrations.migrations() if old > 1 or m.version > 1]
     assert {r[1] for r in again.db.execute("PRAGMA table_info(quality)")} >= {"quality_key", "weights_sha256",
                                                                             "text_sha256", "n_ctx", "value"}
+    assert {r[1] for r in again.db.execute("PRAGMA table_info(claims)")} >= {"cell_id", "run_id", "pid"}
+    assert {r[1] for r in again.db.execute("PRAGMA table_info(runs)")} >= {"host", "pid", "pid_started"}
 
 
 def test_newer_store_refused(tmp_path):
@@ -76,7 +78,7 @@ def test_failed_migration_rolls_back(tmp_path, monkeypatch):
 
     ms = migrations.migrations()
     monkeypatch.setattr(migrations, "migrations", lambda: [ms[0], migrations.Migration(2, "boom", boom)])
-    with pytest.raises(sqlite3.OperationalError, match="injected"):
+    with pytest.raises(StoreError, match="cannot write the results store .*injected"):
         Store(db)
     c = sqlite3.connect(db)
     assert c.execute("PRAGMA user_version").fetchone()[0] == 1

@@ -57,5 +57,33 @@ for _m in COMMAND_MODULES:
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point.
+
+    The last line of defence against a raw traceback: an infbench error that escaped a
+    command is printed as ``error:``/``hint:`` (its exit status), a store error as
+    ``error:`` with exit 2, and anything else as one ``internal error`` line naming the
+    exception and where it happened (exit 1; ``-v`` shows the traceback)."""
+    import sqlite3
+    import traceback
+
+    from infbench.errors import InfbenchError
+
+    try:
+        app()
+    except InfbenchError as exc:
+        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+        sys.exit(exc.exit_code)
+    except sqlite3.Error as exc:
+        sys.stderr.write(f"error: the results store failed: {exc}\n"
+                         "hint: check the --store file (disk space, permissions, "
+                         "`sqlite3 FILE 'PRAGMA integrity_check'`)\n")
+        sys.exit(2)
+    except Exception as exc:  # noqa: BLE001 - print one line, not a traceback
+        if "-v" in sys.argv or "--verbose" in sys.argv:
+            traceback.print_exc()
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
+        sys.stderr.write(f"internal error: {type(exc).__name__}: {str(exc)[:500]}{where}\n"
+                         "hint: this is a bug in infbench; please report it with this line (add -v for the "
+                         "traceback)\n")
+        sys.exit(1)

@@ -64,14 +64,78 @@ def split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | 
         fail(exc)
 
 
-def open_store(store_path: Path | None):
-    """The results store at ``store_path`` (default location when None), or exit with the reason."""
+def check_run_id(run_id: str | None, flag: str = "--run") -> None:
+    """Exit 2 unless ``run_id`` is None or a run id prefix (hex digits)."""
+    from infbench.store import valid_run_prefix
+
+    if run_id is not None and not valid_run_prefix(run_id):
+        fail(ConfigError(f"{flag} {run_id[:40]!r} is not a run id (run ids are hex digits, e.g. 3f2a9c)",
+                         hint="see the run ids with `infbench results --format json` or the store's runs"))
+
+
+def open_store(store_path: Path | None, readonly: bool = False):
+    """The results store at ``store_path`` (default location when None), or exit with the reason.
+
+    Args:
+        store_path: ``--store``, or None for ``$INFBENCH_HOME/results.db``.
+        readonly: open read-only (``results``, ``report``, ``export``, ``compare``): the
+            file is never written; a missing file is an error (exit 2).
+    """
     from infbench.store import Store
 
     try:
-        return Store(store_path)
+        return Store(store_path, readonly=readonly)
     except InfbenchError as exc:
         fail(exc)
+
+
+def read_results(store, **kwargs):
+    """``store.results(**kwargs)``, exiting 2 with the reason when the file cannot be read
+    (a corrupt page found only when the rows are read)."""
+    import sqlite3
+
+    from infbench.store import StoreError, describe_db_error
+
+    try:
+        return store.results(**kwargs)
+    except sqlite3.DatabaseError as exc:
+        fail(StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}",
+                        hint=f"salvage it with `sqlite3 {store.path} .recover | sqlite3 recovered.db`"))
+
+
+def store_for_writing(store_path: Path | None):
+    """:func:`open_store` for ``run`` and ``ingest``, made ready by
+    :func:`infbench.store.recovery.prepare` (integrity check, runs left ``running`` by a
+    dead process marked ``interrupted``, journalled cells stored), with a note for each
+    thing it did; exits 2 when the store is damaged or cannot be written."""
+    from infbench.store.recovery import prepare
+
+    store = open_store(store_path)
+    try:
+        rec = prepare(store)
+    except InfbenchError as exc:
+        store.close()
+        fail(exc)
+    if rec.interrupted:
+        err.print(f"[yellow]note:[/] {len(rec.interrupted)} run(s) left `running` by a process that is gone are now "
+                  f"marked interrupted: {', '.join(rec.interrupted)}")
+    if rec.replayed_cells:
+        err.print(f"[yellow]note:[/] stored {rec.replayed_cells} cell(s) kept in the journal by an earlier run "
+                  f"({rec.journal_files} journal file(s))")
+    for n in rec.notes:
+        err.print(f"[yellow]note:[/] {escape(n)}")
+    return store
+
+
+@contextlib.contextmanager
+def writing(path: Path, what: str = "--out") -> Iterator[None]:
+    """Turn an OS error while writing ``path`` (read-only folder, a parent that cannot be
+    created, ``/proc``, a full disk) into ``error: cannot write ...`` and exit 2."""
+    try:
+        yield
+    except OSError as exc:
+        fail(ConfigError(f"cannot write {path} ({what}): {exc.strerror or exc}",
+                         hint=f"choose a writable location for {what}"))
 
 
 @contextlib.contextmanager

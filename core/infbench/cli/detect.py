@@ -10,6 +10,7 @@ from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
 from infbench.errors import InfbenchError
+from infbench.secrets import printable
 
 #: DeviceInfo properties shown in the `detect` table's details column.
 DETAIL_KEYS = ("arch", "physical_cores", "logical_cpus", "compute_capability", "mig_mode", "gfx_version",
@@ -37,6 +38,10 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     and the fleet is shown by device (vendor, model) with its nodes; `infbench run
     --executor ray --device all` then plans the sweep once per device type.
 
+    Exit status: 0 when every plugin detected without error, 1 when a plugin's detect
+    hook failed (the error is printed), 2 when the site config is unreadable or has a
+    table nothing reads.
+
     **Examples**
 
         infbench detect
@@ -57,6 +62,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
         print_json({**det.to_dict(), **({"engines": {v: [s.to_dict() for s in t["engines"]] for v, t in tables.items()},
                                          "images": {v: [s.to_dict() for s in t["images"]] for v, t in tables.items()}}
                                         if engines else {})})
+        _exit_status(det)
         return
     t = Table(title="Detected devices", header_style="bold")
     for c in ("vendor", "kind", "model", "count", "memory", "driver", "details", "plugin"):
@@ -102,7 +108,17 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     for m in det.missing:
         err.print(f"[yellow]note:[/] {m.message()}")
     for plugin, e in det.errors:
-        err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(e)}")
+        err.print(f"[red]plugin {plugin} failed to detect:[/] {escape(printable(e))}")
+    for e in det.config_errors:
+        err.print(f"[bold red]error:[/] site config: {escape(printable(e))}")
+    _exit_status(det)
+
+
+def _exit_status(det) -> None:
+    if det.config_errors:
+        raise typer.Exit(2)
+    if det.errors:
+        raise typer.Exit(1)
 
 
 def _engine_tables(pm, devices) -> dict:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, open_store, out, plugin_manager, print_json
+from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
 from infbench.errors import ConfigError, InfbenchError
 
 Opt = typer.Option
@@ -50,7 +50,7 @@ def import_(
             src = {"name": source, "file": src["file"], "sha256": src["sha256"], "format": fmt}
         src.update({k: v for k, v in (("url", url), ("commit", commit)) if v})
         results, summary = published_cells(rows, src, plugin_manager())
-        store = open_store(store_path)
+        store = store_for_writing(store_path)
         run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
     except InfbenchError as exc:
         fail(exc)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, split
+from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, read_results, split
 from infbench.errors import ConfigError, InfbenchError
 
 Opt = typer.Option
@@ -151,7 +151,7 @@ def _calibrate(pm: Any, home: Path, limits: dict[str, Any], engine: str, store_p
     ``engine``'s unless it is ``generic``); saved, and returned as dicts."""
     from infbench.analysis import predict as P
 
-    rows = open_store(store_path).results(run_id=run_id)
+    rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     report = []
     for d, lim in limits.items():
         pts = P.measured_points(P.rows_of_device(pm, rows, d))

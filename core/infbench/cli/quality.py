@@ -13,12 +13,12 @@ from infbench.cli.common import (
     JSON_HELP,
     err,
     fail,
-    open_store,
     out,
     plugin_manager,
     print_json,
     split,
     stdout_to_stderr,
+    store_for_writing,
 )
 from infbench.errors import ConfigError, InfbenchError
 
@@ -92,7 +92,7 @@ def perplexity(
         eopts = engine_options(engine_arg, n_threads=threads)
     except InfbenchError as exc:
         fail(exc)
-    store = open_store(store_path)
+    store = store_for_writing(store_path)
     failed = 0
 
     with err.status("starting") as status, stdout_to_stderr(as_json):

@@ -12,8 +12,22 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, fail, need, open_store, out, plugin_manager, print_json, split
+from infbench.cli.common import (
+    JSON_HELP,
+    check_run_id,
+    err,
+    fail,
+    need,
+    open_store,
+    out,
+    plugin_manager,
+    print_json,
+    read_results,
+    split,
+    writing,
+)
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -22,8 +36,18 @@ ListOpt = list[str] | None
 def _filtered(store, run_id, model, device, engine):
     from infbench.report.data import select_rows
 
-    return select_rows(store.results(run_id=run_id), split(model, "--model"), split(device, "--device"),
+    return select_rows(read_results(store, run_id=run_id), split(model, "--model"), split(device, "--device"),
                        split(engine, "--engine"))
+
+
+def _read_store(store_path, run_id):
+    """The store opened read-only, or None when the default store does not exist yet."""
+    from infbench.store import default_store_path
+
+    check_run_id(run_id)
+    if store_path is None and not default_store_path().exists():
+        return None
+    return open_store(store_path, readonly=True)
 
 
 def report(
@@ -61,11 +85,12 @@ def report(
     """
     from infbench.report.data import flat_row, limits_resolver
 
-    store = open_store(store_path)
-    rows = _filtered(store, run_id, model, device, engine)
+    store = _read_store(store_path, run_id)
+    rows = _filtered(store, run_id, model, device, engine) if store else []
     if not rows:
         filtered = run_id or model or device or engine
-        err.print(f"no results to report in {store.path}"
+        where = store.path if store else store_path or "the default store"
+        err.print(f"no results to report in {where}"
                   + (" for these filters" if filtered else "; run `infbench run` first"))
         raise typer.Exit(1)
     resolve = limits_resolver(plugin_manager())
@@ -83,14 +108,16 @@ def report(
         from infbench.report.html import write_report
         from infbench.report.serving import serving_html, write_serving_figures
 
-        page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
-                            slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat),
-                            ppl_gate=gate)
-        figs = []
-        if static:
-            from infbench.report.static import write_figures
+        with writing(out_dir):
+            page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
+                                slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat),
+                                ppl_gate=gate)
+            figs = []
+            if static:
+                from infbench.report.static import write_figures
 
-            figs = write_figures(flat, out_dir / "figures") + write_serving_figures(rows, flat, out_dir / "figures")
+                figs = (write_figures(flat, out_dir / "figures")
+                        + write_serving_figures(rows, flat, out_dir / "figures"))
     except ImportError as exc:
         need("report", exc)
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
@@ -130,8 +157,8 @@ def export(
 
     if fmt not in ("lib-csv", "csv", "json"):
         fail(ConfigError(f"unknown format {fmt!r}", hint="use lib-csv, csv or json"))
-    store = open_store(store_path)
-    rows = _filtered(store, run_id, model, device, engine)
+    store = _read_store(store_path, run_id)
+    rows = _filtered(store, run_id, model, device, engine) if store else []
     if fmt == "json":
         text = json.dumps(results_json(rows), indent=2, default=str) + "\n"
     elif fmt == "csv":
@@ -146,8 +173,9 @@ def export(
         err.print(f"[yellow]{n_suspect} suspect cell(s)[/]: exported with their reason (lib-csv: column suspect; "
                   "csv: suspect; json: metrics.suspect)")
     if out_file:
-        out_file.parent.mkdir(parents=True, exist_ok=True)
-        out_file.write_text(text)
+        with writing(out_file):
+            out_file.parent.mkdir(parents=True, exist_ok=True)
+            out_file.write_text(text)
         err.print(f"wrote {out_file}")
     else:
         sys.stdout.write(text)
@@ -174,6 +202,7 @@ def compare(
     store: speed ratios and the perplexity change, flagged beyond 1 %).
     """
     from infbench.report.compare import COMPARED, compare_precisions, compare_rows, load_side, write_compare_html
+    from infbench.report.tables import print_table
 
     pair = None
     try:
@@ -187,14 +216,17 @@ def compare(
         from infbench.quality.gate import parse_increase
 
         gate = parse_increase(max_ppl_increase)
-        la, a = load_side(run_a, store_path) if run_a else (str(open_store(store_path).path), None)
-        lb, b = load_side(run_b, store_path) if run_b else (la, a)
+        if run_a is not None:
+            la, a = load_side(run_a, store_path)
+        else:
+            la, a = str(open_store(store_path, readonly=True).path), None
+        lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
     if pair is not None:
         from infbench.store.quality import quality_results
 
-        store = open_store(store_path)
+        store = open_store(store_path, readonly=True)
         a = a if a is not None else store.results()
         b = b if b is not None else a
         res = compare_precisions(a, b, pair[0], pair[1], quality_results(store, status="ok"), gate)
@@ -203,7 +235,8 @@ def compare(
         res = compare_rows(a, b)
     if html_out:
         try:
-            write_compare_html(res, la, lb, html_out)
+            with writing(html_out):
+                write_compare_html(res, la, lb, html_out)
         except ImportError as exc:
             need("report", exc)
     if as_json:
@@ -216,8 +249,8 @@ def compare(
         if res.get("perplexity"):
             return
         raise typer.Exit(1)
-    t = Table(title=f"B / A  (A = {la}, B = {lb})", header_style="bold")
-    t.add_column("cell")
+    t = Table(title=f"B / A  (A = {escape(la)}, B = {escape(lb)})", header_style="bold")
+    t.add_column("cell", overflow="fold")
     keys = [k for k in COMPARED if any(p["ratio"][k] is not None for p in res["pairs"])]
     for k in keys:
         t.add_column(COMPARED[k][0], justify="right")
@@ -230,9 +263,9 @@ def compare(
         return f"[green]{v:.3f}[/]" if good else (f"[red]{v:.3f}[/]" if bad else f"{v:.3f}")
 
     for p in res["pairs"]:
-        t.add_row(escape(p["label"]), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
+        t.add_row(escape(printable(p["label"])), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
     t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], COMPARED[k][1]) for k in keys])
-    out.print(t)
+    print_table(out, t, keep=1)
     out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
               "(matched by workload spec hash; green = B better)")
     if html_out:

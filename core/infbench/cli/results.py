@@ -9,10 +9,12 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from infbench.cli.common import err, fail, open_store, out, print_json
+from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
 from infbench.errors import ConfigError
 
 Opt = typer.Option
+#: Values of ``--status``.
+STATUSES = ("ok", "failed")
 
 
 def results(
@@ -60,21 +62,28 @@ def results(
     JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
     their model's highest precision.
     """
-    from infbench.report.tables import results_csv, results_json, results_table, suspect_notes
+    from infbench.report.tables import print_results, results_csv, results_json, suspect_notes
+    from infbench.store import default_store_path
 
     if fmt not in ("table", "json", "csv"):
-        fail(ConfigError(f"unknown format {fmt!r}", hint="use table, json or csv"))
-    store = open_store(store_path)
+        fail(ConfigError(f"unknown format {escape(fmt)!r}", hint="use table, json or csv"))
+    if status is not None and status not in STATUSES:
+        fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
+    check_run_id(run_id)
     try:
         from infbench.quality.gate import parse_increase
 
         gate = parse_increase(max_ppl_increase)
     except ConfigError as exc:
         fail(exc)
+    if store_path is None and not default_store_path().exists():
+        err.print(f"no results in {default_store_path()}; run `infbench run` first")
+        return
+    store = open_store(store_path, readonly=True)
     if quality:
         _quality(store, fmt, all_attempts, status, gate)
         return
-    rows = store.results(run_id=run_id, all_attempts=all_attempts)
+    rows = read_results(store, run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
     if repeats or searches:
@@ -100,9 +109,12 @@ def results(
     elif fmt == "csv":
         sys.stdout.write(results_csv(rows) if rows else "")
     elif not rows:
-        err.print(f"no results in {store.path}; run `infbench run` first")
+        what = " ".join(f for f in (f"with status {status}" if status else "",
+                                     f"in run {run_id}" if run_id else "") if f)
+        err.print(f"no results {what + ' ' if what else ''}in {store.path}"
+                  + ("" if what else "; run `infbench run` first"))
     else:
-        out.print(results_table(rows, title=f"results in {store.path}"))
+        print_results(out, rows, title=f"results in {store.path}")
         for line in suspect_notes(rows):
             out.print(f"[yellow]suspect:[/] {escape(line)}")
     if fmt == "table" and not best and not run_id:  # measurements belong to no run

@@ -4,6 +4,7 @@ another place) and ``infbench ingest`` (a worker's results into the store)."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,14 +25,17 @@ from infbench.cli.common import (
     JSON_HELP,
     err,
     fail,
-    open_store,
     out,
     plugin_manager,
     print_json,
     split,
     stdout_to_stderr,
+    store_for_writing,
+    writing,
 )
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
+from infbench.store import StoreError, describe_db_error
 from infbench.sweeps import serving_workload_flags
 
 RUN_HELP = """Run a sweep of cells and store every result.
@@ -128,7 +132,7 @@ def run(
     seed: Annotated[int | None, Opt("--seed", help="Seed of the synthetic prompts.")] = None,
     cell_timeout: Annotated[float | None, Opt("--cell-timeout", help="Seconds before a cell is stopped and "
                                               "stored as failed.")] = None,
-    threads: Annotated[int | None, Opt("--threads", help="CPU threads for the engine.")] = None,
+    threads: Annotated[int | None, Opt("--threads", min=1, help="CPU threads for the engine.")] = None,
     power_interval: Annotated[float, Opt("--power-interval", help="Power sampling interval (s).")] = 0.1,
     power_command: Annotated[str | None, Opt("--power-command", help="Replace the device's power sampler by a "
                                              "shell command that prints watts (a PDU or BMC reading); energy is "
@@ -244,6 +248,27 @@ def run(
                                           "chunks.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
+    params = dict(locals())
+    from infbench import signals
+
+    # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
+    try:
+        with signals.terminate_as_interrupt():
+            _run(**params)
+    except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
+        err.print("[yellow]interrupted[/] before any cell was measured")
+        raise typer.Exit(signals.exit_status(exc)) from None
+
+
+def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, preset, device, store_path, force,
+         warmup, seed, cell_timeout, threads, power_interval, power_command, power_watts, power_label, concurrency,
+         request_rate, burstiness, num_requests, duration, warmup_requests, request_timeout, base_url, api_key_env,
+         endpoint, served_model_name, prompt_format, engine_arg, dataset, max_input_len, max_output_len, trace,
+         trace_speed, multi_turn, think_time, prefix_len, num_prefixes, no_stream, tokenizer, slo_ttft, slo_tpot,
+         slo_e2e, dry_run, write_spec, executor, container_runtime, ray_address, runtime, repeat, price_per_hour,
+         scrape_interval, find_max, slo_ttft_ms, slo_tpot_ms, goodput, find_max_limit, find_max_probes, perplexity,
+         ppl_n_ctx, ppl_chunks, as_json) -> None:
+    from infbench import signals
     from infbench.default_sweep import default_for_run
     from infbench.detect import detect as do_detect
     from infbench.engines.options import engine_options
@@ -274,8 +299,12 @@ def run(
                 raise ConfigError(f"--find-max runs in this process (one server kept up across probes), not with "
                                   f"--executor {name}", hint="leave out --executor")
             name = "inprocess"
+        if power_interval <= 0:
+            raise ConfigError(f"--power-interval must be > 0 s, got {power_interval:g}",
+                              hint="e.g. --power-interval 0.1")
         pm = plugin_manager()
         det = do_detect(pm)
+        det.raise_config_errors()
         # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
         default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), name,
                                   container_runtime, base_url)
@@ -320,6 +349,7 @@ def run(
         cells = [c for p in plans for c in p.cells]
         eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
                                prompt_format=prompt_format, tokenizer=tokenizer, **endpoint_opts)
+        check_engine_args(pm, sweep.engines, engine_arg)
         if write_spec is not None:
             from infbench.worker import write_spec as _write_spec
 
@@ -327,9 +357,10 @@ def run(
                 raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(plans)} "
                                   "device types", hint="pick one with --device")
 
-            wspec = _write_spec(the_plan, write_spec, RunOptions(
-                cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
-                engine_options=eopts))
+            with writing(write_spec, "--write-spec"):
+                wspec = _write_spec(the_plan, write_spec, RunOptions(
+                    cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
+                    engine_options=eopts))
             if as_json:
                 print_json({"spec": str(write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
             else:
@@ -356,9 +387,9 @@ def run(
             raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
                               f"the {ex.name} executor's workers", hint="add --executor inprocess")
         override = user_power_sampler(power_command, power_watts, power_label)
-        store = open_store(store_path)
     except InfbenchError as exc:
         fail(exc)
+    store = store_for_writing(store_path)
     opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
                       engine_options=eopts, slo=sweep.slo(), power_override=override,
                       server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour)
@@ -385,9 +416,13 @@ def run(
             summary = ex.run(plans if fleet is not None else the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted:[/] finished cells are stored; run the same command again to resume.")
-        raise typer.Exit(130) from None
+    except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
+        fail(StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
+                        hint="free disk space, wait for the process holding it, or pass --store another file"))
+    except KeyboardInterrupt as exc:
+        with signals.deferred():
+            _print_interrupted(store, as_json, exc)
+        raise typer.Exit(signals.exit_status(exc)) from None
     quality = None
     if perplexity is not None:
         from infbench.cli.quality import perplexity_after_run
@@ -396,6 +431,41 @@ def run(
     _print_summary(store, summary, as_json, quality)
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
+
+
+def check_engine_args(pm: Any, engines: list[str], engine_arg: list[str] | None) -> None:
+    """Refuse ``--engine-arg`` keys that no engine of the sweep reads
+    (:func:`infbench.engines.options.unknown_engine_args`).
+
+    Raises:
+        ConfigError: naming the unknown keys, the closest known ones and each engine's keys.
+    """
+    from infbench.engines.options import parse_engine_args, unknown_engine_args
+    from infbench.plan import engine_specs
+
+    if not engine_arg:
+        return
+    unknown_engine_args(engine_specs(pm), engines, list(parse_engine_args(engine_arg)))
+
+
+def _print_interrupted(store: Any, as_json: bool, exc: BaseException) -> None:
+    """What an interrupted run kept: its status and counts (JSON with ``--json``)."""
+    from infbench.signals import Terminated
+
+    why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    run_id = next(reversed(store.run_meta), None)
+    counts = {"ok": 0, "failed": 0}
+    try:
+        rows = store.results(run_id=run_id, all_attempts=True) if run_id else []
+        for r in rows:
+            counts["ok" if r["status"] == "ok" else "failed"] += 1
+        status = next((r["status"] for r in store.runs() if r["run_id"] == run_id), "interrupted")
+    except Exception:  # noqa: BLE001 - a broken store must not hide the interruption
+        status = "interrupted"
+    if as_json:
+        print_json({"run_id": run_id, "status": status, "store": str(store.path), **counts, "signal": why})
+    err.print(f"[yellow]{why}:[/] {counts['ok']} ok and {counts['failed']} failed cell(s) of run {run_id} are "
+              "stored; run the same command again to resume.")
 
 
 def _print_default(default: Any) -> None:
@@ -520,33 +590,50 @@ class ProgressObserver:
             p.advance(self.task)
             r = event.result
             if r.status != "ok":
-                p.console.print(f"[red]failed[/] {r.cell.label()}{where}: {escape(str(r.error))}")
+                p.console.print(f"[red]failed[/] {escape(printable(r.cell.label()))}{where}: "
+                                f"{escape(printable(r.error))}")
         elif isinstance(event, ev.NodeLost):
             p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
         elif isinstance(event, ev.Note):
-            p.console.print(f"[yellow]note:[/] {escape(event.text)}")
+            p.console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
         elif isinstance(event, ev.LogLine):
-            logging.getLogger("infbench.worker").debug("%s", event.line)
+            logging.getLogger("infbench.worker").debug("%s", printable(event.line))
 
 
 def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
-    from infbench.report.tables import quality_json, quality_table, results_json, results_table, suspect_notes
+    from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
 
-    rows = store.results(run_id=summary.run_id)
+    try:
+        rows = store.results(run_id=summary.run_id)
+    except sqlite3.Error:
+        rows = []
+    if summary.journaled and not summary.journal_stored:
+        rows += [{**r.model_dump(mode="json", exclude={"records", "power"}), "run_id": summary.run_id,
+                  "spec": r.cell.model_dump(mode="json")} for r in summary.journaled]
+        err.print(f"[yellow]note:[/] {len(summary.journaled)} measured cell(s) could not be written to {store.path}; "
+                  f"they are kept in {summary.journal} and the next `infbench run` on this store stores them")
+    elif summary.journaled:
+        err.print(f"[yellow]note:[/] {len(summary.journaled)} cell(s) the store refused for a while are stored now")
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+                    "claimed_elsewhere": len(summary.claimed), "journaled": len(summary.journaled),
+                    "journal": summary.journal if not summary.journal_stored else None,
                     "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
                                                     else {})})
         return
     if rows:
-        out.print(results_table(rows, title=f"run {summary.run_id}"))
+        print_results(out, rows, title=f"run {summary.run_id}")
     for line in suspect_notes(rows):
         out.print(f"[yellow]suspect:[/] {escape(line)}")
     if quality:
         out.print(quality_table(quality, title="perplexity"))
-    if summary.skipped:
-        out.print(f"{len(summary.skipped)} cell(s) skipped: already stored ok (use --force to measure again).")
+    if summary.claimed:
+        out.print(f"{len(summary.claimed)} cell(s) skipped: another process on this store measured them "
+                  f"({escape(summary.claimed[0][1])}{', ...' if len(summary.claimed) > 1 else ''}).")
+    if len(summary.skipped) > len(summary.claimed):
+        out.print(f"{len(summary.skipped) - len(summary.claimed)} cell(s) skipped: already stored ok (use --force to "
+                  "measure again).")
     for n in {r["power_note"] for r in rows if r["power_note"]}:
         out.print(f"[dim]energy: {n}[/]")
     for r in rows:
@@ -570,6 +657,7 @@ def worker(
     cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
     from an infbench with another store schema is refused (exit 2).
     """
+    from infbench import signals
     from infbench.worker import event_line, run_worker
 
     def observer(event: Any) -> None:
@@ -578,12 +666,13 @@ def worker(
             print(line, file=sys.stderr, flush=True)
 
     try:
-        prov = run_worker(spec, out_dir, observer)
+        with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
+            prov = run_worker(spec, out_dir, observer)
     except InfbenchError as exc:
         fail(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         err.print("[yellow]interrupted:[/] finished cells are in cells.jsonl")
-        raise typer.Exit(130) from None
+        raise typer.Exit(signals.exit_status(exc)) from None
     out.print(f"worker {prov['status']}: results in {out_dir}")
     if prov["status"] not in ("completed",):
         raise typer.Exit(3)
@@ -599,18 +688,23 @@ def ingest(
     Cell ids and spec hashes are kept as the worker computed them, so the same workload
     run in another image or on another site compares cell by cell (`infbench compare`).
     """
+    from infbench.run import run_command
     from infbench.worker import ingest as do_ingest
 
-    store = open_store(store_path)
+    store = store_for_writing(store_path)
     try:
-        res = do_ingest(out_dir, store, command=" ".join(sys.argv))
+        res = do_ingest(out_dir, store, command=run_command())
     except InfbenchError as exc:
         fail(exc)
+    except sqlite3.Error as exc:
+        fail(StoreError(f"the results store {store.path} refused the ingest ({describe_db_error(exc)}); nothing "
+                        "was stored", hint=f"free disk space or wait for the process holding it, then ingest {out_dir} "
+                                           "again (the folder is untouched)"))
     cells = res.pop("cells")
     if as_json:
         print_json({**res, "cell_ids": [c.cell_id for c in cells]})
         return
-    skipped = f"; {res['skipped_lines']} incomplete line(s) skipped" if res["skipped_lines"] else ""
+    skipped = f"; {res['skipped_lines']} incomplete last line skipped" if res["skipped_lines"] else ""
     out.print(f"run {res['run_id']}: {res['ok']} ok, {res['failed']} failed ingested from {out_dir} "
               f"(worker status {res['status']}{skipped})")
 

@@ -60,6 +60,12 @@ class EngineSpec:
             library runs on ``device`` (a build for its ``DeviceBackends``), and why not
             (:mod:`infbench.engines.availability`; since contract 1.4). None: only
             ``modules`` and ``commands`` are checked.
+        options: the option names the adapter reads (``--engine-arg KEY=VALUE`` and the
+            named flags); ``--engine-arg`` keys outside them (and ``native_options``) are
+            refused before anything runs (since contract 1.6). None: not declared, not checked.
+        native_options: a callable returning the names the adapter passes through to
+            the engine library (``vllm.EngineArgs`` fields), called only when an
+            ``--engine-arg`` is given.
     """
 
     name: str
@@ -73,6 +79,8 @@ class EngineSpec:
     any_model: bool = False
     commands: list[str] = field(default_factory=list)
     check: Callable[[DeviceInfo, Any], Any] | None = None
+    options: tuple[str, ...] | None = None
+    native_options: Callable[[], Any] | None = None
 
     def missing(self) -> list[str]:
         """The required modules that cannot be imported here, and required commands

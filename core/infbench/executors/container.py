@@ -23,7 +23,6 @@ container runs and in-process runs have the same form and compare cell by cell.
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
 from pathlib import Path
@@ -32,9 +31,17 @@ from typing import Any
 from infbench.errors import ConfigError
 from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ignore
 from infbench.plan import Group, Plan
-from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
+from infbench.run import (
+    RunOptions,
+    RunSummary,
+    pending_cells,
+    record,
+    run_command,
+    started_run,
+    take_cell,
+    unmeasured_failure,
+)
 from infbench.schema import Cell, CellResult
-from infbench.secrets import redact_argv
 from infbench.store import Store, default_home
 
 PREFIX = "infbench-worker: "
@@ -70,6 +77,29 @@ def _local_paths(cells: list[Cell]) -> list[str]:
     return sorted(paths)
 
 
+def read_no_follow(path: Path, offset: int = 0) -> bytes:
+    """The bytes of ``path`` from ``offset``, refusing a symlink (the worker writes the
+    folder: a planted ``cells.jsonl -> /etc/shadow`` must not be read on the host).
+
+    Raises:
+        OSError: missing, a symlink (ELOOP) or not a regular file.
+    """
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        os.lseek(fd, offset, os.SEEK_SET)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class _CellsTail:
     """Reads the complete lines appended to a worker's ``cells.jsonl`` since the last read."""
 
@@ -77,11 +107,10 @@ class _CellsTail:
         self.path, self.offset = path, 0
 
     def read(self) -> list[CellResult]:
-        if not self.path.is_file():
+        try:
+            data = read_no_follow(self.path, self.offset)
+        except OSError:
             return []
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
         end = data.rfind(b"\n")
         if end < 0:
             return []
@@ -147,18 +176,18 @@ class ContainerExecutor:
         batches = _batches(plan, pm)
         for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
             runtime.check_image(spec["image"])
-        run_id = store.begin_run({**host_provenance, "runtime": runtime.name}, command=" ".join(redact_argv(sys.argv)))
-        summary = RunSummary(run_id)
-        done = set() if opts.force else store.finished_cell_ids()
         root = Path(self.job_root or default_home() / "jobs")
         cache = default_home() / "cache"
         home = default_home() / "worker-home"
         stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
         provenance_set = False
         attempt = 0
-        with finishing(store, summary):
+        with started_run(store, {**host_provenance, "runtime": runtime.name}, run_command()) as summary:
+            run_id = summary.run_id
+            done = set() if opts.force else store.finished_cell_ids()
             for spec, groups in batches:
                 remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, observer)
+                remaining = [c for c in remaining if take_cell(store, run_id, c, device, summary, observer, opts.force)]
                 by_hash = {c.spec_hash(): c for c in remaining}
                 group_of = {g.label(): g for g in groups}
                 while remaining:
@@ -273,8 +302,8 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
         handle.cleanup()
     prov = None
     try:
-        prov = json.loads((job / "out" / "provenance.json").read_text()).get("provenance")
-    except (OSError, ValueError):
+        prov = json.loads(read_no_follow(job / "out" / "provenance.json")).get("provenance")
+    except (OSError, ValueError, AttributeError):
         pass
     if stalled.is_set():
         reason = (f"reported nothing for {stall_s:.0f} s and was killed "

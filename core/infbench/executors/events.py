@@ -45,9 +45,11 @@ class CellFinished:
 
 @dataclass(frozen=True)
 class CellSkipped:
-    """``cell`` was not measured: its newest stored attempt is ok (``--force`` measures it)."""
+    """``cell`` was not measured: its newest stored attempt is ok (``--force`` measures it),
+    or ``reason`` says why (another process is measuring it)."""
 
     cell: Cell
+    reason: str | None = None
 
 
 @dataclass(frozen=True)

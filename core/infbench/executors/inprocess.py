@@ -19,7 +19,17 @@ from infbench.measure.cell import measure_cell
 from infbench.measure.power import PowerSampler, WithChannels, device_power_sampler
 from infbench.plan import Plan
 from infbench.plugins import PluginManager
-from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
+from infbench.run import (
+    RunOptions,
+    RunSummary,
+    busy_elsewhere,
+    pending_cells,
+    record,
+    run_command,
+    started_run,
+    take_cell,
+    unmeasured_failure,
+)
 from infbench.store import Store
 
 
@@ -41,10 +51,12 @@ class InProcessExecutor:
             observer: Observer = ignore) -> RunSummary:
         """Run every cell of ``plan`` on its device and store each result as it finishes.
 
-        Cells whose newest stored attempt is ok are skipped unless ``options.force``. A
-        group whose engine fails to start stores all its cells as failed with that error,
-        and the sweep goes on. On Ctrl-C the engine is stopped, the run is marked
-        ``interrupted`` and the exception propagates; everything finished is stored.
+        Cells whose newest stored attempt is ok are skipped unless ``options.force``, and
+        so are cells another live process on the same store is measuring (each cell is
+        claimed before it is measured: :func:`~infbench.run.take_cell`). A group whose
+        engine fails to start stores all its cells as failed with that error, and the
+        sweep goes on. On Ctrl-C or SIGTERM the engine is stopped, the run is marked
+        ``interrupted`` and the exception propagates; everything measured is stored.
 
         Returns:
             The :class:`~infbench.run.RunSummary`.
@@ -52,20 +64,14 @@ class InProcessExecutor:
         Raises:
             KeyboardInterrupt: after the run is marked interrupted.
         """
-        import sys
-
-        from infbench.secrets import redact_argv
-
         opts = options or RunOptions()
-        run_id = store.begin_run(self.provenance, command=" ".join(redact_argv(sys.argv)))
-        summary = RunSummary(run_id)
-        done = set() if opts.force else store.finished_cell_ids()
-        sampler = device_power_sampler(self.pm, plan.device)
-        if opts.power_override is not None:  # the user's power, the device's telemetry channels
-            sampler = WithChannels(opts.power_override, sampler)
-        limits, limits_reason = device_roofline_limits(self.pm, plan.device)
-        with finishing(store, summary):
+        with started_run(store, self.provenance, run_command()) as summary:
+            done = set() if opts.force else store.finished_cell_ids()
+            sampler = device_power_sampler(self.pm, plan.device)
+            if opts.power_override is not None:  # the user's power, the device's telemetry channels
+                sampler = WithChannels(opts.power_override, sampler)
             try:
+                limits, limits_reason = device_roofline_limits(self.pm, plan.device)
                 self._groups(plan, store, opts, observer, summary, done, sampler, limits, limits_reason)
             finally:
                 sampler.close()
@@ -76,6 +82,11 @@ class InProcessExecutor:
         device, run_id = plan.device, summary.run_id
         for group in plan.groups:
             todo = pending_cells(group.cells, device, done, summary, observer)
+            busy = busy_elsewhere(store, todo, device, run_id, opts.force)
+            if todo and all(c.cell_id(device) in busy for c in todo):
+                for c in todo:  # another process has them all: announce, do not load the model
+                    take_cell(store, run_id, c, device, summary, observer, opts.force)
+                continue
             if not todo:
                 continue
             observer(GroupLoading(group))
@@ -94,9 +105,17 @@ class InProcessExecutor:
                 continue
             try:
                 for c in todo:
+                    if not take_cell(store, run_id, c, device, summary, observer, opts.force):
+                        continue
                     observer(CellStarted(c))
-                    r = measure_cell(engine, group, c, device, sampler, opts)
-                    add_roofline(r, group.model, limits, limits_reason)
+                    r = None
+                    try:
+                        r = measure_cell(engine, group, c, device, sampler, opts)
+                        add_roofline(r, group.model, limits, limits_reason)
+                    except KeyboardInterrupt:
+                        if r is not None:  # measured before the signal: keep it
+                            record(store, run_id, summary, r, observer)
+                        raise
                     record(store, run_id, summary, r, observer)
             finally:
                 engine.stop()

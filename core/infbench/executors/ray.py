@@ -48,7 +48,7 @@ from infbench.errors import ConfigError, EngineUnavailable
 from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ignore
 from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
 from infbench.plan import Group, Plan
-from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, unmeasured_failure
+from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, run_command, unmeasured_failure
 from infbench.schema import CellResult
 from infbench.store import Store
 
@@ -294,7 +294,7 @@ class RayExecutor:
         ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,
                     "container_runtime": self.container_runtime}
         run_prov = {**self.provenance, "executor": "ray", "ray": ray_prov}
-        run_id = store.begin_run(run_prov, command=" ".join(sys.argv))
+        run_id = store.begin_run(run_prov, command=run_command())
         summary = RunSummary(run_id)
         done = set() if opts.force else store.finished_cell_ids()
         items: list[WorkItem] = []

@@ -370,15 +370,29 @@ class CommandPowerSampler(PowerSampler):
     source = "power"
 
     def __init__(self, command: str, label: str | None = None, timeout_s: float = 5.0):
+        from infbench.secrets import command_label
+
         self.command = command
         self.timeout_s = timeout_s
-        self.label = label or f"user-supplied power command: {command}"
+        # Named by its executable only: the command line may carry a BMC password or a token.
+        self.label = label or f"user-supplied power command: {command_label(command)}"
 
     def read(self) -> list[PowerReading]:
-        """Run the command once; one reading stamped halfway through the call."""
+        """Run the command once; one reading stamped halfway through the call.
+
+        Errors name the executable, never the command line (it may hold a secret)."""
+        from infbench.secrets import command_label
+
         t0 = now_ns()
-        out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s,
-                             check=True).stdout
+        try:
+            out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s,
+                                 check=True).stdout
+        except subprocess.CalledProcessError as exc:
+            raise RuntimeError(f"power command {command_label(self.command)} exited with status "
+                               f"{exc.returncode}") from None
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"power command {command_label(self.command)} took longer than "
+                               f"{self.timeout_s:g} s") from None
         t1 = now_ns()
         return [PowerReading(t_ns=(t0 + t1) // 2, power_w=parse_watts(out))]
 

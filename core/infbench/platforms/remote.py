@@ -88,7 +88,9 @@ class RemotePlatform(BaseModel):
         if self.power_w is not None:
             return self.power_label or f"user-supplied fixed {self.power_w:g} W (not measured)"
         if self.power_command:
-            return self.power_label or f"user-supplied power command: {self.power_command}"
+            from infbench.secrets import command_label
+
+            return self.power_label or f"user-supplied power command: {command_label(self.power_command)}"
         return "none: no device power API; set power_w or power_command in the site config"
 
     def power_sampler(self) -> PowerSampler:

@@ -15,6 +15,7 @@ run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 from __future__ import annotations
 
 import math
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     Raises:
         ConfigError: the file does not exist, or the run matches no cell.
     """
-    from infbench.store import Store
+    from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
 
     path, run = None, arg
     if ":" in arg and arg.rsplit(":", 1)[0].endswith(".db"):
@@ -50,11 +51,17 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
         path, run = arg, None
     if path is not None and not Path(path).is_file():
         raise ConfigError(f"no results database at {path}")
-    store = Store(path or default_store)
+    if run is not None and not valid_run_prefix(run):
+        raise ConfigError(f"{arg[:60]!r} is neither a run id (hex digits, e.g. 3f2a9c) nor a results .db file",
+                          hint="e.g. `infbench compare 3f2a 9c1d` or `infbench compare siteA.db siteB.db:9c1d`")
+    store = Store(path or default_store, readonly=True)
     try:
         # A run's own attempts (not the newest attempt of each cell, which a later run
         # of the same cells would replace).
-        rows = store.results(run_id=run, all_attempts=run is not None)
+        try:
+            rows = store.results(run_id=run, all_attempts=run is not None)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}") from None
         if not rows:
             runs = ", ".join(r["run_id"] for r in store.runs()[:8]) or "none"
             raise ConfigError(f"{arg!r} matches no stored cell in {store.path}",

@@ -240,10 +240,12 @@ def lib_csv(rows: list[dict[str, Any]]) -> str:
     import csv
     import io
 
+    from infbench.secrets import printable
+
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=LIB_COLUMNS, lineterminator="\n")
     w.writeheader()
-    w.writerows(lib_rows(rows))
+    w.writerows({k: printable(v) if isinstance(v, str) else v for k, v in r.items()} for r in lib_rows(rows))
     return buf.getvalue()
 
 

@@ -1,4 +1,12 @@
-"""Terminal tables and flat exports of stored results (rich tables, JSON, CSV)."""
+"""Terminal tables and flat exports of stored results (rich tables, JSON, CSV).
+
+A table is printed with :func:`print_table`, which never cuts a value: on a terminal (or
+a pipe) too narrow for every column, the columns are split over several tables, each
+repeating the key columns (model, engine...), and text columns wrap instead of ending in
+an ellipsis. Text that came from outside (model names, errors from an ingested folder or
+a server) is printed and written to CSV without control characters
+(:func:`infbench.secrets.printable`).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +14,14 @@ import csv
 import io
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from infbench.measure.metrics import flatten
 from infbench.schema import load_label
+from infbench.secrets import printable
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -40,7 +52,7 @@ def results_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def results_csv(rows: list[dict[str, Any]]) -> str:
     """Stored cells as CSV, one flattened row per cell (:func:`result_row`)."""
-    flat = [result_row(r) for r in rows]
+    flat = [{k: printable(v) if isinstance(v, str) else v for k, v in result_row(r).items()} for r in rows]
     cols: list[str] = []
     for f in flat:
         cols += [k for k in f if k not in cols]
@@ -73,7 +85,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             return (m.get(k) or {}).get(q)
 
         if r["status"] != "ok":
-            status = f"[red]failed[/] {(r['error'] or '')[:60]}"
+            status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
         else:
             status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
         if m.get("throttled"):
@@ -84,7 +96,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             size += f" #{s['repeat']}"
         published = (r.get("engine") or {}).get("published") or m.get("published")
         status = status + (" [cyan](published)[/]" if published else "")
-        t.add_row(s["model"], s["engine"], s["dtype"], r["device"]["vendor"], size,
+        t.add_row(*[escape(printable(x)) for x in (s["model"], s["engine"], s["dtype"], r["device"]["vendor"])], size,
                   str(s["input_len"]), str(s["output_len"]), status,
                   _fmt(g("ttft_s"), 1e3), *([_fmt(g("server_ttft_s"), 1e3)] if server else []),
                   _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
@@ -92,6 +104,97 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
                   _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
                   str(m.get("n_completed", "-")))
     return t
+
+
+#: Columns :func:`print_results` repeats in every part of a split results table.
+RESULT_KEY_COLUMNS = 4
+
+
+def _cell_width(cell: Any) -> int:
+    if isinstance(cell, Text):
+        return max((len(line) for line in cell.plain.splitlines()), default=0)
+    if isinstance(cell, str):
+        return max((len(line) for line in Text.from_markup(cell).plain.splitlines()), default=0)
+    return 8
+
+
+def split_table(table: Table, width: int, keep: int = 1) -> list[Table]:
+    """``table`` as one or more tables no wider than ``width`` characters, none of whose
+    values is cut.
+
+    Right-aligned columns (numbers) keep their full width and never wrap; left-aligned
+    columns (names, errors) wrap instead of ending in an ellipsis. When the columns do not
+    fit side by side they are split over several tables, each starting with a row number
+    ``#`` and as many of the first ``keep`` columns (the row's key) as fit in 40 % of the
+    width, and each repeating the title with its part number.
+
+    Args:
+        table: a rich table (any columns).
+        width: the console width in characters.
+        keep: how many leading columns identify a row.
+
+    Returns:
+        The tables to print, in order (``[table]`` rebuilt when one fits).
+    """
+    cols = list(table.columns)
+    cells = [list(c.cells) for c in cols]
+    need = []
+    for c, col_cells in zip(cols, cells):
+        w = max([_cell_width(c.header)] + [_cell_width(x) for x in col_cells])
+        if c.justify != "right":
+            w = min(w, max(30, _cell_width(c.header)))  # longer text wraps
+        need.append(w + 3)  # padding 2 + border 1
+    index = False
+    if 1 + sum(need) > width and len(cols) > 1:
+        index = True
+        n_w = len(str(table.row_count)) + 3
+        keep = min(keep, len(cols) - 1)
+        while keep > 0 and 1 + n_w + sum(need[:keep]) > 0.4 * width:
+            keep -= 1
+        key_w = 1 + n_w + sum(need[:keep])
+    else:
+        keep = 0
+        key_w = 1
+    parts: list[list[int]] = []
+    current: list[int] = []
+    used = key_w
+    for i in range(keep, len(cols)):
+        if current and used + need[i] > width:
+            parts.append(current)
+            current, used = [], key_w
+        current.append(i)
+        used += need[i]
+    parts.append(current)
+    out = []
+    for n, part in enumerate(parts):
+        title = table.title
+        if len(parts) > 1 and title is not None:
+            title = f"{title} ({n + 1}/{len(parts)})"
+        t = Table(title=title, header_style=table.header_style, show_lines=table.show_lines)
+        if index:
+            t.add_column("#", justify="right", no_wrap=True)
+        for i in list(range(keep)) + part:
+            c = cols[i]
+            if c.justify == "right":
+                t.add_column(c.header, justify="right", no_wrap=True, min_width=need[i] - 3, style=c.style)
+            else:
+                t.add_column(c.header, justify=c.justify, no_wrap=False, overflow="fold", style=c.style)
+        for r in range(table.row_count):
+            t.add_row(*([str(r + 1)] if index else []), *[cells[i][r] for i in list(range(keep)) + part])
+        out.append(t)
+    return out
+
+
+def print_table(console: Console, table: Table, keep: int = 1) -> None:
+    """Print ``table`` on ``console`` with no value cut (:func:`split_table` at the
+    console's width)."""
+    for t in split_table(table, console.width, keep):
+        console.print(t)
+
+
+def print_results(console: Console, rows: list[dict[str, Any]], title: str = "infbench results") -> None:
+    """Print stored cells as :func:`results_table`, split to the console's width."""
+    print_table(console, results_table(rows, title=title), keep=RESULT_KEY_COLUMNS)
 
 
 def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -161,7 +264,7 @@ def quality_table(rows: list[dict[str, Any]], title: str = "perplexity",
                 vs = f"[red]{vs} > {max_increase * 100:g} %[/]" if max_increase is not None else f"[red]{vs}[/]"
             elif r.get("beyond_gate") is False and r.get("baseline_dtype") != r["dtype"]:
                 vs = f"[green]{vs}[/]"
-        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {(r.get('error') or '')[:60]}"
+        status = "[green]ok[/]" if r["status"] == "ok" else f"[red]failed[/] {escape(printable(r.get('error'))[:60])}"
         if r.get("skipped"):
             status += " (stored)"
         t.add_row(Path(r["model"]).name, r["engine"], r["dtype"], _fmt(r.get("value"), 1, 4),

@@ -21,6 +21,12 @@ The plugin's Docker container spec is translated by :func:`apptainer_args`:
   returned as notes (the job inherits the limits of the shell that starts it; raise them
   there, e.g. ``ulimit -l unlimited``).
 
+Isolation matches the Docker worker's: ``--contain`` (a minimal ``/dev``, empty ``/tmp``,
+no host file systems beyond the binds) and ``--no-home`` (the host home is not mounted;
+the worker's home is the bound worker home), and no network (``--net --network none``,
+which unprivileged users may request) unless the spec's ``network_mode`` asks for one,
+which is then said in a note.
+
 Not verified here: Apptainer is not packaged for Debian 12 and cannot be fetched on the
 development machine, so only the translation is tested (``tests/unit/test_runtimes.py``).
 """
@@ -87,6 +93,12 @@ def apptainer_args(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
     opts += [str(o) for o in spec.get("apptainer_options") or []]   # the plugin's own, e.g. Gaudi's /dev/accel
     for k, v in (spec.get("environment") or {}).items():
         opts += ["--env", f"{k}={v}"]
+    net = spec.get("network_mode")
+    if net in (None, "none"):
+        opts += ["--net", "--network", "none"]
+    else:
+        notes.append(f"the container spec asks for network mode {net}: the worker shares the host's network "
+                     "(Apptainer's default)")
     if spec.get("ulimits"):
         notes.append("ulimits from the container spec are not applied by Apptainer: the job inherits the "
                      "calling shell's limits (set them with `ulimit` before `infbench run`)")
@@ -156,11 +168,19 @@ class ApptainerRuntime:
                 extra_mounts: list[str] | None = None) -> tuple[list[str], list[str]]:
         """The full ``apptainer exec`` command line and the notes (see :func:`apptainer_args`)."""
         opts, notes = apptainer_args(spec)
-        binds = ["--bind", f"{job_dir.resolve()}:{JOB}", "--bind", f"{home_dir.resolve()}:{HOME}",
-                 "--bind", f"{cache_dir.resolve()}:{HOME}/cache"]
+        from infbench.runtimes import allowed_mount_roots, cache_link_mounts
+
+        binds = ["--bind", f"{(job_dir / 'spec.json').resolve()}:{JOB}/spec.json:ro",
+                 "--bind", f"{(job_dir / 'out').resolve()}:{JOB}/out",
+                 "--bind", f"{home_dir.resolve()}:{HOME}", "--bind", f"{cache_dir.resolve()}:{HOME}/cache"]
+        links, link_notes = cache_link_mounts(cache_dir, home_dir / "cache-links", allowed_mount_roots(),
+                                              f"{HOME}/cache")
+        for host, dest, mode in links:
+            binds += ["--bind", f"{host}:{dest}" + (":ro" if mode == "ro" else "")]
+        notes = notes + link_notes
         for p in extra_mounts or []:
             binds += ["--bind", f"{Path(p).resolve()}:{Path(p).resolve()}:ro"]
-        cmd = [str(self.binary), "exec", "--cleanenv", *opts, *binds,
+        cmd = [str(self.binary), "exec", "--cleanenv", "--contain", "--no-home", *opts, *binds,
                "--env", f"INFBENCH_HOME={HOME}", "--env", f"HOME={HOME}", "--env", "PYTHONUNBUFFERED=1",
                str(self.sif_for(spec["image"])),
                "infbench", "worker", "--spec", f"{JOB}/spec.json", "--out", f"{JOB}/out"]
@@ -173,7 +193,7 @@ class ApptainerRuntime:
     def start(self, spec: dict[str, Any], job_dir: Path, home_dir: Path, cache_dir: Path, name: str,
               extra_mounts: list[str] | None = None) -> ApptainerWorker:
         """Start the worker (same arguments as :meth:`DockerRuntime.start`)."""
-        for d in (job_dir, home_dir / "cache", cache_dir):
+        for d in (job_dir / "out", home_dir / "cache", cache_dir):
             d.mkdir(parents=True, exist_ok=True)
         cmd, notes = self.command(spec, job_dir, home_dir, cache_dir, extra_mounts)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

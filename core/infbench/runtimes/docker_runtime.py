@@ -4,16 +4,25 @@ The container's keyword arguments come from the plugin's
 :func:`~infbench.hookspecs.infbench_container_spec` (image, device requests, devices,
 runtime, env, ipc, shm, ulimits...); this module adds what every worker needs:
 
-* the job folder (``spec.json``, ``out/``) mounted at ``/job``, a worker home kept
-  between jobs (``$INFBENCH_HOME/worker-home``: measured CPU limits, engine logs) at
-  ``/job/home`` with ``INFBENCH_HOME=/job/home``, and the host's model cache
-  (``$INFBENCH_HOME/cache``: dummy GGUFs and HF folders) at ``/job/home/cache``; a model
-  or dataset given as a local path is mounted read-only at the same path;
+* the job's ``spec.json`` read-only at ``/job/spec.json`` and its ``out/`` folder at
+  ``/job/out`` (the rest of the job folder, such as ``worker.log``, stays out of the
+  worker's reach), a worker home kept between jobs (``$INFBENCH_HOME/worker-home``:
+  measured CPU limits, engine logs) at ``/job/home`` with ``INFBENCH_HOME=/job/home``,
+  and the host's model cache (``$INFBENCH_HOME/cache``: dummy GGUFs and HF folders) at
+  ``/job/home/cache``; a model or dataset given as a local path is mounted read-only at
+  the same path;
+* a symlinked folder of the cache is never followed into a read-write mount: its
+  target is mounted read-only when it lies under an allowed root the user configured,
+  else the worker gets a private folder instead
+  (:func:`~infbench.runtimes.cache_link_mounts`);
 * the host user's uid:gid, so what the worker writes is the user's (unless the spec sets
   ``user``);
 * no network (``network_mode="none"``) unless the spec asks for one: the worker needs
   only the mounted files and its own loopback (serving engines bind 127.0.0.1);
-* never ``privileged`` unless the spec says so, and then :attr:`DockerWorker.notes` says it.
+* every setting that loosens isolation (``privileged``, ``cap_add``, ``security_opt``
+  such as ``seccomp=unconfined``, host IPC/PID/network/user namespaces, device cgroup
+  rules, ``sysctls``, running as root) is applied only when the spec asks for it, and
+  then :attr:`DockerWorker.notes` says so (:func:`security_notes`).
 
 The container is removed by :meth:`DockerWorker.cleanup` (the launcher calls it on
 success, failure, timeout and Ctrl-C).
@@ -60,6 +69,42 @@ def docker_available() -> bool:
     except ConfigError:
         return False
     return True
+
+
+def _as_list(v: Any) -> list[str]:
+    return [str(x) for x in (v if isinstance(v, (list, tuple)) else [v])]
+
+
+#: Container settings that loosen the worker's isolation -> what to tell the user when a
+#: plugin's container spec sets them (None: the value is harmless).
+SECURITY_SETTINGS: dict[str, Any] = {
+    "privileged": lambda v: "asks for a privileged container: it runs privileged (every device, every "
+                            "capability, no seccomp or AppArmor confinement)" if v else None,
+    "cap_add": lambda v: f"adds Linux capabilities: {', '.join(_as_list(v))}" if v else None,
+    "security_opt": lambda v: f"sets security options: {', '.join(_as_list(v))}" if v else None,
+    "ipc_mode": lambda v: "shares the host's IPC namespace (ipc_mode=host: host shared memory)" if v == "host" else (
+        f"joins another IPC namespace (ipc_mode={v})" if v and v not in ("private", "none", "shareable") else None),
+    "pid_mode": lambda v: f"shares the PID namespace of {v} (sees its processes)" if v else None,
+    "network_mode": lambda v: f"uses network mode {v} instead of no network" if v and v != "none" else None,
+    "userns_mode": lambda v: f"uses user namespace mode {v}" if v else None,
+    "uts_mode": lambda v: f"uses UTS namespace mode {v}" if v else None,
+    "cgroupns": lambda v: "shares the host's cgroup namespace" if v == "host" else None,
+    "device_cgroup_rules": lambda v: f"adds device cgroup rules: {', '.join(_as_list(v))}" if v else None,
+    "sysctls": lambda v: f"sets kernel parameters: {', '.join(f'{k}={x}' for k, x in dict(v).items())}" if v else None,
+    "user": lambda v: "runs as root" if str(v).split(":")[0] in ("0", "root") else None,
+}
+
+
+def security_notes(spec: dict[str, Any], image: str) -> list[str]:
+    """One line per setting of ``spec`` (a plugin's container spec) that loosens the
+    worker's isolation (:data:`SECURITY_SETTINGS`), printed before the worker starts."""
+    out = []
+    for key, describe in SECURITY_SETTINGS.items():
+        if key in spec:
+            what = describe(spec[key])
+            if what:
+                out.append(f"the container spec for {image} {what}")
+    return out
 
 
 class DockerWorker:
@@ -165,22 +210,23 @@ class DockerRuntime:
         image = kw.pop("image")
         kw.pop("apptainer_options", None)
         info = self.check_image(image)
+        from infbench.runtimes import allowed_mount_roots, cache_link_mounts
+
         env = {**(kw.pop("environment", None) or {}), "INFBENCH_HOME": HOME, "HOME": HOME, "PYTHONUNBUFFERED": "1"}
-        for d in (job_dir, home_dir / "cache", cache_dir):
+        for d in (job_dir / "out", home_dir / "cache", cache_dir):
             d.mkdir(parents=True, exist_ok=True)
-        volumes = {str(job_dir.resolve()): {"bind": JOB, "mode": "rw"},
+        volumes = {str((job_dir / "spec.json").resolve()): {"bind": f"{JOB}/spec.json", "mode": "ro"},
+                   str((job_dir / "out").resolve()): {"bind": f"{JOB}/out", "mode": "rw"},
                    str(home_dir.resolve()): {"bind": HOME, "mode": "rw"},
                    str(cache_dir.resolve()): {"bind": f"{HOME}/cache", "mode": "rw"}}
-        for child in cache_dir.iterdir():  # a symlinked cache folder is mounted as its target
-            if child.is_symlink() and child.is_dir():
-                volumes[str(child.resolve())] = {"bind": f"{HOME}/cache/{child.name}", "mode": "rw"}
+        links, notes = cache_link_mounts(cache_dir, home_dir / "cache-links", allowed_mount_roots(), f"{HOME}/cache")
+        for host, dest, mode in links:
+            volumes[host] = {"bind": dest, "mode": mode}
         for p in extra_mounts or []:
             volumes[str(Path(p).resolve())] = {"bind": str(Path(p).resolve()), "mode": "ro"}
+        notes += security_notes(kw, image)
         kw.setdefault("network_mode", "none")
         kw.setdefault("user", f"{os.getuid()}:{os.getgid()}")
-        notes = []
-        if kw.get("privileged"):
-            notes.append(f"the container spec for {image} asks for a privileged container: it runs privileged")
         try:
             container = self.client.containers.run(
                 image, entrypoint=["infbench", "worker"],

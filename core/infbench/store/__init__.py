@@ -19,22 +19,37 @@ a store written by a newer infbench is refused.
 
 The newest attempt of a ``cell_id`` is its current result; a cell whose newest attempt
 is ``ok`` is skipped by later runs unless ``--force``.
+
+Opening is checked: a path that is a folder, a device, a file that is not SQLite, a
+corrupt or foreign SQLite file, or a place that cannot be written is refused with a
+:class:`StoreError` (exit 2) naming the file and what to do. Commands that only read
+(``results``, ``report``, ``export``, ``compare``) open the store read-only
+(``readonly=True``): the file is never rewritten, and a store of an older schema is
+migrated in memory. What ``infbench run`` adds around a writable store (integrity check,
+runs left ``running`` by a dead process, the journal of cells that could not be written,
+per-cell claims) lives in :mod:`infbench.store.recovery`, :mod:`infbench.store.journal`
+and :mod:`infbench.store.claims`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import socket
 import sqlite3
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 
 from infbench import SCHEMA_VERSION
-from infbench.errors import InfbenchError
+from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import CellResult, PowerReading, RequestRecord
 from infbench.store import migrations, telemetry
 
@@ -61,57 +76,273 @@ def _server_json(q: RequestRecord) -> str | None:
     return json.dumps({**(q.server or {}), **({CLIENT_KEY: client} if client else {})})
 
 
+def _loads(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def _metric_shapes() -> dict[str, type]:
+    """Each metric :func:`~infbench.measure.metrics.cell_metrics` derives -> ``dict``
+    (a summary or the SLO: numbers inside), ``bool`` or ``float`` (a number or None)."""
+    from infbench.measure.metrics import cell_metrics
+
+    rec = RequestRecord(t_send_ns=0, t_tokens_ns=[1, 2, 3], n_in=1, n_out=3, t_sched_ns=0)
+    m = cell_metrics([rec], energy_j=1.0, slo={"ttft_s": 1.0})
+    return {k: dict if isinstance(v, dict) else bool if isinstance(v, bool) else float for k, v in m.items()}
+
+
+_SHAPES: dict[str, type] = {}
+
+
+def _number(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def checked_metrics(metrics: Any) -> dict[str, Any]:
+    """A stored cell's metrics as readers expect them: each metric that
+    :func:`~infbench.measure.metrics.cell_metrics` derives has its shape (a summary dict of
+    finite numbers, a bool, or a finite number or None); a value of another shape (a
+    string where a number belongs, NaN, a list...) is replaced by None, and its key listed
+    under ``"invalid"``. Other keys are kept as stored. One bad cell so never breaks a
+    table, report or export of the whole store."""
+    if not isinstance(metrics, dict):
+        return {}
+    if not _SHAPES:
+        _SHAPES.update(_metric_shapes())
+    out, bad = dict(metrics), []
+    for k, v in metrics.items():
+        shape = _SHAPES.get(k)
+        if shape is None:
+            continue
+        ok = (isinstance(v, dict) and all(_number(x) for x in v.values())) if shape is dict else (
+            isinstance(v, bool) if shape is bool else _number(v))
+        if not ok and v is not None:
+            out[k] = None
+            bad.append(k)
+    if bad:
+        out["invalid"] = bad
+    return out
+
+
 class StoreVersionError(InfbenchError):
     """The store was written by a newer infbench with an incompatible layout."""
+
+
+class StoreError(ConfigError):
+    """The store cannot be opened or written: not a file, not SQLite, corrupt, foreign,
+    read-only, missing (read-only opens). Exit status 2, with what to do."""
+
+
+#: Tables every infbench store has (any schema version).
+STORE_TABLES = ("runs", "cells", "requests", "power_samples")
+#: Seconds a write waits for another process's lock before failing ("database is locked").
+BUSY_TIMEOUT_S = 30.0
+
+
+def valid_run_prefix(text: str) -> bool:
+    """True for a run id or a prefix of one: 1 to 32 lower-case hex digits."""
+    return 0 < len(text) <= 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """A short reason for a failed SQLite/OS operation (``database or disk is full``,
+    ``Permission denied``...)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def process_started(pid: int | None = None) -> float | None:
+    """The start time (UNIX s) of process ``pid`` (default: this one), or None when it
+    does not exist; with the pid and host it names a process even after pid reuse."""
+    import psutil
+
+    try:
+        return psutil.Process(pid or os.getpid()).create_time()
+    except (psutil.Error, OSError):
+        return None
 
 
 class Store:
     """The SQLite results store.
 
     Args:
-        path: database file (created with its folder if missing).
+        path: database file (created with its folder if missing, unless ``readonly``).
+        readonly: open for reading only: nothing is created or written (an older schema
+            is migrated in a copy in memory); the file must exist.
+        timeout_s: seconds a write waits for another process's lock.
 
     Raises:
         StoreVersionError: the file's schema version is newer than this infbench's.
+        StoreError: the path is not a usable infbench store (see the module doc).
     """
 
-    def __init__(self, path: str | Path | None = None):
+    def __init__(self, path: str | Path | None = None, readonly: bool = False, timeout_s: float = BUSY_TIMEOUT_S):
         self.path = Path(path) if path else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30)
+        self.readonly = readonly
+        #: The migrations this open applied (empty when the store was current).
+        self.migrated: list[migrations.Migration] = []
+        #: Provenance and command of the runs begun by this connection (for the journal).
+        self.run_meta: dict[str, dict[str, Any]] = {}
+        self._tx_depth = 0
+        self.db: sqlite3.Connection | None = None
+        try:
+            self._open(timeout_s)
+        except BaseException:
+            if self.db is not None:
+                self.db.close()
+            raise
+
+    def _open(self, timeout_s: float) -> None:
+        p = self.path
+        if p.exists() and not p.is_file():
+            kind = "a folder" if p.is_dir() else "not a regular file"
+            raise StoreError(f"the results store {p} is {kind}",
+                             hint="pass --store a results .db file (a new file name creates one)")
+        if self.readonly:
+            if not p.exists():
+                raise StoreError(f"no results store at {p}", hint="run `infbench run` first, or pass --store FILE.db")
+            self.db = self._connect_readonly(timeout_s)
+        else:
+            try:
+                p.parent.mkdir(parents=True, exist_ok=True)
+                if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+                    raise PermissionError(13, "read-only file or folder (SQLite needs to write beside the store)")
+                self.db = sqlite3.connect(p, timeout=timeout_s)
+            except (OSError, sqlite3.Error) as exc:
+                raise StoreError(f"cannot open the results store {p}: {describe_db_error(exc)}",
+                                 hint="pass --store a file in a writable folder, or set INFBENCH_HOME") from None
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        try:
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"cannot open the results store {p}: {describe_db_error(exc)}",
+                             hint="check the permissions of the file and its folder, or pass --store another "
+                                  "file") from None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{p} is not a readable SQLite database ({describe_db_error(exc)})",
+                             hint="pass --store a results .db file written by infbench; a damaged store can be "
+                                  f"salvaged with `sqlite3 {p} .recover | sqlite3 recovered.db`") from None
         if version > SCHEMA_VERSION:
             raise StoreVersionError(
-                f"{self.path} was written by a newer infbench (store schema {version}, this one reads "
+                f"{p} was written by a newer infbench (store schema {version}, this one reads "
                 f"{SCHEMA_VERSION})", hint="upgrade infbench, or use another --store")
-        #: The migrations this open applied (empty when the store was current).
-        self.migrated = migrations.apply(self.db)
+        theirs = tables - {"sqlite_sequence", "_migrations", *STORE_TABLES}
+        if (tables and not set(STORE_TABLES) <= tables) or (version == 0 and theirs):
+            shown = ", ".join(sorted(tables - {"sqlite_sequence"})[:8])
+            raise StoreError(f"{p} is an SQLite database but not an infbench results store (its tables: {shown})",
+                             hint="infbench does not write into other databases: pass --store another file")
+        if self.readonly:
+            if version < SCHEMA_VERSION:
+                self._migrate_in_memory()
+            return
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.migrated = migrations.apply(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot write the results store {p}: {describe_db_error(exc)}",
+                             hint="free disk space, check the file's permissions, or pass --store another "
+                                  "file") from None
+
+    def _connect_readonly(self, timeout_s: float) -> sqlite3.Connection:
+        uri = "file:" + quote(str(self.path.resolve()))
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=timeout_s)
+        try:
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # A WAL store on a read-only file system cannot take SQLite's shared-memory
+            # lock; nobody can write it there either, so read it as immutable.
+            db.close()
+        except sqlite3.DatabaseError:
+            return db  # not SQLite at all: the caller's check says so
+        if not os.access(self.path, os.R_OK):
+            raise StoreError(f"cannot read the results store {self.path}: permission denied")
+        try:
+            db = sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=timeout_s)
+            db.execute("PRAGMA user_version").fetchone()
+            return db
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read the results store {self.path}: {describe_db_error(exc)}") from None
+
+    def _migrate_in_memory(self) -> None:
+        """Read an older store through a migrated copy in memory (the file is untouched)."""
+        mem = sqlite3.connect(":memory:")
+        try:
+            self.db.backup(mem)
+            self.migrated = migrations.apply(mem)
+        except sqlite3.DatabaseError as exc:
+            mem.close()
+            raise StoreError(f"cannot read the results store {self.path}: {describe_db_error(exc)}") from None
+        self.db.close()
+        mem.row_factory = sqlite3.Row
+        self.db = mem
 
     def close(self) -> None:
         """Close the connection."""
-        self.db.close()
+        if self.db is not None:
+            self.db.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """Group writes into one transaction: everything inside commits together or not
+        at all (``ingest`` stores a whole worker folder this way). Nests."""
+        if self._tx_depth:
+            self._tx_depth += 1
+            try:
+                yield self.db
+            finally:
+                self._tx_depth -= 1
+            return
+        if self.db.in_transaction:
+            self.db.commit()
+        self.db.execute("BEGIN IMMEDIATE")
+        self._tx_depth = 1
+        try:
+            yield self.db
+        except BaseException:
+            self._tx_depth = 0
+            self.db.rollback()
+            raise
+        self._tx_depth = 0
+        self.db.commit()
+
+    def integrity_problems(self, limit: int = 10) -> list[str]:
+        """What ``PRAGMA integrity_check`` finds wrong (empty when the store is sound).
+
+        Raises:
+            sqlite3.DatabaseError: the file is too damaged to check.
+        """
+        rows = [r[0] for r in self.db.execute(f"PRAGMA integrity_check({int(limit)})")]
+        return [] if rows == ["ok"] else rows
 
     # -- writing -------------------------------------------------------------------
     def begin_run(self, provenance: dict[str, Any], command: str = "") -> str:
         """Record the start of a run; returns its id (uuid4 hex)."""
         run_id = uuid.uuid4().hex[:12]
-        with self.db:
-            self.db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?)",
-                            (run_id, time.time(), None, "running", command, json.dumps(provenance, default=str)))
+        started = time.time()
+        with self.transaction():
+            self.db.execute("INSERT INTO runs (run_id, started_at, finished_at, status, command, provenance, host, pid,"
+                            " pid_started) VALUES (?,?,?,?,?,?,?,?,?)",
+                            (run_id, started, None, "running", command, json.dumps(provenance, default=str),
+                             socket.gethostname(), os.getpid(), process_started()))
+        self.run_meta[run_id] = {"provenance": provenance, "command": command, "started_at": started}
         return run_id
 
     def update_provenance(self, run_id: str, provenance: dict[str, Any]) -> None:
         """Replace a run's provenance (a container run learns the worker's once it starts)."""
-        with self.db:
+        self.run_meta.setdefault(run_id, {})["provenance"] = provenance
+        with self.transaction():
             self.db.execute("UPDATE runs SET provenance=? WHERE run_id=?",
                             (json.dumps(provenance, default=str), run_id))
 
     def finish_run(self, run_id: str, status: str) -> None:
         """Mark a run ``completed``, ``failed`` or ``interrupted``."""
-        with self.db:
+        with self.transaction():
             self.db.execute("UPDATE runs SET finished_at=?, status=? WHERE run_id=?", (time.time(), status, run_id))
 
     def save_cell(self, run_id: str, r: CellResult) -> int:
@@ -120,7 +351,7 @@ class Store:
         Returns:
             The row id of the attempt.
         """
-        with self.db:
+        with self.transaction():
             cur = self.db.execute(
                 "INSERT INTO cells (cell_id, spec_hash, run_id, status, error, spec, device, metrics, engine,"
                 " power_note, wall_s, engine_s, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -156,14 +387,17 @@ class Store:
         if not all_attempts:
             where.append("c.id IN (SELECT MAX(id) FROM cells GROUP BY cell_id)")
         if run_id:
-            where.append("c.run_id LIKE ?")
-            args.append(run_id + "%")
+            where.append("c.run_id LIKE ? ESCAPE '\\'")
+            args.append(run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
         sql = "SELECT c.* FROM cells c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id"
         out = []
         for row in self.db.execute(sql, args):
             d = dict(row)
             for k in ("spec", "device", "metrics", "engine"):
-                d[k] = json.loads(d[k]) if d[k] else None
+                d[k] = _loads(d[k])
+            if not isinstance(d["spec"], dict) or not isinstance(d["device"], dict):
+                continue  # not a cell this infbench can read (written by something else)
+            d["metrics"] = checked_metrics(d["metrics"])
             out.append(d)
         return out
 

@@ -74,7 +74,7 @@ def _messages(obj: Any, line: int, path: Path) -> list[dict[str, str]]:
         speaker = str(t.get("role", t.get("from", ""))).lower()
         role = ROLES.get(speaker)
         if role is None:
-            raise ConfigError(f"{path}:{line}: unknown speaker {speaker!r}",
+            raise ConfigError(f"{path}:{line}: unknown speaker {speaker[:40]!r}",
                               hint=f"known speakers: {', '.join(sorted(ROLES))}")
         content = t.get("content", t.get("value"))
         if not isinstance(content, str):
@@ -88,26 +88,27 @@ def read_conversations(path: str | Path) -> list[tuple[int, list[dict[str, str]]
     """``(line number, messages)`` for every non-empty line of a JSONL file.
 
     Raises:
-        ConfigError: the file is missing, a line is not JSON, or a turn is malformed
-            (the message names the line).
+        ConfigError: the file is missing, a line is not UTF-8 or not JSON, or a turn is
+            malformed (the message names the line).
     """
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"conversation file {p} not found", hint="pass a JSONL file to --dataset")
     out = []
     with p.open("rb") as f:
-        for i, data in enumerate(f, 1):
+        for i, line in enumerate(f, 1):
             try:
-                raw = data.decode("utf-8")
+                raw = line.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise ConfigError(f"{p}:{i}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)",
-                                  hint="save the file as UTF-8") from None
+                raise ConfigError(f"{p}:{i}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})",
+                                  hint="a conversation file is UTF-8 JSONL; convert it (e.g. iconv -t UTF-8)") from None
             if not raw.strip():
                 continue
             try:
                 obj = json.loads(raw)
-            except ValueError as exc:
-                raise ConfigError(f"{p}:{i}: not valid JSON ({exc})", hint="one JSON object per line") from None
+            except (ValueError, RecursionError) as exc:
+                raise ConfigError(f"{p}:{i}: not valid JSON ({str(exc)[:200]})",
+                                  hint="one JSON object per line") from None
             out.append((i, _messages(obj, i, p)))
     return out
 

@@ -1,0 +1,290 @@
+"""Reliability counts for docs/reliability.md (issue 14): hostile inputs tried, faults
+injected into real runs, measured cells lost, runs left ``running``.
+
+It runs, with many more examples and faults than CI does:
+
+1. the deterministic bad-input cases (``tests/unit/test_hardening.py``,
+   ``tests/unit/test_secrets.py``, ``tests/unit/test_reliability.py``), counted by
+   pytest;
+2. the hypothesis fuzz layer (``tests/unit/test_fuzz.py``) with ``--fuzz`` random
+   examples per target;
+3. SIGINT/SIGTERM sent to an in-process run at random times (the exact set of measured
+   cells is known: each must be stored);
+4. SIGINT/SIGTERM/SIGKILL sent to an ``infbench run`` process at random times, then a
+   resume run (no run may stay ``running``; every cell ends stored ok, none measured twice);
+5. a full disk (a small tmpfs, when it can be mounted), a killed llama.cpp server, and two
+   processes on one store.
+
+Run under the shared lock (it keeps both cores busy for minutes)::
+
+    flock /tmp/infbench-heavy.lock python benchmarks/reliability.py --out benchmarks/results/reliability.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.faults import (  # noqa: E402
+    N_EVENTS,
+    N_SLOW,
+    SLOW_SWEEP,
+    SWEEP,
+    attempts,
+    children_matching,
+    infbench,
+    journal_cells,
+    signal_in_process,
+    signal_subprocess,
+    store_state,
+    sweep,
+    wait_for,
+)
+
+
+def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict[str, int]:
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=ROOT,
+                       capture_output=True, text=True, env={**os.environ, **(env or {})})
+    tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|xfailed|xpassed|error)", tail)}
+    return {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0) + counts.get("error", 0),
+            "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0)}
+
+
+def fuzz(examples: int, work: Path) -> dict:
+    stats = work / "fuzz.jsonl"
+    res = pytest_count(["tests/unit/test_fuzz.py"], {"INFBENCH_FUZZ_EXAMPLES": str(examples),
+                                                     "INFBENCH_FUZZ_RANDOM": "1", "INFBENCH_FUZZ_STATS": str(stats)})
+    per = {}
+    for line in stats.read_text().splitlines() if stats.exists() else []:
+        e = json.loads(line)
+        per[e["test"]] = per.get(e["test"], 0) + e["examples"]
+    return {**res, "examples": per, "total_examples": sum(per.values())}
+
+
+def in_process_signals(n: int, rng: random.Random, work: Path) -> dict:
+    """SIGINT/SIGTERM at a random observer event of an in-process run, sent there (half of
+    the trials) or a random 0-50 ms later from a timer thread (which may land anywhere:
+    in a measurement, a store write, or after the run ended)."""
+    from infbench.plugins import build_plugin_manager
+
+    pm = build_plugin_manager()
+    out = {"faults": 0, "landed_during_run": 0, "measured": 0, "lost": 0, "left_running": 0}
+    for i in range(n):
+        signum = (signal.SIGINT, signal.SIGTERM)[i % 2]
+        delay = 0.0 if i % 4 < 2 else rng.uniform(0.0, 0.05)
+        r = signal_in_process(work / f"inproc-{i}.db", signum, rng.randint(1, N_EVENTS), delay, pm)
+        out["faults"] += 1
+        out["landed_during_run"] += bool(r["interrupted"])
+        out["measured"] += len(r["measured"])
+        out["lost"] += len(r["measured"] - r["kept"])
+        out["left_running"] += "running" in r["statuses"]
+    return out
+
+
+def run_seconds(work: Path) -> float:
+    """Wall time (s) of one uninterrupted ``infbench run`` of the slow sweep."""
+    t0 = time.monotonic()
+    infbench("run", *SLOW_SWEEP, "--store", str(work / "calibrate.db"), env={"INFBENCH_HOME": str(work / "home")})
+    return time.monotonic() - t0
+
+
+def subprocess_signals(n: int, rng: random.Random, work: Path) -> dict:
+    """SIGINT/SIGTERM/SIGKILL to an ``infbench run`` process: half at a random time of its
+    whole life (start-up, model load, measuring, storing), half a random 0-50 ms after its
+    k-th stored cell; then a resume run."""
+    total_s = run_seconds(work)
+    out = {"faults": 0, "run_s": round(total_s, 2), "by_signal": {}, "landed_during_run": 0,
+           "cells_incomplete_after_resume": 0, "measured_twice": 0, "left_running_after_next_start": 0,
+           "said_vs_stored_mismatch": 0}
+    home = work / "home"
+    for i in range(n):
+        name = ("SIGINT", "SIGTERM", "SIGKILL")[i % 3]
+        store = work / f"sub-{i}.db"
+        if i % 2:
+            r = signal_subprocess(store, getattr(signal, name), rng.uniform(0.0, 0.05), home,
+                                  after_cells=rng.randint(1, N_SLOW - 1))
+        else:
+            r = signal_subprocess(store, getattr(signal, name), rng.uniform(0.0, total_s), home)
+        out["faults"] += 1
+        out["by_signal"][name] = out["by_signal"].get(name, 0) + 1
+        out["landed_during_run"] += r["sent"] and r["code"] in (130, 143, -9)
+        if r["code"] in (130, 143) and r["said"] and r["state"]:
+            out["said_vs_stored_mismatch"] += r["said"]["ok"] + r["said"]["failed"] != r["state"]["attempts"]
+        p = infbench("run", *SLOW_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
+        st = store_state(store)
+        out["left_running_after_next_start"] += "running" in st["runs"].values()
+        out["cells_incomplete_after_resume"] += N_SLOW - len(st["ok"]) if p.returncode == 0 else N_SLOW
+        out["measured_twice"] += st["attempts"] - N_SLOW
+    return out
+
+
+def full_disk(n: int, work: Path) -> dict:
+    """The store's 400 KB tmpfs filled up to 96-128 KB of room: the small sweep's cells go
+    to the journal; after the filler is removed the next run stores them. (The slow
+    sweep's request records alone outgrow such a disk: that is a disk that stays full.)"""
+    out = {"faults": 0, "measured": 0, "journaled": 0, "lost": 0, "left_running": 0, "skipped": None,
+           "exit_codes": []}
+    for i in range(n):
+        d = work / f"disk-{i}"
+        d.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(d)],
+                          capture_output=True).returncode:
+            out["skipped"] = "cannot mount a tmpfs here"
+            return out
+        try:
+            home, store = work / f"disk-home-{i}", d / "s.db"
+            infbench("run", *sweep("1"), "--store", str(store), env={"INFBENCH_HOME": str(home)})
+            free = shutil.disk_usage(d).free
+            # room for SQLite's shared-memory file and a few pages (as in the test): some cells no longer fit
+            (d / "filler").write_bytes(b"\0" * max(0, free - (96 + 16 * i) * 1024))
+            p = infbench("run", *SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
+            said = json.loads(p.stdout) if p.stdout.strip() else {"cells": [], "journaled": 0}
+            out["faults"] += 1
+            out["exit_codes"].append(p.returncode)
+            measured = {c["cell_id"] for c in said["cells"]}
+            out["measured"] += len(measured)
+            out["journaled"] += said.get("journaled", 0)
+            (d / "filler").unlink()
+            infbench("run", *SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
+            st = store_state(store)
+            out["lost"] += len(measured - st["ok"] - journal_cells(home))
+            out["left_running"] += "running" in st["runs"].values()
+        finally:
+            subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    return out
+
+
+SERVER = ["--model", "tiny", "--engine", "llama.cpp-server", "--dtype", "f16", "--batch", "1,2,3", "--input-len",
+          "16", "--output-len", "128"]
+
+
+def killed_servers(n: int, rng: random.Random, work: Path) -> dict:
+    out = {"faults": 0, "cells_not_stored": 0, "left_running": 0, "servers_outliving_infbench": 0}
+    for i in range(n):
+        home, store = work / "srv-home", work / f"srv-{i}.db"
+        kind = ("kill-server", "SIGTERM-infbench", "SIGKILL-infbench")[i % 3]
+        p = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", *SERVER, "--store", str(store), "--json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "INFBENCH_HOME": str(home)})
+        if not wait_for(lambda p=p: children_matching(p.pid, "xllamacpp_serve"), 120):
+            p.kill()
+            p.communicate()
+            continue
+        server = children_matching(p.pid, "xllamacpp_serve")[0]
+        wait_for(lambda p=p, store=store: p.poll() is not None or attempts(store) >= 1, 300, 0.01)
+        time.sleep(rng.uniform(0.0, 0.2))
+        if p.poll() is not None:  # the sweep ended first: no fault injected
+            p.communicate()
+            continue
+        if kind == "kill-server":
+            os.kill(server, signal.SIGKILL)
+        else:
+            p.send_signal(signal.SIGTERM if kind.startswith("SIGTERM") else signal.SIGKILL)
+        out["faults"] += 1
+        p.communicate(timeout=300)
+        import psutil
+
+        def gone(pid: int = server) -> bool:
+            try:
+                return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                return True
+
+        out["servers_outliving_infbench"] += not wait_for(gone, 30)
+        if kind == "kill-server":
+            st = store_state(store)
+            out["cells_not_stored"] += 3 - st["attempts"]
+        infbench("run", *SERVER, "--store", str(store), env={"INFBENCH_HOME": str(home)})
+        out["left_running"] += "running" in store_state(store)["runs"].values()
+    return out
+
+
+def two_processes(n: int, work: Path) -> dict:
+    out = {"trials": 0, "cells": 0, "measured_twice": 0, "left_running": 0}
+    six = sweep("1,2,3,4,5,6", output_len=32)
+    for i in range(n):
+        home, store = work / "two-home", work / f"two-{i}.db"
+        infbench("run", *sweep("1"), "--store", str(store), env={"INFBENCH_HOME": str(home)})
+        ps = []
+        for _ in range(2):
+            ps.append(subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", *six, "--store", str(store)],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                       env={**os.environ, "INFBENCH_HOME": str(home)}))
+            time.sleep(0.3 * i)
+        for p in ps:
+            p.wait(600)
+        st = store_state(store)
+        out["trials"] += 1
+        out["cells"] += 6
+        out["measured_twice"] += st["attempts"] - 7
+        out["left_running"] += "running" in st["runs"].values()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fuzz", type=int, default=500, help="hypothesis examples per fuzz target")
+    ap.add_argument("--in-process", type=int, default=40, help="signals sent to in-process runs")
+    ap.add_argument("--subprocess", type=int, default=30, help="signals sent to `infbench run` processes")
+    ap.add_argument("--disk", type=int, default=4, help="full-disk trials")
+    ap.add_argument("--servers", type=int, default=6, help="killed-server trials")
+    ap.add_argument("--two", type=int, default=3, help="two-processes-on-one-store trials")
+    ap.add_argument("--seed", type=int, default=14)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "reliability.json")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    work = Path(tempfile.mkdtemp(prefix="infbench-reliability-"))
+    os.environ["INFBENCH_HOME"] = str(work / "home")
+    t0 = time.time()
+    res: dict = {"seed": a.seed}
+    res["bad_input_cases"] = pytest_count(["tests/unit/test_hardening.py", "tests/unit/test_secrets.py",
+                                           "tests/unit/test_reliability.py"])
+    print("bad inputs", res["bad_input_cases"], flush=True)
+    res["fuzz"] = fuzz(a.fuzz, work)
+    print("fuzz", res["fuzz"], flush=True)
+    res["signals_in_process"] = in_process_signals(a.in_process, rng, work)
+    print("in-process signals", res["signals_in_process"], flush=True)
+    res["signals_to_infbench_run"] = subprocess_signals(a.subprocess, rng, work)
+    print("subprocess signals", res["signals_to_infbench_run"], flush=True)
+    res["full_disk"] = full_disk(a.disk, work)
+    print("full disk", res["full_disk"], flush=True)
+    res["killed_servers"] = killed_servers(a.servers, rng, work)
+    print("servers", res["killed_servers"], flush=True)
+    res["two_processes"] = two_processes(a.two, work)
+    print("two processes", res["two_processes"], flush=True)
+    res["totals"] = {
+        "cases_tried": res["bad_input_cases"]["passed"] + res["bad_input_cases"]["failed"]
+        + res["fuzz"]["total_examples"],
+        "faults_injected": sum(res[k]["faults"] for k in ("signals_in_process", "signals_to_infbench_run",
+                                                          "full_disk", "killed_servers"))
+        + res["two_processes"]["trials"],
+        "cells_lost": res["signals_in_process"]["lost"] + res["full_disk"]["lost"]
+        + res["killed_servers"]["cells_not_stored"] + res["signals_to_infbench_run"]["cells_incomplete_after_resume"],
+        "runs_left_running": res["signals_in_process"]["left_running"]
+        + res["signals_to_infbench_run"]["left_running_after_next_start"] + res["full_disk"]["left_running"]
+        + res["killed_servers"]["left_running"] + res["two_processes"]["left_running"],
+        "failed_checks": res["bad_input_cases"]["failed"] + res["fuzz"]["failed"],
+    }
+    res["wall_s"] = round(time.time() - t0, 1)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=2) + "\n")
+    print(json.dumps(res["totals"]), f"({res['wall_s']} s) -> {a.out}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

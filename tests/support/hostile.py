@@ -1,0 +1,140 @@
+"""Helpers for the hardening tests (issue 14): the CLI driven in-process as a hostile user
+would, read-only folders, stores and worker folders to break."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infbench import SCHEMA_VERSION, __version__
+from infbench.measure.metrics import cell_metrics
+from infbench.schema import Cell, CellResult, DeviceInfo, RequestRecord
+from infbench.store import Store
+
+DEV = DeviceInfo(vendor="cpu", kind="cpu", model="Hostile CPU")
+
+
+def cli(*args, code: int | None = 2, env: dict[str, str] | None = None):
+    """Run ``infbench ARGS`` in this process; assert no exception escaped (no traceback)
+    and, unless ``code`` is None, the exit status. Returns the click result."""
+    from infbench.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        tb = "".join(traceback.format_exception(r.exception))
+        raise AssertionError(f"infbench {' '.join(map(str, args))} raised:\n{tb}")
+    assert "Traceback" not in r.output, r.output
+    if code is not None:
+        assert r.exit_code == code, f"exit {r.exit_code}, wanted {code}:\n{r.output}"
+    if code == 2:
+        assert "error" in r.output.lower() or "invalid value" in r.output.lower(), r.output
+    return r
+
+
+def digest(path: Path) -> str:
+    """SHA-256 of a file and its SQLite sidecars (what "unchanged" means for a store)."""
+    h = hashlib.sha256()
+    for p in (path, Path(f"{path}-wal")):
+        if p.is_file():
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def cell_result(batch: int = 1, status: str = "ok", model: str = "tiny-random-llama", t0: int = 1_000_000,
+                error: str | None = None) -> CellResult:
+    """A sound cell: raw records and the metrics derived from them."""
+    c = Cell(model=model, engine="llama.cpp", dtype="f16", batch=batch, input_len=8, output_len=3)
+    recs = [RequestRecord(t_send_ns=t0, t_tokens_ns=[t0 + 5_000_000 + i * 1000 + k * 2_000_000 for k in range(3)],
+                          n_in=8, n_out=3) for i in range(batch)] if status == "ok" else []
+    m = cell_metrics(recs) if recs else {}
+    return CellResult(cell_id=c.cell_id(DEV), spec_hash=c.spec_hash(), cell=c, device=DEV, status=status,
+                      error=error, metrics=m, records=recs, engine={"name": "llama.cpp"}, started_at=time.time(),
+                      finished_at=time.time())
+
+
+def make_store(path: Path, cells: int = 2) -> Path:
+    """A store with one completed run of ``cells`` ok cells, checkpointed into one file."""
+    s = Store(path)
+    run = s.begin_run({"host": "test"}, command="infbench run (test)")
+    for b in range(1, cells + 1):
+        s.save_cell(run, cell_result(batch=b))
+    s.finish_run(run, "completed")
+    s.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    s.close()
+    return path
+
+
+def worker_folder(d: Path, cells: list[CellResult] | None = None, status: str = "completed",
+                  provenance: object = None) -> Path:
+    """A worker's --out folder as ``infbench worker`` writes it."""
+    d.mkdir(parents=True, exist_ok=True)
+    cells = [cell_result(1), cell_result(2)] if cells is None else cells
+    prov = {"schema_version": SCHEMA_VERSION, "infbench_version": __version__, "spec_hash": "abc",
+            "started_at": 1.0, "finished_at": 2.0, "status": status,
+            "provenance": {"host": "worker"} if provenance is None else provenance}
+    (d / "provenance.json").write_text(json.dumps(prov))
+    (d / "cells.jsonl").write_text("".join(c.model_dump_json() + "\n" for c in cells))
+    return d
+
+
+def corrupt_table(path: Path, table: str = "cells") -> None:
+    """Overwrite the first page of ``table``'s b-tree with garbage (a corrupt page)."""
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    page = db.execute("SELECT rootpage FROM sqlite_master WHERE name=?", (table,)).fetchone()[0]
+    size = db.execute("PRAGMA page_size").fetchone()[0]
+    db.close()
+    with open(path, "r+b") as f:
+        f.seek((page - 1) * size)
+        f.write(b"\xde\xad\xbe\xef" * (size // 4))
+
+
+@contextlib.contextmanager
+def readonly_dir(tmp_path: Path, files: dict[str, bytes] | None = None) -> Iterator[Path]:
+    """A folder nobody can write, holding ``files``: a read-only tmpfs as root (root ignores
+    permission bits), a mode-555 folder otherwise. Skips when neither can be made."""
+    d = tmp_path / "readonly"
+    d.mkdir()
+    if os.geteuid() != 0:
+        for name, data in (files or {}).items():
+            (d / name).write_bytes(data)
+        d.chmod(0o555)
+        try:
+            yield d
+        finally:
+            d.chmod(0o755)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("running as root without permission to mount a read-only tmpfs")
+    try:
+        for name, data in (files or {}).items():
+            (d / name).write_bytes(data)
+        subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True, capture_output=True)
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+@contextlib.contextmanager
+def tiny_tmpfs(tmp_path: Path, size: str = "200k") -> Iterator[Path]:
+    """A small tmpfs (a disk that fills up), or a skip where mounting is not allowed."""
+    d = tmp_path / "tiny"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(d)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root); the SQLITE_FULL store wrapper covers a full disk")
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)

@@ -1,0 +1,259 @@
+"""The fuzz layer of issue 14 (hypothesis): sweep files, command-line flags, conversation
+datasets, worker output folders and server-sent event streams, generated to break
+infbench. Properties: no exception other than infbench's own errors (the CLI exits 0 or
+2 with ``error:``, never a traceback), bounded messages, and a store that a failed or
+read-only command leaves byte for byte unchanged.
+
+Bounded for CI: ``INFBENCH_FUZZ_EXAMPLES`` examples per test (default 30), no deadline,
+derandomised (the same examples every run) unless ``INFBENCH_FUZZ_RANDOM=1``.
+``benchmarks/reliability.py`` runs it with many more examples and counts them
+(``INFBENCH_FUZZ_STATS=FILE`` appends one JSON line per test with its example count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infbench.errors import InfbenchError
+from infbench.schema import Sweep
+from infbench.store import Store
+from tests.support.hostile import cell_result, cli, digest, make_store, worker_folder
+
+EXAMPLES = int(os.environ.get("INFBENCH_FUZZ_EXAMPLES", "30"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not os.environ.get("INFBENCH_FUZZ_RANDOM"),
+                database=None, suppress_health_check=list(HealthCheck))
+COUNTS: dict[str, int] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stats():
+    yield
+    path = os.environ.get("INFBENCH_FUZZ_STATS")
+    if path:
+        with open(path, "a") as f:
+            for name, n in COUNTS.items():
+                f.write(json.dumps({"test": name, "examples": n}) + "\n")
+
+
+def count(name: str) -> None:
+    COUNTS[name] = COUNTS.get(name, 0) + 1
+
+
+# -- values a hostile user types ------------------------------------------------------
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=30),
+    st.sampled_from(["tiny", "smollm2-135m", "llama.cpp", "f16", "fp16", "1e23", "-1", "0", ",", "%", "\x1b[2J"]),
+)
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                        st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+                      max_leaves=12)
+FIELDS = list(Sweep.model_fields) + ["preset", "bogus", "Batch"]
+
+
+def _tmp(tmp_path_factory, name: str) -> Path:
+    return tmp_path_factory.mktemp(name)
+
+
+# -- sweep files ------------------------------------------------------------------------
+@FUZZ
+@given(data=st.dictionaries(st.sampled_from(FIELDS), values, max_size=6))
+def test_fuzz_sweep_files_structured(tmp_path_factory, data):
+    from infbench.sweeps import build_sweep
+
+    count("sweep files (structured YAML)")
+    f = _tmp(tmp_path_factory, "sw") / "s.yaml"
+    try:
+        f.write_text(yaml.safe_dump(data, allow_unicode=True))
+    except (yaml.YAMLError, UnicodeEncodeError):
+        return
+    try:
+        sweep = build_sweep(None, f)
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and len(exc.message) < 3000
+        return
+    assert isinstance(sweep, Sweep)
+    assert all(isinstance(b, int) and not isinstance(b, bool) and 0 < b <= 1_000_000 for b in sweep.batch)
+
+
+yaml_tokens = st.sampled_from(["models:", "batch:", " [", "]", "{", "}", "&a", "*a", "- ", "\n", "  ", ":", ",",
+                               "!!python/object:os.system", "!!binary", "1e23", "true", "'", '"', "<<: *a", "...",
+                               "---", "%YAML 1.1", "\t", "#", "? ", "|", ">", "\x00", "\x85", "\ufeff"])
+
+
+@FUZZ
+@given(parts=st.lists(st.one_of(yaml_tokens, st.text(max_size=10)), max_size=60),
+       raw=st.binary(max_size=200))
+def test_fuzz_sweep_files_raw(tmp_path_factory, parts, raw):
+    from infbench.sweeps import build_sweep
+
+    count("sweep files (raw text and bytes)")
+    d = _tmp(tmp_path_factory, "raw")
+    for i, content in enumerate(("".join(parts).encode("utf-8", "surrogatepass"), raw)):
+        f = d / f"s{i}.yaml"
+        f.write_bytes(content)
+        try:
+            build_sweep(None, f)
+        except InfbenchError as exc:
+            assert exc.exit_code == 2 and str(f) in exc.message and len(exc.message) < 3000
+
+
+# -- command-line flags -----------------------------------------------------------------
+flag_values = st.one_of(st.text(alphabet=string.printable, max_size=12),
+                        st.integers(min_value=-5, max_value=10**30).map(str),
+                        st.sampled_from(["", ",", ",,1", "1,,2", "1e23", "nan", "inf", "-0", "0x10", "１", "1;2",
+                                         "tiny", "llama.cpp", "f16", "bogus=1", "n_ubatch=x", "="]))
+RUN_FLAGS = ["--batch", "--input-len", "--output-len", "--model", "--engine", "--dtype", "--seed", "--warmup",
+             "--tp", "--concurrency", "--request-rate", "--num-requests", "--engine-arg", "--cell-timeout",
+             "--threads", "--power-interval", "--preset", "--device", "--executor", "--slo-ttft"]
+
+
+@FUZZ
+@given(flags=st.lists(st.tuples(st.sampled_from(RUN_FLAGS), flag_values), min_size=1, max_size=4))
+def test_fuzz_run_flags(flags):
+    count("run flags (--dry-run)")
+    args = ["run", "--dry-run", "--model", "tiny"] + [x for f, v in flags for x in (f, v)]
+    r = cli(*args, code=None)
+    assert r.exit_code in (0, 2), r.output
+    if r.exit_code == 2:
+        assert len(r.output) < 5000
+
+
+@pytest.fixture(scope="module")
+def fixed_store(tmp_path_factory):
+    p = make_store(tmp_path_factory.mktemp("store") / "s.db", cells=3)
+    return p, digest(p)
+
+
+@FUZZ
+@given(cmd=st.sampled_from(["results", "export", "compare"]), flags=st.lists(
+    st.tuples(st.sampled_from(["--run", "--status", "--format", "--model", "--engine", "--device", "--all",
+                               "--best", "--max-e2e", "--percentile"]), flag_values), max_size=3),
+    side=flag_values)
+def test_fuzz_reading_commands_leave_the_store_alone(fixed_store, cmd, flags, side):
+    count("results/export/compare flags")
+    store, before = fixed_store
+    args = [cmd] + ([side, str(store)] if cmd == "compare" else ["--store", store])
+    for f, v in flags:
+        args += [f] if f in ("--all", "--best") else [f, v]
+    r = cli(*args, code=None)
+    assert r.exit_code in (0, 1, 2), r.output
+    assert digest(store) == before
+
+
+# -- conversation datasets --------------------------------------------------------------
+turn = st.fixed_dictionaries({}, optional={"role": values, "from": values, "content": values, "value": values})
+conversation = st.one_of(
+    st.fixed_dictionaries({"messages": st.one_of(values, st.lists(turn, max_size=4))}),
+    st.fixed_dictionaries({"conversations": st.lists(turn, max_size=4)}), values)
+
+
+@FUZZ
+@given(lines=st.lists(st.one_of(conversation.map(lambda o: json.dumps(o, default=str).encode()),
+                                st.binary(max_size=40)), max_size=6))
+def test_fuzz_datasets(tmp_path_factory, lines):
+    from infbench.workloads.chat import chat_requests, word_count
+
+    count("conversation datasets")
+    f = _tmp(tmp_path_factory, "ds") / "chats.jsonl"
+    f.write_bytes(b"\n".join(lines))
+    try:
+        reqs = chat_requests(f, word_count, 1, min_input_len=0, min_output_len=1)
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and str(f) in exc.message
+        return
+    assert reqs[0].output_len >= 1 and reqs[0].messages
+
+
+# -- worker output folders ----------------------------------------------------------------
+def _poke(obj, path, value):
+    """Set ``obj[path] = value`` where the path still exists (earlier edits may have
+    replaced a part of it with something else)."""
+    node = obj
+    for k in path[:-1]:
+        if isinstance(node, dict) and k in node:
+            node = node[k]
+        elif isinstance(node, list) and node:
+            node = node[int(k) % len(node)] if k.isdigit() else node[0]
+        else:
+            return
+    if isinstance(node, dict):
+        node[path[-1]] = value
+    elif isinstance(node, list) and node and path[-1].isdigit():
+        node[int(path[-1]) % len(node)] = value
+
+
+CELL_PATHS = [("metrics", "ttft_s"), ("metrics", "ttft_s", "p50"), ("metrics", "output_tok_s"), ("status",),
+              ("spec_hash",), ("cell_id",), ("cell", "batch"), ("cell", "model"), ("records",),
+              ("records", "0", "t_tokens_ns"), ("records", "0", "n_out"), ("records", "0", "t_send_ns"),
+              ("device",), ("device", "count"), ("error",), ("metrics",), ("started_at",), ("power",)]
+PROV_PATHS = [("status",), ("provenance",), ("schema_version",), ("spec_hash",), ("provenance", "host")]
+
+
+@FUZZ
+@given(cell_edits=st.lists(st.tuples(st.sampled_from(CELL_PATHS), values), max_size=3),
+       prov_edits=st.lists(st.tuples(st.sampled_from(PROV_PATHS), values), max_size=2),
+       junk=st.lists(st.binary(max_size=30), max_size=2), cut=st.integers(min_value=0, max_value=400))
+def test_fuzz_ingest_folders(tmp_path_factory, fixed_store, cell_edits, prov_edits, junk, cut):
+    from infbench.worker import check_cell, ingest
+
+    count("ingest folders")
+    d = _tmp(tmp_path_factory, "w")
+    w = worker_folder(d / "out", cells=[cell_result(1), cell_result(2)])
+    store_path = d / "s.db"
+    store_path.write_bytes(fixed_store[0].read_bytes())
+    before = digest(store_path)
+    cells = [json.loads(x) for x in (w / "cells.jsonl").read_text().splitlines()]
+    for path, v in cell_edits:
+        _poke(cells[1], path, v)
+    prov = json.loads((w / "provenance.json").read_text())
+    for path, v in prov_edits:
+        _poke(prov, path, v)
+    (w / "provenance.json").write_text(json.dumps(prov, default=str))
+    text = b"".join(json.dumps(c, default=str).encode() + b"\n" for c in cells) + b"\n".join(junk)
+    (w / "cells.jsonl").write_bytes(text[:len(text) - cut] if cut < len(text) else text)
+    store = Store(store_path)
+    try:
+        res = ingest(w, store)
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and len(exc.message) < 3000
+        store.close()
+        assert digest(store_path) == before
+        return
+    for c in res["cells"]:
+        assert check_cell(c) == []
+    assert len(store.results(run_id=res["run_id"], all_attempts=True)) == len(res["cells"])
+    store.close()
+
+
+# -- server-sent event streams -------------------------------------------------------------
+event_obj = st.one_of(
+    st.fixed_dictionaries({"choices": st.one_of(values, st.lists(st.fixed_dictionaries({}, optional={
+        "text": values, "delta": st.one_of(values, st.fixed_dictionaries({}, optional={"content": values})),
+        "finish_reason": values}), max_size=2))}, optional={"usage": st.one_of(values, st.fixed_dictionaries(
+            {}, optional={"completion_tokens": values, "prompt_tokens": values}))}),
+    st.fixed_dictionaries({"error": values}), values)
+sse_chunk = st.one_of(event_obj.map(lambda o: b"data: " + json.dumps(o, default=str).encode() + b"\n\n"),
+                      st.sampled_from([b"data: [DONE]\n\n", b"data: {", b"\r\n\r\n", b": keep-alive\n\n",
+                                       b"event: x\n"]), st.binary(max_size=30))
+
+
+@settings(FUZZ)
+@given(chunks=st.lists(sse_chunk, max_size=8), chat=st.booleans())
+def test_fuzz_sse_streams(chunks, chat):
+    from infbench.engines.openai import parse_stream, to_record
+
+    count("SSE streams")
+    reads = [(1000 + 10 * i, c) for i, c in enumerate(chunks)]
+    rec = to_record(parse_stream(reads, chat=chat), t_send=500, t_sched=400, n_in_sent=8, transport_error=None)
+    assert 0 <= rec.n_out <= 10**6 and rec.n_in >= 0
+    assert rec.t_tokens_ns == sorted(rec.t_tokens_ns) and all(t >= 500 for t in rec.t_tokens_ns)
+    assert rec.error is not None or rec.t_tokens_ns
