@@ -216,7 +216,10 @@ def compare(
         from infbench.quality.gate import parse_increase
 
         gate = parse_increase(max_ppl_increase)
-        la, a = load_side(run_a, store_path) if run_a is not None else (str(open_store(store_path, readonly=True).path), None)
+        if run_a is not None:
+            la, a = load_side(run_a, store_path)
+        else:
+            la, a = str(open_store(store_path, readonly=True).path), None
         lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
