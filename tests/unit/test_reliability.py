@@ -192,6 +192,7 @@ def test_running_runs_of_dead_processes_are_marked_interrupted(tmp_path):
 
 
 def test_deferred_signals_wait_for_the_write():
+    before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or Ray's handler once a test in this process started Ray
     hits = []
     with pytest.raises(KeyboardInterrupt):
         with signals.deferred():
@@ -205,7 +206,7 @@ def test_deferred_signals_wait_for_the_write():
             time.sleep(0.05)
             hits.append("second write")
     assert hits[-1] == "second write" and signals.exit_status(e.value) == 143
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before  # the handler in place before is restored
 
 
 def test_server_group_is_killed_even_after_its_leader_exited(tmp_path):
