@@ -48,7 +48,7 @@ from infbench.errors import ConfigError, EngineUnavailable
 from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ignore
 from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
 from infbench.plan import Group, Plan
-from infbench.run import RunOptions, RunSummary, finishing, pending_cells, record, run_command, unmeasured_failure
+from infbench.run import RunOptions, RunSummary, pending_cells, record, run_command, started_run, unmeasured_failure
 from infbench.schema import CellResult
 from infbench.store import Store
 
@@ -294,45 +294,44 @@ class RayExecutor:
         ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,
                     "container_runtime": self.container_runtime}
         run_prov = {**self.provenance, "executor": "ray", "ray": ray_prov}
-        run_id = store.begin_run(run_prov, command=run_command())
-        summary = RunSummary(run_id)
-        done = set() if opts.force else store.finished_cell_ids()
-        items: list[WorkItem] = []
-        for p in plans:
-            for g in p.groups:
-                todo = pending_cells(g.cells, p.device, done, summary, observer)
-                if todo:
-                    items.append(WorkItem(len(items), p.device, g, todo))
+        with started_run(store, run_prov, run_command()) as summary:  # no signal can leave the run `running`
+            run_id = summary.run_id
+            done = set() if opts.force else store.finished_cell_ids()
+            items: list[WorkItem] = []
+            for p in plans:
+                for g in p.groups:
+                    todo = pending_cells(g.cells, p.device, done, summary, observer)
+                    if todo:
+                        items.append(WorkItem(len(items), p.device, g, todo))
 
-        def eligible(item: WorkItem, node: NodeReport) -> bool:
-            return item.group.engine not in node.engines_missing
+            def eligible(item: WorkItem, node: NodeReport) -> bool:
+                return item.group.engine not in node.engines_missing
 
-        sched = Scheduler(fleet, [], eligible)
-        events: queue.Queue[tuple[_Task, str, Any]] = queue.Queue()
-        tasks: dict[int, _Task] = {}
-        state = {"prov_dirty": False}
+            sched = Scheduler(fleet, [], eligible)
+            events: queue.Queue[tuple[_Task, str, Any]] = queue.Queue()
+            tasks: dict[int, _Task] = {}
+            state = {"prov_dirty": False}
 
-        def fail(item: WorkItem, cells: list[Any], error: str, node: NodeReport | None = None) -> None:
-            dev = _on_node(item.device, node) if node is not None else item.device
-            for c in cells:
-                r = unmeasured_failure(c, item.device, error)
-                record(store, run_id, summary, r.model_copy(update={"device": dev}), observer,
-                       node.name() if node is not None else None)
-            item.cells = [c for c in item.cells if c not in cells]
+            def fail(item: WorkItem, cells: list[Any], error: str, node: NodeReport | None = None) -> None:
+                dev = _on_node(item.device, node) if node is not None else item.device
+                for c in cells:
+                    r = unmeasured_failure(c, item.device, error)
+                    record(store, run_id, summary, r.model_copy(update={"device": dev}), observer,
+                           node.name() if node is not None else None)
+                item.cells = [c for c in item.cells if c not in cells]
 
-        def start(item: WorkItem, node: NodeReport) -> None:
-            spec = _spec_json(item, opts)
-            container = self._container(item) if self.container_runtime else None
-            res = task_resources(item.device, item.tensor_parallel_size, node, _uses_ray(opts))
-            _, run_group = _tasks()
-            gen = run_group.options(scheduling_strategy=_affinity(node.node_id), **res).remote(
-                spec, f"{self.job_prefix}-{run_id}-{item.key}-{item.attempts}", container,
-                {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
-            t = _Task(item, node, gen)
-            tasks[item.key] = t
-            threading.Thread(target=_pump, args=(ray, t, events), daemon=True).start()
+            def start(item: WorkItem, node: NodeReport) -> None:
+                spec = _spec_json(item, opts)
+                container = self._container(item) if self.container_runtime else None
+                res = task_resources(item.device, item.tensor_parallel_size, node, _uses_ray(opts))
+                _, run_group = _tasks()
+                gen = run_group.options(scheduling_strategy=_affinity(node.node_id), **res).remote(
+                    spec, f"{self.job_prefix}-{run_id}-{item.key}-{item.attempts}", container,
+                    {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
+                t = _Task(item, node, gen)
+                tasks[item.key] = t
+                threading.Thread(target=_pump, args=(ray, t, events), daemon=True).start()
 
-        with finishing(store, summary):
             try:
                 for it in items:
                     if not sched.can_run(it):
