@@ -360,7 +360,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
             with writing(write_spec, "--write-spec"):
                 wspec = _write_spec(the_plan, write_spec, RunOptions(
                     cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
-                    engine_options=eopts))
+                    engine_options=eopts, server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour))
             if as_json:
                 print_json({"spec": str(write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
             else:
