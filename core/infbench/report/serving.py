@@ -175,17 +175,13 @@ def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]
     import matplotlib.pyplot as plt
 
     from infbench.analysis.slo_search import searches
+    from infbench.report.static import save_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        for fmt in formats:
-            p = out_dir / f"{name}.{fmt}"
-            fig.savefig(p, dpi=dpi)
-            written.append(p)
-        plt.close(fig)
+        written.extend(save_figure(fig, out_dir, name, formats, dpi))
 
     found = searches(rows)
     if found:

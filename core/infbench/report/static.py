@@ -40,12 +40,7 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        fig.tight_layout()
-        for fmt in formats:
-            p = out_dir / f"{name}.{fmt}"
-            fig.savefig(p, dpi=dpi)
-            written.append(p)
-        plt.close(fig)
+        written.extend(save_figure(fig, out_dir, name, formats, dpi))
 
     # 1. throughput vs batch size, one line per configuration
     pts = [r for r in ok if r["output_tok_s"] is not None and r["batch"] is not None]
@@ -182,3 +177,18 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
         ax.legend(fontsize=7)
         save(fig, "perplexity_vs_throughput")
     return written
+
+
+def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int) -> list[Path]:
+    """Write a matplotlib figure as ``out_dir/<name>.<fmt>`` for each format (tight layout)
+    and close it. Returns the paths written."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    paths = []
+    for fmt in formats:
+        p = out_dir / f"{name}.{fmt}"
+        fig.savefig(p, dpi=dpi)
+        paths.append(p)
+    plt.close(fig)
+    return paths
