@@ -224,8 +224,12 @@ def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
     on_worker = [cid for cid, n in on.items() if n == worker.node_id]
     assert on_worker == finished_there and 1 <= len(on_worker) < 3  # what it finished is kept
     # the cell it was on ran again on a surviving node of the same device type (the head, or
-    # another raylet an earlier test added: every node of this cluster holds this CPU type)
+    # another raylet an earlier test added: every node of this cluster holds this CPU type).
+    # On a loaded machine the driver can read the worker's "cell started" and "result" events
+    # of that cell in one go: then the cell had finished before the kill landed, it is kept
+    # (it is in finished_there), and the group's last cell is the one that reran elsewhere.
     survivors = {n.node_id for n in ray_cluster.nodes} | {head.node_id}
-    assert on[killed[0].cell_id(dev)] in survivors - {worker.node_id}
+    if killed[0].cell_id(dev) not in finished_there:
+        assert on[killed[0].cell_id(dev)] in survivors - {worker.node_id}
     assert all(n in survivors for cid, n in on.items() if cid not in on_worker)
     assert s.status == "completed" and len(s.ok) == 6
