@@ -16,7 +16,10 @@ $SUDO mkdir -p "$data_root"
 # A non-root user reaches the socket through its own group.
 group_opt=()
 [ -n "$SUDO" ] && group_opt=(--group "$(id -gn)")
-$SUDO sh -c "nohup dockerd --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
+# The daemon outlives this script: close every inherited descriptor above stderr first, or it
+# keeps whatever the caller held open (a `flock` lock file, a pipe a CI runner waits on).
+close_fds='for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done 2>/dev/null'
+$SUDO bash -c "$close_fds; nohup dockerd --bridge=none --iptables=false --ip-forward=false --ip-masq=false \
     --data-root '$data_root' ${group_opt[*]:-} > '$log' 2>&1 &"
 for _ in $(seq 60); do
     if docker info > /dev/null 2>&1; then
