@@ -71,6 +71,36 @@ def test_each_trace_cell_draws_its_own_blocks(tmp_path):
     assert all(a[0][:128] != x[:128] for x in a[1:])              # the warm-up shares no block
 
 
+
+@pytest.mark.parametrize("fmt,options", [("token_ids", {}), ("text", {})])
+def test_each_served_cell_draws_its_own_synthetic_prompts(fmt, options):
+    """A server's prefix cache outlives a cell: cells that differ only in load or output
+    length must not send the prompts of the cell before them (TTFT against a warm cache);
+    the same cell measured again sends the same prompts; shared prefixes stay shared."""
+    from infbench.engines.openai import OpenAIEngine
+    from infbench.models import resolve
+    from infbench.schema import Cell, DeviceInfo, Load
+
+    e = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="endpoint"), {"prompt_format": fmt, **options})
+    m = resolve("tiny")
+    cell = Cell(model="tiny", engine="openai", dtype="auto", batch=1, input_len=64, output_len=8,
+                load=Load(mode="concurrency", concurrency=1, num_requests=4, warmup_requests=1))
+
+    def prompts(c):
+        return [getattr(p, "content", p) for p in e.make_prompts(c, m)]
+
+    a = prompts(cell)
+    assert a == prompts(cell) and len(set(map(str, a))) == 5
+    busier = prompts(cell.model_copy(update={"load": cell.load.model_copy(update={"concurrency": 4})}))
+    longer = prompts(cell.model_copy(update={"output_len": 16}))
+    for other in (busier, longer):
+        assert not {str(x) for x in other} & {str(x) for x in a}
+    shared = cell.model_copy(update={"prefix_len": 32, "num_prefixes": 1})
+    sp = prompts(shared)
+    head = (lambda x: x[:32]) if fmt == "token_ids" else (lambda x: x.split()[:32])
+    assert all(head(x) == head(sp[0]) for x in sp) and len(set(map(str, sp))) == 5
+
+
 def test_azure_trace(tmp_path):
     p = tmp_path / "az.csv"
     p.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"

@@ -328,6 +328,21 @@ def event_loop_runner() -> tuple[Any, str]:
         return asyncio.run, "asyncio"
 
 
+
+def cell_prompt_seed(cell: Cell) -> int:
+    """The seed of a served cell's synthetic prompts: its spec hash as an int (the cell's
+    ``seed`` and every workload field: lengths, load, trace, speed, repeat).
+
+    A server keeps a prefix cache across cells (vLLM's automatic prefix caching, llama.cpp's
+    ``cache_prompt``, SGLang's radix cache), and the client cannot turn it off on a remote
+    endpoint. Cells that differ only in load (``--concurrency 1,4,16``) or output length
+    would otherwise send the very same prompts, and every cell after the first would be timed
+    against a warm cache: a TTFT too short, flagged suspect by the physics check. A seed per
+    cell keeps each cell cold, and the same cell measured again sends the same prompts.
+    """
+    return int(cell.spec_hash(), 16)
+
+
 class OpenAIEngine(Engine):
     """Drives an OpenAI-compatible server under a serving-mode load.
 
@@ -496,14 +511,15 @@ class OpenAIEngine(Engine):
         n = cell.batch if load.mode == "batch" else (load.num_requests or 64)
         n += load.warmup_requests
         fmt = self.prompt_format(model)
+        seed = cell_prompt_seed(cell)
         if cell.prefix_len or self.options.get("tokenizer"):
             maker = self.prompt_maker(model)
             if cell.prefix_len:
-                return maker.shared_prefix(n, cell.input_len, cell.prefix_len, cell.num_prefixes or 1, cell.seed)
-            return maker.prompts(n, cell.input_len, cell.seed)
+                return maker.shared_prefix(n, cell.input_len, cell.prefix_len, cell.num_prefixes or 1, seed)
+            return maker.prompts(n, cell.input_len, seed)
         if fmt == "token_ids":
-            return synthetic_prompts(n, cell.input_len, model.vocab, cell.seed)
-        return [self.map_text(t) for t in synthetic_text(n, cell.input_len, cell.seed)]
+            return synthetic_prompts(n, cell.input_len, model.vocab, seed)
+        return [self.map_text(t) for t in synthetic_text(n, cell.input_len, seed)]
 
     def _dataset_prompts(self, cell: Cell) -> list[Any]:
         from dataclasses import replace
@@ -536,10 +552,9 @@ class OpenAIEngine(Engine):
                               hint="plan again: the file's hash is part of the cell's identity")
         maker = self.prompt_maker(model)
         recs = select(read_trace(tr.path, tr.format), tr.n)
-        # One seed per cell (its spec hash: the seed, the trace, the speed, the repeat): each
-        # cell replays the trace against a cache holding none of its blocks, and a sweep of
-        # --trace-speed does not replay the first speed's prompts from the server's cache.
-        seed = int(cell.spec_hash(), 16)
+        # One seed per cell: each cell replays the trace against a cache holding none of its
+        # blocks, and a sweep of --trace-speed does not replay the first speed's prompts.
+        seed = cell_prompt_seed(cell)
         # Warm-up prompts share no block with the trace (another tag of the same seed): the
         # trace's prefix reuse stays its own.
         warm = maker.prompts(load.warmup_requests, min(cell.input_len, 512), seed=seed)
