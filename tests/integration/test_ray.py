@@ -178,6 +178,34 @@ def test_driver_interrupted_then_resumed(ray_cluster, tmp_path):
     assert len([r for r in rows if r["status"] == "ok"]) == 8 and len({r["cell_id"] for r in rows}) == 8
 
 
+
+def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
+    """The Ray driver claims its cells like the other executors: a cell another live run on
+    the store is measuring is skipped with who holds it, the rest is measured, and the
+    driver's own claims are gone when it ends."""
+    from infbench.detect import detect
+    from infbench.executors.ray import RayExecutor
+    from infbench.models import resolve
+    from infbench.plan import Group, Plan
+    from infbench.schema import Cell
+    from infbench.store import claims
+
+    dev = detect(pm).devices[0]
+    cells = [Cell(model="tiny-random-llama", engine="llama.cpp", dtype="f16", batch=b, input_len=8, output_len=2)
+             for b in (1, 2)]
+    p = Plan(dev, [Group(resolve("tiny-random-llama"), "llama.cpp", "f16", 1, cells)])
+    store = Store(tmp_path / "r.db")
+    other = store.begin_run({"host": "elsewhere"}, command="infbench run (another process)")
+    assert claims.claim(store, cells[1].cell_id(dev), other) is None
+    seen = ev.Collector()
+    s = RayExecutor(pm, {"host": "driver"}).run(p, store, None, seen)
+    assert [c.cell_id(dev) for c, _ in s.claimed] == [cells[1].cell_id(dev)]
+    assert "being measured by" in s.claimed[0][1] and [e.cell for e in seen.of(ev.CellSkipped)] == [cells[1]]
+    assert [r.cell_id for r in s.ok] == [cells[0].cell_id(dev)] and not s.failed
+    assert [r["cell_id"] for r in store.results()] == [cells[0].cell_id(dev)]
+    assert set(claims.live_claims(store)) == {cells[1].cell_id(dev)}     # only the other run's claim is left
+
+
 def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
     """A worker raylet dies after finishing a cell: its finished cells are kept, the rest
     of its group runs on the surviving node, every cell is stored once. Runs last: it

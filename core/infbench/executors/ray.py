@@ -48,7 +48,16 @@ from infbench.errors import ConfigError, EngineUnavailable
 from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ignore
 from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
 from infbench.plan import Group, Plan
-from infbench.run import RunOptions, RunSummary, pending_cells, record, run_command, started_run, unmeasured_failure
+from infbench.run import (
+    RunOptions,
+    RunSummary,
+    pending_cells,
+    record,
+    run_command,
+    started_run,
+    take_cell,
+    unmeasured_failure,
+)
 from infbench.schema import CellResult
 from infbench.store import Store
 
@@ -301,6 +310,9 @@ class RayExecutor:
             for p in plans:
                 for g in p.groups:
                     todo = pending_cells(g.cells, p.device, done, summary, observer)
+                    # claimed by this driver (the single writer) until stored, as the container
+                    # executor does: a second driver or `infbench run` on this store skips them
+                    todo = [c for c in todo if take_cell(store, run_id, c, p.device, summary, observer, opts.force)]
                     if todo:
                         items.append(WorkItem(len(items), p.device, g, todo))
 
