@@ -3,11 +3,10 @@ except that dummy GGUF files and the measured CPU limits are kept per session to
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from infbench.plugins import build_plugin_manager, get_plugin_manager
+from tests.support.home import make_home
 
 
 @pytest.fixture(scope="session")
@@ -23,10 +22,7 @@ def cpu_limits_file(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def infbench_home(tmp_path, monkeypatch, gguf_cache, cpu_limits_file):
-    home = tmp_path / "home"
-    (home / "cache").mkdir(parents=True)
-    os.symlink(gguf_cache, home / "cache" / "gguf")
-    os.symlink(cpu_limits_file, home / "cpu_limits.json")
+    home = make_home(tmp_path / "home", gguf_cache, cpu_limits_file)
     monkeypatch.setenv("INFBENCH_HOME", str(home))
     monkeypatch.delenv("INFBENCH_DISABLE_PLUGINS", raising=False)
     get_plugin_manager.cache_clear()

@@ -30,6 +30,7 @@ import pytest
 
 from tests.integration.test_cli import infbench
 from tests.integration.test_report import _chrome
+from tests.support.home import make_home
 
 pytestmark = pytest.mark.integration
 
@@ -78,10 +79,7 @@ def text():
 @pytest.fixture(scope="module")
 def home(tmp_path_factory, gguf_cache, cpu_limits_file):
     """One INFBENCH_HOME for the module: the derived precisions are written once."""
-    h = tmp_path_factory.mktemp("quality-home")
-    (h / "cache").mkdir()
-    os.symlink(gguf_cache, h / "cache" / "gguf")
-    os.symlink(cpu_limits_file, h / "cpu_limits.json")
+    h = make_home(tmp_path_factory.mktemp("quality-home"), gguf_cache, cpu_limits_file)
     return {"env": {"INFBENCH_HOME": str(h)}, "path": h, "store": str(h / "results.db")}
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cli import infbench
+from tests.support.home import make_home
 
 pytestmark = pytest.mark.integration
 
@@ -24,10 +25,7 @@ FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-par
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory, gguf_cache, cpu_limits_file):
     """Two runs of the same 4 cells (tiny model, llama.cpp, declared 40 W power)."""
-    home = tmp_path_factory.mktemp("report-home")
-    (home / "cache").mkdir()
-    os.symlink(gguf_cache, home / "cache" / "gguf")
-    os.symlink(cpu_limits_file, home / "cpu_limits.json")
+    home = make_home(tmp_path_factory.mktemp("report-home"), gguf_cache, cpu_limits_file)
     env = {"INFBENCH_HOME": str(home)}
     store = str(home / "results.db")
     args = ["run", "-m", "tiny", "-e", "llama.cpp", "--dtype", "f32", "-b", "1,2", "--input-len", "16,32",
