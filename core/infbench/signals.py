@@ -15,15 +15,21 @@ never loses a measured cell.
 this process dies, however it dies (SIGKILL included): ``python -m infbench.signals
 PARENT_PID -- argv...`` sets Linux's ``PR_SET_PDEATHSIG`` and then ``exec``s the command,
 which keeps the setting and the pid.
+
+:func:`c_callback` keeps Ctrl-C and SIGTERM from being lost inside a Python function that
+C calls back (llama.cpp's log and progress callbacks): ctypes cannot pass an exception
+out of a callback, it prints "Exception ignored" and drops it.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: Exit status of a command ended by SIGTERM (128 + 15), as shells report it.
@@ -115,6 +121,38 @@ def _redeliver(signum: int) -> None:
         handler(signum, None)
     elif handler == signal.SIG_DFL:
         os.kill(os.getpid(), signum)
+
+
+def c_callback(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
+    """``fn`` made safe to run as a ctypes callback (wrap it before ``CFUNCTYPE(...)(...)``).
+
+    A signal's Python handler runs in whatever Python frame the main thread is executing,
+    which during a long C call (a model load, a decode) is often a callback. The
+    :class:`KeyboardInterrupt` (or :class:`Terminated`) it raises there cannot leave the
+    callback: ctypes prints it and drops it, and Ctrl-C or ``docker stop`` is silently
+    lost. The wrapper catches it, returns ``default`` to C (``True`` for llama.cpp's
+    progress callback, whose ``False`` would abort the load), and delivers the same signal
+    again from a helper thread (:func:`_thread.interrupt_main`, 10 ms later) once C has
+    given the GIL back, so the exception is raised in Python code when the C call returns.
+    Should it land in a callback again, the same happens again.
+    """
+
+    def wrapped(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+            threading.Thread(target=_interrupt_main_later, args=(signum,), daemon=True).start()
+            return default
+
+    return wrapped
+
+
+def _interrupt_main_later(signum: int, delay_s: float = 0.01) -> None:
+    # Later, not at once: ``Thread.start`` waits for this thread, and a handler run before
+    # the callback has returned would raise inside it again, where it is lost.
+    time.sleep(delay_s)
+    _thread.interrupt_main(signum)
 
 
 #: ``prctl`` option that sends the child a signal when its parent dies (Linux).

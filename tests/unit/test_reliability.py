@@ -209,6 +209,53 @@ def test_deferred_signals_wait_for_the_write():
     assert signal.getsignal(signal.SIGTERM) == before  # the handler in place before is restored
 
 
+
+def _qsort_calling(compare):
+    """Sort 64 ints with libc's qsort, which calls ``compare`` (a Python function) from C,
+    as llama.cpp calls its log and progress callbacks during a load or a decode."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    cmp_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+    arr = (ctypes.c_int * 64)(*range(64, 0, -1))
+    cb = cmp_t(compare)
+    libc.qsort(arr, len(arr), ctypes.sizeof(ctypes.c_int), cb)
+    return list(arr)
+
+
+def _until_raised(deadline_s=5.0):
+    """Run Python code (where a pending signal handler runs) until ``deadline_s`` passed."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        time.sleep(0.005)
+
+
+@pytest.mark.parametrize("signum, exc", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, signals.Terminated)])
+def test_a_signal_inside_a_c_callback_is_not_lost(signum, exc):
+    """ctypes drops an exception raised in a callback ("Exception ignored"): Ctrl-C landing
+    in llama.cpp's log callback used to vanish and the sweep ran on (CI caught it). A
+    :func:`signals.c_callback` callback returns its default to C and the same signal is
+    raised again in Python code after the C call."""
+    calls = []
+
+    def compare(a, b):
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signum)      # its handler runs here, inside the callback
+        return a[0] - b[0]
+
+    with signals.terminate_as_interrupt():
+        with pytest.raises(exc):
+            try:
+                out = _qsort_calling(signals.c_callback(compare, default=0))
+            except exc:
+                pytest.fail("raised inside the C call: the test does not exercise the callback path")
+            assert out == list(range(1, 65)) or len(calls) > 1   # C went on after the callback returned
+            _until_raised()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_server_group_is_killed_even_after_its_leader_exited(tmp_path):
     from infbench.engines.server_process import ServerProcess, _group_alive
 

@@ -27,6 +27,7 @@ from infbench.engines.base import Engine, RunOutput
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
+from infbench.signals import c_callback
 
 log = logging.getLogger("infbench.llama_cpp")
 _backend_ready = False
@@ -49,7 +50,7 @@ def _quiet_logs(L: Any) -> None:
         else:
             log.debug(text.decode(errors="replace").rstrip())
 
-    _log_cb = L.llama_log_callback(cb)
+    _log_cb = L.llama_log_callback(c_callback(cb))
     L.llama_log_set(_log_cb, ctypes.c_void_p())
 
 
@@ -150,7 +151,8 @@ class LlamaCppEngine(Engine):
             _backend_ready = True
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = self._n_gpu_layers_used = gpu_layers
-        self._progress_cb = L.llama_progress_callback(lambda _p, _u: True)  # silences the loading dots
+        # silences the loading dots; True on Ctrl-C too (False would abort the load)
+        self._progress_cb = L.llama_progress_callback(c_callback(lambda _p, _u: True, default=True))
         mp.progress_callback = self._progress_cb
         _load_lines.clear()
         self.model = L.llama_model_load_from_file(str(path).encode(), mp)
