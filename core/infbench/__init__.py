@@ -12,12 +12,9 @@ The flow of a run follows the package layout:
 :mod:`infbench.run` ties them together; :mod:`infbench.cli` is the command line.
 """
 
-__version__ = "0.1.0"
+from infbench.data.version import SCHEMA_VERSION, __version__
 
-#: Version of the stored result layout (records, metrics, SQLite tables): the number of
-#: the newest store migration (:mod:`infbench.store.migrations`). Hosts and workers of
-#: different versions detect the skew by it.
-SCHEMA_VERSION = 5
+__all__ = ["SCHEMA_VERSION", "__version__"]
 
 
 def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`

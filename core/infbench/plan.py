@@ -10,11 +10,11 @@ allowed ones.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench.engines.base import EngineSpec
+from infbench.data.engine import EngineSpec
+from infbench.data.plan import Group, Plan
 from infbench.errors import ConfigError, EngineUnavailable, suggest
 from infbench.models import ModelShape, resolve
 from infbench.plugins import PluginManager
@@ -54,44 +54,6 @@ PRESET_DESCRIPTIONS = {
 for _name, _p in PRESETS.items():
     if "models" not in _p:
         PRESETS[_name] = {**PRESETS["quick"], **_p}
-
-
-@dataclass
-class Group:
-    """Cells that share one loaded model: same model, engine, dtype and TP degree.
-
-    Attributes:
-        model: the resolved model shape.
-        engine: engine name.
-        dtype: the engine's dtype spelling.
-        tensor_parallel_size: devices per model instance.
-        cells: the group's cells, smallest first.
-    """
-
-    model: ModelShape
-    engine: str
-    dtype: str
-    tensor_parallel_size: int
-    cells: list[Cell] = field(default_factory=list)
-
-    def label(self) -> str:
-        """``smollm2-135m on llama.cpp (f16)``."""
-        tp = f", tp={self.tensor_parallel_size}" if self.tensor_parallel_size > 1 else ""
-        return f"{self.model.name} on {self.engine} ({self.dtype}{tp})"
-
-
-@dataclass
-class Plan:
-    """The validated plan: groups of cells for one device, and warnings to show."""
-
-    device: DeviceInfo
-    groups: list[Group]
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def cells(self) -> list[Cell]:
-        """All cells in run order."""
-        return [c for g in self.groups for c in g.cells]
 
 
 def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:

@@ -19,14 +19,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench import SCHEMA_VERSION, __version__
+from infbench.data.run import RunOptions, RunSummary  # noqa: F401 - RunOptions re-exported
+from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.detect import Detection
 from infbench.executors.events import CellSkipped, Observer
-from infbench.measure.power import PowerSampler
 from infbench.plugins import PluginManager
 from infbench.schema import Cell, CellResult, DeviceInfo
 from infbench.secrets import command_line, redact_argv
@@ -72,59 +71,6 @@ def run_command() -> str:
     """This process's command line as ``runs.command`` stores it: shell-quoted, with the
     values of secret-bearing options redacted (:func:`infbench.secrets.redact_argv`)."""
     return command_line(sys.argv)
-
-
-@dataclass
-class RunOptions:
-    """Knobs of a run that are not part of a cell's identity.
-
-    Attributes:
-        force: re-run cells that already have a stored ok result.
-        cell_timeout_s: abort a cell after this many seconds (stored as failed).
-        power_interval_s: power sampling interval in s.
-        engine_options: passed to the engine adapters (``n_threads``...).
-        slo: per-request limits for goodput (``Sweep.slo()``).
-        power_override: a sampler replacing the device plugin's (``--power-command`` /
-            ``--power-watts``: a PDU or chassis reading, or a declared wattage).
-        server_metrics_interval_s: seconds between scrapes of a server engine's
-            Prometheus ``/metrics`` (0: no scraping).
-        price_per_hour: USD per hour of the measured machine (``--price-per-hour``);
-            every cell then gets ``usd_per_mtok``.
-    """
-
-    force: bool = False
-    cell_timeout_s: float | None = None
-    power_interval_s: float = 0.1
-    engine_options: dict[str, Any] = field(default_factory=dict)
-    slo: dict[str, float] | None = None
-    power_override: PowerSampler | None = None
-    server_metrics_interval_s: float = 1.0
-    price_per_hour: float | None = None
-
-
-@dataclass
-class RunSummary:
-    """What a run did: its id, the cells stored ok, failed and skipped, and its status
-    (``running``, then ``completed``, ``completed_with_failures``, ``interrupted`` or
-    ``failed``).
-
-    Attributes:
-        claimed: the skipped cells that another live process was measuring (or stored
-            ok while this run went), as ``(cell, who)``; also in ``skipped``.
-        journaled: the measured cells (also in ``ok``/``failed``) the store refused,
-            kept in the journal file ``journal`` (:mod:`infbench.store.journal`).
-        journal_stored: True when they reached the store after all as the run ended.
-    """
-
-    run_id: str
-    ok: list[CellResult] = field(default_factory=list)
-    failed: list[CellResult] = field(default_factory=list)
-    skipped: list[Cell] = field(default_factory=list)
-    status: str = "running"
-    claimed: list[tuple[Cell, str]] = field(default_factory=list)
-    journaled: list[CellResult] = field(default_factory=list)
-    journal: str | None = None
-    journal_stored: bool = False
 
 
 def unmeasured_failure(cell: Cell, device: DeviceInfo, error: str, started_at: float | None = None) -> CellResult:

@@ -41,7 +41,7 @@ CORE_SECTIONS = {"containers": "mount_roots: folders whose symlinked cache folde
 
 def site_config_path() -> Path:
     """``$INFBENCH_SITE_CONFIG`` if set, else ``$INFBENCH_HOME/site.toml`` (``~/.infbench``)."""
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     env = os.environ.get(SITE_ENV)
     return Path(env).expanduser() if env else default_home() / "site.toml"

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from infbench import SCHEMA_VERSION, __version__
+from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
 from infbench.secrets import redact_options

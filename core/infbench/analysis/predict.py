@@ -76,7 +76,7 @@ from infbench.analysis.roofline import (
     operators,
     weight_bytes,
 )
-from infbench.engines.base import DTYPE_ALIASES
+from infbench.data.engine import precision_of
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
 
@@ -296,7 +296,7 @@ def expected_tokens(k: int, acceptance: float) -> float:
 
 
 def _precision(dtype: str) -> str:
-    return DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    return precision_of(dtype.lower())
 
 
 def _arr(x: Any) -> np.ndarray:

@@ -146,12 +146,12 @@ def requirements(m: ModelShape, batch: int, n_in: int, n_out: int, slo_ttft_s: f
     Raises:
         ConfigError: a non-positive SLO.
     """
-    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.data.engine import precision_of
 
     if slo_ttft_s <= 0 or slo_tpot_s <= 0:
         raise ConfigError("SLOs must be positive")
     eff = eff or default_efficiency(device_id)
-    precision = DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    precision = precision_of(dtype.lower())
     pf, _ = pass_totals(prefill_ops(m, precision, dtype, batch, n_in))
     _, db = pass_totals(decode_ops(m, precision, dtype, batch, n_in + n_out, 0))
     ttft_budget = slo_ttft_s - eff.overhead_s - eff.prefill_overhead_s * batch

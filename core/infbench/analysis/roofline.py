@@ -303,7 +303,7 @@ def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: L
     Raises:
         RooflineError: the device lacks a figure.
     """
-    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.data.engine import precision_of
     from infbench.errors import ConfigError
     from infbench.models import resolve
 
@@ -318,7 +318,7 @@ def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: L
     if b is None:
         return None
     dtype = str(spec["dtype"])
-    precision = DTYPE_ALIASES.get(dtype.lower(), dtype.lower())
+    precision = precision_of(dtype.lower())
     r = cell_roofline(m, precision, dtype, b, int(spec["input_len"]), int(spec["output_len"]),
                       int(spec.get("tensor_parallel_size") or 1), limits, metrics)
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}

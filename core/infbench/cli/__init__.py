@@ -21,9 +21,9 @@ from typing import Annotated
 
 import typer
 
-from infbench import __version__
 from infbench.cli import catalog, containers, detect, importer, predict, quality, report, results, run
 from infbench.cli.common import out
+from infbench.data.version import __version__
 
 app = typer.Typer(
     name="infbench",

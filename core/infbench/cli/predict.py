@@ -86,9 +86,9 @@ def predict(
     """
     from infbench.analysis import predict as P
     from infbench.analysis.requirements import custom_limits, parse_sets
+    from infbench.data.paths import default_home
     from infbench.engines.options import parse_engine_args
     from infbench.models import resolve
-    from infbench.store import default_home
 
     pm = plugin_manager()
     home = default_home()

@@ -42,7 +42,7 @@ def _filtered(store, run_id, model, device, engine):
 
 def _read_store(store_path, run_id):
     """The store opened read-only, or None when the default store does not exist yet."""
-    from infbench.store import default_store_path
+    from infbench.data.paths import default_store_path
 
     check_run_id(run_id)
     if store_path is None and not default_store_path().exists():

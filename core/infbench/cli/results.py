@@ -62,8 +62,8 @@ def results(
     JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
     their model's highest precision.
     """
+    from infbench.data.paths import default_store_path
     from infbench.report.tables import print_results, results_csv, results_json, suspect_notes
-    from infbench.store import default_store_path
 
     if fmt not in ("table", "json", "csv"):
         fail(ConfigError(f"unknown format {escape(fmt)!r}", hint="use table, json or csv"))

@@ -20,7 +20,6 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from infbench import __version__
 from infbench.cli.common import (
     JSON_HELP,
     err,
@@ -33,6 +32,7 @@ from infbench.cli.common import (
     store_for_writing,
     writing,
 )
+from infbench.data.version import __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.secrets import printable
 from infbench.store import StoreError, describe_db_error

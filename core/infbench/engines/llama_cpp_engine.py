@@ -142,7 +142,7 @@ class LlamaCppEngine(Engine):
                 raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown for dummy weights",
                                   hint=f"use one of {', '.join(GGUF_DTYPES)}, or a real .gguf --model for "
                                        "k-quants (q4_k_m, q2_k...)")
-            from infbench.store import default_home
+            from infbench.data.paths import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
         if not _backend_ready:

@@ -43,7 +43,7 @@ class LlamaServerEngine(ManagedServerEngine):
         except ImportError as exc:
             raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp",
                                     hint="pip install 'infbench[serve]'") from exc
-        from infbench.store import default_home
+        from infbench.data.paths import default_home
 
         m = group.model
         if m.path:

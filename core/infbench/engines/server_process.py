@@ -172,7 +172,7 @@ class ManagedServerEngine(OpenAIEngine):
         Raises:
             EngineUnavailable: the server exited or was not healthy within ``timeout_s``.
         """
-        from infbench.store import default_home
+        from infbench.data.paths import default_home
 
         port = free_port()
         log = default_home() / "logs" / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"

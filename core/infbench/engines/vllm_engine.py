@@ -126,8 +126,8 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: a remote model id with no shape, or a non-folder path.
     """
+    from infbench.data.paths import default_home
     from infbench.engines.hf_dummy import dummy_hf_dir
-    from infbench.store import default_home
 
     m = group.model
     args: dict[str, Any] = {}

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infbench.data.paths import default_home
 from infbench.errors import ConfigError
 from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ignore
 from infbench.plan import Group, Plan
@@ -42,7 +43,7 @@ from infbench.run import (
     unmeasured_failure,
 )
 from infbench.schema import Cell, CellResult
-from infbench.store import Store, default_home
+from infbench.store import Store
 
 PREFIX = "infbench-worker: "
 #: Seconds of silence (no worker event) allowed on top of the cell timeout before the

@@ -276,7 +276,7 @@ class RayExecutor:
                 ray.shutdown()
 
     def _check(self, fleet: Fleet, plans: list[Plan]) -> None:
-        from infbench import SCHEMA_VERSION
+        from infbench.data.version import SCHEMA_VERSION
 
         for p in plans:
             t = fleet.type_of(p.device)

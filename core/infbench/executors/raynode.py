@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from infbench.store import default_home
+from infbench.data.paths import default_home
 
 PREFIX = "infbench-worker: "
 #: Seconds without a worker event (on top of the cell timeout) before the worker is
@@ -49,7 +49,7 @@ def detect_here() -> dict[str, Any]:
         infbench and store schema versions, provenance, ``engines_missing``
         (engine -> modules it lacks here) and plugin ``errors``.
     """
-    from infbench import SCHEMA_VERSION, __version__
+    from infbench.data.version import SCHEMA_VERSION, __version__
     from infbench.detect import detect
     from infbench.plan import engine_specs
     from infbench.plugins import build_plugin_manager

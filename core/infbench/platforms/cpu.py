@@ -218,7 +218,7 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
 def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
     """:func:`measure_limits` for ``device``, measured once and kept in ``path``
     (default ``$INFBENCH_HOME/cpu_limits.json``, keyed by the CPU model and core count)."""
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     path = path or default_home() / "cpu_limits.json"
     key = f"v2|{device.model}|{device.properties.get('physical_cores') or device.count}"
@@ -420,7 +420,7 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict | None:
     """
     if device.vendor != "cpu" or engine not in CPU_IMAGE_ENGINES:
         return None
-    from infbench import __version__
+    from infbench.data.version import __version__
 
     return {"image": f"infbench/cpu-llamacpp:{__version__}", "shm_size": "1g"}
 

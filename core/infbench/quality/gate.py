@@ -41,13 +41,13 @@ def parse_increase(text: str | float | None) -> float | None:
 def precision_class(dtype: str) -> str:
     """The precision class of an engine dtype (``q4_k_m`` -> ``int4``, ``float16`` -> ``fp16``);
     the dtype itself when unknown."""
-    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.data.engine import precision_of
     from infbench.quality.quantize import QUANT_TYPES
 
     d = dtype.lower()
     if d in QUANT_TYPES:
         return QUANT_TYPES[d][1]
-    return DTYPE_ALIASES.get(d, d)
+    return precision_of(d)
 
 
 def _rank(dtype: str) -> int:

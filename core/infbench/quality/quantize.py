@@ -89,7 +89,7 @@ class Derived:
 
 def cache_dir() -> Path:
     """``$INFBENCH_HOME/cache/quantized``."""
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     return default_home() / "cache" / "quantized"
 

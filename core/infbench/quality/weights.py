@@ -59,7 +59,7 @@ class WeightsInfo:
 
 
 def _cache_file() -> Path:
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     return default_home() / "cache" / "sha256.json"
 

@@ -117,7 +117,7 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     import json
 
     from infbench.analysis.predict import engine_family
-    from infbench.engines.base import DTYPE_ALIASES
+    from infbench.data.engine import precision_of
     from infbench.errors import ConfigError
     from infbench.models import resolve
 
@@ -131,7 +131,7 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     dtype = str(s["dtype"]).lower()
     load = json.dumps(s.get("load") or {}, sort_keys=True)
     options = json.dumps((r.get("engine") or {}).get("options") or {}, sort_keys=True, default=str)
-    return (model, engine_family(s["engine"]), DTYPE_ALIASES.get(dtype, dtype), s["batch"], load, s["input_len"],
+    return (model, engine_family(s["engine"]), precision_of(dtype), s["batch"], load, s["input_len"],
             s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
 
 

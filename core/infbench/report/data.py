@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.analysis.roofline import effective_batch
-from infbench.engines.base import DTYPE_ALIASES
+from infbench.data.engine import precision_of
 
 #: Dimensions a report can filter on, with their labels.
 DIMENSIONS = {
@@ -93,7 +93,7 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
     row = {
         "cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
         "error": r.get("error"), "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
-        "precision": DTYPE_ALIASES.get(str(s["dtype"]).lower(), str(s["dtype"]).lower()),
+        "precision": precision_of(str(s["dtype"])),
         "device": device, "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
         "published": published,
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),

@@ -52,7 +52,7 @@ def apptainer_binary() -> str | None:
 
 def sif_dir() -> Path:
     """``$INFBENCH_SIF_DIR`` or ``$INFBENCH_HOME/images``."""
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     return Path(os.environ.get("INFBENCH_SIF_DIR") or default_home() / "images")
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from infbench import SCHEMA_VERSION, __version__
+from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 
 #: In-container paths.

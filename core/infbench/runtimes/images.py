@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench import SCHEMA_VERSION, __version__
+from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.runtimes.docker_runtime import docker_client
 

@@ -48,21 +48,11 @@ from urllib.parse import quote
 
 import numpy as np
 
-from infbench import SCHEMA_VERSION
+from infbench.data.paths import default_home, default_store_path  # noqa: F401 - re-exported
+from infbench.data.version import SCHEMA_VERSION
 from infbench.errors import ConfigError, InfbenchError
 from infbench.schema import CellResult, PowerReading, RequestRecord
 from infbench.store import migrations, telemetry
-
-
-def default_home() -> Path:
-    """``$INFBENCH_HOME`` or ``~/.infbench``: the store, caches (dummy GGUFs) and logs."""
-    return Path(os.environ.get("INFBENCH_HOME") or Path.home() / ".infbench").expanduser()
-
-
-def default_store_path() -> Path:
-    """``$INFBENCH_HOME/results.db``."""
-    return default_home() / "results.db"
-
 
 #: Key of ``requests.server`` that holds the client's details of a request (``RequestRecord.client()``).
 CLIENT_KEY = "_client"

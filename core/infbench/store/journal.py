@@ -37,7 +37,7 @@ class JournalError(InfbenchError):
 
 def journal_dir() -> Path:
     """``$INFBENCH_HOME/journal``."""
-    from infbench.store import default_home
+    from infbench.data.paths import default_home
 
     return default_home() / "journal"
 

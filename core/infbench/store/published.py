@@ -34,7 +34,7 @@ def import_published(store: Any, results: list[CellResult], source: dict[str, An
         source: the provenance's ``source`` (name, url, commit, file, sha256, citation).
         command: the command line, for the run record.
     """
-    from infbench import __version__
+    from infbench.data.version import __version__
 
     prov = {"kind": "published", "source": source, "cells": len(results), "imported_at": time.time(),
             "infbench_version": __version__}

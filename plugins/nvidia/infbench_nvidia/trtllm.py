@@ -52,9 +52,9 @@ class TrtllmServeEngine(ManagedServerEngine):
             EngineUnavailable: ``trtllm-serve`` is not on PATH, or the server did not come up.
             ConfigError: the model has no shape or folder to serve.
         """
+        from infbench.data.paths import default_home
         from infbench.engines.hf_dummy import dummy_hf_dir
         from infbench.engines.vllm_engine import ADAPTER_OPTIONS, slots_needed
-        from infbench.store import default_home
 
         if shutil.which("trtllm-serve") is None:
             raise EngineUnavailable("trtllm-serve is not installed",

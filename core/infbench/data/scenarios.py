@@ -1,0 +1,117 @@
+"""What a run measures next: the typed specs of the scenarios.
+
+A scenario decides the next unit of work from the results so far; an executor runs it
+wherever the engine is (this process, a worker container, a Ray node), through the one
+engine session (:mod:`infbench.session`). The spec travels inside the worker contract
+(:class:`infbench.worker.WorkerSpec`), so every field is plain data, validated here:
+
+* :class:`SweepScenario`: every planned cell once (``infbench run``);
+* :class:`FindMaxScenario`: the highest load meeting an SLO (``infbench run --find-max``);
+* :class:`PerplexityScenario`: the perplexity of a text per engine and dtype
+  (``infbench perplexity``, ``infbench run --perplexity``).
+
+The logic of each lives in :mod:`infbench.scenarios`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SweepScenario(BaseModel):
+    """Measure every planned cell once (cells stored ok are skipped unless forced)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["sweep"] = "sweep"
+
+
+class KnownProbe(BaseModel):
+    """A probe of a search measured before the search moved (to another worker after a crash).
+
+    Attributes:
+        load: requests in flight (concurrency) or arrivals per s (rate).
+        passed: whether it met the SLO (and did not saturate).
+        fraction: share of its requests meeting the SLO, in [0, 1].
+        saturated: the saturation reason, if any.
+        cell_id: the stored cell.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    load: float = Field(gt=0, allow_inf_nan=False)
+    passed: bool
+    fraction: float = Field(ge=0, le=1, allow_inf_nan=False)
+    saturated: str | None = None
+    cell_id: str = ""
+
+
+class FindMaxScenario(BaseModel):
+    """Bracket then bisect for the highest load at which ``goodput`` of the requests meet the
+    SLO (:mod:`infbench.analysis.slo_search`), each probe a stored cell.
+
+    Attributes:
+        mode: ``rate`` (arrivals per s) or ``concurrency`` (requests in flight).
+        ttft_s, tpot_s: the SLO per request in s (at least one).
+        goodput: fraction of requests that must meet it, in (0, 1].
+        limit: the highest load tried (None: 512 in flight, 1000 req/s).
+        max_probes: most probes (cells) to measure, >= 1.
+        rel_tol: rate mode converges when (fail - pass) <= rel_tol x pass.
+        search_id: id shared by the probes' ``metrics.find_max``.
+        known: probes already measured (a search resumed on another worker).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["find_max"] = "find_max"
+    mode: Literal["rate", "concurrency"]
+    ttft_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tpot_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    goodput: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
+    limit: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_probes: int = Field(default=20, ge=1, le=1000)
+    rel_tol: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
+    search_id: str = Field(min_length=1, max_length=64)
+    known: list[KnownProbe] = Field(default_factory=list)
+
+
+class PerplexityItem(BaseModel):
+    """One perplexity measurement to make: a real model on an engine at a dtype.
+
+    Attributes:
+        model: the ``.gguf`` file or Hugging Face folder (absolute path).
+        engine: ``llama.cpp``, ``transformers`` or ``vllm``.
+        dtype: the engine's dtype spelling.
+        weights_sha256: SHA-256 of the weights the host planned with (the worker refuses
+            other weights at that path).
+        key: the measurement's identity (:func:`infbench.data.quality.quality_key`).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str = Field(min_length=1)
+    engine: str = Field(min_length=1)
+    dtype: str = Field(min_length=1)
+    weights_sha256: str = ""
+    key: str = ""
+
+
+class PerplexityScenario(BaseModel):
+    """Score one text with llama.cpp's ``llama-perplexity`` method per item
+    (:mod:`infbench.quality.perplexity`).
+
+    Attributes:
+        text_path: the UTF-8 text (absolute path). text_sha256: SHA-256 of its bytes.
+        n_ctx: tokens per chunk (>= 4). max_chunks: score only the first chunks (None: all).
+        items: the measurements, one engine load each.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["perplexity"] = "perplexity"
+    text_path: str = Field(min_length=1)
+    text_sha256: str = Field(min_length=1)
+    n_ctx: int = Field(default=512, ge=4, le=1 << 20)
+    max_chunks: int | None = Field(default=None, ge=1)
+    items: list[PerplexityItem] = Field(default_factory=list)
+
+
+#: Any scenario spec (tagged by ``kind``).
+ScenarioSpec = Annotated[SweepScenario | FindMaxScenario | PerplexityScenario, Field(discriminator="kind")]
