@@ -131,7 +131,8 @@ def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: 
     Raises:
         ConfigError: the plugin names an unknown preset.
     """
-    from infbench.plan import PRESET_DESCRIPTIONS, PRESETS, engine_specs
+    from infbench.plan import PRESET_DESCRIPTIONS, PRESETS
+    from infbench.registry import engine_specs
 
     raw, source = plugin_default(pm, device)
     if raw is None:
@@ -188,7 +189,7 @@ def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, devi
     Raises:
         ConfigError: ``--device`` matches no detected device; a plugin names an unknown preset.
     """
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
     from infbench.target import select_device
 
     if preset is not None or sweep_file is not None:

@@ -7,7 +7,9 @@ Every error carries a ``hint``: what the user should do about it. The CLI prints
 from __future__ import annotations
 
 import difflib
+import traceback
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class InfbenchError(Exception):
@@ -37,6 +39,12 @@ class ConfigError(InfbenchError):
 
 class EngineUnavailable(InfbenchError):
     """An engine's library is not installed or cannot run on the chosen device."""
+
+    exit_code = 2
+
+
+class VersionSkew(InfbenchError):
+    """Host and worker (or image) were written by infbench versions with different store schemas."""
 
     exit_code = 2
 
@@ -87,3 +95,12 @@ def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
     if not close:
         close = [c for c in lowered if name.lower() in c][:n]
     return f"did you mean: {', '.join(lowered[c] for c in close)}?" if close else ""
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such)."""
+    if isinstance(exc, MemoryError):
+        return f"OOM: MemoryError: {exc}"
+    tb = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(exc).__name__}: {exc}{where}"

@@ -231,6 +231,9 @@ class WorkItem:
         group: the :class:`~infbench.plan.Group`.
         cells: the cells not yet stored.
         attempts: tasks started for it so far.
+        part: the scenario's part it runs (:class:`infbench.scenarios.base.Part`: the
+            cells and scenario sent to the node, and what came back); None once nothing is
+            left of it.
     """
 
     key: int
@@ -238,6 +241,7 @@ class WorkItem:
     group: Any
     cells: list[Cell]
     attempts: int = 0
+    part: Any = None
 
     @property
     def type_key(self) -> tuple[str, str, int]:

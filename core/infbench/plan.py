@@ -13,11 +13,11 @@ import itertools
 from pathlib import Path
 from typing import Any
 
-from infbench.data.engine import EngineSpec
 from infbench.data.plan import Group, Plan
-from infbench.errors import ConfigError, EngineUnavailable, suggest
+from infbench.errors import ConfigError
 from infbench.models import ModelShape, resolve
 from infbench.plugins import PluginManager
+from infbench.registry import device_precisions, engine_specs, require_engine  # noqa: F401 - re-exported
 from infbench.schema import Cell, Dataset, DeviceInfo, Load, Sweep, Trace
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
@@ -54,41 +54,6 @@ PRESET_DESCRIPTIONS = {
 for _name, _p in PRESETS.items():
     if "models" not in _p:
         PRESETS[_name] = {**PRESETS["quick"], **_p}
-
-
-def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
-    """All engines from every plugin's ``infbench_engines`` hook, merged by name.
-
-    Platforms are united; the first spec with a factory provides the adapter, its
-    modules and install hint; dtypes are united, the provider's first (default) dtype
-    staying first, so a vendor plugin can add the dtypes its hardware brings (``fp8``
-    for vLLM on H100). Whether a device can run a dtype's precision is decided by the
-    device's ``infbench_supported_precisions``, not here."""
-    merged: dict[str, EngineSpec] = {}
-    for specs in pm.hook.infbench_engines():
-        for s in specs or []:
-            if s.name not in merged:
-                merged[s.name] = EngineSpec(**{**s.__dict__, "platforms": list(s.platforms),
-                                               "dtypes": dict(s.dtypes)})
-                continue
-            m = merged[s.name]
-            m.platforms = sorted(set(m.platforms) | set(s.platforms))
-            if m.factory is None and s.factory is not None:
-                m.factory, m.modules, m.install, m.commands = s.factory, s.modules, s.install, s.commands
-                m.check = s.check
-                m.serving, m.any_model = s.serving, s.any_model
-                m.options, m.native_options = s.options, s.native_options
-                m.description = s.description or m.description
-                m.dtypes = {**s.dtypes, **m.dtypes}
-            else:
-                m.dtypes = {**m.dtypes, **{k: v for k, v in s.dtypes.items() if k not in m.dtypes}}
-    return merged
-
-
-def device_precisions(pm: PluginManager, device: DeviceInfo) -> list[str]:
-    """Precision classes the device supports (its plugin's hook; all if none answers)."""
-    p = pm.hook.infbench_supported_precisions(device=device)
-    return list(p) if p is not None else ["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
 
 
 def _resolve(name: str, lenient: bool) -> ModelShape:
@@ -197,22 +162,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     warnings: list[str] = []
     engine_dtypes: dict[str, list[str]] = {}
     for e in sweep.engines:
-        spec = specs.get(e)
-        if spec is None:
-            hint = suggest(e, specs)
-            raise ConfigError(f"unknown engine {e!r}; known engines: {', '.join(sorted(specs))}",
-                              hint=hint or "run `infbench plugins` to see the engines each plugin provides")
-        if device.vendor not in spec.platforms:
-            here = sorted(n for n, s in specs.items() if device.vendor in s.platforms)
-            raise ConfigError(f"engine {e!r} does not run on {device.vendor} devices "
-                              f"(it runs on: {', '.join(spec.platforms)})",
-                              hint=f"engines for {device.vendor}: {', '.join(here) or 'none'}")
-        if spec.factory is None:
-            raise EngineUnavailable(f"engine {e!r} has no adapter installed", hint=spec.install or None)
-        missing = spec.missing()
-        if missing:
-            raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)} (not found here)",
-                                    hint=spec.install or None)
+        spec = require_engine(specs, e, device)
         engine_dtypes[e] = []
         if spec.dtypes == {"auto": "auto"}:  # a remote server decides its own precision
             engine_dtypes[e] = ["auto"]

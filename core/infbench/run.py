@@ -224,3 +224,14 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
                 claims.release(store, result.cell_id, run_id)
         (summary.ok if result.status == "ok" else summary.failed).append(result)
         observer(CellFinished(result, node))
+
+
+def conclude(store: Store, summary: RunSummary, outcome: dict[str, Any], provenance: dict[str, Any]) -> None:
+    """Keep what a scenario concluded (``--find-max``: its knee): in ``summary.scenario``
+    and, when there is something, in the run's provenance under ``scenario``. A store that
+    refuses the update loses nothing measured (the cells are stored already)."""
+    if not outcome:
+        return
+    summary.scenario = outcome
+    with contextlib.suppress(sqlite3.Error, OSError):
+        store.update_provenance(summary.run_id, {**provenance, "scenario": outcome})

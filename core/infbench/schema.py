@@ -70,6 +70,10 @@ class DeviceInfo(BaseModel):
         """The part of the device that identifies a measurement: vendor, model, count."""
         return {"vendor": self.vendor, "model": self.model, "count": self.count}
 
+    def label(self) -> str:
+        """``nvidia NVIDIA H100 80GB HBM3``: the vendor key and the model, as messages name a device."""
+        return f"{self.vendor} {self.model}"
+
 
 class PowerReading(BaseModel):
     """One reading of a power sampler, for one device.

@@ -247,3 +247,27 @@ def clean_text(text: str | bytes, secrets: Iterable[str | None] = (), limit: int
     if limit is not None and len(text) > limit:
         text = text[:limit] + "..."
     return text
+
+
+def redact(text: str) -> str:
+    """The one redaction of a text infbench stores or prints, whatever its origin (a command
+    line, provenance, a device property, an error, a note): credential-looking fragments
+    (URL user info, ``Authorization`` values, ``api_key=``/``token=``-like fields, ``sk-``
+    keys) replaced by :data:`REDACTED` (:func:`scrub`)."""
+    return scrub(text)
+
+
+def redact_tree(obj: Any) -> Any:
+    """A copy of a JSON-like value (dicts, lists, tuples, strings, numbers) with every
+    string passed through :func:`redact`, and every value of a secret-named key
+    (:func:`is_secret_key`: ``api_key``, ``token``...) replaced by :data:`REDACTED`.
+    Used on every run's provenance and command line where the store writes them
+    (:meth:`infbench.store.Store.begin_run`), so no path can store a secret it forgot."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: (REDACTED if isinstance(k, str) and is_secret_key(k) and isinstance(v, str) and v
+                    else redact_tree(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_tree(v) for v in obj]
+    return obj

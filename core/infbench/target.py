@@ -8,8 +8,8 @@ from typing import Any
 
 from infbench.detect import Detection
 from infbench.errors import ConfigError
-from infbench.plan import engine_specs
 from infbench.plugins import PluginManager
+from infbench.registry import engine_specs
 from infbench.schema import DeviceInfo
 
 

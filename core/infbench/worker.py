@@ -11,12 +11,19 @@ cells with the engines installed where it runs and writes into ``DIR``:
 * ``cells.jsonl``: one :class:`~infbench.schema.CellResult` per line (raw per-request
   token timestamps, power readings, metrics, errors), appended and flushed as each cell
   finishes, so a worker killed mid-cell loses only that cell.
+* ``quality.jsonl``: one :class:`~infbench.data.quality.PerplexityResult` per line (a
+  perplexity scenario), appended the same way.
 * ``worker.db``: the same results as an ordinary infbench store (inspect with
   ``infbench results --store DIR/worker.db``).
 
 Host side again: :func:`ingest` reads ``DIR`` into the host's store as one run whose
 provenance records the worker's, keeping every cell's ``spec_hash`` and ``cell_id``, so
 the same workload run in different images or sites is recognisably the same cell.
+
+The spec carries the plan's scenario (:mod:`infbench.data.scenarios`: a sweep, a
+``--find-max`` search, perplexity); the worker runs it with the in-process executor, so a
+scenario measures the same way on every executor, and writes what it concluded into
+``provenance.json`` under ``scenario``.
 
 Both ends check the store schema version (:data:`infbench.SCHEMA_VERSION`): a spec or
 an output written by an infbench with another schema is refused with a message naming
@@ -33,18 +40,16 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from infbench.data.quality import PerplexityResult
+from infbench.data.scenarios import ScenarioSpec, SweepScenario
 from infbench.data.version import SCHEMA_VERSION, __version__
-from infbench.errors import ConfigError, InfbenchError
+from infbench.errors import ConfigError, VersionSkew
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
 from infbench.secrets import redact_options
 
 SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
-
-
-class VersionSkew(InfbenchError):
-    """Host and worker were written by infbench versions with different store schemas."""
-
-    exit_code = 2
+QUALITY_FILE = "quality.jsonl"
+__all__ = ["VersionSkew", "WorkerSpec", "ingest", "make_spec", "read_spec", "run_worker", "write_spec"]
 
 
 class WorkerOptions(BaseModel):
@@ -66,8 +71,10 @@ class WorkerSpec(BaseModel):
         infbench_version: the host's infbench version (for messages).
         device: the device group the host planned for; the worker runs on the detected
             device of the same vendor and model.
-        cells: the cells, in run order.
+        cells: the cells, in run order (a search's template cell, a perplexity item's
+            placeholder cell: the scenario decides what is measured of them).
         options: run options.
+        scenario: what to measure (default: every cell, a sweep).
     """
 
     schema_version: int
@@ -75,6 +82,7 @@ class WorkerSpec(BaseModel):
     device: DeviceInfo
     cells: list[Cell] = Field(min_length=1)
     options: WorkerOptions = Field(default_factory=WorkerOptions)
+    scenario: ScenarioSpec = Field(default_factory=SweepScenario)
 
     def spec_hash(self) -> str:
         """Hash of the workload: the cells' spec hashes in order (device and options excluded)."""
@@ -86,19 +94,26 @@ def event_line(event: Any) -> str | None:
     None for events it does not announce.
 
     One plain, never-wrapped line per event, parsed by a host's launcher
-    (:mod:`infbench.executors.container`) to move its progress display and store finished
-    cells: ``infbench-worker: loading <group>``, ``infbench-worker: cell <spec_hash>
-    <label>``, ``infbench-worker: done <spec_hash> <cell_id> ok|failed [error]``.
+    (:func:`infbench.executors.container.follow_worker`) to move its progress display and
+    store finished results: ``infbench-worker: loading <group>``, ``infbench-worker: cell
+    <spec_hash> <cell JSON>``, ``infbench-worker: done <spec_hash> <cell_id> ok|failed
+    [error]``, ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
+    scored <quality key> ok|failed [error]``.
     """
-    from infbench.executors.events import CellFinished, CellStarted, GroupLoading
+    from infbench.executors.events import CellFinished, CellStarted, GroupLoading, ScoreFinished, ScoreStarted
 
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
     elif isinstance(event, CellStarted):
-        line = f"cell {event.cell.spec_hash()} {event.cell.label()}"
+        line = f"cell {event.cell.spec_hash()} {event.cell.model_dump_json()}"
     elif isinstance(event, CellFinished):
         r = event.result
         line = f"done {r.spec_hash} {r.cell_id} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
+    elif isinstance(event, ScoreStarted):
+        line = f"score {event.key} {event.label}"
+    elif isinstance(event, ScoreFinished):
+        r = event.result
+        line = f"scored {r.key()} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
     else:
         return None
     return f"infbench-worker: {line}"
@@ -113,8 +128,8 @@ def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
 
 
 def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
-    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device and cells,
-    and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
+    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device, cells and
+    scenario, and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
     power interval, engine options with URL credentials redacted by
     :func:`infbench.secrets.redact_options`, SLO, /metrics interval, price), stamped with
     this infbench's store schema."""
@@ -125,7 +140,7 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
                           server_metrics_interval_s=opts.server_metrics_interval_s,
                           price_per_hour=opts.price_per_hour)
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
-                      cells=plan.cells, options=o)
+                      cells=plan.cells, options=o, scenario=plan.scenario)
 
 
 def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
@@ -172,21 +187,21 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str, Any]:
-    """Run a spec's cells here with the in-process executor and write the results to
+    """Run a spec's scenario here with the in-process executor and write the results to
     ``out_dir`` (see the module doc); ``observer`` receives the run's events.
 
     Returns:
         The final ``provenance.json`` content (``status``: completed,
-        completed_with_failures, failed).
+        completed_with_failures, failed; ``scenario``: what the scenario concluded).
 
     Raises:
         VersionSkew, ConfigError: bad spec, or no detected device matches the spec's.
     """
+    from infbench.data.plan import Group, Plan
     from infbench.detect import detect
-    from infbench.executors.events import CellFinished
+    from infbench.executors.events import CellFinished, ScoreFinished
     from infbench.executors.inprocess import InProcessExecutor
     from infbench.models import resolve
-    from infbench.plan import Group, Plan
     from infbench.plugins import get_plugin_manager
     from infbench.run import RunOptions, provenance
     from infbench.store import Store
@@ -206,10 +221,11 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     for c in spec.cells:
         g = groups.setdefault(c.group_key(), Group(resolve(c.model), c.engine, c.dtype, c.tensor_parallel_size))
         g.cells.append(c)
-    plan = Plan(device=device, groups=list(groups.values()))
+    plan = Plan(device=device, groups=list(groups.values()), scenario=spec.scenario)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cells_path = out_dir / CELLS_FILE
+    cells_path, quality_path = out_dir / CELLS_FILE, out_dir / QUALITY_FILE
     cells_path.write_text("")
+    quality_path.write_text("")
     prov = {"schema_version": SCHEMA_VERSION, "infbench_version": __version__, "spec_hash": spec.spec_hash(),
             "started_at": time.time(), "finished_at": None, "status": "running",
             "provenance": {**provenance(det, pm), "worker": True}}
@@ -220,22 +236,30 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
                       server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour)
     store = Store(out_dir / DB_FILE)
 
+    def append(path: Path, line: str) -> None:
+        with path.open("a") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
     def event(ev: Any) -> None:
         if isinstance(ev, CellFinished):
-            with cells_path.open("a") as f:
-                f.write(ev.result.model_dump_json() + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            append(cells_path, ev.result.model_dump_json())
+        elif isinstance(ev, ScoreFinished):
+            append(quality_path, ev.result.model_dump_json())
         if observer is not None:
             observer(ev)
 
     status = "failed"
+    summary = None
     try:
         summary = InProcessExecutor(pm, prov["provenance"]).run(plan, store, opts, event)
         status = summary.status
     finally:
         store.close()
         prov.update(finished_at=time.time(), status=status)
+        if summary is not None and summary.scenario:
+            prov["scenario"] = summary.scenario
         _write_json(out_dir / PROVENANCE_FILE, prov)
     return prov
 
@@ -384,6 +408,38 @@ def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult],
     return prov, cells, skipped
 
 
+def read_quality_output(out_dir: Path) -> list[PerplexityResult]:
+    """The perplexity results of a worker's output folder (``quality.jsonl``; none when the
+    file is absent), checked; a last line cut short (a worker killed while writing it) is
+    left out.
+
+    Raises:
+        ConfigError: a line that is not UTF-8 or not a valid result (file and line named).
+    """
+    from infbench.executors.container import read_no_follow
+
+    path = Path(out_dir) / QUALITY_FILE
+    try:
+        data = read_no_follow(path)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    lines = data.split(b"\n")
+    lines.pop()  # after the last newline: empty, or a line cut short
+    out = []
+    for n, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            out.append(PerplexityResult.model_validate_json(raw.decode("utf-8")))
+        except (UnicodeDecodeError, ValidationError) as exc:
+            raise ConfigError(f"{QUALITY_FILE} line {n} is not a perplexity result: {str(exc)[:200]}",
+                              hint="nothing was stored; ingest takes a worker's --out folder as the worker "
+                                   "wrote it") from None
+    return out
+
+
 def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read a worker's ``out_dir`` into ``store`` as one run, in one transaction.
 
@@ -406,15 +462,22 @@ def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] |
         VersionSkew: the worker wrote another store schema.
         ConfigError: see :func:`read_worker_output`.
     """
+    from infbench.store.quality import save_quality
+
     prov, cells, skipped = read_worker_output(Path(out_dir))
+    quality = read_quality_output(Path(out_dir))
     worker_prov = {**(prov.get("provenance") or {}), "spec_hash": prov.get("spec_hash"),
                    "worker_status": prov.get("status"), **(extra or {})}
+    if isinstance(prov.get("scenario"), dict):
+        worker_prov["scenario"] = prov["scenario"]
     status = prov.get("status") if prov.get("status") not in (None, "running") else "interrupted"
     with store.transaction():
         run_id = store.begin_run(worker_prov, command=command)
         for c in cells:
             store.save_cell(run_id, c)
+        for q in quality:
+            save_quality(store, q)
         store.finish_run(run_id, status)
-    return {"run_id": run_id, "ok": sum(c.status == "ok" for c in cells),
+    return {"run_id": run_id, "ok": sum(c.status == "ok" for c in cells), "quality": len(quality),
             "failed": sum(c.status != "ok" for c in cells), "skipped_lines": skipped, "status": status,
             "spec_hash": prov.get("spec_hash"), "cells": cells}

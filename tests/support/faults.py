@@ -80,9 +80,8 @@ def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: flo
         ``{"measured": cell ids the engine measured, "kept": ids in the store,
         "statuses": run statuses, "interrupted": bool, "attempts": stored attempts}``.
     """
-    from infbench import signals
+    from infbench import session, signals
     from infbench.detect import detect
-    from infbench.executors import inprocess
     from infbench.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
     from infbench.run import provenance
@@ -94,7 +93,7 @@ def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: flo
                input_len=[16], output_len=[16])
     the_plan = plan(sw, det.devices[0], pm)
     measured: list[str] = []
-    real = inprocess.measure_cell
+    real = session.measure_cell
     timers: list[threading.Timer] = []
     events = [0]
 
@@ -113,7 +112,7 @@ def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: flo
             timers.append(threading.Timer(delay_s, os.kill, (os.getpid(), signum)))
             timers[0].start()
 
-    inprocess.measure_cell = measuring
+    session.measure_cell = measuring
     store = Store(store_path)
     interrupted = False
     try:
@@ -132,7 +131,7 @@ def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: flo
     except KeyboardInterrupt:
         pass
     finally:
-        inprocess.measure_cell = real
+        session.measure_cell = real
         store.close()
     st = store_state(store_path)
     return {"measured": set(measured), "kept": st["cells"], "statuses": set(st["runs"].values()),

@@ -10,7 +10,7 @@ import pytest
 from infbench import __version__
 from infbench.errors import ConfigError
 from infbench.executors import choose_executor
-from infbench.executors.container import _CellsTail
+from infbench.executors.follow import JsonlTail
 from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_args, sif_name
 from infbench.runtimes.images import find_recipes, source_root
 from infbench.schema import DeviceInfo
@@ -126,7 +126,7 @@ def test_cells_tail_waits_for_complete_lines(tmp_path):
     r = CellResult(cell_id=c.cell_id(d), spec_hash=c.spec_hash(), cell=c, device=d, status="ok",
                    started_at=1.0, finished_at=2.0)
     path = tmp_path / "cells.jsonl"
-    tail = _CellsTail(path)
+    tail = JsonlTail(path)
     assert tail.read() == []                                      # no file yet
     line = r.model_dump_json()
     path.write_text(line[:40])                                    # being written

@@ -20,21 +20,13 @@ request as in METRICS.md ``goodput_req_s``.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from infbench.errors import ConfigError
 from infbench.measure.metrics import tpot_s, ttft_s
 from infbench.schema import Cell, CellResult, Load, RequestRecord
-
-if TYPE_CHECKING:  # pragma: no cover
-    from infbench.executors.events import Observer
-    from infbench.plan import Plan
-    from infbench.plugins import PluginManager
-    from infbench.run import RunOptions, RunSummary
-    from infbench.store import Store
 
 MODES = ("rate", "concurrency")
 #: Default upper bound of the search per mode (requests in flight; requests per s).
@@ -147,17 +139,47 @@ class Probe:
 
     Attributes:
         load: requests in flight (concurrency) or arrivals per s (rate).
-        result: the stored cell.
+        result: the stored cell (None for a probe measured by an earlier worker of a
+            resumed search, known only by its outcome).
         fraction: share of its requests meeting the SLO.
         passed: fraction >= goodput, ok, and not saturated.
         saturated: the saturation reason, if any.
+        cell_id: the stored cell's id.
+        status: the stored cell's status (``ok``, ``failed``).
     """
 
     load: float
-    result: CellResult
+    result: CellResult | None
     fraction: float
     passed: bool
     saturated: str | None = None
+    cell_id: str = ""
+    status: str = "ok"
+
+
+def judge(result: CellResult, mode: str, slo: SloTarget, load: float) -> Probe:
+    """The :class:`Probe` of a measured cell: the share of its requests meeting ``slo``, its
+    saturation (:func:`saturation`), and whether it passes (ok, share >= ``slo.goodput``, not
+    saturated)."""
+    frac = goodput_fraction(result.records, slo)
+    sat = saturation(result, mode) if result.status == "ok" else None
+    passed = result.status == "ok" and frac >= slo.goodput and sat is None
+    return Probe(load, result, frac, passed, sat, result.cell_id, result.status)
+
+
+def probe_metrics(search_id: str, mode: str, slo: SloTarget, probe: Probe, number: int) -> dict[str, Any]:
+    """``metrics["find_max"]`` of a stored probe: ``{search_id, mode, load, probe, fraction,
+    goodput, passed, saturated, slo}`` (``probe`` numbers the probes of a search from 1)."""
+    return {"search_id": search_id, "mode": mode, "load": probe.load, "probe": number, "fraction": probe.fraction,
+            "goodput": slo.goodput, "passed": probe.passed, "saturated": probe.saturated, "slo": slo.as_dict()}
+
+
+def load_of(cell: Cell, mode: str) -> float | None:
+    """The load a probe cell offers in ``mode`` (requests in flight, or arrivals per s)."""
+    if cell.load is None:
+        return None
+    v = cell.load.concurrency if mode == "concurrency" else cell.load.request_rate
+    return float(v) if v is not None else None
 
 
 @dataclass
@@ -188,7 +210,7 @@ class SearchResult:
         slo = {**self.slo.as_dict(), "goodput": self.slo.goodput} if self.slo else None
         return {"search_id": self.search_id, "mode": self.mode, "knee": self.knee, "first_fail": self.first_fail,
                 "stopped": self.stopped, "slo": slo,
-                "probes": [{"load": p.load, "cell_id": p.result.cell_id, "status": p.result.status,
+                "probes": [{"load": p.load, "cell_id": p.cell_id, "status": p.status,
                             "fraction": p.fraction, "passed": p.passed, "saturated": p.saturated}
                            for p in self.probes]}
 
@@ -308,120 +330,6 @@ def envelope(template: Cell, mode: str, limit: float) -> list[Cell]:
     if mode == "concurrency":
         return [template, probe_cell(template, mode, limit)]
     return [template]
-
-
-def run_find_max(plan: Plan, store: Store, options: RunOptions, pm: PluginManager, provenance: dict[str, Any],
-                 mode: str, slo: SloTarget, limit: float | None = None, max_probes: int = 20,
-                 rel_tol: float = 0.1, observer: Observer | None = None) -> tuple[RunSummary, SearchResult]:
-    """Run the search in this process against one started engine, each probe stored as a cell.
-
-    Args:
-        plan: a plan with exactly one group of one serving cell, whose load gives the
-            start (``--concurrency`` / ``--request-rate``), requests and lengths.
-        store: the results store (one run holds every probe).
-        options: run knobs; ``options.slo`` is set to ``slo``'s limits so every probe
-            also gets ``goodput_req_s``.
-        pm: the plugin manager.
-        provenance: the run's provenance.
-        mode: ``rate`` or ``concurrency``.
-        slo: the target.
-        limit: highest load (default :data:`DEFAULT_LIMIT`).
-        max_probes: probe budget.
-        rel_tol: rate-mode resolution.
-        observer: receives ``GroupLoading``, ``CellStarted`` and ``CellFinished`` events.
-
-    Returns:
-        ``(summary, result)``; every probe's ``metrics["find_max"]`` holds
-        ``{search_id, mode, load, probe, fraction, goodput, passed, saturated, slo}``.
-
-    Raises:
-        ConfigError: the plan is not one serving cell.
-
-    An engine that fails to start is stored as the start load's failed cell, and the
-    result's ``stopped`` says so.
-    """
-    import sys
-
-    from infbench.analysis.floor import add_roofline, device_roofline_limits
-    from infbench.engines.launch import launch
-    from infbench.executors.events import CellStarted, GroupLoading, ignore
-    from infbench.measure.cell import describe_error, measure_cell
-    from infbench.measure.power import WithChannels, device_power_sampler
-    from infbench.plan import Group
-    from infbench.run import RunSummary, finishing, record, unmeasured_failure
-
-    observer = observer or ignore
-    if len(plan.groups) != 1 or len(plan.groups[0].cells) != 1:
-        raise ConfigError(f"--find-max searches one configuration; this sweep has {len(plan.cells)} cells",
-                          hint="give one --model, --engine, --dtype, --input-len, --output-len and one start "
-                               "load (--concurrency or --request-rate), and no --repeat")
-    group, template = plan.groups[0], plan.groups[0].cells[0]
-    if mode not in MODES:
-        raise ConfigError(f"--find-max takes rate or concurrency, got {mode!r}")
-    if template.load is None or template.load.mode == "batch":
-        raise ConfigError("--find-max needs a server engine and a load", hint="e.g. --engine llama.cpp-server "
-                          "--concurrency 1 --find-max concurrency")
-    check_workload(template.trace is not None, template.load.stream is False)
-    limit = limit if limit is not None else DEFAULT_LIMIT[mode]
-    start = template.load.concurrency if mode == "concurrency" else template.load.request_rate
-    if start is None:
-        start = 1
-    from dataclasses import replace
-
-    opts = replace(options, slo=slo.as_dict(), force=True)
-    device = plan.device
-    run_id = store.begin_run(provenance, command=" ".join(sys.argv))
-    summary = RunSummary(run_id)
-    sampler = device_power_sampler(pm, device)
-    if opts.power_override is not None:
-        sampler = WithChannels(opts.power_override, sampler)
-    limits, limits_reason = device_roofline_limits(pm, device)
-    search_id = uuid.uuid4().hex[:12]
-    result: SearchResult | None = None
-    result = SearchResult(search_id=search_id, mode=mode, slo=slo)
-    with finishing(store, summary):
-        sized = Group(group.model, group.engine, group.dtype, group.tensor_parallel_size,
-                      envelope(template, mode, limit))
-        observer(GroupLoading(group))
-        engine = None
-        try:
-            engine = launch(pm, group.engine, device, opts.engine_options)
-            engine.start(sized)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:  # noqa: BLE001 - stored as a failed cell, like any engine start failure
-            err = f"engine start failed: {describe_error(exc)}"
-            record(store, run_id, summary, unmeasured_failure(probe_cell(template, mode, start), device, err),
-                   observer)
-            if engine is not None:
-                engine.stop()
-            sampler.close()
-            result.stopped = err
-            return summary, result
-        try:
-
-            def measure(x: float) -> Probe:
-                cell = probe_cell(template, mode, x)
-                observer(CellStarted(cell))
-                r = measure_cell(engine, group, cell, device, sampler, opts)
-                add_roofline(r, group.model, limits, limits_reason)
-                frac = goodput_fraction(r.records, slo)
-                sat = saturation(r, mode) if r.status == "ok" else None
-                passed = r.status == "ok" and frac >= slo.goodput and sat is None
-                r.metrics["find_max"] = {"search_id": search_id, "mode": mode, "load": x,
-                                         "probe": len(summary.ok) + len(summary.failed) + 1, "fraction": frac,
-                                         "goodput": slo.goodput, "passed": passed, "saturated": sat,
-                                         "slo": slo.as_dict()}
-                record(store, run_id, summary, r, observer)
-                return Probe(x, r, frac, passed, sat)
-
-            found = search(measure, mode, float(start), limit, rel_tol, max_probes)
-            found.search_id, found.slo = search_id, slo
-            result = found
-        finally:
-            engine.stop()
-            sampler.close()
-    return summary, result
 
 
 def searches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

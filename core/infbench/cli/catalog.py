@@ -82,7 +82,7 @@ def plugins(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> 
     Plugins load from the entry-point group `infbench`; set INFBENCH_DISABLE_PLUGINS=a,b
     to keep some from loading. See docs/plugins.md to write one.
     """
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
 
     pm = plugin_manager()
     infos = list(pm.infos.values())

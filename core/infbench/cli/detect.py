@@ -53,7 +53,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
         return
     from infbench.detect import detect as do_detect
     from infbench.devices import device_limits
-    from infbench.plan import device_precisions
+    from infbench.registry import device_precisions
 
     pm = plugin_manager()
     det = do_detect(pm)

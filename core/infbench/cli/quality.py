@@ -21,6 +21,7 @@ from infbench.cli.common import (
     store_for_writing,
 )
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -70,16 +71,25 @@ def perplexity(
                                                 "exceeds the baseline's by more than this (e.g. 1%).")] = None,
     baseline: Annotated[str | None, Opt("--baseline", help="dtype to compare with (default: the highest "
                                         "precision measured).")] = None,
+    executor: Annotated[str | None, Opt("--executor", help="Where the engines run: inprocess (default), container "
+                                        "(the plugin's worker image) or ray (a Ray cluster's node with the device; "
+                                        "the model and text must exist at the same path there).")] = None,
+    container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
+                                                 "apptainer (default: Docker when an engine answers).")] = None,
+    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the cluster (HOST:PORT of the "
+                                           "head; default $RAY_ADDRESS).")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
     force: Annotated[bool, Opt("--force", help="Measure again even if stored.")] = False,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
+    from infbench.data.run import RunOptions
     from infbench.detect import detect
     from infbench.engines.options import engine_options
     from infbench.quality.gate import parse_increase, with_gate
     from infbench.quality.perplexity import plan_perplexity
-    from infbench.quality.runner import measure_and_store
     from infbench.report.tables import quality_json, quality_table
+    from infbench.run import provenance
+    from infbench.scenarios.perplexity import perplexity_plan
     from infbench.store.quality import quality_results
     from infbench.target import select_device
 
@@ -88,35 +98,17 @@ def perplexity(
         gate = parse_increase(max_ppl_increase)
         reqs = plan_perplexity(model, split(engine, "--engine") or ["llama.cpp"], split(dtype, "--dtype"), text,
                                n_ctx, chunks, pm)
-        dev = select_device(detect(pm), device)
+        det = detect(pm)
+        dev = select_device(det, device)
         eopts = engine_options(engine_arg, n_threads=threads)
+        plan = perplexity_plan(reqs, dev)
+        ex = scenario_executor(executor, container_runtime, ray_address, plan, pm, provenance(det, pm))
     except InfbenchError as exc:
         fail(exc)
     store = store_for_writing(store_path)
-    failed = 0
-
-    with err.status("starting") as status, stdout_to_stderr(as_json):
-        def on_event(kind: str, payload: Any) -> None:
-            nonlocal failed
-            if kind == "loading":
-                status.update(f"loading {escape(payload)}")
-            elif kind == "chunks":
-                status.update(f"scoring {payload} chunks of {n_ctx} tokens")
-            elif kind == "done" and payload.status != "ok":
-                failed += 1
-                err.print(f"[red]failed[/] {escape(payload.model)} on {payload.engine} ({payload.dtype}): "
-                          f"{escape(str(payload.error))}")
-            elif kind == "done" and (payload.weights.get("sample") or {}).get("coherent") is False:
-                err.print(f"[yellow]warning:[/] {payload.engine} ({payload.dtype}) answered "
-                          f"{payload.weights['sample']['question']!r} with "
-                          f"{escape(repr(payload.weights['sample']['answer'][:80]))}: are the weights loaded right?")
-
-        try:
-            done = measure_and_store(reqs, store, dev, eopts, pm, force, on_event)
-        except InfbenchError as exc:
-            fail(exc)
-    keys = [req.key() for req, _, _ in done]
-    skipped = {req.key() for req, was_skipped, _ in done if was_skipped}
+    summary = _run_quality(ex, plan, store, RunOptions(force=force, engine_options=eopts), n_ctx, as_json)
+    keys = [req.key() for req in reqs]
+    skipped = set(summary.quality_skipped)
     everything = with_gate(quality_results(store), gate, baseline)
     rows = [dict(r, skipped=r["quality_key"] in skipped) for r in everything if r["quality_key"] in keys]
     if as_json:
@@ -129,35 +121,90 @@ def perplexity(
         if flagged:
             out.print(f"[red]{len(flagged)} precision(s) beyond the {gate * 100:g} % gate:[/] "
                       + ", ".join(f"{r['engine']} {r['dtype']}" for r in flagged))
-    if failed:
+    if any(q.status != "ok" for q in summary.quality) or summary.status in ("failed", "interrupted"):
         raise typer.Exit(3)
 
 
-def perplexity_after_run(plan: Any, text: Path, store: Any, pm: Any, options: dict[str, Any], n_ctx: int,
-                         chunks: int | None, force: bool, as_json: bool) -> list[dict[str, Any]]:
-    """``infbench run --perplexity TEXT``: the perplexity of each real-weights group of the
-    run's plan (:func:`infbench.quality.runner.perplexity_for_plan`), with a status line;
-    returns the stored rows (:func:`infbench.store.quality.quality_results` items, gated)."""
-    from infbench.quality.gate import with_gate
-    from infbench.quality.runner import perplexity_for_plan
-    from infbench.store.quality import quality_results
+def scenario_executor(name: str | None, container_runtime: str | None, ray_address: str | None, plan: Any, pm: Any,
+                      provenance: dict[str, Any]) -> Any:
+    """The executor a scenario command (``perplexity``) runs on: ``inprocess`` by default,
+    the plugin's worker image (``container``) or a Ray cluster (``ray``).
 
-    with err.status("perplexity") as status, stdout_to_stderr(as_json):
-        def on_event(kind: str, payload: Any) -> None:
-            if kind == "loading":
-                status.update(f"perplexity: loading {escape(payload)}")
-            elif kind == "chunks":
-                status.update(f"perplexity: scoring {payload} chunks of {n_ctx} tokens")
+    Raises:
+        ConfigError: an unknown executor, or one that is not usable here.
+    """
+    from infbench.executors import choose_executor
 
-        try:
-            done, notes = perplexity_for_plan(plan, str(text), store, n_ctx, chunks, options, pm, force, on_event)
-        except InfbenchError as exc:
-            err.print(f"[red]perplexity not measured:[/] {escape(exc.message)}")
-            return []
+    notes: list[str] = []
+    kwargs = {"ray_address": ray_address} if name == "ray" else {}
+    ex = choose_executor(name or "inprocess", plan.device, sorted({g.engine for g in plan.groups}), pm, provenance,
+                         notes, container_runtime, **kwargs)
     for n in notes:
         err.print(f"[yellow]note:[/] {escape(n)}")
-    keys = {req.key() for req, _, _ in done}
-    skipped = {req.key() for req, was_skipped, _ in done if was_skipped}
+    return ex
+
+
+def _run_quality(ex: Any, plan: Any, store: Any, opts: Any, n_ctx: int, as_json: bool, prefix: str = "") -> Any:
+    """Run a perplexity plan on ``ex`` with a status line; failed measurements and warnings
+    printed as they come. Returns the run's summary.
+
+    Raises:
+        typer.Exit: bad input found where the engine runs (exit 2), or Ctrl-C (130).
+    """
+    from infbench import signals
+    from infbench.executors import events as ev
+
+    with err.status(f"{prefix}starting") as status, stdout_to_stderr(as_json):
+        def observer(e: Any) -> None:
+            if isinstance(e, ev.GroupLoading):
+                status.update(f"{prefix}loading {escape(e.group.label())}")
+            elif isinstance(e, ev.ScoreProgress):
+                status.update(f"{prefix}scoring {e.chunks} chunks of {e.n_ctx} tokens")
+            elif isinstance(e, ev.ScoreFinished) and e.result.status != "ok":
+                r = e.result
+                err.print(f"[red]failed[/] {escape(printable(r.model))} on {r.engine} ({r.dtype}): "
+                          f"{escape(printable(r.error))}")
+            elif isinstance(e, ev.ScoreFinished) and (e.result.weights.get("sample") or {}).get("coherent") is False:
+                r = e.result
+                err.print(f"[yellow]warning:[/] {r.engine} ({r.dtype}) answered {r.weights['sample']['question']!r} "
+                          f"with {escape(printable(repr(r.weights['sample']['answer'][:80])))}: are the weights "
+                          "loaded right?")
+            elif isinstance(e, ev.Note):
+                err.print(f"[yellow]note:[/] {escape(printable(e.text))}")
+
+        try:
+            with signals.terminate_as_interrupt():
+                return ex.run(plan, store, opts, observer)
+        except InfbenchError as exc:
+            fail(exc)
+        except KeyboardInterrupt as exc:
+            err.print("[yellow]interrupted:[/] the measurements finished so far are stored")
+            raise typer.Exit(signals.exit_status(exc)) from None
+
+
+def perplexity_after_run(plan: Any, text: Path, store: Any, pm: Any, executor: Any, opts: Any, n_ctx: int,
+                         chunks: int | None, as_json: bool) -> list[dict[str, Any]]:
+    """``infbench run --perplexity TEXT``: the perplexity of each real-weights group of the
+    run's plan (:func:`infbench.quality.runner.perplexity_requests`), measured by the
+    perplexity scenario on the run's executor; returns the stored rows
+    (:func:`infbench.store.quality.quality_results` items, gated)."""
+    from infbench.quality.gate import with_gate
+    from infbench.quality.runner import perplexity_requests
+    from infbench.scenarios.perplexity import perplexity_plan
+    from infbench.store.quality import quality_results
+
+    try:
+        reqs, notes = perplexity_requests(plan, str(text), n_ctx, chunks, pm)
+    except InfbenchError as exc:
+        err.print(f"[red]perplexity not measured:[/] {escape(exc.message)}")
+        return []
+    for n in notes:
+        err.print(f"[yellow]note:[/] {escape(n)}")
+    if not reqs:
+        return []
+    summary = _run_quality(executor, perplexity_plan(reqs, plan.device), store, opts, n_ctx, as_json, "perplexity: ")
+    keys = {req.key() for req in reqs}
+    skipped = set(summary.quality_skipped)
     return [dict(r, skipped=r["quality_key"] in skipped) for r in with_gate(quality_results(store))
             if r["quality_key"] in keys]
 

@@ -294,11 +294,6 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         elif find_max == "rate" and not request_rate and not concurrency:
             request_rate = ["1"]
         name, container_runtime = _executor_name(executor, runtime, container_runtime)
-        if find_max is not None:
-            if name not in ("auto", "inprocess"):
-                raise ConfigError(f"--find-max runs in this process (one server kept up across probes), not with "
-                                  f"--executor {name}", hint="leave out --executor")
-            name = "inprocess"
         if power_interval <= 0:
             raise ConfigError(f"--power-interval must be > 0 s, got {power_interval:g}",
                               hint="e.g. --power-interval 0.1")
@@ -343,6 +338,16 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         else:
             dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
             the_plan = make_plan(sweep, dev, pm)
+            plans = [the_plan]
+        if find_max is not None:
+            from infbench.analysis.slo_search import SloTarget
+            from infbench.scenarios.find_max import find_max_plan
+
+            if len(plans) > 1:
+                raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
+                                  hint="pick one with --device")
+            the_plan = find_max_plan(the_plan, find_max, SloTarget(ttft_s=slo_ttft, tpot_s=slo_tpot, goodput=goodput),
+                                     find_max_limit, find_max_probes)
             plans = [the_plan]
         for w in dict.fromkeys(w for p in plans for w in p.warnings):
             err.print(f"[yellow]warning:[/] {w}")
@@ -394,7 +399,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
                       engine_options=eopts, slo=sweep.slo(), power_override=override,
                       server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour)
     if find_max is not None:
-        run_find_max(the_plan, store, opts, pm, prov, find_max, slo_ttft, slo_tpot, goodput, find_max_limit,
+        run_find_max(the_plan, store, opts, ex, find_max, slo_ttft, slo_tpot, goodput, find_max_limit,
                      find_max_probes, as_json)
         return
     if not as_json:
@@ -427,7 +432,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
     if perplexity is not None:
         from infbench.cli.quality import perplexity_after_run
 
-        quality = perplexity_after_run(the_plan, perplexity, store, pm, eopts, ppl_n_ctx, ppl_chunks, force, as_json)
+        quality = perplexity_after_run(the_plan, perplexity, store, pm, ex, opts, ppl_n_ctx, ppl_chunks, as_json)
     _print_summary(store, summary, as_json, quality)
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
@@ -441,7 +446,7 @@ def check_engine_args(pm: Any, engines: list[str], engine_arg: list[str] | None)
         ConfigError: naming the unknown keys, the closest known ones and each engine's keys.
     """
     from infbench.engines.options import parse_engine_args, unknown_engine_args
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
 
     if not engine_arg:
         return
@@ -509,7 +514,7 @@ def _fleet_plans(sweep: Any, pm: Any, device: str | None, ray_address: str | Non
     """
     from infbench.executors.ray import detect_fleet
     from infbench.fleet import plan_fleet
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
 
     specs = engine_specs(pm)
     if any(e in specs and specs[e].any_model for e in sweep.engines):

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from infbench.cli.common import err, fail, out, print_json, stdout_to_stderr
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
 
 
 def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | None:
@@ -25,48 +26,58 @@ def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | N
     return ms / 1e3 if ms is not None else seconds
 
 
-def run_find_max(the_plan: Any, store: Any, opts: Any, pm: Any, prov: dict, mode: str, ttft_s: float | None,
-                  tpot_s: float | None, goodput: float, limit: float | None, probes: int, as_json: bool) -> None:
-    """``--find-max``: run the search (:func:`infbench.analysis.slo_search.run_find_max`), print the knee."""
-    from infbench.analysis.slo_search import SloTarget, knee_text
-    from infbench.analysis.slo_search import run_find_max as search
+def run_find_max(the_plan: Any, store: Any, opts: Any, executor: Any, mode: str, ttft_s: float | None,
+                 tpot_s: float | None, goodput: float, limit: float | None, probes: int, as_json: bool) -> None:
+    """``--find-max``: run the search (``the_plan``, from
+    :func:`infbench.scenarios.find_max.find_max_plan`) on ``executor``, print the knee from the
+    stored probes.
+
+    Exits 3 when no probe passed because every probe failed, or nothing was measured."""
+    from infbench.analysis.slo_search import SloTarget, knee_text, searches
     from infbench.cli.run import ProgressObserver
 
+    plan = the_plan
     try:
         slo = SloTarget(ttft_s=ttft_s, tpot_s=tpot_s, goodput=goodput)
         progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                             MofNCompleteColumn(), TimeElapsedColumn(), console=err, disable=as_json)
         observer = ProgressObserver(progress, progress.add_task("searching", total=probes))
         with progress, stdout_to_stderr(as_json):
-            summary, res = search(the_plan, store, opts, pm, prov, mode, slo, limit, probes,
-                                        observer=observer)
+            summary = executor.run(plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] the probes measured so far are stored.")
         raise typer.Exit(130) from None
+    res = (summary.scenario or {}).get("find_max") or {"search_id": plan.scenario.search_id, "mode": mode,
+                                                       "knee": None, "first_fail": None, "probes": [],
+                                                       "stopped": "nothing measured", "slo": None}
+    rows = [r for r in store.results(run_id=summary.run_id, all_attempts=True)
+            if ((r.get("metrics") or {}).get("find_max") or {}).get("search_id") == plan.scenario.search_id]
+    found = next(iter(searches(rows)), None)
     if as_json:
-        print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
-                    "find_max": res.as_dict()})
+        print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path), "find_max": res})
     else:
         from rich.table import Table
 
         t = Table(title=f"--find-max {mode}: goodput >= {goodput:g} with {slo.as_dict()}", header_style="bold")
         for c in ("load", "meets SLO", "passed", "TTFT p99 ms", "TPOT p99 ms", "server TTFT p50 ms", "saturation"):
             t.add_column(c, justify="left" if c == "saturation" else "right")
-        for p in sorted(res.probes, key=lambda p: p.load):
-            m = p.result.metrics or {}
+        for r in sorted(rows, key=lambda r: r["metrics"]["find_max"]["load"]):
+            m, fm = r["metrics"] or {}, r["metrics"]["find_max"]
 
             def ms(k: str, q: str, m: dict = m) -> str:
                 v = (m.get(k) or {}).get(q)
                 return "-" if v is None else f"{v * 1e3:,.1f}"
 
-            t.add_row(f"{p.load:g}", f"{100 * p.fraction:.0f} %", "[green]yes[/]" if p.passed else "[red]no[/]",
-                      ms("ttft_s", "p99"), ms("tpot_s", "p99"), ms("server_ttft_s", "p50"), escape(p.saturated or ""))
+            t.add_row(f"{fm['load']:g}", f"{100 * fm['fraction']:.0f} %", "[green]yes[/]" if fm["passed"] else
+                      "[red]no[/]", ms("ttft_s", "p99"), ms("tpot_s", "p99"), ms("server_ttft_s", "p50"),
+                      escape(printable(fm.get("saturated") or r.get("error") or "")))
         out.print(t)
-        out.print(f"[bold]{escape(knee_text(res))}[/]  run {summary.run_id}; `infbench report` plots goodput "
-                  "against load.")
-    if summary.failed and not res.probes:
+        out.print(f"[bold]{escape(knee_text(res if res.get('probes') else (found or res)))}[/]  run "
+                  f"{summary.run_id}; `infbench report` plots goodput against load.")
+    if res.get("knee") is None and (not rows or all(r["status"] != "ok" for r in rows)):
+        err.print(f"[red]--find-max found no load:[/] {escape(printable(res.get('stopped') or 'every probe failed'))}")
         raise typer.Exit(3)
 
 

@@ -33,6 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from infbench.registry import device_backends  # noqa: F401 - re-exported
 from infbench.schema import DeviceBackends, DeviceInfo
 
 USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
@@ -74,19 +75,7 @@ class EngineSupport:
 
 def device_label(device: DeviceInfo) -> str:
     """``nvidia NVIDIA H100 80GB HBM3``: the vendor key and the model, as messages name a device."""
-    return f"{device.vendor} {device.model}"
-
-
-def device_backends(pm: Any, device: DeviceInfo) -> DeviceBackends | None:
-    """The device plugin's :class:`DeviceBackends` (``infbench_device_backends``), or None
-    when no plugin answers or its answer is invalid (then adapters refuse accelerators)."""
-    try:
-        raw = pm.hook.infbench_device_backends(device=device)
-        if raw is None:
-            return None
-        return raw if isinstance(raw, DeviceBackends) else DeviceBackends(**raw)
-    except Exception:  # noqa: BLE001 - a broken plugin answer is no answer
-        return None
+    return device.label()
 
 
 @contextlib.contextmanager
@@ -475,7 +464,7 @@ def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: s
 def engine_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
     """Every registered engine that lists ``device``'s vendor among its platforms, with
     its support here (``infbench detect``), in registry order."""
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
 
     backends = device_backends(pm, device)
     return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
@@ -485,7 +474,7 @@ def image_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""
-    from infbench.plan import engine_specs
+    from infbench.registry import engine_specs
 
     by_image: dict[str, list[str]] = {}
     for name, spec in engine_specs(pm).items():

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from infbench.errors import DeviceMismatch
+from infbench.errors import DeviceMismatch, describe_error
 
 _LAYER = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -59,8 +59,6 @@ def group_failure(exc: BaseException) -> str:
     refused: :meth:`DeviceMismatch.cell_error`, else ``engine start failed: Type: message (at file:line)``."""
     if isinstance(exc, DeviceMismatch):
         return exc.cell_error()
-    from infbench.measure.cell import describe_error
-
     return f"engine start failed: {describe_error(exc)}"
 
 

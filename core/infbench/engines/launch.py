@@ -25,7 +25,7 @@ def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str
     """
     eng = pm.hook.infbench_launch_engine(engine=engine, device=device, options=options)
     if eng is None:
-        from infbench.plan import engine_specs
+        from infbench.registry import engine_specs
 
         spec = engine_specs(pm).get(engine)
         if spec is None or spec.factory is None:

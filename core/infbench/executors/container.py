@@ -1,18 +1,21 @@
 """The container executor: a plan's cells run in the vendor plugin's worker image (Docker
 or Apptainer) and are stored as one ordinary run.
 
-For each run of consecutive groups that share an image (the plugin's
+The plan's scenario (:mod:`infbench.scenarios`) splits the work into parts, one per group
+(a sweep's cells not yet stored ok, a ``--find-max`` search, a perplexity measurement).
+For each run of consecutive parts that share an image (the plugin's
 :func:`~infbench.hookspecs.infbench_container_spec` for the group's engine), the launcher
 
-1. writes a worker spec of the cells not yet stored ok into a job folder
+1. writes a worker spec of those parts (cells and scenario) into a job folder
    (``$INFBENCH_HOME/jobs/<run>-<n>/``),
 2. starts the worker (:class:`~infbench.runtimes.docker_runtime.DockerRuntime` or
    :class:`~infbench.runtimes.apptainer.ApptainerRuntime`) and reads its log: each
    ``infbench-worker: ...`` line moves the progress display, and at each ``done`` line
    the cell just appended to ``out/cells.jsonl`` is stored at once in the host's store,
 3. if the worker dies mid-cell (killed, out of memory, crashed, or silent for longer
-   than the stall limit), stores that cell as failed with the exit status and the last
-   log lines, and starts a fresh worker for the cells after it: the sweep goes on.
+   than the stall limit), the scenario stores what it was on as failed with the exit
+   status and the last log lines, and a fresh worker runs what is left (a sweep's cells
+   after it; a search resumed from its probes so far): the run goes on.
 
 The container is removed after every attempt, including timeouts and Ctrl-C. The run's
 provenance is the worker's (libraries of the image, devices it saw) plus ``container``
@@ -22,36 +25,24 @@ container runs and in-process runs have the same form and compare cell by cell.
 
 from __future__ import annotations
 
-import collections
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from infbench.data.paths import default_home
+from infbench.data.plan import Plan
+from infbench.data.quality import PerplexityResult
+from infbench.data.run import RunOptions, RunSummary
 from infbench.errors import ConfigError
-from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ignore
-from infbench.plan import Group, Plan
-from infbench.run import (
-    RunOptions,
-    RunSummary,
-    pending_cells,
-    record,
-    run_command,
-    started_run,
-    take_cell,
-    unmeasured_failure,
-)
+from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
+from infbench.executors.follow import JsonlTail, WorkerExit, follow_worker, read_no_follow, stall_limit
+from infbench.run import conclude, run_command, started_run
+from infbench.scenarios import Part, Scenario, make_scenario
 from infbench.schema import Cell, CellResult
+from infbench.session import RunContext
 from infbench.store import Store
+from infbench.worker import write_spec
 
-PREFIX = "infbench-worker: "
-#: Seconds of silence (no worker event) allowed on top of the cell timeout before the
-#: worker is killed; covers loading a model.
-STALL_GRACE_S = 600.0
-#: Stall limit when no cell timeout is set.
-DEFAULT_STALL_S = 3600.0
-
+__all__ = ["ContainerExecutor", "container_spec", "read_no_follow"]
 
 def container_spec(pm: Any, device: Any, engine: str) -> dict[str, Any]:
     """The plugin's container spec for ``engine`` on ``device``.
@@ -78,62 +69,35 @@ def _local_paths(cells: list[Cell]) -> list[str]:
     return sorted(paths)
 
 
-def read_no_follow(path: Path, offset: int = 0) -> bytes:
-    """The bytes of ``path`` from ``offset``, refusing a symlink (the worker writes the
-    folder: a planted ``cells.jsonl -> /etc/shadow`` must not be read on the host).
-
-    Raises:
-        OSError: missing, a symlink (ELOOP) or not a regular file.
-    """
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        os.lseek(fd, offset, os.SEEK_SET)
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+def _local_paths(cells: list[Cell], extra: list[str] | None = None) -> list[str]:
+    """Models, datasets and texts given as host paths (mounted read-only into the worker)."""
+    paths = set()
+    for c in cells:
+        if Path(c.model).exists():
+            paths.add(str(Path(c.model).resolve()))
+        if c.dataset is not None and Path(c.dataset.path).exists():
+            paths.add(str(Path(c.dataset.path).resolve()))
+    for x in extra or []:
+        if Path(x).exists():
+            paths.add(str(Path(x).resolve()))
+    return sorted(paths)
 
 
-class _CellsTail:
-    """Reads the complete lines appended to a worker's ``cells.jsonl`` since the last read."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = path, 0
-
-    def read(self) -> list[CellResult]:
-        try:
-            data = read_no_follow(self.path, self.offset)
-        except OSError:
-            return []
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        out = []
-        for line in data[:end].splitlines():
-            if line.strip():
-                try:
-                    out.append(CellResult.model_validate_json(line))
-                except ValueError:
-                    pass
-        return out
+def scenario_paths(spec: Any) -> list[str]:
+    """Host files a scenario spec reads besides its cells' (a perplexity text)."""
+    text = getattr(spec, "text_path", None)
+    return [text] if text else []
 
 
-def _batches(plan: Plan, pm: Any) -> list[tuple[dict[str, Any], list[Group]]]:
-    out: list[tuple[dict[str, Any], list[Group]]] = []
-    for g in plan.groups:
-        spec = container_spec(pm, plan.device, g.engine)
+def _batches(parts: list[Part], device: Any, pm: Any) -> list[tuple[dict[str, Any], list[Part]]]:
+    """Consecutive parts whose engines share one image, with that image's container spec."""
+    out: list[tuple[dict[str, Any], list[Part]]] = []
+    for part in parts:
+        spec = container_spec(pm, device, part.group.engine)
         if out and out[-1][0] == spec:
-            out[-1][1].append(g)
+            out[-1][1].append(part)
         else:
-            out.append((spec, [g]))
+            out.append((spec, [part]))
     return out
 
 
@@ -156,10 +120,15 @@ class ContainerExecutor:
 
     def run(self, plan: Plan, store: Store, options: RunOptions | None = None,
             observer: Observer = ignore) -> RunSummary:
-        """Run every cell of ``plan`` in the plugin's images; same contract as
+        """Run the plan's scenario in the plugin's images; same contract as
         :meth:`~infbench.executors.inprocess.InProcessExecutor.run`, plus
         :class:`~infbench.executors.events.Note` (e.g. a privileged container) and
         :class:`~infbench.executors.events.LogLine` (worker log lines that are not events).
+
+        The scenario's parts (:meth:`~infbench.scenarios.base.Scenario.parts`) that share an
+        image run in one worker; when it dies, the scenario stores what it was running as
+        failed and says what is left (:meth:`~infbench.scenarios.base.Scenario.after_crash`),
+        which a fresh worker runs.
 
         Returns:
             The :class:`~infbench.run.RunSummary` (``status`` completed,
@@ -174,147 +143,132 @@ class ContainerExecutor:
         opts = options or RunOptions()
         runtime, pm, host_provenance = self.runtime, self.pm, self.provenance
         device = plan.device
-        batches = _batches(plan, pm)
-        for spec, _ in batches:  # fail before starting anything if an image is missing or skewed
-            runtime.check_image(spec["image"])
+        scenario = make_scenario(plan)
+        for g in plan.groups:  # fail before starting anything if an image is missing or skewed
+            runtime.check_image(container_spec(pm, device, g.engine)["image"])
         root = Path(self.job_root or default_home() / "jobs")
         cache = default_home() / "cache"
         home = default_home() / "worker-home"
-        stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
-        provenance_set = False
+        stall_s = stall_limit(opts.cell_timeout_s)
+        run_prov: dict[str, Any] = {**host_provenance, "runtime": runtime.name}
+        outcome: dict[str, Any] = {}
         attempt = 0
-        with started_run(store, {**host_provenance, "runtime": runtime.name}, run_command()) as summary:
-            run_id = summary.run_id
-            done = set() if opts.force else store.finished_cell_ids()
-            for spec, groups in batches:
-                remaining = pending_cells([c for g in groups for c in g.cells], device, done, summary, observer)
-                remaining = [c for c in remaining if take_cell(store, run_id, c, device, summary, observer, opts.force)]
-                by_hash = {c.spec_hash(): c for c in remaining}
-                group_of = {g.label(): g for g in groups}
-                while remaining:
-                    attempt += 1
-                    job = root / f"{run_id}-{attempt}"
-                    _write_job(plan, remaining, opts, job)
-                    res = _attempt(runtime, spec, job, home, cache, f"infbench-{run_id}-{attempt}", remaining,
-                                   stall_s, by_hash, group_of, store, run_id, summary, observer)
-                    if not provenance_set and res["provenance"]:
-                        store.update_provenance(run_id, {**res["provenance"], "container": res["description"],
-                                                         "launcher": host_provenance, "runtime": runtime.name})
-                        provenance_set = True
-                    remaining = [c for c in remaining if c.spec_hash() not in res["finished"]]
-                    if not remaining:
-                        break
-                    if res["exit_code"] == 2 and not res["finished"]:
-                        # The worker refused the spec (no device, bad spec): every attempt would.
-                        victims, why = list(remaining), "refused the job"
-                    else:
-                        victims, why = [by_hash.get(res["running"] or "") or remaining[0]], res["reason"]
-                    tail = " | ".join(res["tail"][-5:])
-                    for c in victims:
-                        r = unmeasured_failure(c, device, f"worker {why} (exit status {res['exit_code']}) during "
-                                                          f"this cell; last log lines: {tail}", res["started_at"])
-                        record(store, run_id, summary, r, observer)
-                    remaining = [c for c in remaining if c not in victims]
+        with started_run(store, run_prov, run_command()) as summary:
+            ctx = RunContext(pm, device, store, summary, opts, observer,
+                             done=set() if opts.force else store.finished_cell_ids())
+            try:
+                for spec, live in _batches(scenario.parts(ctx), device, pm):
+                    while live:
+                        attempt += 1
+                        job = root / f"{summary.run_id}-{attempt}"
+                        for part in live:
+                            part.attempts += 1
+                        write_spec(plan.with_groups([p.group for p in live], scenario.spec_for(live)),
+                                   job / "spec.json", opts)
+                        ended = _attempt(runtime, spec, job, home, cache, f"infbench-{summary.run_id}-{attempt}",
+                                         live, stall_s, scenario, ctx)
+                        if ended.provenance and run_prov.get("container") is None:
+                            run_prov = {**(ended.provenance.get("provenance") or {}),
+                                        "container": ended.description, "launcher": host_provenance,
+                                        "runtime": runtime.name}
+                            store.update_provenance(summary.run_id, run_prov)
+                        if isinstance((ended.provenance or {}).get("scenario"), dict):
+                            outcome.update(ended.provenance["scenario"])
+                        live = _left(scenario, live, ended, ctx)
+            finally:
+                outcome.update(scenario.outcome() if not outcome else {})
+                conclude(store, summary, outcome, run_prov)
         return summary
 
 
-def _write_job(plan: Plan, cells: list[Cell], opts: RunOptions, job: Path) -> None:
-    """Write ``job/spec.json`` for ``cells``, keeping the plan's groups and order."""
-    from infbench.worker import write_spec
+def _left(scenario: Scenario, live: list[Part], ended: WorkerExit, ctx: RunContext) -> list[Part]:
+    """The parts still to run after a worker ended: none when it ran its whole spec (parts
+    of a sweep that lack cells are treated as crashed); else the scenario stores what the
+    worker was running (everything, when it refused the job) and says what is left."""
+    left = [p for p in live if not scenario.is_done(p)]
+    if ended.finished:
+        left = [p for p in left if p.expected]  # a sweep's cells that did not come back
+        if not left:
+            return []
+        why = "worker exited without measuring this cell"
+        return [q for p in left if (q := scenario.after_crash(p, None, why, False, ctx)) is not None]
+    error = ended.error()
+    if ended.refused and not any(p.results for p in live):
+        for p in left:
+            scenario.after_crash(p, ended.running, error, True, ctx)
+        return []
+    hit = next((p for p in left if scenario.owns(p, ended.running)), left[0] if left else None)
+    out = []
+    for p in left:
+        if p is hit:
+            q = scenario.after_crash(p, ended.running, error, False, ctx)
+            if q is not None:
+                out.append(q)
+        else:
+            out.append(p)
+    return out
 
-    want = {c.spec_hash() for c in cells}
-    groups = [Group(g.model, g.engine, g.dtype, g.tensor_parallel_size, [c for c in g.cells if c.spec_hash() in want])
-              for g in plan.groups]
-    write_spec(Plan(device=plan.device, groups=[g for g in groups if g.cells]), job / "spec.json", opts)
 
-
-def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: Path, name: str, cells: list[Cell],
-             stall_s: float, by_hash: dict[str, Cell], group_of: dict[str, Group], store: Store, run_id: str,
-             summary: RunSummary, observer: Observer) -> dict[str, Any]:
-    """One worker: start it, follow its log, store cells as they finish, remove it."""
-    import json
-
-    started_at = time.time()
-    mounts = _local_paths(cells)
+def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: Path, name: str, live: list[Part],
+             stall_s: float, scenario: Scenario, ctx: RunContext) -> WorkerExit:
+    """One worker: start it, follow it (:func:`~infbench.executors.follow.follow_worker`),
+    store results as they arrive, remove it. Returns its
+    :class:`~infbench.executors.follow.WorkerExit` (with ``description``: the container)."""
+    cells = [c for p in live for c in p.group.cells]
+    mounts = _local_paths(cells, [x for p in live for x in scenario_paths(p.spec)])
     handle = runtime.start(spec, job, home, cache, name, extra_mounts=mounts)
     for n in handle.notes:
-        observer(Note(n))
-    tail_cells = _CellsTail(job / "out" / "cells.jsonl")
-    finished: set[str] = set()
-    running: str | None = None
-    log_tail: collections.deque[str] = collections.deque(maxlen=40)
-    stalled = threading.Event()
-    timer: list[threading.Timer] = []
+        ctx.observer(Note(n))
+    groups = {p.group.label(): p.group for p in live}
+    seen: set[str] = set()
 
-    def arm() -> None:
-        if timer:
-            timer[0].cancel()
-            timer.clear()
+    def take(kind: str, r: Any) -> None:
+        key = (r.spec_hash if kind == "result" else "q:" + r.key())
+        if key in seen:
+            return
+        seen.add(key)
+        part = _part_of(live, r)
+        if kind == "result":
+            ctx.record(r)
+        else:
+            ctx.record_quality(r)
+        if part is not None:
+            scenario.accept(part, r)
 
-        def fire() -> None:
-            stalled.set()
-            handle.kill()
-
-        t = threading.Timer(stall_s, fire)
-        t.daemon = True
-        t.start()
-        timer.append(t)
-
-    def take() -> None:
-        for r in tail_cells.read():
-            if r.spec_hash in finished:
-                continue
-            finished.add(r.spec_hash)
-            record(store, run_id, summary, r, observer)
-
-    exit_code = None
+    ended = None
+    events = follow_worker(handle, job, stall_s)
     try:
-        arm()
-        with (job / "worker.log").open("a") as log:
-            for line in handle.lines():
-                log.write(line + "\n")
-                log.flush()
-                if not line.startswith(PREFIX):
-                    log_tail.append(line)
-                    observer(LogLine(line))
-                    continue
-                arm()
-                kind, _, rest = line[len(PREFIX):].partition(" ")
-                if kind == "loading" and rest in group_of:
-                    observer(GroupLoading(group_of[rest]))
-                elif kind == "cell":
-                    running = rest.split(" ", 1)[0]
-                    if running in by_hash:
-                        observer(CellStarted(by_hash[running]))
-                elif kind == "done":
-                    take()
-                    running = None
-                else:
-                    log_tail.append(line)
-        exit_code = handle.wait()
-        take()
+        for kind, payload in events:
+            if kind == "log":
+                ctx.observer(LogLine(payload))
+            elif kind == "loading" and payload in groups:
+                ctx.observer(GroupLoading(groups[payload]))
+            elif kind == "cell" and payload[1] is not None:
+                ctx.observer(CellStarted(payload[1]))
+            elif kind == "score":
+                ctx.observer(ScoreStarted(payload[1], payload[0]))
+            elif kind in ("result", "quality"):
+                take(kind, payload)
+            elif kind == "exit":
+                ended = payload
     except KeyboardInterrupt:
-        handle.kill()
-        take()
+        events.close()  # kills and removes the container
+        for r in JsonlTail(job / "out" / "cells.jsonl", CellResult).read():
+            take("result", r)
+        for q in JsonlTail(job / "out" / "quality.jsonl", PerplexityResult).read():
+            take("quality", q)
         raise
-    finally:
-        if timer:
-            timer[0].cancel()
-        handle.cleanup()
-    prov = None
-    try:
-        prov = json.loads(read_no_follow(job / "out" / "provenance.json")).get("provenance")
-    except (OSError, ValueError, AttributeError):
-        pass
-    if stalled.is_set():
-        reason = (f"reported nothing for {stall_s:.0f} s and was killed "
-                  f"(stall limit: --cell-timeout + {STALL_GRACE_S:.0f} s)")
-    elif exit_code == 137:
-        reason = "was killed (SIGKILL: out of memory, `docker kill`, or the OOM killer)"
-    elif exit_code is None:
-        reason = "vanished (its exit status could not be read)"
-    else:
-        reason = "exited"
-    return {"finished": finished, "running": running, "exit_code": exit_code, "reason": reason,
-            "tail": list(log_tail), "provenance": prov, "description": handle.description,
-            "started_at": started_at}
+    if ended is None:  # the stream always ends with its exit event
+        raise RuntimeError("worker stream ended without an exit event")
+    ended.description = handle.description
+    return ended
+
+
+def _part_of(parts: list[Part], r: Any) -> Part | None:
+    """The part a result belongs to: a cell's group (model, engine, dtype, TP), or a
+    perplexity result's item."""
+    if isinstance(r, CellResult):
+        key = r.cell.group_key()
+        return next((p for p in parts if p.group.cells and p.group.cells[0].group_key() == key), None)
+    k = r.key()
+    return next((p for p in parts if k in {it.key for it in getattr(p.spec, "items", [])}), None)

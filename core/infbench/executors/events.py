@@ -2,9 +2,10 @@
 
 An executor reports what happens as it happens: a group's model is loading, a cell
 started, a cell finished (stored ok or failed), a cell was skipped (already stored ok),
-a node was lost (Ray), a note for the user (e.g. a privileged container), a log line of
-a worker that is not an event. The command line turns them into a progress bar; a worker
-turns them into its stderr event lines (:func:`infbench.worker.event_line`); tests
+a perplexity measurement started, progressed or finished, a node was lost (Ray), a note
+for the user (e.g. a privileged container), a log line of a worker that is not an event.
+The command line turns them into a progress bar; a worker turns them into its stderr
+event lines (:func:`infbench.worker.event_line`); tests
 collect them. ``node`` names where it happened (a Ray node id, or None for this host).
 """
 
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plan import Group
+    from infbench.data.plan import Group
+    from infbench.data.quality import PerplexityResult
     from infbench.schema import Cell, CellResult
 
 
@@ -53,6 +55,33 @@ class CellSkipped:
 
 
 @dataclass(frozen=True)
+class ScoreStarted:
+    """A perplexity measurement started: ``label`` (model on engine (dtype)), its quality ``key``."""
+
+    label: str
+    key: str
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreProgress:
+    """A perplexity measurement is scoring ``chunks`` chunks of ``n_ctx`` tokens."""
+
+    key: str
+    chunks: int
+    n_ctx: int
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class ScoreFinished:
+    """``result`` (a perplexity measurement, ok or failed) was stored."""
+
+    result: PerplexityResult
+    node: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeLost:
     """A node running cells died or left the cluster; ``error`` says how."""
 
@@ -75,7 +104,8 @@ class LogLine:
     node: str | None = None
 
 
-RunEvent = Union[GroupLoading, CellStarted, CellFinished, CellSkipped, NodeLost, Note, LogLine]  # noqa: UP007
+RunEvent = Union[GroupLoading, CellStarted, CellFinished, CellSkipped, ScoreStarted, ScoreProgress,  # noqa: UP007
+                 ScoreFinished, NodeLost, Note, LogLine]
 #: What an executor calls with each event; must return quickly and never raise.
 Observer = Callable[[RunEvent], None]
 

@@ -42,23 +42,19 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
+from infbench.data.plan import Plan
+from infbench.data.quality import PerplexityResult
+from infbench.data.run import RunOptions, RunSummary
 from infbench.errors import ConfigError, EngineUnavailable
-from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ignore
+from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ScoreStarted, ignore
 from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
-from infbench.plan import Group, Plan
-from infbench.run import (
-    RunOptions,
-    RunSummary,
-    pending_cells,
-    record,
-    run_command,
-    started_run,
-    take_cell,
-    unmeasured_failure,
-)
-from infbench.schema import CellResult
+from infbench.run import conclude, run_command, started_run
+from infbench.scenarios import Scenario, make_scenario
+from infbench.schema import Cell, CellResult
+from infbench.session import RunContext
 from infbench.store import Store
 
 #: Seconds the driver waits for cancelled tasks to stop before force-killing them.
@@ -219,8 +215,8 @@ class _Task:
 
     def __init__(self, item: WorkItem, node: NodeReport, gen: Any):
         self.item, self.node, self.gen = item, node, gen
-        self.finished: set[str] = set()
-        self.running: str | None = None
+        self.running: Cell | str | None = None
+        self.exited: dict[str, Any] | None = None
         self.ended = False
 
 
@@ -249,9 +245,11 @@ class RayExecutor:
     # -- the run -------------------------------------------------------------------------
     def run(self, plan: Plan | list[Plan], store: Store, options: RunOptions | None = None,
             observer: Observer = ignore) -> RunSummary:
-        """Run every pending cell of ``plan`` (one plan, or one per device type) on the
-        cluster; same contract as :meth:`~infbench.executors.inprocess.InProcessExecutor.run`,
-        plus :class:`~infbench.executors.events.NodeLost` and events naming their node.
+        """Run the scenario of ``plan`` (one plan, or one per device type) on the cluster;
+        same contract as :meth:`~infbench.executors.inprocess.InProcessExecutor.run`, plus
+        :class:`~infbench.executors.events.NodeLost` and events naming their node. Each
+        part of the scenario (:meth:`~infbench.scenarios.base.Scenario.parts`: a group's
+        pending cells, a search, a perplexity measurement) is one task.
 
         Returns:
             The :class:`~infbench.run.RunSummary`.
@@ -303,53 +301,60 @@ class RayExecutor:
         ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,
                     "container_runtime": self.container_runtime}
         run_prov = {**self.provenance, "executor": "ray", "ray": ray_prov}
+        outcome: dict[str, Any] = {}
         with started_run(store, run_prov, run_command()) as summary:  # no signal can leave the run `running`
-            run_id = summary.run_id
             done = set() if opts.force else store.finished_cell_ids()
             items: list[WorkItem] = []
+            contexts: dict[int, tuple[Scenario, RunContext]] = {}
             for p in plans:
-                for g in p.groups:
-                    todo = pending_cells(g.cells, p.device, done, summary, observer)
-                    # claimed by this driver (the single writer) until stored, as the container
-                    # executor does: a second driver or `infbench run` on this store skips them
-                    todo = [c for c in todo if take_cell(store, run_id, c, p.device, summary, observer, opts.force)]
-                    if todo:
-                        items.append(WorkItem(len(items), p.device, g, todo))
+                scenario = make_scenario(p)
+                ctx = RunContext(self.pm, p.device, store, summary, opts, observer, done=done)
+                # parts claim their known cells for this driver (the single writer) until stored, as the
+                # container executor does: a second driver or `infbench run` on this store skips them
+                for part in scenario.parts(ctx):
+                    it = WorkItem(len(items), p.device, part.group, list(part.group.cells), part=part)
+                    contexts[it.key] = (scenario, ctx)
+                    items.append(it)
 
             def eligible(item: WorkItem, node: NodeReport) -> bool:
                 return item.group.engine not in node.engines_missing
 
-            sched = Scheduler(fleet, [], eligible)
             events: queue.Queue[tuple[_Task, str, Any]] = queue.Queue()
             tasks: dict[int, _Task] = {}
-            state = {"prov_dirty": False}
+            state: dict[str, Any] = {"prov_dirty": False, "outcome": outcome}
 
-            def fail(item: WorkItem, cells: list[Any], error: str, node: NodeReport | None = None) -> None:
-                dev = _on_node(item.device, node) if node is not None else item.device
-                for c in cells:
-                    r = unmeasured_failure(c, item.device, error)
-                    record(store, run_id, summary, r.model_copy(update={"device": dev}), observer,
-                           node.name() if node is not None else None)
-                item.cells = [c for c in item.cells if c not in cells]
+            def node_ctx(item: WorkItem, node: NodeReport | None) -> RunContext:
+                _, ctx = contexts[item.key]
+                if node is None:
+                    return ctx
+                return replace(ctx, node=node.name(),
+                               stamp=lambda r: r.model_copy(update={"device": _on_node(r.device, node)}))
 
             def start(item: WorkItem, node: NodeReport) -> None:
                 spec = _spec_json(item, opts)
                 container = self._container(item) if self.container_runtime else None
                 res = task_resources(item.device, item.tensor_parallel_size, node, _uses_ray(opts))
                 _, run_group = _tasks()
+                item.part.attempts += 1
                 gen = run_group.options(scheduling_strategy=_affinity(node.node_id), **res).remote(
-                    spec, f"{self.job_prefix}-{run_id}-{item.key}-{item.attempts}", container,
+                    spec, f"{self.job_prefix}-{summary.run_id}-{item.key}-{item.attempts}", container,
                     {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
                 t = _Task(item, node, gen)
                 tasks[item.key] = t
                 threading.Thread(target=_pump, args=(ray, t, events), daemon=True).start()
 
+            sched = Scheduler(fleet, [], eligible)
             try:
+                runnable = []
                 for it in items:
-                    if not sched.can_run(it):
-                        fail(it, list(it.cells), f"no node with {it.device.vendor} {it.device.model} has "
-                                                 f"{it.tensor_parallel_size} device(s) and engine {it.group.engine}")
-                sched = Scheduler(fleet, [it for it in items if it.cells], eligible)
+                    if sched.can_run(it):
+                        runnable.append(it)
+                        continue
+                    scenario, _ = contexts[it.key]
+                    scenario.after_crash(it.part, None, f"no node with {it.device.vendor} {it.device.model} has "
+                                                        f"{it.tensor_parallel_size} device(s) and engine "
+                                                        f"{it.group.engine}", True, node_ctx(it, None))
+                sched = Scheduler(fleet, runnable, eligible)
                 while sched.pending() or tasks:
                     for item, node in sched.assign():
                         start(item, node)
@@ -357,15 +362,20 @@ class RayExecutor:
                         t, kind, payload = events.get(timeout=0.5)
                     except queue.Empty:
                         continue
-                    self._handle(ray, t, kind, payload, sched, tasks, store, summary, observer, fail, nodes_prov,
+                    self._handle(ray, t, kind, payload, sched, tasks, contexts, node_ctx, observer, nodes_prov,
                                  state)
                     if state["prov_dirty"]:
-                        store.update_provenance(run_id, run_prov)
+                        store.update_provenance(summary.run_id, run_prov)
                         state["prov_dirty"] = False
             except KeyboardInterrupt:
-                self._cancel(ray, tasks, events, sched, store, summary, observer, nodes_prov, state, fail)
-                store.update_provenance(run_id, run_prov)
+                self._cancel(ray, tasks, events, sched, contexts, node_ctx, observer, nodes_prov, state)
+                store.update_provenance(summary.run_id, run_prov)
                 raise
+            finally:
+                if not outcome:
+                    for scenario, _ in {id(sc): (sc, c) for sc, c in contexts.values()}.values():
+                        outcome.update(scenario.outcome())
+                conclude(store, summary, outcome, run_prov)
         return summary
 
     def _container(self, item: WorkItem) -> dict[str, Any]:
@@ -375,79 +385,116 @@ class RayExecutor:
 
     # -- events ---------------------------------------------------------------------------
     def _handle(self, ray: Any, t: _Task, kind: str, payload: Any, sched: Scheduler, tasks: dict[int, _Task],
-                store: Store, summary: RunSummary, observer: Observer, fail: Any, nodes_prov: dict[str, Any],
+                contexts: dict[int, Any], node_ctx: Any, observer: Observer, nodes_prov: dict[str, Any],
                 state: dict[str, Any]) -> None:
         item, node = t.item, t.node
         where = node.name()
+        scenario, _ = contexts[item.key]
+        ctx = node_ctx(item, node)
         if kind == "event":
             ev = payload
             e = ev.get("event")
             if e == "loading":
                 observer(GroupLoading(item.group, where))
             elif e == "cell":
-                t.running = ev["spec_hash"]
-                cell = next((c for c in item.cells if c.spec_hash() == t.running), None)
+                cell = Cell.model_validate_json(ev["cell"]) if ev.get("cell") else next(
+                    (c for c in item.part.group.cells if c.spec_hash() == ev.get("spec_hash")), None)
+                t.running = cell
                 if cell is not None:
                     observer(CellStarted(cell, where))
-            elif e == "result":
-                r = CellResult.model_validate_json(ev["result"])
-                r = r.model_copy(update={"device": _on_node(r.device, node)})
-                record(store, summary.run_id, summary, r, observer, where)
-                t.finished.add(r.spec_hash)
+            elif e == "score":
+                t.running = ev["key"]
+                observer(ScoreStarted(ev.get("label", ""), ev["key"], where))
+            elif e in ("result", "quality"):
+                if e == "result":
+                    r: Any = CellResult.model_validate_json(ev["result"])
+                    ctx.record(r)
+                else:
+                    r = PerplexityResult.model_validate_json(ev["result"])
+                    ctx.record_quality(r)
+                scenario.accept(item.part, r)
                 t.running = None
-                item.cells = [c for c in item.cells if c.spec_hash() != r.spec_hash]
             elif e == "refused":
-                fail(item, list(item.cells), ev["error"], node)
+                scenario.after_crash(item.part, None, ev["error"], True, ctx)
+                item.part = None
             elif e == "exit":
-                if ev.get("provenance"):
-                    nodes_prov.setdefault(node.node_id, {})["provenance"] = ev["provenance"]
+                t.exited = ev
+                prov = ev.get("provenance") or {}
+                if prov.get("provenance"):
+                    nodes_prov.setdefault(node.node_id, {})["provenance"] = prov["provenance"]
                     state["prov_dirty"] = True
-                if item.cells:
-                    tail = " | ".join(ev.get("tail", [])[-5:])
-                    if ev.get("exit_code") == 2 and not t.finished:
-                        victims = list(item.cells)  # the worker refused the spec: every attempt would
-                    else:
-                        victims = [next((c for c in item.cells if c.spec_hash() == t.running), item.cells[0])]
-                    fail(item, victims, f"worker {ev.get('reason', 'exited')} (exit status {ev.get('exit_code')}) "
-                                        f"on node {where} during this cell; last log lines: {tail}", node)
+                if isinstance(prov.get("scenario"), dict):
+                    state["outcome"].update(prov["scenario"])
+                self._exited(item, ev, t, scenario, ctx, where)
             return
         # the stream ended: ``payload`` is None, or the exception that ended it
         t.ended = True
         tasks.pop(item.key, None)
         sched.release(item)
-        if payload is None or not item.cells:
-            if item.cells:
-                self._again(item, sched, fail, "the task ended without running them", node)
+        if item.part is None:
+            return
+        if payload is None:  # what a worker that died left (``_exited``), or all of it when no exit came
+            why = "the task ended without running them" if t.exited is None else "the worker died"
+            self._again(item, sched, scenario, ctx, why)
             return
         exc = payload
         if _node_dead(ray, exc, node.node_id):
             err = f"node {where} was lost: {type(exc).__name__}: {_first_line(exc)}"
             observer(NodeLost(where, err))
             sched.lose(node.node_id)
+            rest = scenario.resume(item.part)
+            if rest is None:
+                item.part = None
+                return
+            item.part = rest
             if not sched.can_run(item):
-                fail(item, list(item.cells), err + f"; no other alive node has {item.device.vendor} "
-                                                   f"{item.device.model}", node)
+                scenario.after_crash(rest, None, err + f"; no other alive node has {item.device.vendor} "
+                                                       f"{item.device.model}", True, ctx)
+                item.part = None
                 return
             sched.requeue(item)
             return
         err = f"task failed on node {where}: {type(exc).__name__}: {_first_line(exc)}"
-        if t.running is not None:
-            fail(item, [c for c in item.cells if c.spec_hash() == t.running], err, node)
-        self._again(item, sched, fail, err, node)
+        item.part = scenario.after_crash(item.part, t.running, err, False, ctx) if t.running is not None \
+            else item.part
+        self._again(item, sched, scenario, ctx, err)
 
     @staticmethod
-    def _again(item: WorkItem, sched: Scheduler, fail: Any, why: str, node: NodeReport) -> None:
-        """Queue ``item``'s remaining cells again, or fail them after too many attempts."""
-        if not item.cells:
+    def _exited(item: WorkItem, ev: dict[str, Any], t: _Task, scenario: Scenario, ctx: RunContext,
+                where: str) -> None:
+        """The worker ended: done when it ran its whole spec; else the scenario stores what it
+        was on as failed and keeps what is left in ``item.part`` (run again by ``_again``)."""
+        from infbench.executors.follow import WorkerExit
+
+        r = ev.get("running") or {}
+        running: Cell | str | None = (Cell.model_validate_json(r["cell"]) if r.get("cell") else r.get("key"))
+        ended = WorkerExit(ev.get("exit_code"), ev.get("reason", "exited"), running, ev.get("tail") or [],
+                           ev.get("provenance"))
+        if ended.finished:
+            rest = scenario.resume(item.part) if item.part.expected else None
+            if rest is not None:
+                rest = scenario.after_crash(rest, None, f"worker exited without measuring this cell on node {where}",
+                                            False, ctx)
+            item.part = rest
             return
-        if item.attempts >= MAX_ATTEMPTS or not sched.can_run(item):
-            fail(item, list(item.cells), f"gave up after {item.attempts} task(s): {why}", node)
+        refused = ended.refused and not item.part.results
+        item.part = scenario.after_crash(item.part, running, ended.error(where), refused, ctx)
+
+    @staticmethod
+    def _again(item: WorkItem, sched: Scheduler, scenario: Scenario, ctx: RunContext, why: str) -> None:
+        """Queue what is left of ``item`` again, or fail it after too many attempts."""
+        if item.part is None:
+            return
+        if item.part.attempts >= MAX_ATTEMPTS or not sched.can_run(item):
+            scenario.after_crash(item.part, None, f"gave up after {item.part.attempts} task(s): {why}", True, ctx)
+            item.part = None
         else:
+            item.cells = list(item.part.group.cells)
             sched.requeue(item)
 
-    def _cancel(self, ray: Any, tasks: dict[int, _Task], events: queue.Queue, sched: Scheduler, store: Store,
-                summary: RunSummary, observer: Observer, nodes_prov: dict[str, Any], state: dict[str, Any],
-                fail: Any) -> None:
+    def _cancel(self, ray: Any, tasks: dict[int, _Task], events: queue.Queue, sched: Scheduler,
+                contexts: dict[int, Any], node_ctx: Any, observer: Observer, nodes_prov: dict[str, Any],
+                state: dict[str, Any]) -> None:
         """Ctrl-C/SIGTERM: cancel every task, keep storing what arrives until they stopped
         (force-kill after :data:`CANCEL_GRACE_S`), and leave the rest unmeasured."""
         sched.drain()
@@ -468,8 +515,8 @@ class RayExecutor:
                 t, kind, payload = events.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if kind == "event" and payload.get("event") == "result":
-                self._handle(ray, t, kind, payload, sched, tasks, store, summary, observer, fail, nodes_prov, state)
+            if kind == "event" and payload.get("event") in ("result", "quality"):
+                self._handle(ray, t, kind, payload, sched, tasks, contexts, node_ctx, observer, nodes_prov, state)
             elif kind == "end":
                 t.ended = True
                 tasks.pop(t.item.key, None)
@@ -493,13 +540,11 @@ def _pump(ray: Any, t: _Task, events: queue.Queue) -> None:
 
 
 def _spec_json(item: WorkItem, opts: RunOptions) -> str:
-    """The worker spec of ``item``'s remaining cells, as JSON."""
+    """The worker spec of what is left of ``item``'s part (its cells and scenario), as JSON."""
     from infbench.worker import make_spec
 
-    g = item.group
-    plan = Plan(device=item.device, groups=[Group(g.model, g.engine, g.dtype, g.tensor_parallel_size,
-                                                  list(item.cells))])
-    return make_spec(plan, opts).model_dump_json()
+    part = item.part
+    return make_spec(Plan(item.device, [part.group], scenario=part.spec), opts).model_dump_json()
 
 
 def _uses_ray(opts: RunOptions) -> bool:

@@ -16,28 +16,17 @@ node's own ``$INFBENCH_HOME``: no shared file system is assumed.
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import json
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from infbench.data.paths import default_home
-
-PREFIX = "infbench-worker: "
-#: Seconds without a worker event (on top of the cell timeout) before the worker is
-#: killed as stalled; covers loading a model.
-STALL_GRACE_S = 600.0
-DEFAULT_STALL_S = 3600.0
 
 
 def detect_here() -> dict[str, Any]:
@@ -51,8 +40,8 @@ def detect_here() -> dict[str, Any]:
     """
     from infbench.data.version import SCHEMA_VERSION, __version__
     from infbench.detect import detect
-    from infbench.plan import engine_specs
     from infbench.plugins import build_plugin_manager
+    from infbench.registry import engine_specs
     from infbench.run import provenance
 
     pm = build_plugin_manager()
@@ -134,10 +123,11 @@ def _missing_models(cells: list[Any]) -> list[str]:
 
 def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None = None,
                  node: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-    """Run a worker spec's cells on this node and describe what happens, as it happens.
+    """Run a worker spec (one group's part of a scenario) on this node and describe what
+    happens, as it happens.
 
     Args:
-        spec_json: a :class:`~infbench.worker.WorkerSpec` as JSON (one group's cells).
+        spec_json: a :class:`~infbench.worker.WorkerSpec` as JSON (one group's cells and scenario).
         job_name: the job folder's name under ``$INFBENCH_HOME/jobs`` on this node.
         container: ``{"runtime": "docker"|"apptainer", "spec": <plugin container spec>}``
             to run the worker in the plugin's image; None for ``infbench worker`` in a child
@@ -146,18 +136,21 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
 
     Yields:
         ``{"event": "node", "node_id", "hostname", "pid", "job"}`` first; then
-        ``{"event": "loading", "group": label}``, ``{"event": "cell", "spec_hash": h}``,
-        ``{"event": "result", "result": <CellResult JSON>}`` (each finished cell, read
-        from ``cells.jsonl`` as soon as its ``done`` line appears); and last either
-        ``{"event": "refused", "error": why}`` (nothing ran: a model missing here, no
-        image) or ``{"event": "exit", "exit_code", "reason", "running": spec hash of the
-        cell in progress or None, "tail": last log lines, "provenance": the worker's}``.
+        ``{"event": "loading", "group": label}``, ``{"event": "cell", "spec_hash": h,
+        "cell": <Cell JSON or None>}``, ``{"event": "result", "result": <CellResult JSON>}``
+        (each finished cell, read from ``cells.jsonl`` as soon as its ``done`` line
+        appears), ``{"event": "score", "key", "label"}``, ``{"event": "quality", "result":
+        <PerplexityResult JSON>}``; and last either ``{"event": "refused", "error": why}``
+        (nothing ran: a model missing here, no image) or ``{"event": "exit", "exit_code",
+        "reason", "running": {"cell": <JSON>} or {"key": k} or None, "tail": last log lines,
+        "provenance": the worker's provenance.json}``.
 
     Stopping the generator (``close()``, or the ``KeyboardInterrupt`` Ray raises in a
     cancelled task) kills the worker (its process group, or the container).
     """
     from infbench.errors import InfbenchError
-    from infbench.executors.container import _CellsTail, _local_paths
+    from infbench.executors.container import _local_paths, scenario_paths
+    from infbench.executors.follow import follow_worker, stall_limit
     from infbench.worker import WorkerSpec
 
     home = default_home()
@@ -174,8 +167,6 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
                                             "system is assumed; copy it there or use a zoo name)"}
         return
     (job / "spec.json").write_text(spec_json)
-    opts = spec.options
-    stall_s = (opts.cell_timeout_s + STALL_GRACE_S) if opts.cell_timeout_s else DEFAULT_STALL_S
     try:
         if container:
             from infbench.runtimes import container_runtime
@@ -183,77 +174,27 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
             rt = container_runtime(container["runtime"])
             rt.check_image(container["spec"]["image"])
             handle = rt.start(container["spec"], job, home / "worker-home", home / "cache", f"infbench-{job_name}",
-                              extra_mounts=_local_paths(spec.cells))
+                              extra_mounts=_local_paths(spec.cells, scenario_paths(spec.scenario)))
         else:
             handle = ProcessWorker(job)
     except InfbenchError as exc:
         yield {"event": "refused", "error": f"on node {host}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")}
         return
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        try:
-            for line in handle.lines():
-                lines.put(line)
-        finally:
-            lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    tail_cells = _CellsTail(job / "out" / "cells.jsonl")
-    log_tail: collections.deque[str] = collections.deque(maxlen=40)
-    running: str | None = None
-    sent: set[str] = set()
-    stalled = False
-    last = time.monotonic()
-
-    def results() -> Iterator[dict[str, Any]]:
-        for r in tail_cells.read():
-            if r.spec_hash not in sent:
-                sent.add(r.spec_hash)
-                yield {"event": "result", "result": r.model_dump_json()}
-
-    try:
-        with (job / "worker.log").open("a") as log:
-            while True:
-                try:
-                    line = lines.get(timeout=0.5)  # short waits: a cancel's KeyboardInterrupt lands here
-                except queue.Empty:
-                    if time.monotonic() - last > stall_s:
-                        stalled = True
-                        handle.kill()
-                    continue
-                if line is None:
-                    break
-                log.write(line + "\n")
-                log.flush()
-                if not line.startswith(PREFIX):
-                    log_tail.append(line)
-                    continue
-                last = time.monotonic()
-                kind, _, rest = line[len(PREFIX):].partition(" ")
-                if kind == "loading":
-                    yield {"event": "loading", "group": rest}
-                elif kind == "cell":
-                    running = rest.split(" ", 1)[0]
-                    yield {"event": "cell", "spec_hash": running}
-                elif kind == "done":
-                    yield from results()
-                    running = None
-                else:
-                    log_tail.append(line)
-        code = handle.wait()
-        yield from results()
-    finally:
-        handle.cleanup()
-    prov = None
-    with contextlib.suppress(OSError, ValueError):
-        prov = json.loads((job / "out" / "provenance.json").read_text()).get("provenance")
-    if stalled:
-        reason = (f"reported nothing for {stall_s:.0f} s and was killed "
-                  f"(stall limit: --cell-timeout + {STALL_GRACE_S:.0f} s)")
-    elif code in (137, -9):
-        reason = "was killed (SIGKILL: out of memory or the OOM killer)"
-    else:
-        reason = "exited"
-    yield {"event": "exit", "exit_code": code, "reason": reason, "running": running, "tail": list(log_tail),
-           "provenance": prov, "description": handle.description}
+    for kind, payload in follow_worker(handle, job, stall_limit(spec.options.cell_timeout_s)):
+        if kind == "loading":
+            yield {"event": "loading", "group": payload}
+        elif kind == "cell":
+            yield {"event": "cell", "spec_hash": payload[0],
+                   "cell": payload[1].model_dump_json() if payload[1] is not None else None}
+        elif kind == "result":
+            yield {"event": "result", "result": payload.model_dump_json()}
+        elif kind == "score":
+            yield {"event": "score", "key": payload[0], "label": payload[1]}
+        elif kind == "quality":
+            yield {"event": "quality", "result": payload.model_dump_json()}
+        elif kind == "exit":
+            r = payload.running
+            running = ({"cell": r.model_dump_json()} if r is not None and not isinstance(r, str)
+                       else {"key": r} if isinstance(r, str) else None)
+            yield {"event": "exit", "exit_code": payload.exit_code, "reason": payload.reason, "running": running,
+                   "tail": payload.tail, "provenance": payload.provenance, "description": handle.description}

@@ -5,12 +5,10 @@ metrics from the raw records, METRICS.md)."""
 from __future__ import annotations
 
 import time
-import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.engines.base import Engine
-from infbench.errors import CellTimeout
+from infbench.data.engine import Engine
+from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
 from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
@@ -19,17 +17,8 @@ from infbench.measure.telemetry import summarize_channels
 from infbench.schema import Cell, CellResult, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plan import Group
-    from infbench.run import RunOptions
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such)."""
-    if isinstance(exc, MemoryError):
-        return f"OOM: MemoryError: {exc}"
-    tb = traceback.extract_tb(exc.__traceback__)
-    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+    from infbench.data.plan import Group
+    from infbench.data.run import RunOptions
 
 
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,

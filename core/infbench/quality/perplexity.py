@@ -435,9 +435,9 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
     """
     from infbench.errors import EngineUnavailable
     from infbench.models import resolve
-    from infbench.plan import engine_specs
     from infbench.plugins import get_plugin_manager
     from infbench.quality.weights import require_real_weights
+    from infbench.registry import engine_specs, require_engine
 
     bad = [e for e in engines if e not in SCORERS]
     if bad:
@@ -453,12 +453,7 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
     specs = engine_specs(pm or get_plugin_manager())
     out = []
     for e in engines:
-        spec = specs.get(e)
-        if spec is None or spec.factory is None:
-            raise EngineUnavailable(f"engine {e!r} is not installed")
-        missing = spec.missing()
-        if missing:
-            raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)}", hint=spec.install or None)
+        spec = require_engine(specs, e)
         natives = []
         for d in dtypes or [None]:
             native = default_dtype(e, weights, spec) if d is None else spec.resolve_dtype(d)
@@ -478,89 +473,70 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
     return out
 
 
-def run_perplexity(req: PerplexityRequest, device: Any, options: dict[str, Any] | None = None, pm: Any = None,
-                   on_event: Callable[[str, Any], None] | None = None) -> PerplexityResult:
-    """Load the request's model on its engine and measure the perplexity of its text.
+def new_result(req: PerplexityRequest, device: Any) -> PerplexityResult:
+    """The result of ``req`` on ``device`` before anything is measured (status ``ok``,
+    no values): its identity fields, the device and the start time."""
+    return PerplexityResult(model=req.shape.name, weights_sha256=req.weights.sha256 or "", engine=req.engine,
+                            dtype=req.dtype, text_path=req.text_path, text_sha256=req.text_sha256, n_ctx=req.n_ctx,
+                            max_chunks=req.max_chunks, device=device.model_dump(), started_at=time.time())
+
+
+def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
+                 on_chunks: Callable[[int], None] | None = None) -> None:
+    """Measure the perplexity of ``req``'s text on an engine adapter that has loaded its
+    model (started and proven on its device by the engine session,
+    :class:`infbench.session.EngineSession`), filling ``res`` in place: the values, the
+    tokenizer, the engine's description and weights record, and ``wall_s``.
 
     Args:
+        engine: the started :class:`~infbench.engines.base.Engine` of ``req.engine``.
         req: from :func:`plan_perplexity`.
-        device: the :class:`~infbench.schema.DeviceInfo` to run on.
-        options: engine options (``n_threads``...).
-        pm: the plugin manager (default: a fresh one).
-        on_event: ``(kind, payload)`` callback: ``loading`` (label), ``chunks`` (count).
-
-    Returns:
-        The result; ``status`` ``failed`` with ``error`` when the engine failed (a failed
-        measurement is a result too, and the caller's sweep goes on).
+        res: from :func:`new_result`.
+        on_chunks: called with the number of chunks once the text is tokenized.
 
     Raises:
-        ConfigError: the text is too short for ``n_ctx`` (or the engine refuses the input).
+        ConfigError: the text is too short for ``n_ctx``.
+        Exception: whatever the engine raises (the session stores it as a failed result).
     """
-    from infbench.engines.availability import device_backends
-    from infbench.engines.base import Engine
-    from infbench.engines.device_proof import start_on_device
-    from infbench.engines.launch import launch
-    from infbench.errors import EngineUnavailable
-    from infbench.measure.cell import describe_error
-    from infbench.plan import Group
-    from infbench.plugins import get_plugin_manager
-    from infbench.schema import Cell
-
-    emit = on_event or (lambda kind, payload: None)
-    pm = pm or get_plugin_manager()
-    res = PerplexityResult(model=req.shape.name, weights_sha256=req.weights.sha256 or "", engine=req.engine,
-                           dtype=req.dtype, text_path=req.text_path, text_sha256=req.text_sha256, n_ctx=req.n_ctx,
-                           max_chunks=req.max_chunks, device=device.model_dump(), started_at=time.time())
-    cell = Cell(model=req.shape.name, engine=req.engine, dtype=req.dtype, batch=1, input_len=req.n_ctx,
-                output_len=1, warmup=0)
-    group = Group(req.shape, req.engine, req.dtype, 1, [cell])
-    eng: Engine | None = None
-    scorer: Scorer | None = None
     try:
-        emit("loading", group.label())
-        t0 = time.perf_counter()
-        eng = launch(pm, req.engine, device, dict(options or {}))
-        start_on_device(eng, group, device_backends(pm, device))  # as a run does: on the device, proven
-        res.load_s = time.perf_counter() - t0
-        try:
-            res.engine_info = eng.describe()
-        except Exception as exc:  # noqa: BLE001
-            res.engine_info = {"name": req.engine, "describe_error": str(exc)}
-        res.weights = dict(res.engine_info.get("weights") or req.weights.record())
-        vocab = tokenizer_source(req.weights)
-        scorer = SCORERS[req.engine](eng, req.n_ctx, req.shape, vocab)
+        res.engine_info = engine.describe()
+    except Exception as exc:  # noqa: BLE001
+        res.engine_info = {"name": req.engine, "describe_error": str(exc)}
+    res.engine_info["device_proof"] = getattr(engine, "device_proof", None)
+    res.weights = dict(res.engine_info.get("weights") or req.weights.record())
+    vocab = tokenizer_source(req.weights)
+    scorer = SCORERS[req.engine](engine, req.n_ctx, req.shape, vocab)
+    try:
         res.tokenizer = f"llama.cpp vocabulary of {Path(vocab).name}" if vocab else "Hugging Face tokenizer"
         t1 = time.perf_counter()
-        s = score_text(scorer, req.text, req.n_ctx, req.max_chunks, on_chunks=lambda n: emit("chunks", n))
+        s = score_text(scorer, req.text, req.n_ctx, req.max_chunks, on_chunks=on_chunks)
         res.wall_s = time.perf_counter() - t1
-        for k in ("perplexity", "stderr", "nll_mean", "nll_std", "n_tokens", "n_chunks", "n_text_tokens", "add_bos",
-                  "tokens_sha256", "chunk_perplexity"):
-            setattr(res, k, s[k])
-        if s.get("engine_loss") is not None:
-            res.engine_info["loss_mean"] = s["engine_loss"]
-    except (KeyboardInterrupt, ConfigError, EngineUnavailable):
-        raise
-    except Exception as exc:  # noqa: BLE001 - a failed measurement is a result
-        res.status, res.error = "failed", describe_error(exc)
     finally:
-        if scorer is not None:
-            scorer.close()
-        if eng is not None:
-            eng.stop()
-        res.finished_at = time.time()
-    return res
+        scorer.close()
+    for k in ("perplexity", "stderr", "nll_mean", "nll_std", "n_tokens", "n_chunks", "n_text_tokens", "add_bos",
+              "tokens_sha256", "chunk_perplexity"):
+        setattr(res, k, s[k])
+    if s.get("engine_loss") is not None:
+        res.engine_info["loss_mean"] = s["engine_loss"]
 
 
-def measure_perplexity(model: str, engine: str, text: str | Path, dtype: str | None = None, n_ctx: int = 512,
-                       max_chunks: int | None = None, device: str | None = None,
-                       options: dict[str, Any] | None = None, pm: Any = None,
-                       on_event: Callable[[str, Any], None] | None = None) -> PerplexityResult:
-    """One measurement: :func:`plan_perplexity` then :func:`run_perplexity` on ``--device``
-    (default: the first accelerator, else the CPU). Arguments and errors as theirs."""
-    from infbench.detect import detect
-    from infbench.plugins import get_plugin_manager
-    from infbench.target import select_device
+def request_for(item: Any, spec: Any, pm: Any = None) -> PerplexityRequest:
+    """The :class:`PerplexityRequest` of one :class:`~infbench.data.scenarios.PerplexityItem`
+    of a :class:`~infbench.data.scenarios.PerplexityScenario`, planned again where it runs
+    (a worker container, a Ray node) and checked to be the very text and weights the host
+    planned.
 
-    pm = pm or get_plugin_manager()
-    (req,) = plan_perplexity(model, [engine], [dtype] if dtype else None, text, n_ctx, max_chunks, pm)
-    return run_perplexity(req, select_device(detect(pm), device), options, pm, on_event)
+    Raises:
+        ConfigError: the text or the weights at those paths are not the ones planned
+            (another SHA-256), or what :func:`plan_perplexity` raises.
+    """
+    (req,) = plan_perplexity(item.model, [item.engine], [item.dtype], spec.text_path, spec.n_ctx, spec.max_chunks,
+                             pm)
+    if req.text_sha256 != spec.text_sha256:
+        raise ConfigError(f"{spec.text_path} here is not the text the run planned (SHA-256 {req.text_sha256[:12]}, "
+                          f"planned {spec.text_sha256[:12]})", hint="give every node the same text file")
+    if item.weights_sha256 and (req.weights.sha256 or "") != item.weights_sha256:
+        raise ConfigError(f"{item.model} here is not the model the run planned (weights SHA-256 "
+                          f"{(req.weights.sha256 or '')[:12]}, planned {item.weights_sha256[:12]})",
+                          hint="give every node the same model file")
+    return req

@@ -1,67 +1,31 @@
-"""Several perplexity measurements stored one by one: ``infbench perplexity`` over engines
-and dtypes, and ``infbench run --perplexity TEXT`` (each real-weights group of a sweep)."""
+"""Which perplexity measurements a sweep's plan asks for (``infbench run --perplexity
+TEXT``): one per group with real weights on an engine that can score. They are measured
+by the perplexity scenario (:mod:`infbench.scenarios.perplexity`) on the run's executor."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from infbench.errors import InfbenchError
-from infbench.quality.perplexity import PerplexityRequest, plan_perplexity, run_perplexity
+from infbench.quality.perplexity import PerplexityRequest, plan_perplexity
+from infbench.registry import PERPLEXITY_TWIN
 
 
-def measure_and_store(reqs: list[PerplexityRequest], store: Any, device: Any, options: dict[str, Any] | None = None,
-                      pm: Any = None, force: bool = False,
-                      on_event: Callable[[str, Any], None] | None = None) -> list[tuple[PerplexityRequest, bool, Any]]:
-    """Measure each request not already stored ok (all with ``force``) and store it at once.
-
-    Args:
-        reqs: validated requests (:func:`~infbench.quality.perplexity.plan_perplexity`).
-        store: the :class:`~infbench.store.Store`.
-        device: the :class:`~infbench.schema.DeviceInfo` to run on.
-        options: engine options. pm: the plugin manager.
-        force: measure again what is stored.
-        on_event: ``(kind, payload)``: ``start`` (request), ``loading`` (label), ``chunks`` (n),
-            ``done`` (:class:`~infbench.quality.perplexity.PerplexityResult`), ``skipped`` (request).
+def perplexity_requests(plan: Any, text: str, n_ctx: int = 512, max_chunks: int | None = None,
+                        pm: Any = None) -> tuple[list[PerplexityRequest], list[str]]:
+    """The perplexity requests of every group of a sweep's plan that has real weights on an
+    engine that can score (``llama.cpp``, ``transformers``, ``vllm``; a server engine is
+    scored by its in-process twin, :data:`infbench.registry.PERPLEXITY_TWIN`).
 
     Returns:
-        ``(request, skipped, result or None when skipped)`` per request, in order.
-
-    Raises:
-        ConfigError: a text too short for ``n_ctx`` (what was measured before is stored).
-    """
-    from infbench.store.quality import save_quality, stored_ok
-
-    emit = on_event or (lambda kind, payload: None)
-    out = []
-    for req in reqs:
-        if not force and stored_ok(store, req.key()) is not None:
-            emit("skipped", req)
-            out.append((req, True, None))
-            continue
-        emit("start", req)
-        res = run_perplexity(req, device, options, pm, on_event=emit)
-        save_quality(store, res)
-        emit("done", res)
-        out.append((req, False, res))
-    return out
-
-
-def perplexity_for_plan(plan: Any, text: str, store: Any, n_ctx: int = 512, max_chunks: int | None = None,
-                        options: dict[str, Any] | None = None, pm: Any = None, force: bool = False,
-                        on_event: Callable[[str, Any], None] | None = None) -> tuple[list[Any], list[str]]:
-    """The perplexity of every group of a sweep's plan that has real weights on an engine
-    that can score (``llama.cpp``, ``transformers``, ``vllm``; a server engine is scored by
-    its in-process twin), stored beside its cells.
-
-    Returns:
-        ``(measure_and_store's list, notes)``: notes say which groups were not scored and why
-        (dummy weights, no scorer, a missing library); they never fail the run.
+        ``(requests, notes)``: notes say which groups are not scored and why (dummy
+        weights, no scorer, a missing library); they never fail the run.
     """
     from infbench.quality.perplexity import SCORERS
-    from infbench.report.data import PERPLEXITY_TWIN
 
-    reqs, notes, seen = [], [], set()
+    reqs: list[PerplexityRequest] = []
+    notes: list[str] = []
+    seen: set[tuple[str, str, str]] = set()
     for g in plan.groups:
         engine = PERPLEXITY_TWIN.get(g.engine, g.engine)
         if (g.model.name, engine, g.dtype) in seen:
@@ -77,4 +41,4 @@ def perplexity_for_plan(plan: Any, text: str, store: Any, n_ctx: int = 512, max_
             reqs += plan_perplexity(g.model.path, [engine], [g.dtype], text, n_ctx, max_chunks, pm)
         except InfbenchError as exc:
             notes.append(f"{g.label()}: no perplexity ({exc.message})")
-    return measure_and_store(reqs, store, plan.device, options, pm, force, on_event), notes
+    return reqs, notes

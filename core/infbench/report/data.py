@@ -13,6 +13,7 @@ from typing import Any
 
 from infbench.analysis.roofline import effective_batch
 from infbench.data.engine import precision_of
+from infbench.registry import PERPLEXITY_TWIN
 
 #: Dimensions a report can filter on, with their labels.
 DIMENSIONS = {
@@ -260,7 +261,6 @@ def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, dev
 
 
 #: Server engines whose perplexity is their in-process twin's (same weights, same kernels).
-PERPLEXITY_TWIN = {"llama.cpp-server": "llama.cpp", "vllm-server": "vllm"}
 
 
 def attach_perplexity(flat: list[dict[str, Any]], quality: list[dict[str, Any]]) -> int:

@@ -172,8 +172,8 @@ class DockerRuntime:
         """
         import docker
 
+        from infbench.errors import VersionSkew
         from infbench.runtimes.images import LABEL_SCHEMA, LABEL_VERSION
-        from infbench.worker import VersionSkew
 
         try:
             img = self.client.images.get(image)

@@ -312,7 +312,12 @@ class Store:
 
     # -- writing -------------------------------------------------------------------
     def begin_run(self, provenance: dict[str, Any], command: str = "") -> str:
-        """Record the start of a run; returns its id (uuid4 hex)."""
+        """Record the start of a run; returns its id (uuid4 hex). The command line and the
+        provenance are stored redacted (:func:`infbench.secrets.redact_tree`), whichever path
+        began the run."""
+        from infbench.secrets import redact, redact_tree
+
+        provenance, command = redact_tree(provenance), redact(command)
         run_id = uuid.uuid4().hex[:12]
         started = time.time()
         with self.transaction():
@@ -324,7 +329,11 @@ class Store:
         return run_id
 
     def update_provenance(self, run_id: str, provenance: dict[str, Any]) -> None:
-        """Replace a run's provenance (a container run learns the worker's once it starts)."""
+        """Replace a run's provenance (a container run learns the worker's once it starts);
+        stored redacted, as :meth:`begin_run` does."""
+        from infbench.secrets import redact_tree
+
+        provenance = redact_tree(provenance)
         self.run_meta.setdefault(run_id, {})["provenance"] = provenance
         with self.transaction():
             self.db.execute("UPDATE runs SET provenance=? WHERE run_id=?",

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infbench.quality.perplexity import PerplexityResult
+from infbench.data.quality import PerplexityResult
 from infbench.store import Store
 
 
 def save_quality(store: Store, r: PerplexityResult) -> int:
     """Store one measurement (ok or failed); returns its row id."""
-    with store.db:
+    with store.transaction():
         cur = store.db.execute(
             "INSERT INTO quality (quality_key, metric, model, weights_sha256, engine, dtype, text_path, text_sha256,"
             " n_ctx, max_chunks, n_chunks, n_tokens, status, error, value, stderr, result, started_at, finished_at)"

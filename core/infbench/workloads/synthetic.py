@@ -10,37 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def token_range(vocab_size: int) -> tuple[int, int]:
-    """The id range ``[low, high)`` used for a vocabulary of ``vocab_size`` tokens.
-
-    ``low = min(1000, vocab/8)``, ``high = vocab - min(300, vocab/8)``.
-
-    Raises:
-        ValueError: for a vocabulary of fewer than 16 tokens.
-    """
-    if vocab_size < 16:
-        raise ValueError(f"vocabulary of {vocab_size} tokens is too small for synthetic prompts")
-    return min(1000, vocab_size // 8), vocab_size - min(300, vocab_size // 8)
-
-
-def synthetic_prompts(batch: int, input_len: int, vocab_size: int, seed: int = 0) -> list[list[int]]:
-    """``batch`` prompts of exactly ``input_len`` token ids each.
-
-    Args:
-        batch: number of prompts.
-        input_len: tokens per prompt.
-        vocab_size: the model's vocabulary size.
-        seed: same seed, same prompts (NumPy PCG64).
-
-    Returns:
-        A list of ``batch`` lists of ``input_len`` ints. Prompts differ from one another
-        so no prefix cache can share work between them.
-    """
-    low, high = token_range(vocab_size)
-    rng = np.random.default_rng([seed, batch, input_len])
-    return rng.integers(low, high, size=(batch, input_len)).tolist()
-
+from infbench.data.prompts import synthetic_prompts, token_range  # noqa: F401 - re-exported
 
 #: Common English words that most BPE and SentencePiece vocabularies hold as single tokens
 #: (with a leading space), so ``n`` words are close to ``n`` tokens.

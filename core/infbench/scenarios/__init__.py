@@ -1,0 +1,31 @@
+"""Scenarios: what a run measures next (see :mod:`infbench.scenarios.base`).
+
+* :class:`~.sweep.Sweep` (``kind="sweep"``): every planned cell once;
+* :class:`~.find_max.FindMax` (``kind="find_max"``): the SLO-constrained maximum load;
+* :class:`~.perplexity.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype.
+
+:func:`make_scenario` builds the scenario of a plan from its spec (``plan.scenario``), in
+the process that plans and in every worker.
+"""
+
+from __future__ import annotations
+
+from infbench.data.plan import Plan
+from infbench.scenarios.base import Part, Scenario
+from infbench.scenarios.find_max import FindMax
+from infbench.scenarios.perplexity import Perplexity
+from infbench.scenarios.sweep import Sweep
+
+#: ``kind`` -> scenario class.
+SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity)}
+
+__all__ = ["SCENARIOS", "Part", "Scenario", "make_scenario"]
+
+
+def make_scenario(plan: Plan) -> Scenario:
+    """The scenario of ``plan`` (its ``scenario`` spec's ``kind``).
+
+    Raises:
+        KeyError: a kind no scenario implements (a spec validated by pydantic has none).
+    """
+    return SCENARIOS[plan.scenario.kind](plan)
