@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.engines.base import Engine, EngineSpec
+    from infbench.data.engine import Engine, EngineSpec
     from infbench.measure.power import PowerSampler
     from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from infbench.data.events import CellSkipped, Observer
 from infbench.data.run import RunOptions, RunSummary  # noqa: F401 - RunOptions re-exported
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.detect import Detection
-from infbench.executors.events import CellSkipped, Observer
 from infbench.plugins import PluginManager
 from infbench.schema import Cell, CellResult, DeviceInfo
 from infbench.secrets import command_line, redact_argv
@@ -205,7 +205,7 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
         JournalError: neither the store nor the journal can take the cell.
     """
     from infbench import signals
-    from infbench.executors.events import CellFinished, Note
+    from infbench.data.events import CellFinished, Note
     from infbench.store import claims, journal
 
     with signals.deferred():

@@ -33,14 +33,7 @@ from typing import Any
 
 from infbench import signals
 from infbench.analysis.floor import add_roofline
-from infbench.data.plan import Group
-from infbench.data.quality import PerplexityResult
-from infbench.data.run import RunOptions, RunSummary
-from infbench.engines.base import Engine
-from infbench.engines.device_proof import group_failure, start_on_device
-from infbench.engines.launch import launch
-from infbench.errors import describe_error
-from infbench.executors.events import (
+from infbench.data.events import (
     CellStarted,
     GroupLoading,
     Note,
@@ -50,6 +43,13 @@ from infbench.executors.events import (
     ScoreStarted,
     ignore,
 )
+from infbench.data.plan import Group
+from infbench.data.quality import PerplexityResult
+from infbench.data.run import RunOptions, RunSummary
+from infbench.engines.base import Engine
+from infbench.engines.device_proof import group_failure, start_on_device
+from infbench.engines.launch import launch
+from infbench.errors import describe_error
 from infbench.measure.cell import measure_cell
 from infbench.plugins import PluginManager
 from infbench.run import record, take_cell, unmeasured_failure

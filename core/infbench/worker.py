@@ -38,55 +38,28 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from infbench.data.quality import PerplexityResult
-from infbench.data.scenarios import ScenarioSpec, SweepScenario
 from infbench.data.version import SCHEMA_VERSION, __version__
+from infbench.data.worker import (
+    CELLS_FILE,
+    DB_FILE,
+    PROVENANCE_FILE,
+    QUALITY_FILE,
+    SPEC_FILE,
+    WorkerOptions,
+    WorkerSpec,
+    make_spec,
+    read_spec,
+    skew,
+    write_spec,
+)
 from infbench.errors import ConfigError, VersionSkew
-from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
-from infbench.secrets import redact_options
+from infbench.schema import CellResult
 
-SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
-QUALITY_FILE = "quality.jsonl"
-__all__ = ["VersionSkew", "WorkerSpec", "ingest", "make_spec", "read_spec", "run_worker", "write_spec"]
-
-
-class WorkerOptions(BaseModel):
-    """Run options carried to the worker (the identity-free knobs of :class:`infbench.run.RunOptions`)."""
-
-    cell_timeout_s: float | None = None
-    power_interval_s: float = 0.1
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    slo: dict[str, float] | None = None
-    server_metrics_interval_s: float = 1.0
-    price_per_hour: float | None = None
-
-
-class WorkerSpec(BaseModel):
-    """What a worker runs: the cells, the device group they were planned for, options.
-
-    Attributes:
-        schema_version: the host's store schema; the worker refuses another one.
-        infbench_version: the host's infbench version (for messages).
-        device: the device group the host planned for; the worker runs on the detected
-            device of the same vendor and model.
-        cells: the cells, in run order (a search's template cell, a perplexity item's
-            placeholder cell: the scenario decides what is measured of them).
-        options: run options.
-        scenario: what to measure (default: every cell, a sweep).
-    """
-
-    schema_version: int
-    infbench_version: str
-    device: DeviceInfo
-    cells: list[Cell] = Field(min_length=1)
-    options: WorkerOptions = Field(default_factory=WorkerOptions)
-    scenario: ScenarioSpec = Field(default_factory=SweepScenario)
-
-    def spec_hash(self) -> str:
-        """Hash of the workload: the cells' spec hashes in order (device and options excluded)."""
-        return short_hash([c.spec_hash() for c in self.cells])
+__all__ = ["CELLS_FILE", "DB_FILE", "PROVENANCE_FILE", "QUALITY_FILE", "SPEC_FILE", "VersionSkew", "WorkerOptions",
+           "WorkerSpec", "ingest", "make_spec", "read_spec", "run_worker", "write_spec"]
 
 
 def event_line(event: Any) -> str | None:
@@ -100,7 +73,7 @@ def event_line(event: Any) -> str | None:
     [error]``, ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
     scored <quality key> ok|failed [error]``.
     """
-    from infbench.executors.events import CellFinished, CellStarted, GroupLoading, ScoreFinished, ScoreStarted
+    from infbench.data.events import CellFinished, CellStarted, GroupLoading, ScoreFinished, ScoreStarted
 
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
@@ -117,67 +90,6 @@ def event_line(event: Any) -> str | None:
     else:
         return None
     return f"infbench-worker: {line}"
-
-
-def _skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
-    return VersionSkew(
-        f"{what} was written by infbench {their_version} (store schema {their_schema}); this is infbench "
-        f"{__version__} (store schema {SCHEMA_VERSION})",
-        hint="use the same infbench on host and worker: rebuild the worker image from this checkout "
-             "(`infbench containers build`) or install the matching infbench version on the host")
-
-
-def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
-    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device, cells and
-    scenario, and the identity-free knobs of ``opts`` (:class:`infbench.run.RunOptions`: timeout,
-    power interval, engine options with URL credentials redacted by
-    :func:`infbench.secrets.redact_options`, SLO, /metrics interval, price), stamped with
-    this infbench's store schema."""
-    o = WorkerOptions()
-    if opts is not None:
-        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=redact_options(opts.engine_options), slo=opts.slo,
-                          server_metrics_interval_s=opts.server_metrics_interval_s,
-                          price_per_hour=opts.price_per_hour)
-    return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
-                      cells=plan.cells, options=o, scenario=plan.scenario)
-
-
-def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
-    """Write the worker spec of ``plan`` (a :class:`~infbench.plan.Plan`) to ``path``.
-
-    Args:
-        plan: the planned cells and their device.
-        path: the ``spec.json`` to write (folders created).
-        opts: optional :class:`infbench.run.RunOptions` (timeout, power interval, engine
-            options, SLO).
-    """
-    spec = make_spec(plan, opts)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(spec.model_dump_json(indent=2))
-    return spec
-
-
-def read_spec(path: Path) -> WorkerSpec:
-    """Read and check a worker spec.
-
-    Raises:
-        VersionSkew: the spec's schema version is not this infbench's.
-        ConfigError: unreadable or invalid file.
-    """
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read worker spec {path}: {str(exc)[:200]}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"worker spec {path} must hold a JSON object, got {type(raw).__name__}",
-                          hint="write one with `infbench run --write-spec FILE`")
-    if raw.get("schema_version") != SCHEMA_VERSION:
-        raise _skew(f"worker spec {path}", raw.get("schema_version"), raw.get("infbench_version", "?"))
-    try:
-        return WorkerSpec(**raw)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid worker spec {path}: {str(exc)[:600]}") from None
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -197,9 +109,9 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     Raises:
         VersionSkew, ConfigError: bad spec, or no detected device matches the spec's.
     """
+    from infbench.data.events import CellFinished, ScoreFinished
     from infbench.data.plan import Group, Plan
     from infbench.detect import detect
-    from infbench.executors.events import CellFinished, ScoreFinished
     from infbench.executors.inprocess import InProcessExecutor
     from infbench.models import resolve
     from infbench.plugins import get_plugin_manager
@@ -353,7 +265,7 @@ def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult],
         raise ConfigError(f"{pfile} must hold a JSON object, got {type(prov).__name__}",
                           hint="is this a worker's --out folder? nothing was stored")
     if prov.get("schema_version") != SCHEMA_VERSION:
-        raise _skew(f"worker output {out_dir}", prov.get("schema_version"), prov.get("infbench_version", "?"))
+        raise skew(f"worker output {out_dir}", prov.get("schema_version"), prov.get("infbench_version", "?"))
     problems = []
     if prov.get("status") is not None and prov.get("status") not in WORKER_STATUSES:
         problems.append(f"{PROVENANCE_FILE}: status {json.dumps(prov.get('status'))[:60]} is not one of "
@@ -416,7 +328,7 @@ def read_quality_output(out_dir: Path) -> list[PerplexityResult]:
     Raises:
         ConfigError: a line that is not UTF-8 or not a valid result (file and line named).
     """
-    from infbench.executors.container import read_no_follow
+    from infbench.executors.follow import read_no_follow
 
     path = Path(out_dir) / QUALITY_FILE
     try:

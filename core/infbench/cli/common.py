@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress
 
 from infbench.errors import ConfigError, InfbenchError
+from infbench.secrets import printable
 from infbench.sweeps import split_values
 
 # Wide tables when piped (rich falls back to 80 columns without a terminal).
@@ -154,3 +157,35 @@ def stdout_to_stderr(active: bool) -> Iterator[None]:
         sys.stdout.flush()
         os.dup2(saved, 1)
         os.close(saved)
+
+
+class ProgressObserver:
+    """The run's observer on the terminal: moves the progress bar, prints failures, notes
+    and lost nodes, and logs worker lines at debug level (``-v``)."""
+
+    def __init__(self, progress: Progress, task: Any):
+        self.progress, self.task = progress, task
+
+    def __call__(self, event: Any) -> None:
+        from infbench.data import events as ev
+
+        p = self.progress
+        where = f" on {event.node}" if getattr(event, "node", None) else ""
+        if isinstance(event, ev.GroupLoading):
+            p.update(self.task, description=f"loading {event.group.label()}{where}")
+        elif isinstance(event, ev.CellStarted):
+            p.update(self.task, description=f"{event.cell.label()}{where}")
+        elif isinstance(event, ev.CellSkipped):
+            p.advance(self.task)
+        elif isinstance(event, ev.CellFinished):
+            p.advance(self.task)
+            r = event.result
+            if r.status != "ok":
+                p.console.print(f"[red]failed[/] {escape(printable(r.cell.label()))}{where}: "
+                                f"{escape(printable(r.error))}")
+        elif isinstance(event, ev.NodeLost):
+            p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
+        elif isinstance(event, ev.Note):
+            p.console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
+        elif isinstance(event, ev.LogLine):
+            logging.getLogger("infbench.worker").debug("%s", printable(event.line))

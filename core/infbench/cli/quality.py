@@ -152,7 +152,7 @@ def _run_quality(ex: Any, plan: Any, store: Any, opts: Any, n_ctx: int, as_json:
         typer.Exit: bad input found where the engine runs (exit 2), or Ctrl-C (130).
     """
     from infbench import signals
-    from infbench.executors import events as ev
+    from infbench.data import events as ev
 
     with err.status(f"{prefix}starting") as status, stdout_to_stderr(as_json):
         def observer(e: Any) -> None:

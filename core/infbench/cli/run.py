@@ -3,7 +3,6 @@ another place) and ``infbench ingest`` (a worker's results into the store)."""
 
 from __future__ import annotations
 
-import logging
 import sqlite3
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from rich.progress import (
 
 from infbench.cli.common import (
     JSON_HELP,
+    ProgressObserver,
     err,
     fail,
     out,
@@ -34,7 +34,6 @@ from infbench.cli.common import (
 )
 from infbench.data.version import __version__
 from infbench.errors import ConfigError, InfbenchError
-from infbench.secrets import printable
 from infbench.store import StoreError, describe_db_error
 from infbench.sweeps import serving_workload_flags
 
@@ -571,38 +570,6 @@ def _executor_name(executor: str | None, runtime: str | None, container_runtime:
     new = f"--executor {name}" + (f" --container-runtime {rt}" if rt else "")
     err.print(f"[yellow]note:[/] --runtime {runtime} is deprecated; it means `{new}`")
     return name, rt or container_runtime
-
-
-class ProgressObserver:
-    """The run's observer on the terminal: moves the progress bar, prints failures, notes
-    and lost nodes, and logs worker lines at debug level (``-v``)."""
-
-    def __init__(self, progress: Progress, task: Any):
-        self.progress, self.task = progress, task
-
-    def __call__(self, event: Any) -> None:
-        from infbench.executors import events as ev
-
-        p = self.progress
-        where = f" on {event.node}" if getattr(event, "node", None) else ""
-        if isinstance(event, ev.GroupLoading):
-            p.update(self.task, description=f"loading {event.group.label()}{where}")
-        elif isinstance(event, ev.CellStarted):
-            p.update(self.task, description=f"{event.cell.label()}{where}")
-        elif isinstance(event, ev.CellSkipped):
-            p.advance(self.task)
-        elif isinstance(event, ev.CellFinished):
-            p.advance(self.task)
-            r = event.result
-            if r.status != "ok":
-                p.console.print(f"[red]failed[/] {escape(printable(r.cell.label()))}{where}: "
-                                f"{escape(printable(r.error))}")
-        elif isinstance(event, ev.NodeLost):
-            p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
-        elif isinstance(event, ev.Note):
-            p.console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
-        elif isinstance(event, ev.LogLine):
-            logging.getLogger("infbench.worker").debug("%s", printable(event.line))
 
 
 def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:

@@ -34,7 +34,7 @@ def run_find_max(the_plan: Any, store: Any, opts: Any, executor: Any, mode: str,
 
     Exits 3 when no probe passed because every probe failed, or nothing was measured."""
     from infbench.analysis.slo_search import SloTarget, knee_text, searches
-    from infbench.cli.run import ProgressObserver
+    from infbench.cli.common import ProgressObserver
 
     plan = the_plan
     try:

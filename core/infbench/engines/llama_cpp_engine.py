@@ -15,9 +15,6 @@ the precision derived from it is loaded (:func:`infbench.quality.quantize.derive
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
 import time
 from typing import Any
 
@@ -26,70 +23,9 @@ import numpy as np
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.libs.llama import Batch, backend, default_threads, load_lines
 from infbench.schema import Cell, RequestRecord
 from infbench.signals import c_callback
-
-log = logging.getLogger("infbench.llama_cpp")
-_backend_ready = False
-_log_cb = None
-#: llama.cpp's model-loading lines about placement (``load_tensors: ...``), kept for the
-#: device check (:meth:`LlamaCppEngine.verify_device`); cleared before each model load.
-_load_lines: list[str] = []
-
-
-def _quiet_logs(L: Any) -> None:
-    """Route llama.cpp's log lines to Python logging (errors only by default), keeping the
-    loader's placement lines in :data:`_load_lines`."""
-    global _log_cb
-
-    def cb(level: int, text: bytes, _user: Any) -> None:
-        if b"load_tensors" in text or b"assigned to device" in text:
-            _load_lines.append(text.decode(errors="replace").rstrip())
-        if level >= 4:  # GGML_LOG_LEVEL_ERROR
-            log.error(text.decode(errors="replace").rstrip())
-        else:
-            log.debug(text.decode(errors="replace").rstrip())
-
-    _log_cb = L.llama_log_callback(c_callback(cb))
-    L.llama_log_set(_log_cb, ctypes.c_void_p())
-
-
-def default_threads() -> int:
-    """Threads for llama.cpp: the usable CPUs, at most the physical cores."""
-    import psutil
-
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(usable, psutil.cpu_count(logical=False) or usable))
-
-
-class _Batch:
-    """A ``llama_batch`` backed by NumPy arrays (no per-token Python loop to fill it)."""
-
-    def __init__(self, L: Any, capacity: int):
-        self.tok = np.zeros(capacity, np.int32)
-        self.pos = np.zeros(capacity, np.int32)
-        self.nsid = np.ones(capacity, np.int32)
-        self.sid = np.zeros(capacity, np.int32)
-        self.logits = np.zeros(capacity, np.int8)
-        # seq_id is an array of pointers, one per token, each to that token's seq id.
-        self.sid_ptrs = (self.sid.ctypes.data + 4 * np.arange(capacity, dtype=np.uint64)).astype(np.uint64)
-        b = L.llama_batch()
-        i32p = ctypes.POINTER(ctypes.c_int32)
-        b.token = self.tok.ctypes.data_as(i32p)
-        b.embd = ctypes.POINTER(ctypes.c_float)()
-        b.pos = self.pos.ctypes.data_as(i32p)
-        b.n_seq_id = self.nsid.ctypes.data_as(i32p)
-        b.seq_id = ctypes.cast(self.sid_ptrs.ctypes.data, ctypes.POINTER(i32p))
-        b.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        self.batch = b
-
-    def fill(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want_logits: np.ndarray) -> None:
-        n = tokens.size
-        self.tok[:n] = tokens
-        self.pos[:n] = pos
-        self.sid[:n] = seq
-        self.logits[:n] = want_logits
-        self.batch.n_tokens = n
 
 
 class LlamaCppEngine(Engine):
@@ -120,7 +56,6 @@ class LlamaCppEngine(Engine):
             EngineUnavailable: llama-cpp-python is not installed.
             ConfigError: unknown dtype, or a file llama.cpp cannot load.
         """
-        global _backend_ready
         try:
             import llama_cpp as L
         except ImportError as exc:
@@ -145,18 +80,15 @@ class LlamaCppEngine(Engine):
             from infbench.data.paths import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
-        if not _backend_ready:
-            _quiet_logs(L)
-            L.llama_backend_init()
-            _backend_ready = True
+        backend(L)
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = self._n_gpu_layers_used = gpu_layers
         # silences the loading dots; True on Ctrl-C too (False would abort the load)
         self._progress_cb = L.llama_progress_callback(c_callback(lambda _p, _u: True, default=True))
         mp.progress_callback = self._progress_cb
-        _load_lines.clear()
+        load_lines.clear()
         self.model = L.llama_model_load_from_file(str(path).encode(), mp)
-        self.load_log = list(_load_lines)
+        self.load_log = list(load_lines)
         if not self.model:
             raise ConfigError(f"llama.cpp could not load {path}", hint="is it a valid GGUF for this llama.cpp version?")
         self.model_file = str(path)
@@ -241,7 +173,7 @@ class LlamaCppEngine(Engine):
         if not self.ctx:
             raise MemoryError(f"llama.cpp could not create a context for {batch} x {per_seq} tokens")
         self.ctx_key = key
-        self._batch = _Batch(L, batch * per_seq)
+        self._batch = Batch(L, batch * per_seq)
         return self.ctx
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from infbench.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.executors.events import Observer
+    from infbench.data.events import Observer
     from infbench.plan import Plan
     from infbench.run import RunOptions, RunSummary
     from infbench.store import Store

@@ -28,19 +28,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from infbench.data.events import CellStarted, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
 from infbench.data.paths import default_home
 from infbench.data.plan import Plan
 from infbench.data.quality import PerplexityResult
 from infbench.data.run import RunOptions, RunSummary
+from infbench.data.worker import write_spec
 from infbench.errors import ConfigError
-from infbench.executors.events import CellStarted, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
 from infbench.executors.follow import JsonlTail, WorkerExit, follow_worker, read_no_follow, stall_limit
 from infbench.run import conclude, run_command, started_run
 from infbench.scenarios import Part, Scenario, make_scenario
 from infbench.schema import Cell, CellResult
 from infbench.session import RunContext
 from infbench.store import Store
-from infbench.worker import write_spec
 
 __all__ = ["ContainerExecutor", "container_spec", "read_no_follow"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.data.events import Observer, ignore
 from infbench.data.plan import Plan
 from infbench.data.run import RunOptions, RunSummary
-from infbench.executors.events import Observer, ignore
 from infbench.plugins import PluginManager
 from infbench.run import conclude, run_command, started_run
 from infbench.scenarios import make_scenario

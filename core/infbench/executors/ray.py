@@ -45,11 +45,11 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from infbench.data.events import CellStarted, GroupLoading, NodeLost, Observer, ScoreStarted, ignore
 from infbench.data.plan import Plan
 from infbench.data.quality import PerplexityResult
 from infbench.data.run import RunOptions, RunSummary
 from infbench.errors import ConfigError, EngineUnavailable
-from infbench.executors.events import CellStarted, GroupLoading, NodeLost, Observer, ScoreStarted, ignore
 from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
 from infbench.run import conclude, run_command, started_run
 from infbench.scenarios import Scenario, make_scenario
@@ -541,7 +541,7 @@ def _pump(ray: Any, t: _Task, events: queue.Queue) -> None:
 
 def _spec_json(item: WorkItem, opts: RunOptions) -> str:
     """The worker spec of what is left of ``item``'s part (its cells and scenario), as JSON."""
-    from infbench.worker import make_spec
+    from infbench.data.worker import make_spec
 
     part = item.part
     return make_spec(Plan(item.device, [part.group], scenario=part.spec), opts).model_dump_json()

@@ -148,10 +148,10 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
     Stopping the generator (``close()``, or the ``KeyboardInterrupt`` Ray raises in a
     cancelled task) kills the worker (its process group, or the container).
     """
+    from infbench.data.worker import WorkerSpec
     from infbench.errors import InfbenchError
     from infbench.executors.container import _local_paths, scenario_paths
     from infbench.executors.follow import follow_worker, stall_limit
-    from infbench.worker import WorkerSpec
 
     home = default_home()
     job = home / "jobs" / job_name

@@ -162,7 +162,7 @@ class RemotePlatformPlugin:
     @hookimpl
     def infbench_engines(self) -> list:
         """The core's ``openai`` client runs against this platform."""
-        from infbench.engines.base import EngineSpec
+        from infbench.data.engine import EngineSpec
 
         return [EngineSpec("openai", None, [self.vendor])]
 

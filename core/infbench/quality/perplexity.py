@@ -176,12 +176,9 @@ def gguf_tokenize(path: str | Path, text: str) -> tuple[np.ndarray, int | None]:
     """
     import llama_cpp as L
 
-    from infbench.engines import llama_cpp_engine as lce
+    from infbench.libs.llama import backend
 
-    if not lce._backend_ready:  # llama.cpp's log to Python logging, as the engine sets it up
-        lce._quiet_logs(L)
-        L.llama_backend_init()
-        lce._backend_ready = True
+    backend(L)  # llama.cpp's log to Python logging, as the engine sets it up
     mp = L.llama_model_default_params()
     mp.vocab_only = True
     model = L.llama_model_load_from_file(str(path).encode(), mp)
@@ -217,7 +214,7 @@ class LlamaCppScorer(Scorer):
 
     def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
         super().__init__(engine, n_ctx, model, gguf_vocab)
-        from infbench.engines.llama_cpp_engine import _Batch
+        from infbench.libs.llama import Batch
 
         L = engine.L
         self.L = L
@@ -230,7 +227,7 @@ class LlamaCppScorer(Scorer):
         self.ctx = L.llama_init_from_model(engine.model, cp)
         if not self.ctx:
             raise MemoryError(f"llama.cpp could not create a context of {n_ctx} tokens")
-        self.batch = _Batch(L, n_ctx)
+        self.batch = Batch(L, n_ctx)
 
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
         return llama_tokenize_text(self.L, self.vocab, text)

@@ -193,15 +193,12 @@ def quantize_gguf(src: Path, dst: Path, dtype: str, threads: int | None = None) 
         import llama_cpp as L
     except ImportError as exc:
         raise EngineUnavailable("quantizing needs llama-cpp-python", hint="pip install 'infbench[llamacpp]'") from exc
-    from infbench.engines import llama_cpp_engine as lce
+    from infbench.libs.llama import backend, default_threads
 
-    if not lce._backend_ready:  # llama.cpp's log to Python logging, as the engine sets it up
-        lce._quiet_logs(L)
-        L.llama_backend_init()
-        lce._backend_ready = True
+    backend(L)  # llama.cpp's log to Python logging, as the engine sets it up
     params = L.llama_model_quantize_default_params()
     params.ftype = getattr(L, "LLAMA_FTYPE_" + QUANT_TYPES[dtype][0])
-    params.nthread = int(threads or lce.default_threads())
+    params.nthread = int(threads or default_threads())
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + f".tmp{os.getpid()}")
     try:

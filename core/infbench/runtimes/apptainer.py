@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.errors import ConfigError
-from infbench.runtimes.docker_runtime import HOME, JOB
+from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
 
 
 def apptainer_binary() -> str | None:
@@ -168,7 +168,6 @@ class ApptainerRuntime:
                 extra_mounts: list[str] | None = None) -> tuple[list[str], list[str]]:
         """The full ``apptainer exec`` command line and the notes (see :func:`apptainer_args`)."""
         opts, notes = apptainer_args(spec)
-        from infbench.runtimes import allowed_mount_roots, cache_link_mounts
 
         binds = ["--bind", f"{(job_dir / 'spec.json').resolve()}:{JOB}/spec.json:ro",
                  "--bind", f"{(job_dir / 'out').resolve()}:{JOB}/out",

@@ -37,9 +37,10 @@ from typing import Any
 
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
+from infbench.runtimes.labels import LABEL_SCHEMA, LABEL_VERSION
+from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
 
 #: In-container paths.
-JOB, HOME = "/job", "/job/home"
 
 
 def docker_client() -> Any:
@@ -173,7 +174,6 @@ class DockerRuntime:
         import docker
 
         from infbench.errors import VersionSkew
-        from infbench.runtimes.images import LABEL_SCHEMA, LABEL_VERSION
 
         try:
             img = self.client.images.get(image)
@@ -210,7 +210,6 @@ class DockerRuntime:
         image = kw.pop("image")
         kw.pop("apptainer_options", None)
         info = self.check_image(image)
-        from infbench.runtimes import allowed_mount_roots, cache_link_mounts
 
         env = {**(kw.pop("environment", None) or {}), "INFBENCH_HOME": HOME, "HOME": HOME, "PYTHONUNBUFFERED": "1"}
         for d in (job_dir / "out", home_dir / "cache", cache_dir):

@@ -27,13 +27,14 @@ from typing import Any
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.errors import ConfigError, InfbenchError
 from infbench.runtimes.docker_runtime import docker_client
-
-LABEL_VERSION = "org.infbench.version"
-LABEL_SCHEMA = "org.infbench.schema_version"
-LABEL_VENDOR = "org.infbench.vendor"
-LABEL_ENGINE = "org.infbench.engine"
-LABEL_ENGINE_VERSION = "org.infbench.engine.version"
-LABEL_BASE = "org.infbench.base_image"
+from infbench.runtimes.labels import (  # noqa: E402,F401 - re-exported
+    LABEL_BASE,
+    LABEL_ENGINE,
+    LABEL_ENGINE_VERSION,
+    LABEL_SCHEMA,
+    LABEL_VENDOR,
+    LABEL_VERSION,
+)
 
 _ARG = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)=(\S+)", re.M)
 

@@ -138,7 +138,7 @@ class Perplexity(Scenario):
             try:
                 self._fail(it, error, ctx)
             except Exception as exc:  # noqa: BLE001 - the host cannot plan it either: say why
-                from infbench.executors.events import Note
+                from infbench.data.events import Note
 
                 ctx.observer(Note(f"perplexity of {it.model} on {it.engine} ({it.dtype}) not measured: {error}; "
                                   f"{exc}"))
