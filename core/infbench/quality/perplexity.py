@@ -502,7 +502,9 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
     res.engine_info["device_proof"] = getattr(engine, "device_proof", None)
     res.weights = dict(res.engine_info.get("weights") or req.weights.record())
     vocab = tokenizer_source(req.weights)
-    scorer = SCORERS[req.engine](engine, req.n_ctx, req.shape, vocab)
+    own = getattr(engine, "scorer", None)  # an adapter may bring its own scorer (infbench.testing's)
+    scorer = own(req.n_ctx, req.shape, vocab) if callable(own) else SCORERS[req.engine](engine, req.n_ctx, req.shape,
+                                                                                        vocab)
     try:
         res.tokenizer = f"llama.cpp vocabulary of {Path(vocab).name}" if vocab else "Hugging Face tokenizer"
         t1 = time.perf_counter()
