@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from infbench.data.request import split_values  # noqa: F401 - re-exported
 from infbench.errors import ConfigError, suggest
 from infbench.schema import Sweep
 
@@ -31,36 +32,6 @@ MAX_MESSAGE = 2000
 
 _short = reprlib.Repr()
 _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict, _short.maxlevel = 60, 60, 6, 6, 2
-
-
-def split_values(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
-    """Flags may repeat or take comma lists: ``["1,4", "8"]`` -> ``[1, 4, 8]``.
-
-    Args:
-        values: the raw flag values (None or empty: the flag was not given).
-        flag: the flag's name, for the error message.
-        cast: ``str``, ``int`` or ``float``.
-
-    Returns:
-        The items, or None when the flag was not given.
-
-    Raises:
-        ConfigError: an item that is not a number where ``cast`` asks for one.
-    """
-    if not values:
-        return None
-    items = [v.strip() for raw in values for v in raw.split(",") if v.strip()]
-    if not items:
-        raise ConfigError(f"{flag} was given no value (got {', '.join(repr(v) for v in values)[:80]})",
-                          hint=f"give one or more values, e.g. {flag} 1,16,32, or leave the flag out")
-    if cast in (int, float):
-        try:
-            return [cast(v) for v in items]
-        except ValueError:
-            kind = "integers" if cast is int else "numbers"
-            raise ConfigError(f"{flag} takes {kind}, got {_short.repr(', '.join(items))}",
-                              hint=f"e.g. {flag} 1,16,32") from None
-    return items
 
 
 def serving_workload_flags(trace: Any = None, trace_speed: list[float] | None = None, multi_turn: bool = False,

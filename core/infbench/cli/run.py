@@ -27,15 +27,14 @@ from infbench.cli.common import (
     out,
     plugin_manager,
     print_json,
-    split,
     stdout_to_stderr,
     store_for_writing,
     writing,
 )
+from infbench.data.request import RunRequest
 from infbench.data.version import __version__
-from infbench.errors import ConfigError, InfbenchError
+from infbench.errors import InfbenchError
 from infbench.store import StoreError, describe_db_error
-from infbench.sweeps import serving_workload_flags
 
 RUN_HELP = """Run a sweep of cells and store every result.
 
@@ -247,165 +246,85 @@ def run(
                                           "chunks.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
 ) -> None:
-    params = dict(locals())
     from infbench import signals
+    from infbench.data.request import checked_request
 
+    try:
+        req = checked_request(
+        model=model, engine=engine, dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, tp=tp,
+        sweep_file=sweep_file, preset=preset, device=device, store_path=store_path, force=force, warmup=warmup,
+        seed=seed, cell_timeout=cell_timeout, threads=threads, power_interval=power_interval,
+        power_command=power_command, power_watts=power_watts, power_label=power_label, concurrency=concurrency,
+        request_rate=request_rate, burstiness=burstiness, num_requests=num_requests, duration=duration,
+        warmup_requests=warmup_requests, request_timeout=request_timeout, base_url=base_url, api_key_env=api_key_env,
+        endpoint=endpoint, served_model_name=served_model_name, prompt_format=prompt_format, engine_arg=engine_arg,
+        dataset=dataset, max_input_len=max_input_len, max_output_len=max_output_len, trace=trace,
+        trace_speed=trace_speed, multi_turn=multi_turn, think_time=think_time, prefix_len=prefix_len,
+        num_prefixes=num_prefixes, no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
+        slo_e2e=slo_e2e, dry_run=dry_run, write_spec=write_spec, executor=executor,
+        container_runtime=container_runtime, ray_address=ray_address, runtime=runtime, repeat=repeat,
+        price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
+        perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
+    except InfbenchError as exc:
+        fail(exc)
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
     try:
         with signals.terminate_as_interrupt():
-            _run(**params)
+            _run(req)
     except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
         err.print("[yellow]interrupted[/] before any cell was measured")
         raise typer.Exit(signals.exit_status(exc)) from None
 
 
-def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, preset, device, store_path, force,
-         warmup, seed, cell_timeout, threads, power_interval, power_command, power_watts, power_label, concurrency,
-         request_rate, burstiness, num_requests, duration, warmup_requests, request_timeout, base_url, api_key_env,
-         endpoint, served_model_name, prompt_format, engine_arg, dataset, max_input_len, max_output_len, trace,
-         trace_speed, multi_turn, think_time, prefix_len, num_prefixes, no_stream, tokenizer, slo_ttft, slo_tpot,
-         slo_e2e, dry_run, write_spec, executor, container_runtime, ray_address, runtime, repeat, price_per_hour,
-         scrape_interval, find_max, slo_ttft_ms, slo_tpot_ms, goodput, find_max_limit, find_max_probes, perplexity,
-         ppl_n_ctx, ppl_chunks, as_json) -> None:
+def _run(req: RunRequest) -> None:
+    """Prepare (:func:`infbench.orchestrator.prepare`), then write a spec, print a dry run, or
+    run on the chosen executor and print the summary."""
     from infbench import signals
-    from infbench.default_sweep import default_for_run
-    from infbench.detect import detect as do_detect
-    from infbench.engines.options import engine_options
-    from infbench.measure.power import user_power_sampler
-    from infbench.plan import plan as make_plan
-    from infbench.run import RunOptions, provenance
-    from infbench.sweeps import build_sweep
-    from infbench.target import choose_device
+    from infbench.orchestrator import prepare
 
     try:
-        from infbench.cli.serving import run_find_max, slo_seconds
-
-        slo_ttft, slo_tpot = slo_seconds(slo_ttft, slo_ttft_ms, "ttft"), slo_seconds(slo_tpot, slo_tpot_ms, "tpot")
-        if find_max is not None and find_max not in ("rate", "concurrency"):
-            raise ConfigError(f"--find-max takes rate or concurrency, got {find_max!r}",
-                              hint="e.g. --find-max concurrency --slo-ttft-ms 500")
-        if find_max is not None:
-            from infbench.analysis.slo_search import check_workload
-
-            check_workload(trace is not None, no_stream)
-        if find_max == "concurrency" and not concurrency and not request_rate:
-            concurrency = ["1"]                      # the search starts at 1 in flight
-        elif find_max == "rate" and not request_rate and not concurrency:
-            request_rate = ["1"]
-        name, container_runtime = _executor_name(executor, runtime, container_runtime)
-        if power_interval <= 0:
-            raise ConfigError(f"--power-interval must be > 0 s, got {power_interval:g}",
-                              hint="e.g. --power-interval 0.1")
-        pm = plugin_manager()
-        det = do_detect(pm)
-        det.raise_config_errors()
-        # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
-        default = default_for_run(pm, det, preset, sweep_file, device, split(engine, "--engine"), name,
-                                  container_runtime, base_url)
-        if default is not None and not default.user_engines and default.chosen is None and not dry_run:
-            raise default.refusal()
-        from infbench.quality.weights import gguf_native_dtypes
-
-        # On llama.cpp a real GGUF runs at its own type (q4_1...) unless --dtype asks for derived precisions.
-        dtypes = split(dtype, "--dtype")
-        engines_now = split(engine, "--engine") or list((default.fields if default else {}).get("engines")
-                                                        or ["llama.cpp"])
-        if dtypes is None and sweep_file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
-            dtypes = gguf_native_dtypes(split(model, "--model"))
-        if perplexity is not None:
-            from infbench.quality.perplexity import read_text
-
-            read_text(perplexity)
-        sweep = build_sweep(
-            preset, sweep_file, base=default.fields if default else None, models=split(model, "--model"),
-            engines=split(engine, "--engine"),
-            dtypes=dtypes, batch=split(batch, "--batch", int),
-            input_len=split(input_len, "--input-len", int), output_len=split(output_len, "--output-len", int),
-            tensor_parallel_size=split(tp, "--tensor-parallel-size", int), warmup=warmup, seed=seed,
-            cell_timeout_s=cell_timeout, concurrency=split(concurrency, "--concurrency", int),
-            request_rate=split(request_rate, "--request-rate", float), burstiness=burstiness,
-            num_requests=num_requests, duration_s=duration, warmup_requests=warmup_requests,
-            request_timeout_s=request_timeout, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, slo_e2e_s=slo_e2e,
-            dataset=str(dataset) if dataset else None, dataset_max_input_len=max_input_len,
-            dataset_max_output_len=max_output_len, repeat=repeat, **serving_workload_flags(
-                trace, split(trace_speed, "--trace-speed", float), multi_turn, think_time, prefix_len,
-                num_prefixes, no_stream, tokenizer))
-        fleet = None
-        if name == "ray":
-            fleet, plans, endpoint_opts = _fleet_plans(sweep, pm, device, ray_address)
-            the_plan, dev = plans[0], plans[0].device
-        else:
-            dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
-            the_plan = make_plan(sweep, dev, pm)
-            plans = [the_plan]
-        if find_max is not None:
-            from infbench.analysis.slo_search import SloTarget
-            from infbench.scenarios.find_max import find_max_plan
-
-            if len(plans) > 1:
-                raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
-                                  hint="pick one with --device")
-            the_plan = find_max_plan(the_plan, find_max, SloTarget(ttft_s=slo_ttft, tpot_s=slo_tpot, goodput=goodput),
-                                     find_max_limit, find_max_probes)
-            plans = [the_plan]
-        for w in dict.fromkeys(w for p in plans for w in p.warnings):
-            err.print(f"[yellow]warning:[/] {w}")
-        cells = [c for p in plans for c in p.cells]
-        eopts = engine_options(engine_arg, n_threads=threads, endpoint=endpoint, served_model=served_model_name,
-                               prompt_format=prompt_format, tokenizer=tokenizer, **endpoint_opts)
-        check_engine_args(pm, sweep.engines, engine_arg)
-        if write_spec is not None:
-            from infbench.worker import write_spec as _write_spec
-
-            if len(plans) > 1:
-                raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(plans)} "
-                                  "device types", hint="pick one with --device")
-
-            with writing(write_spec, "--write-spec"):
-                wspec = _write_spec(the_plan, write_spec, RunOptions(
-                    cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval, slo=sweep.slo(),
-                    engine_options=eopts, server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour))
-            if as_json:
-                print_json({"spec": str(write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
-            else:
-                out.print(f"wrote worker spec {write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
-            return
-        if dry_run:
-            _print_dry_run(plans, as_json, fleet, default)
-            if default is not None and not default.user_engines and default.chosen is None:
-                raise default.refusal()
-            return
-        if default is not None:
-            _print_default_notes(default)  # on stderr, also with --json
-        from infbench.executors import choose_executor
-
-        if price_per_hour is not None and price_per_hour < 0:
-            raise ConfigError(f"--price-per-hour must be >= 0 USD, got {price_per_hour}")
-        prov = provenance(det, pm)
-        ex_notes: list[str] = []
-        ray_opts = {"ray_address": ray_address, "fleet": fleet} if name == "ray" else {}
-        ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime, **ray_opts)
-        for n in ex_notes:
+        prep = prepare(req, plugin_manager())
+        for n in prep.notes:
             err.print(f"[yellow]note:[/] {escape(n)}")
-        if ex.name != "inprocess" and (power_command or power_watts is not None):
-            raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
-                              f"the {ex.name} executor's workers", hint="add --executor inprocess")
-        override = user_power_sampler(power_command, power_watts, power_label)
+        prep.notes.clear()
+        for w in prep.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+        cells = prep.cells()
+        if req.write_spec is not None:
+            with writing(req.write_spec, "--write-spec"):
+                wspec = prep.write_spec()
+            if req.as_json:
+                print_json({"spec": str(req.write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
+            else:
+                out.print(f"wrote worker spec {req.write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
+            return
+        if req.dry_run:
+            _print_dry_run(prep.plans, req.as_json, prep.fleet, prep.default)
+            if prep.refused():
+                raise prep.default.refusal()
+            return
+        if prep.default is not None:
+            _print_default_notes(prep.default)  # on stderr, also with --json
+        ex = prep.executor()
+        for n in prep.notes:
+            err.print(f"[yellow]note:[/] {escape(n)}")
     except InfbenchError as exc:
         fail(exc)
-    store = store_for_writing(store_path)
-    opts = RunOptions(force=force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=power_interval,
-                      engine_options=eopts, slo=sweep.slo(), power_override=override,
-                      server_metrics_interval_s=scrape_interval, price_per_hour=price_per_hour)
-    if find_max is not None:
-        run_find_max(the_plan, store, opts, ex, find_max, slo_ttft, slo_tpot, goodput, find_max_limit,
-                     find_max_probes, as_json)
+    store = store_for_writing(req.store_path)
+    opts, as_json = prep.options, req.as_json
+    if req.find_max is not None:
+        from infbench.cli.serving import run_find_max
+
+        run_find_max(prep.plan, store, opts, ex, req.find_max, req.slo_ttft_s(), req.slo_tpot_s(), req.goodput,
+                     req.find_max_limit, req.find_max_probes, as_json)
         return
     if not as_json:
+        dev, fleet = prep.device, prep.fleet
         where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
             f", on {ex.name}" if ex.name != "inprocess" else "")
         if fleet is not None:
-            types = "; ".join(f"{p.device.vendor} ({p.device.model})" for p in plans)
+            types = "; ".join(f"{p.device.vendor} ({p.device.model})" for p in prep.plans)
             out.print(f"infbench {__version__}: {len(cells)} cell(s) on {types}, over the {len(fleet.nodes)} "
                       f"node(s) of the Ray cluster {fleet.address}, store {store.path}")
         else:
@@ -417,7 +336,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
     observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
     try:
         with progress, stdout_to_stderr(as_json):
-            summary = ex.run(plans if fleet is not None else the_plan, store, opts, observer)
+            summary = ex.run(prep.plans if prep.fleet is not None else prep.plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
     except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
@@ -428,28 +347,14 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
             _print_interrupted(store, as_json, exc)
         raise typer.Exit(signals.exit_status(exc)) from None
     quality = None
-    if perplexity is not None:
+    if req.perplexity is not None:
         from infbench.cli.quality import perplexity_after_run
 
-        quality = perplexity_after_run(the_plan, perplexity, store, pm, ex, opts, ppl_n_ctx, ppl_chunks, as_json)
+        quality = perplexity_after_run(prep.plan, req.perplexity, store, prep.pm, ex, opts, req.ppl_n_ctx,
+                                       req.ppl_chunks, as_json)
     _print_summary(store, summary, as_json, quality)
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
-
-
-def check_engine_args(pm: Any, engines: list[str], engine_arg: list[str] | None) -> None:
-    """Refuse ``--engine-arg`` keys that no engine of the sweep reads
-    (:func:`infbench.engines.options.unknown_engine_args`).
-
-    Raises:
-        ConfigError: naming the unknown keys, the closest known ones and each engine's keys.
-    """
-    from infbench.engines.options import parse_engine_args, unknown_engine_args
-    from infbench.registry import engine_specs
-
-    if not engine_arg:
-        return
-    unknown_engine_args(engine_specs(pm), engines, list(parse_engine_args(engine_arg)))
 
 
 def _print_interrupted(store: Any, as_json: bool, exc: BaseException) -> None:
@@ -503,26 +408,6 @@ def _print_default_notes(default: Any) -> None:
                           (f"; install: {escape(c.fix)}" if c.fix else ""))
 
 
-def _fleet_plans(sweep: Any, pm: Any, device: str | None, ray_address: str | None) -> tuple[Any, list[Any], dict]:
-    """``--executor ray``: detect the fleet, select its device types (``--device``) and
-    plan the sweep once per type.
-
-    Raises:
-        ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
-            with a selected device, or a plan error.
-    """
-    from infbench.executors.ray import detect_fleet
-    from infbench.fleet import plan_fleet
-    from infbench.registry import engine_specs
-
-    specs = engine_specs(pm)
-    if any(e in specs and specs[e].any_model for e in sweep.engines):
-        raise ConfigError("a remote endpoint (--engine openai) is measured from one place, not from a Ray cluster",
-                          hint="use --executor inprocess")
-    fleet = detect_fleet(ray_address)
-    return fleet, plan_fleet(sweep, fleet.select(device), pm), {"base_url": None, "api_key_env": None}
-
-
 def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: Any = None) -> None:
     """The planned cells: one plan per device type (several on a Ray fleet), with the
     default sweep's engine choice when the device's default sweep is used."""
@@ -548,28 +433,6 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
             out.print(f"  [bold]{g.label()}[/]")
             for c in g.cells:
                 out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
-
-
-def _executor_name(executor: str | None, runtime: str | None, container_runtime: str | None
-                   ) -> tuple[str, str | None]:
-    """``--executor`` and ``--container-runtime``, with the deprecated ``--runtime`` mapped
-    onto them (and a note saying so).
-
-    Raises:
-        ConfigError: both ``--runtime`` and ``--executor``, or an unknown ``--runtime``.
-    """
-    from infbench.executors import RUNTIME_ALIASES
-
-    if runtime is None:
-        return executor or "auto", container_runtime
-    if executor is not None:
-        raise ConfigError("give --executor, not both --executor and --runtime (its old name)")
-    if runtime not in RUNTIME_ALIASES:
-        raise ConfigError(f"unknown runtime {runtime!r}", hint=f"choose one of: {', '.join(RUNTIME_ALIASES)}")
-    name, rt = RUNTIME_ALIASES[runtime]
-    new = f"--executor {name}" + (f" --container-runtime {rt}" if rt else "")
-    err.print(f"[yellow]note:[/] --runtime {runtime} is deprecated; it means `{new}`")
-    return name, rt or container_runtime
 
 
 def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:

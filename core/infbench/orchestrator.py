@@ -1,0 +1,244 @@
+"""``infbench run`` from a :class:`~infbench.data.request.RunRequest` to a started run:
+detect -> default sweep -> sweep -> plan (one per device type on a Ray fleet) -> scenario
+(a sweep, ``--find-max``) -> run options -> executor. :mod:`infbench.cli.run` turns the
+flags into the request and prints what comes back; everything it decides is here.
+
+:func:`prepare` checks everything it can before anything is stored or started and raises
+:class:`~infbench.errors.ConfigError` (exit 2) for bad input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infbench.data.plan import Plan
+from infbench.data.request import RunRequest
+from infbench.data.run import RunOptions
+from infbench.errors import ConfigError
+from infbench.plugins import PluginManager
+from infbench.schema import DeviceInfo, Sweep
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to start (see :func:`prepare`).
+
+    Attributes:
+        request: what was asked.
+        pm: the plugin manager.
+        detection: this host's :class:`~infbench.detect.Detection`.
+        default: the device's default sweep (:class:`~infbench.default_sweep.DefaultSweep`)
+            when no ``--preset``/``--sweep`` was given, else None.
+        sweep: the validated :class:`~infbench.schema.Sweep`.
+        plans: one :class:`~infbench.data.plan.Plan` per device type (several on a Ray fleet);
+            with ``--find-max`` one plan whose scenario is the search.
+        fleet: the Ray fleet (``--executor ray``), else None.
+        executor_name: ``auto``, ``inprocess``, ``container`` or ``ray``.
+        container_runtime: ``docker``, ``apptainer`` or None.
+        options: the run's knobs (everything but ``power_override``, set by :meth:`executor`).
+        warnings: what the plans warn about (positions past the model's context...).
+        notes: lines for the user (``--runtime`` is deprecated, ...).
+    """
+
+    request: RunRequest
+    pm: PluginManager
+    detection: Any
+    default: Any
+    sweep: Sweep
+    plans: list[Plan]
+    fleet: Any
+    executor_name: str
+    container_runtime: str | None
+    options: RunOptions
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def plan(self) -> Plan:
+        """The first (on one host: the only) plan."""
+        return self.plans[0]
+
+    @property
+    def device(self) -> DeviceInfo:
+        """The device of the first plan."""
+        return self.plans[0].device
+
+    def cells(self) -> list[Any]:
+        """Every planned cell, in run order."""
+        return [c for p in self.plans for c in p.cells]
+
+    def refused(self) -> bool:
+        """Whether the default sweep found no engine that runs on the device here."""
+        d = self.default
+        return d is not None and not d.user_engines and d.chosen is None
+
+    def write_spec(self) -> Any:
+        """Write the worker spec of the plan to ``--write-spec`` (atomically, refusing the
+        store's path) and return it (:class:`~infbench.data.worker.WorkerSpec`).
+
+        Raises:
+            ConfigError: a sweep planned for several device types.
+        """
+        from infbench.data.worker import write_spec
+
+        if len(self.plans) > 1:
+            raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
+                              "device types", hint="pick one with --device")
+        return write_spec(self.plan, self.request.write_spec, self.options)
+
+    def executor(self) -> Any:
+        """The executor (:func:`infbench.executors.choose_executor`), with the user's power
+        source in :attr:`options` (``--power-command``/``--power-watts``); its notes go to
+        :attr:`notes`.
+
+        Raises:
+            ConfigError: an executor not usable here, or a user power source with an
+                executor that measures in another process.
+        """
+        from infbench.executors import choose_executor
+        from infbench.measure.power import user_power_sampler
+        from infbench.run import provenance
+
+        r = self.request
+        extra = {"ray_address": r.ray_address, "fleet": self.fleet} if self.executor_name == "ray" else {}
+        ex = choose_executor(self.executor_name, self.device, self.sweep.engines, self.pm,
+                             provenance(self.detection, self.pm), self.notes, self.container_runtime, **extra)
+        if ex.name != "inprocess" and (r.power_command or r.power_watts is not None):
+            raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
+                              f"the {ex.name} executor's workers", hint="add --executor inprocess")
+        self.options.power_override = user_power_sampler(r.power_command, r.power_watts, r.power_label)
+        return ex
+
+
+def executor_name(r: RunRequest, notes: list[str]) -> tuple[str, str | None]:
+    """``--executor`` and ``--container-runtime``, with the deprecated ``--runtime`` mapped
+    onto them (a note says so).
+
+    Raises:
+        ConfigError: an unknown ``--runtime``.
+    """
+    from infbench.executors import RUNTIME_ALIASES
+
+    if r.runtime is None:
+        return r.executor or "auto", r.container_runtime
+    if r.runtime not in RUNTIME_ALIASES:
+        raise ConfigError(f"unknown runtime {r.runtime!r}", hint=f"choose one of: {', '.join(RUNTIME_ALIASES)}")
+    name, rt = RUNTIME_ALIASES[r.runtime]
+    new = f"--executor {name}" + (f" --container-runtime {rt}" if rt else "")
+    notes.append(f"--runtime {r.runtime} is deprecated; it means `{new}`")
+    return name, rt or r.container_runtime
+
+
+def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
+    """The :class:`~infbench.schema.Sweep` of a request: preset or sweep file, the default
+    sweep's fields, then the flags; on llama.cpp a real GGUF runs at its own type (``q4_1``...)
+    unless ``--dtype`` asks for derived precisions.
+
+    Raises:
+        ConfigError: a bad flag value, sweep file or combination.
+    """
+    from infbench.quality.weights import gguf_native_dtypes
+    from infbench.sweeps import build_sweep, serving_workload_flags
+
+    concurrency, request_rate = r.strs("concurrency"), r.strs("request_rate")
+    if r.find_max == "concurrency" and not concurrency and not request_rate:
+        concurrency = ["1"]                      # the search starts at 1 in flight
+    elif r.find_max == "rate" and not request_rate and not concurrency:
+        request_rate = ["1"]
+    dtypes = r.strs("dtype")
+    engines_now = r.strs("engine") or list((default.fields if default else {}).get("engines") or ["llama.cpp"])
+    if dtypes is None and r.sweep_file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
+        dtypes = gguf_native_dtypes(r.strs("model"))
+    from infbench.data.request import split_values
+
+    return build_sweep(
+        r.preset, r.sweep_file, base=default.fields if default else None, models=r.strs("model"),
+        engines=r.strs("engine"), dtypes=dtypes, batch=r.ints("batch"), input_len=r.ints("input_len"),
+        output_len=r.ints("output_len"), tensor_parallel_size=r.ints("tp"), warmup=r.warmup, seed=r.seed,
+        cell_timeout_s=r.cell_timeout, concurrency=split_values(concurrency, "--concurrency", int),
+        request_rate=split_values(request_rate, "--request-rate", float), burstiness=r.burstiness,
+        num_requests=r.num_requests, duration_s=r.duration, warmup_requests=r.warmup_requests,
+        request_timeout_s=r.request_timeout, slo_ttft_s=r.slo_ttft_s(), slo_tpot_s=r.slo_tpot_s(),
+        slo_e2e_s=r.slo_e2e, dataset=str(r.dataset) if r.dataset else None, dataset_max_input_len=r.max_input_len,
+        dataset_max_output_len=r.max_output_len, repeat=r.repeat, **serving_workload_flags(
+            r.trace, r.floats("trace_speed"), r.multi_turn, r.think_time, r.prefix_len, r.num_prefixes,
+            r.no_stream, r.tokenizer))
+
+
+def fleet_plans(sweep: Sweep, pm: PluginManager, device: str | None, ray_address: str | None
+                ) -> tuple[Any, list[Plan]]:
+    """``--executor ray``: detect the fleet, select its device types (``--device``) and plan
+    the sweep once per type.
+
+    Raises:
+        ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
+            with a selected device, or a plan error.
+    """
+    from infbench.executors.ray import detect_fleet
+    from infbench.fleet import plan_fleet
+    from infbench.registry import engine_specs
+
+    specs = engine_specs(pm)
+    if any(e in specs and specs[e].any_model for e in sweep.engines):
+        raise ConfigError("a remote endpoint (--engine openai) is measured from one place, not from a Ray cluster",
+                          hint="use --executor inprocess")
+    fleet = detect_fleet(ray_address)
+    return fleet, plan_fleet(sweep, fleet.select(device), pm)
+
+
+def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
+    """Detect, choose the default sweep, build and plan the sweep, and set the scenario
+    (``--find-max``) and the run options; nothing is stored or started.
+
+    Raises:
+        ConfigError, EngineUnavailable: bad input (exit 2), with what to do; a default sweep
+            with no usable engine (unless ``--dry-run``, which shows why).
+    """
+    from infbench.analysis.slo_search import SloTarget, check_workload
+    from infbench.default_sweep import default_for_run
+    from infbench.detect import detect
+    from infbench.engines.options import engine_options, parse_engine_args, unknown_engine_args
+    from infbench.plan import plan as make_plan
+    from infbench.registry import engine_specs
+    from infbench.scenarios.find_max import find_max_plan
+    from infbench.target import choose_device
+
+    notes: list[str] = []
+    if r.find_max is not None:
+        check_workload(r.trace is not None, r.no_stream)
+    name, container_runtime = executor_name(r, notes)
+    det = detect(pm)
+    det.raise_config_errors()
+    # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
+    default = default_for_run(pm, det, r.preset, r.sweep_file, r.device, r.strs("engine"), name, container_runtime,
+                              r.base_url)
+    if default is not None and not default.user_engines and default.chosen is None and not r.dry_run:
+        raise default.refusal()
+    if r.perplexity is not None:
+        from infbench.quality.perplexity import read_text
+
+        read_text(r.perplexity)
+    sweep = build_request_sweep(r, default)
+    fleet = None
+    if name == "ray":
+        fleet, plans = fleet_plans(sweep, pm, r.device, r.ray_address)
+        endpoint_opts: dict[str, Any] = {"base_url": None, "api_key_env": None}
+    else:
+        dev, endpoint_opts = choose_device(det, sweep.engines, pm, r.device, r.base_url, r.api_key_env)
+        plans = [make_plan(sweep, dev, pm)]
+    if r.find_max is not None:
+        if len(plans) > 1:
+            raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
+                              hint="pick one with --device")
+        slo = SloTarget(ttft_s=r.slo_ttft_s(), tpot_s=r.slo_tpot_s(), goodput=r.goodput)
+        plans = [find_max_plan(plans[0], r.find_max, slo, r.find_max_limit, r.find_max_probes)]
+    eopts = engine_options(r.engine_arg, n_threads=r.threads, endpoint=r.endpoint, served_model=r.served_model_name,
+                           prompt_format=r.prompt_format, tokenizer=r.tokenizer, **endpoint_opts)
+    if r.engine_arg:
+        unknown_engine_args(engine_specs(pm), sweep.engines, list(parse_engine_args(r.engine_arg)))
+    opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
+                      engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
+                      price_per_hour=r.price_per_hour)
+    warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
+    return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)
