@@ -106,12 +106,13 @@ def _names(cs: list[EngineSupport]) -> list[str]:
 
 
 def plugin_default(pm: Any, device: DeviceInfo) -> tuple[dict[str, Any] | None, str]:
-    """The first plugin answer to ``infbench_default_sweep(device)`` and the plugin's name,
-    or ``(None, "core")``. A plugin that raises is skipped."""
-    for plugin, result, exc in pm.call_each("infbench_default_sweep", device=device):
-        if exc is None and result is not None:
-            return dict(result), plugin
-    return None, "core"
+    """The first plugin answer to ``infbench_default_sweep(device)`` as sweep fields
+    (:func:`infbench.registry.default_sweep_answer`) and the plugin's name, or
+    ``(None, "core")``. A plugin that raises is skipped."""
+    from infbench.registry import default_sweep_answer
+
+    answer, plugin = default_sweep_answer(pm, device)
+    return (answer.fields() if answer is not None else None), plugin
 
 
 def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: list[str] | None = None,

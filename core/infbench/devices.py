@@ -93,13 +93,17 @@ def match_device(specs: list[DeviceSpec], device: DeviceInfo) -> DeviceSpec | No
 
 
 def device_limits(pm: PluginManager, device: DeviceInfo) -> dict | None:
-    """Per-device limits of ``device``: a plugin's ``infbench_device_info`` answer, else
-    the catalog entry matching its model name (:meth:`DeviceSpec.per_device`), else None."""
-    info = pm.hook.infbench_device_info(device=device)
-    if info is not None:
-        return info
-    spec = match_device(catalog(pm), device)
-    return spec.per_device() if spec else None
+    """Per-device limits of ``device`` as a dict (:meth:`~infbench.data.contract.DeviceLimits.as_info`):
+    a plugin's ``infbench_device_info`` answer, else the core's default, the catalog entry
+    matching its model name (:mod:`infbench.platforms.defaults`), else None.
+
+    Raises:
+        ConfigError: a plugin's answer that is not a valid :class:`~infbench.data.contract.DeviceLimits`.
+    """
+    from infbench.data.contract import DeviceLimits, as_model
+
+    info = as_model(DeviceLimits, pm.hook.infbench_device_info(device=device), "infbench_device_info")
+    return info.as_info() if info is not None else None
 
 
 @cache

@@ -30,7 +30,13 @@ optional ``PowerSampler.read_channels()`` (telemetry channels read with power: u
 clocks, temperature, throttle reasons, as :class:`~infbench.schema.ChannelReading`) and lets
 a ``StreamSampler`` line parser return channel readings; 1.6 adds the optional ``options`` and
 ``native_options`` of ``EngineSpec`` (the ``--engine-arg`` keys an adapter reads; unknown
-keys are refused).
+keys are refused); 1.7 types the three hooks that returned dicts (``infbench_device_info`` ->
+:class:`~infbench.data.contract.DeviceLimits`, ``infbench_container_spec`` ->
+:class:`~infbench.data.contract.ContainerSpec`, ``infbench_default_sweep`` ->
+:class:`~infbench.data.contract.DefaultSweepAnswer`; a dict with the same fields is still
+accepted and validated), and makes the core's defaults ``trylast`` implementations inside
+pluggy (:mod:`infbench.platforms.defaults`: launch from the engine's factory, the catalog's
+limits, every precision, no power source).
 """
 
 from __future__ import annotations
@@ -39,13 +45,17 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
+from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, DeviceLimits
+
+__all__ = ["CONTRACT_VERSION", "ContainerSpec", "DefaultSweepAnswer", "DeviceLimits", "hookimpl", "hookspec"]
+
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.data.engine import Engine, EngineSpec
     from infbench.measure.power import PowerSampler
     from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.6"
+CONTRACT_VERSION = "1.7"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -72,18 +82,18 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 
 
 @hookspec(firstresult=True)
-def infbench_device_info(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_device_info(device: DeviceInfo) -> DeviceLimits | None:
     """Describe the hardware limits of ``device`` for the roofline and reports.
 
-    A plugin with a catalog need not implement this: when no plugin answers, the core
-    matches ``device.model`` against the catalog (:func:`infbench.devices.device_limits`).
+    A plugin with a catalog need not implement this: the core's ``trylast`` default matches
+    ``device.model`` against every plugin's catalog (:mod:`infbench.platforms.defaults`).
 
     Returns:
-        A dict with any of ``memory_bandwidth_bytes_s`` (B/s), ``peak_flops``
-        (mapping precision class -> dense FLOP/s), ``memory_bytes`` (B), ``tdp_w`` (W),
-        ``link_bytes_s`` (device-to-device B/s, one direction; since 1.2) and ``source``
-        (where the numbers come from), or ``None`` if the plugin does not own
-        ``device`` or does not know it.
+        A :class:`~infbench.data.contract.DeviceLimits` (``memory_bandwidth_bytes_s`` in B/s,
+        ``peak_flops`` precision class -> dense FLOP/s, ``memory_bytes`` in B, ``tdp_w`` in W,
+        ``link_bytes_s`` device-to-device B/s one direction, ``source``; since 1.7, a dict of
+        those fields before), or ``None`` if the plugin does not own ``device`` or does not
+        know it.
     """
 
 
@@ -128,8 +138,8 @@ def infbench_engines() -> list[EngineSpec]:
 def infbench_launch_engine(engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine | None:
     """Create (not yet start) the engine adapter ``engine`` for ``device``.
 
-    The core's own implementation runs last and builds the adapter from its
-    :class:`~infbench.engines.base.EngineSpec`; a plugin implements this hook only to
+    The core's own implementation runs last (``trylast``, :mod:`infbench.platforms.defaults`)
+    and builds the adapter from its :class:`~infbench.data.engine.EngineSpec`; a plugin implements this hook only to
     customise the adapter for its hardware (environment, device selection). Return
     ``None`` to leave the choice to the next plugin.
 
@@ -141,11 +151,12 @@ def infbench_launch_engine(engine: str, device: DeviceInfo, options: dict[str, A
 
 
 @hookspec(firstresult=True)
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The container in which ``engine`` runs on ``device``, for the docker SDK.
 
     Returns:
-        A dict with ``image`` and any of ``device_requests``, ``devices``, ``runtime``,
+        A :class:`~infbench.data.contract.ContainerSpec` (since 1.7; before, a dict of its
+        fields) with ``image`` and any of ``device_requests``, ``devices``, ``runtime``,
         ``environment``, ``ipc_mode``, ``shm_size``, ``ulimits``, ``cap_add``,
         ``group_add``, ``security_opt``, ``privileged``, ``network_mode``, ``user``
         (keyword arguments of ``docker.containers.run``), and optionally
@@ -161,11 +172,12 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
 
 
 @hookspec(firstresult=True)
-def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """What a bare ``infbench run`` measures on ``device`` (since 1.4).
 
     Returns:
-        A dict of :class:`~infbench.schema.Sweep` fields, optionally with ``preset``
+        A :class:`~infbench.data.contract.DefaultSweepAnswer` (since 1.7; before, a dict) of
+        :class:`~infbench.schema.Sweep` fields, optionally with ``preset``
         (a name from :data:`infbench.plan.PRESETS` whose fields the others override) and
         ``description`` (one line for ``--dry-run``). ``engines`` lists the engines in
         order of preference: the core takes the first one that runs here, trying the
@@ -174,8 +186,8 @@ def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
         (:func:`infbench.default_sweep.default_sweep`). ``None`` for a device this
         plugin does not own. Example (the GPU plugins)::
 
-            {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
-             "dtypes": ["bf16"], "description": "LLM-Inference-Bench corner"}
+            DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"],
+                               dtypes=["bf16"], description="LLM-Inference-Bench corner")
     """
 
 

@@ -23,6 +23,9 @@ BUILTIN_PLUGINS = {
     "cpu": "infbench.platforms.cpu",
     "engines": "infbench.engines.builtin",
 }
+#: The module of the core's ``trylast`` hook implementations (:class:`CoreDefaults`), the
+#: built-in plugin ``core``.
+CORE_DEFAULTS = "infbench.platforms.defaults"
 
 
 @dataclass
@@ -102,6 +105,11 @@ def build_plugin_manager() -> PluginManager:
         module = importlib.import_module(modpath)
         pm.register(module, name=name)
         info.hooks = _hooks_of(pm, module)
+    if "core" not in blocked:  # the core's trylast defaults, answering last; loaded by name like the built-ins
+        defaults = importlib.import_module(CORE_DEFAULTS).CoreDefaults(pm)
+        pm.infos["core"] = PluginInfo("core", CORE_DEFAULTS, "infbench", version)
+        pm.register(defaults, name="core")
+        pm.infos["core"].hooks = _hooks_of(pm, defaults)
     for ep in md.entry_points(group=ENTRY_POINT_GROUP):
         dist = ep.dist.name if ep.dist else "?"
         ver = ep.dist.version if ep.dist else "?"

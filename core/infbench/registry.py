@@ -6,6 +6,8 @@
   availability table share;
 * :func:`device_precisions`: the precision classes a device supports;
 * :func:`device_backends`: which builds of the engine libraries run on a device;
+* :func:`container_spec`, :func:`default_sweep_answer`: the typed answers of those hooks
+  (a dict from an older plugin validated into the model);
 * :data:`PERPLEXITY_TWIN`: the in-process engine that scores a server engine's model.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, as_model
 from infbench.data.engine import EngineSpec
 from infbench.errors import ConfigError, EngineUnavailable, suggest
 from infbench.plugins import PluginManager
@@ -95,3 +98,30 @@ def device_backends(pm: Any, device: DeviceInfo) -> DeviceBackends | None:
         return raw if isinstance(raw, DeviceBackends) else DeviceBackends(**raw)
     except Exception:  # noqa: BLE001 - a broken plugin answer is no answer
         return None
+
+
+def container_spec(pm: Any, device: DeviceInfo, engine: str) -> ContainerSpec | None:
+    """The device plugin's worker image for ``engine`` (``infbench_container_spec``, a dict
+    answer of an older plugin validated into :class:`~infbench.data.contract.ContainerSpec`),
+    or None when no plugin has one.
+
+    Raises:
+        ConfigError: a plugin's answer that is not a valid container spec.
+    """
+    return as_model(ContainerSpec, pm.hook.infbench_container_spec(device=device, engine=engine),
+                    "infbench_container_spec")
+
+
+def default_sweep_answer(pm: Any, device: DeviceInfo) -> tuple[DefaultSweepAnswer | None, str]:
+    """The first plugin answer to ``infbench_default_sweep(device)`` (validated into
+    :class:`~infbench.data.contract.DefaultSweepAnswer`) and the plugin's name, or
+    ``(None, "core")``. A plugin that raises or answers something invalid is skipped."""
+    from infbench.errors import InfbenchError
+
+    for plugin, result, exc in pm.call_each("infbench_default_sweep", device=device):
+        if exc is None and result is not None:
+            try:
+                return as_model(DefaultSweepAnswer, result, f"plugin {plugin}'s infbench_default_sweep"), plugin
+            except InfbenchError:
+                continue
+    return None, "core"

@@ -434,16 +434,18 @@ def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: s
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
     apptainer; or the one ``container_runtime`` names) and the image is built with this
     store schema. None when the plugin has no image for the engine."""
-    try:
-        spec = pm.hook.infbench_container_spec(device=device, engine=engine)
-    except Exception:  # noqa: BLE001
-        spec = None
-    if not spec or not spec.get("image"):
-        return None
     from infbench.errors import InfbenchError
+    from infbench.registry import container_spec
+
+    try:
+        spec = container_spec(pm, device, engine)
+    except Exception:  # noqa: BLE001 - a broken plugin answer is no image
+        spec = None
+    if spec is None:
+        return None
     from infbench.runtimes import detect_container_runtime
 
-    image = spec["image"]
+    image = spec.image
     build = f"infbench containers build --vendor {device.vendor}"
     try:
         rt = detect_container_runtime(container_runtime)
@@ -474,18 +476,18 @@ def image_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""
-    from infbench.registry import engine_specs
+    from infbench.registry import container_spec, engine_specs
 
     by_image: dict[str, list[str]] = {}
     for name, spec in engine_specs(pm).items():
         if device.vendor not in spec.platforms:
             continue
         try:
-            cs = pm.hook.infbench_container_spec(device=device, engine=name)
-        except Exception:  # noqa: BLE001
+            cs = container_spec(pm, device, name)
+        except Exception:  # noqa: BLE001 - a broken plugin answer is no image
             cs = None
-        if cs and cs.get("image"):
-            by_image.setdefault(cs["image"], []).append(name)
+        if cs is not None:
+            by_image.setdefault(cs.image, []).append(name)
     out = []
     for engines in by_image.values():
         s = image_support(pm, device, engines[0])

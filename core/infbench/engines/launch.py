@@ -12,7 +12,8 @@ from infbench.schema import DeviceInfo
 
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
     """Create (not start) the adapter of ``engine`` for ``device``: a plugin's
-    ``infbench_launch_engine`` if one answers, else the engine's registered factory.
+    ``infbench_launch_engine`` if one answers, else the core's default, the engine's registered
+    factory (:class:`infbench.platforms.defaults.CoreDefaults`).
 
     Args:
         pm: the plugin manager.
@@ -25,10 +26,5 @@ def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str
     """
     eng = pm.hook.infbench_launch_engine(engine=engine, device=device, options=options)
     if eng is None:
-        from infbench.registry import engine_specs
-
-        spec = engine_specs(pm).get(engine)
-        if spec is None or spec.factory is None:
-            raise ConfigError(f"no plugin can launch engine {engine!r}")
-        eng = spec.factory(device, options)
+        raise ConfigError(f"no plugin can launch engine {engine!r}", hint="see `infbench plugins` for the engines")
     return eng

@@ -123,7 +123,9 @@ def _auto_runtime(device: Any, engines: list[str], pm: Any, notes: list[str] | N
     """The container runtime ``auto`` uses, or None for in-process (see :func:`choose_executor`)."""
     if device.vendor == "cpu" or device.kind == "remote":
         return None
-    specs = [pm.hook.infbench_container_spec(device=device, engine=e) for e in engines]
+    from infbench.registry import container_spec
+
+    specs = [container_spec(pm, device, e) for e in engines]
     if not all(specs):
         return None
     from infbench.errors import InfbenchError
@@ -134,7 +136,7 @@ def _auto_runtime(device: Any, engines: list[str], pm: Any, notes: list[str] | N
         return None
     try:
         for s in specs:
-            rt.check_image(s["image"])
+            rt.check_image(s.image)  # type: ignore[union-attr]
     except InfbenchError as exc:
         if notes is not None:
             notes.append(f"running in-process, not in the {rt.name} worker image: {exc.message} ({exc.hint})")

@@ -45,17 +45,20 @@ from infbench.store import Store
 __all__ = ["ContainerExecutor", "container_spec", "read_no_follow"]
 
 def container_spec(pm: Any, device: Any, engine: str) -> dict[str, Any]:
-    """The plugin's container spec for ``engine`` on ``device``.
+    """The plugin's container spec for ``engine`` on ``device``, as the container runtimes
+    take it (:meth:`~infbench.data.contract.ContainerSpec.as_dict`).
 
     Raises:
         ConfigError: no plugin provides an image for this engine on this device.
     """
-    spec = pm.hook.infbench_container_spec(device=device, engine=engine)
-    if not spec or not spec.get("image"):
+    from infbench.registry import container_spec as typed
+
+    spec = typed(pm, device, engine)
+    if spec is None:
         raise ConfigError(f"no worker image for engine {engine} on {device.vendor} ({device.model})",
                           hint="run it in-process with --executor inprocess, or use an engine the plugin's images "
                                "carry (`infbench containers list`)")
-    return dict(spec)
+    return spec.as_dict()
 
 
 def _local_paths(cells: list[Cell]) -> list[str]:

@@ -575,7 +575,8 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
 
 
 def device_power_sampler(pm: Any, device: Any) -> PowerSampler:
-    """The device plugin's sampler, or :class:`NoPower` with the reason."""
+    """The device plugin's sampler, or :class:`NoPower` with the reason (the core's default
+    answer when no plugin reads the device, :mod:`infbench.platforms.defaults`)."""
     try:
         s = pm.hook.infbench_power_sampler(device=device)
     except Exception as exc:  # noqa: BLE001

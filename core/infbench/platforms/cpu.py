@@ -29,7 +29,7 @@ from pathlib import Path
 
 import psutil
 
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
 from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
 from infbench.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 
@@ -287,11 +287,11 @@ def infbench_detect() -> list[DeviceInfo]:
 
 
 @hookimpl
-def infbench_device_info(device: DeviceInfo) -> dict | None:
+def infbench_device_info(device: DeviceInfo) -> DeviceLimits | None:
     """The host CPU's theoretical peaks with its attainable rates beside them (:func:`cpu_limits`)."""
     if device.vendor != "cpu":
         return None
-    return cpu_limits(device)
+    return DeviceLimits(**cpu_limits(device))
 
 
 @hookimpl
@@ -400,11 +400,11 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
 
 
 @hookimpl
-def infbench_default_sweep(device: DeviceInfo) -> dict | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """The ``quick`` preset: smollm2-135m with dummy weights on llama.cpp, about a minute on 2 cores."""
     if device.vendor != "cpu":
         return None
-    return {"preset": "quick"}
+    return DefaultSweepAnswer(preset="quick")
 
 
 #: Engines the core's CPU worker image (``containers/cpu/Dockerfile.llamacpp``) carries.
@@ -412,7 +412,7 @@ CPU_IMAGE_ENGINES = ("llama.cpp", "llama.cpp-server")
 
 
 @hookimpl
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The CPU worker image ``infbench/cpu-llamacpp:<version>`` for the llama.cpp engines.
 
     No devices are passed: the CPU is visible in every container. The Docker default
@@ -422,5 +422,5 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict | None:
         return None
     from infbench.data.version import __version__
 
-    return {"image": f"infbench/cpu-llamacpp:{__version__}", "shm_size": "1g"}
+    return ContainerSpec(image=f"infbench/cpu-llamacpp:{__version__}", shm_size="1g")
 

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infbench.errors import ConfigError
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import DefaultSweepAnswer, hookimpl
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler, NoPower, PowerSampler
 from infbench.schema import DeviceInfo
 from infbench.site import site_config_path
@@ -167,7 +167,7 @@ class RemotePlatformPlugin:
         return [EngineSpec("openai", None, [self.vendor])]
 
     @hookimpl
-    def infbench_default_sweep(self, device: DeviceInfo) -> dict[str, Any] | None:
+    def infbench_default_sweep(self, device: DeviceInfo) -> DefaultSweepAnswer | None:
         """The site's endpoint through the core's ``openai`` client: its ``model`` at
         concurrency 1 and 16, input = output in {128, 1024} tokens, 32 requests per cell."""
         if device.vendor != self.vendor:
@@ -177,11 +177,11 @@ class RemotePlatformPlugin:
         if model is None:
             raise ConfigError(f"[{self.vendor}] in {site_config_path()} names no model for the default sweep",
                               hint=f"add model = \"...\" to [{self.vendor}], or pass --model")
-        return {"engines": ["openai"], "models": [model], "dtypes": ["auto"], "batch": [1],
-                "input_len": [128, 1024], "output_len": [128, 1024], "pair_lengths": True,
-                "concurrency": [1, 16], "num_requests": 32,
-                "description": f"{self.vendor}'s endpoint through the openai client: {model}, concurrency 1/16, "
-                               "input = output 128/1024"}
+        return DefaultSweepAnswer(
+            engines=["openai"], models=[model], dtypes=["auto"], batch=[1], input_len=[128, 1024],
+            output_len=[128, 1024], pair_lengths=True, concurrency=[1, 16], num_requests=32,
+            description=f"{self.vendor}'s endpoint through the openai client: {model}, concurrency 1/16, "
+                        "input = output 128/1024")
 
     @hookimpl
     def infbench_device_catalog(self) -> list:

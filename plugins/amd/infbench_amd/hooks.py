@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
 from infbench.measure.power import NoPower, PowerSampler
 from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_amd import __version__
@@ -82,19 +80,13 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 
 
 @hookimpl
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """ROCm's documented docker flags: /dev/kfd and /dev/dri, group video, host IPC,
     seccomp unconfined (ROCm docs, "Running ROCm Docker containers")."""
     if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
         return None
-    return {
-        "image": IMAGE,
-        "devices": ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
-        "group_add": ["video"],
-        "ipc_mode": "host",
-        "shm_size": "16g",
-        "security_opt": ["seccomp=unconfined"],
-    }
+    return ContainerSpec(image=IMAGE, devices=["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+                         group_add=["video"], ipc_mode="host", shm_size="16g", security_opt=["seccomp=unconfined"])
 
 #: The builds of the engine libraries that run on AMD GPUs, and the commands installing them
 #: (PyTorch's ROCm 6.4 wheels; vLLM's ROCm build comes in this plugin's image, as vLLM's
@@ -115,11 +107,11 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
     return BACKENDS if device.vendor == VENDOR else None
 
 @hookimpl
-def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """LLM-Inference-Bench's corner (``lib-corner``) on vLLM (ROCm), else transformers on
     ROCm torch, else llama.cpp's HIP build; bf16 where the gfx target has it (MI100 on)."""
     if device.vendor != VENDOR:
         return None
     bf16 = "bf16" in precisions_for_gfx(device.properties.get("gfx_version"))
-    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
-            "dtypes": ["bf16" if bf16 else "fp16"]}
+    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"],
+                              dtypes=["bf16" if bf16 else "fp16"])

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
 from infbench.measure.power import NoPower, PowerSampler, StreamSampler
 from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_habana import __version__
@@ -84,15 +82,17 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 
 
 @hookimpl
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The Gaudi container runtime (``runtime="habana"``, all devices), SYS_NICE and host
     IPC, as the Gaudi docker guide runs its images."""
     if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
         return None
-    return {"image": IMAGE, "runtime": "habana", "cap_add": ["SYS_NICE"], "ipc_mode": "host", "shm_size": "16g",
-            "environment": {"HABANA_VISIBLE_DEVICES": "all", "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
-            # --runtime apptainer: the Gaudi device nodes (habanalabs driver: /dev/accel/accel*)
-            "apptainer_options": ["--bind", "/dev/accel"]}
+    # --runtime apptainer: the Gaudi device nodes (habanalabs driver: /dev/accel/accel*)
+    return ContainerSpec(image=IMAGE, runtime="habana", cap_add=["SYS_NICE"], ipc_mode="host", shm_size="16g",
+                         environment={"HABANA_VISIBLE_DEVICES": "all",
+                                      "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
+                         apptainer_options=["--bind", "/dev/accel"])
+
 
 #: The builds of the engine libraries that run on Gaudi, and the commands installing them
 #: (the Intel Gaudi software installer's PyTorch; vLLM for Gaudi comes in this plugin's
@@ -109,9 +109,9 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
     return BACKENDS if device.vendor == VENDOR else None
 
 @hookimpl
-def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """LLM-Inference-Bench's corner (``lib-corner``) on vLLM for Gaudi, else transformers on
     Gaudi's PyTorch; bf16, Gaudi's native type."""
     if device.vendor != VENDOR:
         return None
-    return {"preset": "lib-corner", "engines": ["vllm", "transformers"], "dtypes": ["bf16"]}
+    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers"], dtypes=["bf16"])

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.devices import packaged_specs
 from infbench.engines.base import EngineSpec
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
 from infbench.measure.power import NoPower, PowerSampler, StreamSampler
 from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_intel import __version__
@@ -62,12 +60,12 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 
 
 @hookimpl
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The GPU's DRM nodes (``/dev/dri``) and group ``render``, host IPC (oneCCL)."""
     if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
         return None
-    return {"image": IMAGE, "devices": ["/dev/dri:/dev/dri:rwm"], "group_add": ["render"], "ipc_mode": "host",
-            "shm_size": "16g"}
+    return ContainerSpec(image=IMAGE, devices=["/dev/dri:/dev/dri:rwm"], group_add=["render"], ipc_mode="host",
+                         shm_size="16g")
 
 #: The builds of the engine libraries that run on Intel Data Center GPUs, and the commands
 #: installing them (PyTorch's XPU wheels; vLLM's XPU build comes in this plugin's image, as
@@ -90,9 +88,9 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
     return BACKENDS if device.vendor == VENDOR else None
 
 @hookimpl
-def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """LLM-Inference-Bench's corner (``lib-corner``) on vLLM (XPU), else transformers on XPU
     torch, else llama.cpp's SYCL build; fp16, vLLM's preferred dtype on XPU."""
     if device.vendor != VENDOR:
         return None
-    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"], "dtypes": ["fp16"]}
+    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"], dtypes=["fp16"])

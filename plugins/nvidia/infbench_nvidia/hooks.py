@@ -6,7 +6,7 @@ from typing import Any
 
 from infbench.devices import packaged_specs
 from infbench.engines.base import Engine, EngineSpec
-from infbench.hookspecs import hookimpl
+from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
 from infbench.measure.power import NoPower, PowerSampler
 from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench_nvidia import __version__
@@ -90,7 +90,7 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 
 
 @hookimpl
-def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] | None:
+def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """All GPUs through the NVIDIA container toolkit, host IPC (NCCL shared memory) and
     the ulimits TensorRT-LLM's container guide asks for (memlock unlimited, 64 MiB stack)."""
     if device.vendor != VENDOR or engine not in ENGINE_IMAGE:
@@ -103,14 +103,9 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> dict[str, Any] |
     except ImportError:  # same wire format as the docker SDK's dict subclasses
         gpus = {"Driver": "", "Count": -1, "DeviceIDs": None, "Capabilities": [["gpu"]], "Options": {}}
         ulimits = [{"Name": "memlock", "Soft": -1, "Hard": -1}, {"Name": "stack", "Soft": 67108864, "Hard": 67108864}]
-    return {
-        "image": IMAGES[ENGINE_IMAGE[engine]],
-        "device_requests": [gpus],
-        "ipc_mode": "host",
-        "shm_size": "16g",
-        "ulimits": ulimits,
-        "environment": {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"},
-    }
+    return ContainerSpec(image=IMAGES[ENGINE_IMAGE[engine]], device_requests=[gpus], ipc_mode="host", shm_size="16g",
+                         ulimits=ulimits,
+                         environment={"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})
 
 #: The builds of the engine libraries that run on NVIDIA GPUs, and the commands installing
 #: them (PyTorch's CUDA 12.8 wheels; vLLM's PyPI wheels are CUDA builds; llama-cpp-python's
@@ -131,11 +126,11 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
     return BACKENDS if device.vendor == VENDOR else None
 
 @hookimpl
-def infbench_default_sweep(device: DeviceInfo) -> dict[str, Any] | None:
+def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
     """LLM-Inference-Bench's corner (``lib-corner``) on vLLM, else transformers on CUDA, else
     llama.cpp's CUDA build; bf16 from compute capability 8.0 (A100) on, fp16 before."""
     if device.vendor != VENDOR:
         return None
     bf16 = "bf16" in (infbench_supported_precisions(device) or [])
-    return {"preset": "lib-corner", "engines": ["vllm", "transformers", "llama.cpp"],
-            "dtypes": ["bf16" if bf16 else "fp16"]}
+    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"],
+                              dtypes=["bf16" if bf16 else "fp16"])
