@@ -338,12 +338,12 @@ def test_allowed_mount_roots_from_site_and_env(tmp_path, monkeypatch):
 
 
 def test_every_loosened_container_setting_is_announced(pm):
+    from infbench.registry import container_spec
     from infbench.runtimes.docker_runtime import security_notes
     from infbench.schema import DeviceInfo
 
     def spec(vendor):
-        return pm.hook.infbench_container_spec(device=DeviceInfo(vendor=vendor, kind="gpu", model="x"),
-                                               engine="vllm")
+        return container_spec(pm, DeviceInfo(vendor=vendor, kind="gpu", model="x"), "vllm").as_dict()
 
     amd = " | ".join(security_notes(spec("amd"), "img"))
     assert "seccomp=unconfined" in amd and "IPC namespace" in amd

@@ -22,6 +22,14 @@ def dev(vendor: str, kind: str = "gpu") -> DeviceInfo:
     return DeviceInfo(vendor=vendor, kind=kind, model=f"{vendor}-model")
 
 
+def _spec(pm, device, engine):
+    """The plugin's container spec as the runtimes take it (a dict), or None."""
+    from infbench.registry import container_spec
+
+    spec = container_spec(pm, device, engine)
+    return spec.as_dict() if spec is not None else None
+
+
 def test_recipes_match_the_images_the_plugins_name(pm):
     """Every image a container spec names is built by exactly one recipe, and vice versa."""
     recipes = {r.tags()[0]: r for r in find_recipes(source_root(ROOT))}
@@ -31,7 +39,7 @@ def test_recipes_match_the_images_the_plugins_name(pm):
     for vendor, engines in {"cpu": ["llama.cpp", "llama.cpp-server"], "nvidia": ["vllm", "vllm-server", "trtllm-serve"],
                             "amd": ["vllm", "vllm-server"], "intel": ["vllm"], "habana": ["vllm-server"]}.items():
         for e in engines:
-            spec = pm.hook.infbench_container_spec(device=dev(vendor, "cpu" if vendor == "cpu" else "gpu"), engine=e)
+            spec = _spec(pm, dev(vendor, "cpu" if vendor == "cpu" else "gpu"), e)
             assert spec and spec["image"].endswith(f":{__version__}"), (vendor, e)
             named.add(spec["image"])
     assert named == set(recipes)
@@ -43,7 +51,7 @@ def test_recipes_match_the_images_the_plugins_name(pm):
 
 
 def test_no_image_for_cpu_transformers(pm):
-    assert pm.hook.infbench_container_spec(device=dev("cpu", "cpu"), engine="transformers") is None
+    assert _spec(pm, dev("cpu", "cpu"), "transformers") is None
 
 
 def test_source_root_refuses_other_folders(tmp_path):
@@ -79,17 +87,17 @@ def test_choose_executor(pm, monkeypatch):
 
 
 def test_apptainer_translation_per_vendor(pm):
-    nv, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("nvidia"), engine="trtllm-serve"))
+    nv, notes = apptainer_args(_spec(pm, dev("nvidia"), "trtllm-serve"))
     assert nv[0] == "--nv" and "--rocm" not in nv and "NVIDIA_VISIBLE_DEVICES=all" in nv
     assert any("ulimits" in n for n in notes)                     # TensorRT-LLM's memlock/stack
-    amd, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("amd"), engine="vllm"))
+    amd, _ = apptainer_args(_spec(pm, dev("amd"), "vllm"))
     assert amd == ["--rocm", *NO_NET]                             # /dev/kfd + /dev/dri: --rocm covers both
-    intel, _ = apptainer_args(pm.hook.infbench_container_spec(device=dev("intel"), engine="vllm"))
+    intel, _ = apptainer_args(_spec(pm, dev("intel"), "vllm"))
     assert intel == ["--bind", "/dev/dri", *NO_NET]
-    gaudi, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("habana"), engine="vllm"))
+    gaudi, notes = apptainer_args(_spec(pm, dev("habana"), "vllm"))
     assert gaudi[:2] == ["--bind", "/dev/accel"] and "HABANA_VISIBLE_DEVICES=all" in gaudi
     assert any("privileges" in n for n in notes)                  # cap_add SYS_NICE is not granted
-    cpu, notes = apptainer_args(pm.hook.infbench_container_spec(device=dev("cpu", "cpu"), engine="llama.cpp"))
+    cpu, notes = apptainer_args(_spec(pm, dev("cpu", "cpu"), "llama.cpp"))
     assert cpu == NO_NET and notes == []                          # no network, as the Docker worker
     host, notes = apptainer_args({"image": "x", "network_mode": "host"})
     assert "--net" not in host and "network mode host" in notes[0]
@@ -103,7 +111,7 @@ def test_apptainer_command_line(pm, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(binary.parent))
     monkeypatch.setenv("INFBENCH_SIF_DIR", str(tmp_path / "sif"))
     rt = ApptainerRuntime()
-    spec = pm.hook.infbench_container_spec(device=dev("nvidia"), engine="vllm")
+    spec = _spec(pm, dev("nvidia"), "vllm")
     with pytest.raises(ConfigError, match="apptainer build .*docker-daemon://infbench/nvidia-vllm"):
         rt.check_image(spec["image"])
     sif = tmp_path / "sif" / sif_name(spec["image"])

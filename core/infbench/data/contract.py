@@ -11,9 +11,10 @@ error naming the plugin's answer instead of a silent default.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infbench.errors import ConfigError
 
@@ -61,7 +62,7 @@ class ContainerSpec(BaseModel):
     given, and never ``privileged`` unless given (then the user is told).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="allow", frozen=True, arbitrary_types_allowed=True)
     image: str = Field(min_length=1)
     device_requests: list[Any] | None = None
     devices: list[str] | None = None
@@ -78,9 +79,29 @@ class ContainerSpec(BaseModel):
     user: str | None = None
     apptainer_options: list[str] | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _docker_keys(cls, data: Any) -> Any:
+        """Other keys must be keyword arguments of ``docker.containers.run`` (a misspelling is an
+        error, with the closest name; the launcher announces any that loosens isolation)."""
+        if not isinstance(data, dict):
+            return data
+        from docker.models.containers import RUN_CREATE_KWARGS, RUN_HOST_CONFIG_KWARGS
+
+        known = set(cls.model_fields) | set(RUN_CREATE_KWARGS) | set(RUN_HOST_CONFIG_KWARGS)
+        bad = [k for k in data if k not in known]
+        if bad:
+            close = difflib.get_close_matches(bad[0], sorted(known), n=1)
+            raise ValueError(f"{bad[0]!r} is not a container setting" + (f" (did you mean {close[0]!r}?)" if close
+                                                                           else ""))
+        return data
+
     def as_dict(self) -> dict[str, Any]:
-        """The fields that are set, as the container runtimes take them."""
-        return {k: v for k, v in self.__dict__.items() if v is not None}
+        """The settings that are given (extra docker settings included), as the container
+        runtimes take them."""
+        out = {k: v for k, v in self.__dict__.items() if v is not None}
+        out.update({k: v for k, v in (self.__pydantic_extra__ or {}).items() if v is not None})
+        return out
 
 
 class DefaultSweepAnswer(BaseModel):

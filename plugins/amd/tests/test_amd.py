@@ -108,7 +108,7 @@ def test_precisions_by_gfx_target():
 
 
 def test_container_spec_rocm_devices():
-    spec = hooks.infbench_container_spec(DeviceInfo(vendor="amd", kind="gpu", model="x"), "vllm-server")
+    spec = hooks.infbench_container_spec(DeviceInfo(vendor="amd", kind="gpu", model="x"), "vllm-server").as_dict()
     assert spec["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
     assert spec["group_add"] == ["video"] and spec["ipc_mode"] == "host"
     assert spec["security_opt"] == ["seccomp=unconfined"] and not spec.get("privileged")

@@ -98,7 +98,7 @@ def test_hlml_channels():
 def test_precisions_and_container_spec():
     g2 = DeviceInfo(vendor="habana", kind="accelerator", model="HL-225")
     assert hooks.infbench_supported_precisions(g2)[:2] == ["bf16", "fp8"]
-    spec = hooks.infbench_container_spec(g2, "vllm-server")
+    spec = hooks.infbench_container_spec(g2, "vllm-server").as_dict()
     assert spec["runtime"] == "habana" and spec["cap_add"] == ["SYS_NICE"]
     assert spec["environment"]["HABANA_VISIBLE_DEVICES"] == "all" and not spec.get("privileged")
 
