@@ -162,3 +162,29 @@ def test_detect_shows_the_engine_table(fake_plugin_path):
     cpu = {e["engine"]: e for e in j["engines"]["cpu"]}
     assert cpu["llama.cpp"]["status"] == "usable" and cpu["transformers"]["status"] == "usable"
     assert {i["where"].split()[-1] for i in j["images"]["nvidia"]} >= {"infbench/nvidia-vllm:0.1.0"}
+
+
+def test_find_max_and_perplexity_refuse_a_gpu_they_cannot_use(fake_plugin_path, tmp_path):
+    """The scenarios added after the device proof go through the same engine session: a search
+    on llama.cpp's server and perplexity on llama.cpp, planned on a stand-in H100, refuse before
+    the first request and store nothing ok under the H100 (exit 3, the fix in the error)."""
+    from tests.integration.test_real_weights import _smollm2, _text
+
+    store = str(tmp_path / "s.db")
+    p = cli("nvidia", fake_plugin_path, "run", "--device", "nvidia", "--engine", "llama.cpp-server", "--model",
+            "tiny-random-llama", "--input-len", "16", "--output-len", "4", "--concurrency", "1", "--num-requests", "2",
+            "--find-max", "concurrency", "--slo-ttft-ms", "60000", "--json", store=store)
+    assert p.returncode == 3, p.stdout + p.stderr
+    out = json.loads(p.stdout)
+    assert out["find_max"]["knee"] is None and "nvidia NVIDIA H100" in out["find_max"]["stopped"]
+    q = cli("nvidia", fake_plugin_path, "perplexity", "--device", "nvidia", "--model", str(_smollm2()), "--text",
+            str(_text()), "--n-ctx", "64", "--chunks", "1", "--json", store=store)
+    assert q.returncode == 3, q.stdout + q.stderr
+    (row,) = json.loads(q.stdout)
+    assert row["status"] == "failed" and "nvidia NVIDIA H100" in row["error"] and "-DGGML_CUDA=on" in row["error"]
+    s = Store(store, readonly=True)
+    cells = s.results(all_attempts=True)
+    assert cells and all(c["status"] == "failed" and c["device"]["vendor"] == "nvidia" for c in cells)
+    from infbench.store.quality import quality_results
+
+    assert [r["status"] for r in quality_results(s, all_attempts=True)] == ["failed"]
