@@ -22,7 +22,7 @@ none runs, ``infbench run`` refuses with that list instead of measuring somethin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.engines.availability import (
     MISSING,
@@ -34,6 +34,9 @@ from infbench.engines.availability import (
 )
 from infbench.errors import ConfigError
 from infbench.schema import DeviceInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
 
 
 @dataclass
@@ -105,7 +108,7 @@ def _names(cs: list[EngineSupport]) -> list[str]:
     return [f"{c.engine} ({c.where})" for c in cs]
 
 
-def plugin_default(pm: Any, device: DeviceInfo) -> tuple[dict[str, Any] | None, str]:
+def plugin_default(pm: PluginManager, device: DeviceInfo) -> tuple[dict[str, Any] | None, str]:
     """The first plugin answer to ``infbench_default_sweep(device)`` as sweep fields
     (:func:`infbench.registry.default_sweep_answer`) and the plugin's name, or
     ``(None, "core")``. A plugin that raises is skipped."""
@@ -115,7 +118,7 @@ def plugin_default(pm: Any, device: DeviceInfo) -> tuple[dict[str, Any] | None, 
     return (answer.fields() if answer is not None else None), plugin
 
 
-def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: list[str] | None = None,
+def default_sweep(pm: PluginManager, device: DeviceInfo, executor: str = "auto", engines: list[str] | None = None,
                   container_runtime: str | None = None) -> DefaultSweep:
     """The default sweep of ``device`` and its engine (see the module doc).
 
@@ -174,7 +177,7 @@ def default_sweep(pm: Any, device: DeviceInfo, executor: str = "auto", engines: 
     return DefaultSweep(device, fields, description, source, candidates, chosen)
 
 
-def default_for_run(pm: Any, det: Any, preset: str | None, sweep_file: Any, device_name: str | None,
+def default_for_run(pm: PluginManager, det: Any, preset: str | None, sweep_file: Any, device_name: str | None,
                     engines: list[str] | None, executor: str = "auto", container_runtime: str | None = None,
                     base_url: str | None = None) -> DefaultSweep | None:
     """The default sweep a ``infbench run`` starts from, or None when it does not use one.

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, as_model
 from infbench.data.engine import EngineSpec
 from infbench.errors import ConfigError, EngineUnavailable, suggest
@@ -88,7 +86,7 @@ def device_precisions(pm: PluginManager, device: DeviceInfo) -> list[str]:
     return list(p) if p is not None else list(PRECISIONS)
 
 
-def device_backends(pm: Any, device: DeviceInfo) -> DeviceBackends | None:
+def device_backends(pm: PluginManager, device: DeviceInfo) -> DeviceBackends | None:
     """The device plugin's :class:`~infbench.schema.DeviceBackends` (``infbench_device_backends``),
     or None when no plugin answers or its answer is invalid (then adapters refuse accelerators)."""
     try:
@@ -100,7 +98,7 @@ def device_backends(pm: Any, device: DeviceInfo) -> DeviceBackends | None:
         return None
 
 
-def container_spec(pm: Any, device: DeviceInfo, engine: str) -> ContainerSpec | None:
+def container_spec(pm: PluginManager, device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The device plugin's worker image for ``engine`` (``infbench_container_spec``, a dict
     answer of an older plugin validated into :class:`~infbench.data.contract.ContainerSpec`),
     or None when no plugin has one.
@@ -112,7 +110,7 @@ def container_spec(pm: Any, device: DeviceInfo, engine: str) -> ContainerSpec | 
                     "infbench_container_spec")
 
 
-def default_sweep_answer(pm: Any, device: DeviceInfo) -> tuple[DefaultSweepAnswer | None, str]:
+def default_sweep_answer(pm: PluginManager, device: DeviceInfo) -> tuple[DefaultSweepAnswer | None, str]:
     """The first plugin answer to ``infbench_default_sweep(device)`` (validated into
     :class:`~infbench.data.contract.DefaultSweepAnswer`) and the plugin's name, or
     ``(None, "core")``. A plugin that raises or answers something invalid is skipped."""

@@ -36,7 +36,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -57,6 +57,9 @@ from infbench.data.worker import (
 )
 from infbench.errors import ConfigError, VersionSkew
 from infbench.schema import CellResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 __all__ = ["CELLS_FILE", "DB_FILE", "PROVENANCE_FILE", "QUALITY_FILE", "SPEC_FILE", "VersionSkew", "WorkerOptions",
            "WorkerSpec", "ingest", "make_spec", "read_spec", "run_worker", "write_spec"]
@@ -352,7 +355,7 @@ def read_quality_output(out_dir: Path) -> list[PerplexityResult]:
     return out
 
 
-def ingest(out_dir: Path, store: Any, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def ingest(out_dir: Path, store: Store, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read a worker's ``out_dir`` into ``store`` as one run, in one transaction.
 
     Everything is checked first (:func:`read_worker_output`: provenance, every cell's

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -22,6 +22,10 @@ from infbench.cli.common import (
 )
 from infbench.errors import ConfigError, InfbenchError
 from infbench.secrets import printable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
+    from infbench.store import Store
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -125,8 +129,8 @@ def perplexity(
         raise typer.Exit(3)
 
 
-def scenario_executor(name: str | None, container_runtime: str | None, ray_address: str | None, plan: Any, pm: Any,
-                      provenance: dict[str, Any]) -> Any:
+def scenario_executor(name: str | None, container_runtime: str | None, ray_address: str | None, plan: Any,
+                      pm: PluginManager, provenance: dict[str, Any]) -> Any:
     """The executor a scenario command (``perplexity``) runs on: ``inprocess`` by default,
     the plugin's worker image (``container``) or a Ray cluster (``ray``).
 
@@ -144,7 +148,7 @@ def scenario_executor(name: str | None, container_runtime: str | None, ray_addre
     return ex
 
 
-def _run_quality(ex: Any, plan: Any, store: Any, opts: Any, n_ctx: int, as_json: bool, prefix: str = "") -> Any:
+def _run_quality(ex: Any, plan: Any, store: Store, opts: Any, n_ctx: int, as_json: bool, prefix: str = "") -> Any:
     """Run a perplexity plan on ``ex`` with a status line; failed measurements and warnings
     printed as they come. Returns the run's summary.
 
@@ -182,7 +186,7 @@ def _run_quality(ex: Any, plan: Any, store: Any, opts: Any, n_ctx: int, as_json:
             raise typer.Exit(signals.exit_status(exc)) from None
 
 
-def perplexity_after_run(plan: Any, text: Path, store: Any, pm: Any, executor: Any, opts: Any, n_ctx: int,
+def perplexity_after_run(plan: Any, text: Path, store: Store, pm: PluginManager, executor: Any, opts: Any, n_ctx: int,
                          chunks: int | None, as_json: bool) -> list[dict[str, Any]]:
     """``infbench run --perplexity TEXT``: the perplexity of each real-weights group of the
     run's plan (:func:`infbench.quality.runner.perplexity_requests`), measured by the

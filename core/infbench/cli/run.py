@@ -6,7 +6,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -35,6 +35,9 @@ from infbench.data.request import RunRequest
 from infbench.data.version import __version__
 from infbench.errors import InfbenchError
 from infbench.store import StoreError, describe_db_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 RUN_HELP = """Run a sweep of cells and store every result.
 
@@ -357,7 +360,7 @@ def _run(req: RunRequest) -> None:
         raise typer.Exit(3)
 
 
-def _print_interrupted(store: Any, as_json: bool, exc: BaseException) -> None:
+def _print_interrupted(store: Store, as_json: bool, exc: BaseException) -> None:
     """What an interrupted run kept: its status and counts (JSON with ``--json``)."""
     from infbench.signals import Terminated
 
@@ -435,7 +438,7 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
                 out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
 
 
-def _print_summary(store: Any, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
     from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
 
     try:

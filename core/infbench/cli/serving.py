@@ -4,7 +4,7 @@ printing only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from infbench.cli.common import err, fail, out, print_json, stdout_to_stderr
 from infbench.errors import ConfigError, InfbenchError
 from infbench.secrets import printable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 
 def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | None:
@@ -26,7 +29,7 @@ def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | N
     return ms / 1e3 if ms is not None else seconds
 
 
-def run_find_max(the_plan: Any, store: Any, opts: Any, executor: Any, mode: str, ttft_s: float | None,
+def run_find_max(the_plan: Any, store: Store, opts: Any, executor: Any, mode: str, ttft_s: float | None,
                  tpot_s: float | None, goodput: float, limit: float | None, probes: int, as_json: bool) -> None:
     """``--find-max``: run the search (``the_plan``, from
     :func:`infbench.scenarios.find_max.find_max_plan`) on ``executor``, print the knee from the

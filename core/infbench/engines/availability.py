@@ -31,10 +31,13 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.registry import device_backends  # noqa: F401 - re-exported
 from infbench.schema import DeviceBackends, DeviceInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
 
 USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
 
@@ -428,7 +431,7 @@ def engine_support(spec: Any, device: DeviceInfo, backends: DeviceBackends | Non
     return s
 
 
-def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: str | None = None
+def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_runtime: str | None = None
                   ) -> EngineSupport | None:
     """Whether ``engine`` runs here in the device plugin's worker image: the plugin names
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
@@ -463,7 +466,7 @@ def image_support(pm: Any, device: DeviceInfo, engine: str, container_runtime: s
     return EngineSupport(engine, USABLE, "built", where=f"{rt.name} image {image}")
 
 
-def engine_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
+def engine_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """Every registered engine that lists ``device``'s vendor among its platforms, with
     its support here (``infbench detect``), in registry order."""
     from infbench.registry import engine_specs
@@ -472,7 +475,7 @@ def engine_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
     return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
 
 
-def image_table(pm: Any, device: DeviceInfo) -> list[EngineSupport]:
+def image_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""

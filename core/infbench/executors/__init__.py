@@ -25,6 +25,7 @@ from infbench.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.data.events import Observer
     from infbench.plan import Plan
+    from infbench.plugins import PluginManager
     from infbench.run import RunOptions, RunSummary
     from infbench.store import Store
 
@@ -66,7 +67,7 @@ class Executor(Protocol):
         ...
 
 
-def choose_executor(name: str, device: Any, engines: list[str], pm: Any, provenance: dict[str, Any],
+def choose_executor(name: str, device: Any, engines: list[str], pm: PluginManager, provenance: dict[str, Any],
                     notes: list[str] | None = None, container_runtime: str | None = None,
                     **kwargs: Any) -> Executor:
     """The executor of ``infbench run --executor NAME``.
@@ -118,7 +119,7 @@ def choose_executor(name: str, device: Any, engines: list[str], pm: Any, provena
     return ContainerExecutor(pm, rt, provenance)
 
 
-def _auto_runtime(device: Any, engines: list[str], pm: Any, notes: list[str] | None,
+def _auto_runtime(device: Any, engines: list[str], pm: PluginManager, notes: list[str] | None,
                   preferred: str | None) -> Any | None:
     """The container runtime ``auto`` uses, or None for in-process (see :func:`choose_executor`)."""
     if device.vendor == "cpu" or device.kind == "remote":

@@ -26,7 +26,7 @@ container runs and in-process runs have the same form and compare cell by cell.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.data.events import CellStarted, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
 from infbench.data.paths import default_home
@@ -42,9 +42,12 @@ from infbench.schema import Cell, CellResult
 from infbench.session import RunContext
 from infbench.store import Store
 
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
+
 __all__ = ["ContainerExecutor", "container_spec", "read_no_follow"]
 
-def container_spec(pm: Any, device: Any, engine: str) -> dict[str, Any]:
+def container_spec(pm: PluginManager, device: Any, engine: str) -> dict[str, Any]:
     """The plugin's container spec for ``engine`` on ``device``, as the container runtimes
     take it (:meth:`~infbench.data.contract.ContainerSpec.as_dict`).
 
@@ -92,7 +95,7 @@ def scenario_paths(spec: Any) -> list[str]:
     return [text] if text else []
 
 
-def _batches(parts: list[Part], device: Any, pm: Any) -> list[tuple[dict[str, Any], list[Part]]]:
+def _batches(parts: list[Part], device: Any, pm: PluginManager) -> list[tuple[dict[str, Any], list[Part]]]:
     """Consecutive parts whose engines share one image, with that image's container spec."""
     out: list[tuple[dict[str, Any], list[Part]]] = []
     for part in parts:
@@ -118,7 +121,7 @@ class ContainerExecutor:
 
     name = "container"
 
-    def __init__(self, pm: Any, runtime: Any, provenance: dict[str, Any], job_root: Path | None = None):
+    def __init__(self, pm: PluginManager, runtime: Any, provenance: dict[str, Any], job_root: Path | None = None):
         self.pm, self.runtime, self.provenance, self.job_root = pm, runtime, provenance, job_root
 
     def run(self, plan: Plan, store: Store, options: RunOptions | None = None,

@@ -14,13 +14,16 @@ fallback hidden in the caller.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.data.contract import DeviceLimits
 from infbench.data.engine import Engine
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler
 from infbench.schema import PRECISIONS, DeviceInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
 
 
 class CoreDefaults:
@@ -31,7 +34,7 @@ class CoreDefaults:
             engines and catalogs through it).
     """
 
-    def __init__(self, pm: Any):
+    def __init__(self, pm: PluginManager):
         self.pm = pm
 
     @hookimpl(trylast=True)

@@ -50,12 +50,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from infbench.data.quality import PerplexityResult, quality_key  # noqa: F401 - re-exported
 from infbench.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
 
 #: Engines that can score a text, and the dtype each uses when none is given (llama.cpp:
 #: the GGUF's own type).
@@ -414,7 +417,7 @@ class PerplexityRequest:
 
 
 def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, text: str | Path, n_ctx: int = 512,
-                    max_chunks: int | None = None, pm: Any = None) -> list[PerplexityRequest]:
+                    max_chunks: int | None = None, pm: PluginManager = None) -> list[PerplexityRequest]:
     """Validate everything before anything loads: one request per engine and dtype.
 
     Args:
@@ -519,7 +522,7 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
         res.engine_info["loss_mean"] = s["engine_loss"]
 
 
-def request_for(item: Any, spec: Any, pm: Any = None) -> PerplexityRequest:
+def request_for(item: Any, spec: Any, pm: PluginManager = None) -> PerplexityRequest:
     """The :class:`PerplexityRequest` of one :class:`~infbench.data.scenarios.PerplexityItem`
     of a :class:`~infbench.data.scenarios.PerplexityScenario`, planned again where it runs
     (a worker container, a Ray node) and checked to be the very text and weights the host

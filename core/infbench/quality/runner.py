@@ -4,15 +4,18 @@ by the perplexity scenario (:mod:`infbench.scenarios.perplexity`) on the run's e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.errors import InfbenchError
 from infbench.quality.perplexity import PerplexityRequest, plan_perplexity
 from infbench.registry import PERPLEXITY_TWIN
 
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
+
 
 def perplexity_requests(plan: Any, text: str, n_ctx: int = 512, max_chunks: int | None = None,
-                        pm: Any = None) -> tuple[list[PerplexityRequest], list[str]]:
+                        pm: PluginManager = None) -> tuple[list[PerplexityRequest], list[str]]:
     """The perplexity requests of every group of a sweep's plan that has real weights on an
     engine that can score (``llama.cpp``, ``transformers``, ``vllm``; a server engine is
     scored by its in-process twin, :data:`infbench.registry.PERPLEXITY_TWIN`).

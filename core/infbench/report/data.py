@@ -9,11 +9,14 @@ computed here from the current device descriptions (marked ``roofline_backfilled
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.analysis.roofline import effective_batch
 from infbench.data.engine import precision_of
 from infbench.registry import PERPLEXITY_TWIN
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.plugins import PluginManager
 
 #: Dimensions a report can filter on, with their labels.
 DIMENSIONS = {
@@ -154,7 +157,7 @@ def config_label(row: dict[str, Any]) -> str:
             f"{size} i{row['input_len']} o{row['output_len']}{rep}")
 
 
-def limits_resolver(pm: Any) -> Any:
+def limits_resolver(pm: PluginManager) -> Any:
     """A cached ``device dict -> Limits | None`` for :func:`flat_row`'s backfill."""
     from infbench.analysis.floor import device_roofline_limits
     from infbench.schema import DeviceInfo

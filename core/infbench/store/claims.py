@@ -23,9 +23,12 @@ import socket
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.store import process_started
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 #: Seconds a claim written on another host is trusted (its process cannot be checked).
 FOREIGN_CLAIM_TTL_S = 6 * 3600.0
@@ -71,7 +74,7 @@ class _busy_timeout:
         self.db.execute(f"PRAGMA busy_timeout={int(self.old)}")
 
 
-def claim(store: Any, cell_id: str, run_id: str, force: bool = False) -> Holder | None:
+def claim(store: Store, cell_id: str, run_id: str, force: bool = False) -> Holder | None:
     """Claim ``cell_id`` for ``run_id``.
 
     Args:
@@ -107,7 +110,7 @@ def claim(store: Any, cell_id: str, run_id: str, force: bool = False) -> Holder 
     return None
 
 
-def release(store: Any, cell_id: str, run_id: str) -> None:
+def release(store: Store, cell_id: str, run_id: str) -> None:
     """Drop this run's claim on ``cell_id`` (no error if it holds none).
 
     Raises:
@@ -117,7 +120,7 @@ def release(store: Any, cell_id: str, run_id: str) -> None:
         db.execute("DELETE FROM claims WHERE cell_id=? AND run_id=?", (cell_id, run_id))
 
 
-def release_run(store: Any, run_id: str) -> None:
+def release_run(store: Store, run_id: str) -> None:
     """Drop every claim of ``run_id``.
 
     Raises:
@@ -127,7 +130,7 @@ def release_run(store: Any, run_id: str) -> None:
         db.execute("DELETE FROM claims WHERE run_id=?", (run_id,))
 
 
-def live_claims(store: Any) -> dict[str, Holder]:
+def live_claims(store: Store) -> dict[str, Holder]:
     """Cell id -> holder, for the claims whose process still runs."""
     out = {}
     for r in store.db.execute("SELECT cell_id, run_id, host, pid, pid_started, claimed_at FROM claims"):

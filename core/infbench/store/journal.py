@@ -25,9 +25,12 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.errors import InfbenchError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 
 class JournalError(InfbenchError):
@@ -42,7 +45,7 @@ def journal_dir() -> Path:
     return default_home() / "journal"
 
 
-def _store_key(store: Any) -> str:
+def _store_key(store: Store) -> str:
     return str(Path(store.path).resolve())
 
 
@@ -72,7 +75,7 @@ class _Open:
 _open: dict[tuple[str, str], _Open] = {}
 
 
-def keep(store: Any, run_id: str, result: Any, error: BaseException | str) -> Path:
+def keep(store: Store, run_id: str, result: Any, error: BaseException | str) -> Path:
     """Append ``result`` (a :class:`~infbench.schema.CellResult`) to the run's journal
     file, fsynced, because ``store`` could not take it.
 
@@ -91,12 +94,12 @@ def keep(store: Any, run_id: str, result: Any, error: BaseException | str) -> Pa
     return _append(store, run_id, {"kind": "cell", "cell": result.model_dump(mode="json"), "error": str(error)})
 
 
-def keep_status(store: Any, run_id: str, status: str, error: BaseException | str) -> Path:
+def keep_status(store: Store, run_id: str, status: str, error: BaseException | str) -> Path:
     """Journal a run's final status that the store could not take (see :func:`keep`)."""
     return _append(store, run_id, {"kind": "finish", "status": status, "error": str(error)})
 
 
-def _append(store: Any, run_id: str, entry: dict[str, Any]) -> Path:
+def _append(store: Store, run_id: str, entry: dict[str, Any]) -> Path:
     key = (_store_key(store), run_id)
     try:
         j = _open.get(key)
@@ -121,7 +124,7 @@ def _append(store: Any, run_id: str, entry: dict[str, Any]) -> Path:
     return j.path
 
 
-def release(store: Any, run_id: str) -> Path | None:
+def release(store: Store, run_id: str) -> Path | None:
     """Close (and unlock) this process's journal file of ``run_id``, so :func:`replay`
     can take it; returns its path, or None when the run journalled nothing."""
     j = _open.pop((_store_key(store), run_id), None)
@@ -143,7 +146,7 @@ def _entries(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def pending(store: Any) -> list[Path]:
+def pending(store: Store) -> list[Path]:
     """The journal files holding entries for ``store`` (whoever wrote them)."""
     d = journal_dir()
     if not d.is_dir():
@@ -161,7 +164,7 @@ def pending(store: Any) -> list[Path]:
     return found
 
 
-def replay(store: Any) -> dict[str, int]:
+def replay(store: Store) -> dict[str, int]:
     """Store every journalled cell and status for ``store``, then delete the journal files.
 
     Each file is replayed in one transaction. A file still locked by a live writer is left

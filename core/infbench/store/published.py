@@ -15,9 +15,12 @@ from __future__ import annotations
 import hashlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.schema import CellResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 
 def file_sha256(path: str | Path) -> str:
@@ -25,7 +28,7 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def import_published(store: Any, results: list[CellResult], source: dict[str, Any], command: str = "") -> str:
+def import_published(store: Store, results: list[CellResult], source: dict[str, Any], command: str = "") -> str:
     """Store published cells as one run and return its id.
 
     Args:
@@ -49,6 +52,6 @@ def import_published(store: Any, results: list[CellResult], source: dict[str, An
     return run_id
 
 
-def published_runs(store: Any) -> list[dict[str, Any]]:
+def published_runs(store: Store) -> list[dict[str, Any]]:
     """The runs of ``store`` that are imported publications, newest first."""
     return [r for r in store.runs() if (r.get("provenance") or {}).get("kind") == "published"]

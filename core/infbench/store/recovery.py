@@ -9,9 +9,12 @@ import socket
 import sqlite3
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from infbench.store import StoreError, describe_db_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
 
 
 @dataclass
@@ -31,7 +34,7 @@ class Recovery:
     notes: list[str] = field(default_factory=list)
 
 
-def check_integrity(store: Any) -> None:
+def check_integrity(store: Store) -> None:
     """Refuse a store that fails ``PRAGMA integrity_check``.
 
     Raises:
@@ -49,7 +52,7 @@ def check_integrity(store: Any) -> None:
                               "the next run on the repaired file")
 
 
-def interrupt_stale_runs(store: Any) -> list[str]:
+def interrupt_stale_runs(store: Store) -> list[str]:
     """Mark ``interrupted`` every ``running`` run whose process is gone (killed with
     SIGKILL, out of memory, its node lost): same host and a dead pid, or no owner
     recorded (written before owners were). Runs of other hosts are left alone.
@@ -73,7 +76,7 @@ def interrupt_stale_runs(store: Any) -> list[str]:
     return stale
 
 
-def drop_dead_claims(store: Any) -> int:
+def drop_dead_claims(store: Store) -> int:
     """Delete the claims whose process is gone; returns how many."""
     from infbench.store.claims import live_claims
 
@@ -85,7 +88,7 @@ def drop_dead_claims(store: Any) -> int:
     return len(dead)
 
 
-def prepare(store: Any, integrity: bool = True) -> Recovery:
+def prepare(store: Store, integrity: bool = True) -> Recovery:
     """Make ``store`` ready for a writing command (see the module doc).
 
     Args:
