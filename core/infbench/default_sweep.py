@@ -201,7 +201,7 @@ def default_for_run(pm: PluginManager, det: Any, preset: str | None, sweep_file:
     if executor == "ray" or (device_name or "").lower() == "all":
         return None  # the cluster's nodes decide their devices; the quick preset as before 1.4
     specs = engine_specs(pm)
-    remote_engines = bool(engines) and any(specs.get(e) is not None and specs[e].any_model for e in engines)
+    remote_engines = any(specs.get(e) is not None and specs[e].any_model for e in engines or [])
     if not device_name and (base_url or remote_engines):
         return None
     try:

@@ -85,6 +85,8 @@ class PreparedRun:
         if len(self.plans) > 1:
             raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
                               "device types", hint="pick one with --device")
+        if self.request.write_spec is None:
+            raise ConfigError("no --write-spec path given")
         return write_spec(self.plan, self.request.write_spec, self.options)
 
     def executor(self) -> Any:

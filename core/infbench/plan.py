@@ -78,7 +78,7 @@ def _dataset(sweep: Sweep, model: ModelShape, batch: int, load: Load | None) -> 
     timed = load.num_requests if load is not None and load.num_requests else (
         batch if load is None or load.mode == "batch" else 64)
     n = timed + (load.warmup_requests if load is not None else 0)
-    path = str(Path(sweep.dataset).resolve())
+    path = str(Path(str(sweep.dataset)).resolve())
     args = (path, token_counter(model, sweep.tokenizer)[0], n, sweep.seed, sweep.dataset_min_input_len,
             sweep.dataset_max_input_len, sweep.dataset_min_output_len, sweep.dataset_max_output_len)
     data = Dataset(path=path, sha256=file_digest(path), n=n, min_input_len=sweep.dataset_min_input_len,
@@ -108,7 +108,7 @@ def _trace(sweep: Sweep, load: Load) -> tuple[Trace, int, int]:
     from infbench.workloads.chat import file_digest
     from infbench.workloads.trace import detect_format, read_trace, select
 
-    path = str(Path(sweep.trace).resolve())
+    path = str(Path(str(sweep.trace)).resolve())
     fmt = detect_format(path)
     recs = select(read_trace(path, fmt), load.num_requests, load.duration_s, load.trace_speed or 1.0)
     if not recs:
@@ -213,6 +213,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
         for d in dict.fromkeys(engine_dtypes[e]):
             key = (mname, e, d, tp)
             g = groups.setdefault(key, Group(models[mname], e, d, tp))
+            shapes: list[tuple[int, Load | None]]
             if loads:
                 shapes = [(1, ld) for ld in loads]
             elif specs[e].serving:
@@ -230,10 +231,12 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                 continue
             if sweep.trace:
                 for b, ld in shapes:
-                    data, i, o = _trace(sweep, ld)
+                    if ld is None:
+                        raise ConfigError("--trace needs a server engine and a load")
+                    tr, i, o = _trace(sweep, ld)
                     g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                         output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
-                                        warmup=sweep.warmup, load=ld, trace=data))
+                                        warmup=sweep.warmup, load=ld, trace=tr))
                 continue
             prefix = dict(prefix_len=sweep.prefix_len, num_prefixes=sweep.num_prefixes or 1) if sweep.prefix_len \
                 else {}

@@ -66,7 +66,7 @@ class PluginManager(pluggy.PluginManager):
             ``[(plugin_name, result, exception_or_None), ...]`` in pluggy's call order,
             so one broken plugin cannot hide the others (used for detection).
         """
-        out = []
+        out: list[tuple[str, Any, BaseException | None]] = []
         caller = getattr(self.hook, hook_name)
         for impl in reversed(caller.get_hookimpls()):
             try:

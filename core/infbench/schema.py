@@ -491,7 +491,7 @@ class Sweep(BaseModel):
                       warmup_requests=self.warmup_requests, timeout_s=self.request_timeout_s,
                       stream=None if self.stream else False)
         if self.trace:
-            cap = (self.concurrency or [None])[0]
+            cap = self.concurrency[0] if self.concurrency else None
             return [Load(mode="trace", trace_speed=x, concurrency=cap, **common) for x in self.trace_speed or [1.0]]
         out = [Load(mode="concurrency", concurrency=c, **common) for c in self.concurrency or []]
         out += [Load(mode="rate", request_rate=r, burstiness=self.burstiness, **common)

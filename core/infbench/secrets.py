@@ -129,7 +129,7 @@ def redact_key_value(item: str) -> str:
 #: The secret-bearing options of every infbench command, and how each one's value is
 #: redacted before it is stored or printed. Add an option here and every stored command
 #: line and provenance ``argv`` redacts it.
-SECRET_OPTIONS: dict[str, Callable[[str], str]] = {
+SECRET_OPTIONS: dict[str, Callable[[str], str | None]] = {
     "--power-command": redact_command,   # a shell command line: BMC passwords, tokens
     "--base-url": redact_url,            # user:password@ and ?api_key=
     "--engine-arg": redact_key_value,    # hf_token=..., api_key=...
@@ -148,17 +148,17 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         A new list of the same length.
     """
     out: list[str] = []
-    pending: Callable[[str], str] | None = None
+    pending: Callable[[str], str | None] | None = None
     for a in argv:
         a = str(a)
         if pending is not None:
-            out.append(pending(a))
+            out.append(pending(a) or REDACTED)
             pending = None
             continue
         opt, eq, value = a.partition("=")
         if opt in SECRET_OPTIONS:
             if eq:
-                out.append(f"{opt}={SECRET_OPTIONS[opt](value)}")
+                out.append(f"{opt}={SECRET_OPTIONS[opt](value) or REDACTED}")
             else:
                 out.append(a)
                 pending = SECRET_OPTIONS[opt]

@@ -152,7 +152,7 @@ def _interrupt_main_later(signum: int, delay_s: float = 0.01) -> None:
     # Later, not at once: ``Thread.start`` waits for this thread, and a handler run before
     # the callback has returned would raise inside it again, where it is lost.
     time.sleep(delay_s)
-    _thread.interrupt_main(signum)
+    _thread.interrupt_main(signal.Signals(signum))
 
 
 #: ``prctl`` option that sends the child a signal when its parent dies (Linux).

@@ -44,7 +44,7 @@ def remote_device(base_url: str) -> DeviceInfo:
     itself (its hardware is unknown to infbench; a vendor plugin may describe it)."""
     from infbench.secrets import redact_url
 
-    public = redact_url(base_url).rstrip("/")       # no credentials or query in a name, an id or the store
+    public = (redact_url(base_url) or "").rstrip("/")       # no credentials or query in a name, an id or the store
     return DeviceInfo(vendor="remote", kind="remote", model=public, properties={"base_url": public})
 
 
@@ -76,7 +76,8 @@ def resolve_remote_device(det: Detection, name: str | None, base_url: str | None
         from infbench.secrets import redact_url
 
         for d in remotes:
-            if redact_url(str(d.properties.get("base_url", ""))).rstrip("/") == redact_url(base_url).rstrip("/"):
+            if (redact_url(str(d.properties.get("base_url", ""))) or "").rstrip("/") == \
+                    (redact_url(base_url) or "").rstrip("/"):
                 return d
         return remote_device(base_url)
     if len(remotes) == 1:

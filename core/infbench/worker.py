@@ -88,8 +88,8 @@ def event_line(event: Any) -> str | None:
     elif isinstance(event, ScoreStarted):
         line = f"score {event.key} {event.label}"
     elif isinstance(event, ScoreFinished):
-        r = event.result
-        line = f"scored {r.key()} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
+        q = event.result
+        line = f"scored {q.key()} {q.status}" + (f" {' '.join(str(q.error).split())}" if q.error else "")
     else:
         return None
     return f"infbench-worker: {line}"
@@ -141,7 +141,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     cells_path, quality_path = out_dir / CELLS_FILE, out_dir / QUALITY_FILE
     cells_path.write_text("")
     quality_path.write_text("")
-    prov = {"schema_version": SCHEMA_VERSION, "infbench_version": __version__, "spec_hash": spec.spec_hash(),
+    prov: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "infbench_version": __version__,
+                            "spec_hash": spec.spec_hash(),
             "started_at": time.time(), "finished_at": None, "status": "running",
             "provenance": {**provenance(det, pm), "worker": True}}
     _write_json(out_dir / PROVENANCE_FILE, prov)
@@ -230,7 +231,8 @@ def check_cell(r: CellResult) -> list[str]:
     if r.records:
         energy = m.get("energy_j") if isinstance(m.get("energy_j"), (int, float)) else None
         slo = m.get("slo") if isinstance(m.get("slo"), dict) else None
-        devices = m.get("devices_used") if isinstance(m.get("devices_used"), int) else r.cell.tensor_parallel_size
+        used = m.get("devices_used")
+        devices = used if isinstance(used, int) else r.cell.tensor_parallel_size
         derived = cell_metrics(r.records, devices_used=devices, energy_j=energy, slo=slo)
         wrong = [k for k, v in derived.items() if k in m and not _close(m[k], v)]
         if wrong:
@@ -392,7 +394,7 @@ def ingest(out_dir: Path, store: Store, command: str = "", extra: dict[str, Any]
             store.save_cell(run_id, c)
         for q in quality:
             save_quality(store, q)
-        store.finish_run(run_id, status)
+        store.finish_run(run_id, str(status))
     return {"run_id": run_id, "ok": sum(c.status == "ok" for c in cells), "quality": len(quality),
             "failed": sum(c.status != "ok" for c in cells), "skipped_lines": skipped, "status": status,
             "spec_hash": prov.get("spec_hash"), "cells": cells}

@@ -174,7 +174,7 @@ def test_perplexity_scenario_scores_stores_and_skips(fpm, cpu, store, tmp_path, 
             return {"real": True}
 
     req = PerplexityRequest(shape, W(), "fake", "f16", text.read_text(), str(text), "ab" * 32, 64, 2)
-    monkeypatch.setattr("infbench.quality.perplexity.request_for", lambda item, spec, pm=None: req)
+    monkeypatch.setattr("infbench.scenarios.perplexity.request_for", lambda item, spec, pm=None: req)
     p = perplexity_plan([req], cpu)
     s = _run(fpm, p, store)
     assert [q.status for q in s.quality] == ["ok"] and s.quality[0].perplexity == pytest.approx(2.0)

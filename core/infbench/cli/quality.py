@@ -122,7 +122,7 @@ def perplexity(
         if skipped:
             out.print(f"{len(skipped)} measurement(s) already stored (use --force to measure again).")
         flagged = [r for r in rows if r.get("beyond_gate")]
-        if flagged:
+        if flagged and gate is not None:
             out.print(f"[red]{len(flagged)} precision(s) beyond the {gate * 100:g} % gate:[/] "
                       + ", ".join(f"{r['engine']} {r['dtype']}" for r in flagged))
     if any(q.status != "ok" for q in summary.quality) or summary.status in ("failed", "interrupted"):

@@ -40,4 +40,5 @@ def synthetic_prompts(batch: int, input_len: int, vocab_size: int, seed: int = 0
     """
     low, high = token_range(vocab_size)
     rng = np.random.default_rng([seed, batch, input_len])
-    return rng.integers(low, high, size=(batch, input_len)).tolist()
+    ids: list[list[int]] = rng.integers(low, high, size=(batch, input_len)).tolist()
+    return ids

@@ -64,17 +64,6 @@ def container_spec(pm: PluginManager, device: Any, engine: str) -> dict[str, Any
     return spec.as_dict()
 
 
-def _local_paths(cells: list[Cell]) -> list[str]:
-    """Models and datasets given as host paths (mounted read-only into the worker)."""
-    paths = set()
-    for c in cells:
-        if Path(c.model).exists():
-            paths.add(str(Path(c.model).resolve()))
-        if c.dataset is not None and Path(c.dataset.path).exists():
-            paths.add(str(Path(c.dataset.path).resolve()))
-    return sorted(paths)
-
-
 def _local_paths(cells: list[Cell], extra: list[str] | None = None) -> list[str]:
     """Models, datasets and texts given as host paths (mounted read-only into the worker)."""
     paths = set()
@@ -178,8 +167,9 @@ class ContainerExecutor:
                                         "container": ended.description, "launcher": host_provenance,
                                         "runtime": runtime.name}
                             store.update_provenance(summary.run_id, run_prov)
-                        if isinstance((ended.provenance or {}).get("scenario"), dict):
-                            outcome.update(ended.provenance["scenario"])
+                        done_outcome = (ended.provenance or {}).get("scenario")
+                        if isinstance(done_outcome, dict):
+                            outcome.update(done_outcome)
                         live = _left(scenario, live, ended, ctx)
             finally:
                 outcome.update(scenario.outcome() if not outcome else {})

@@ -18,7 +18,7 @@ import queue
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,8 @@ def _cell_of(rest: str) -> tuple[str, Cell | None]:
         return h, None
 
 
-def follow_worker(handle: Any, job: Path, stall_s: float, log_path: Path | None = None) -> Iterator[tuple[str, Any]]:
+def follow_worker(handle: Any, job: Path, stall_s: float,
+                  log_path: Path | None = None) -> Generator[tuple[str, Any], None, None]:
     """Follow a started worker until it exits, as events.
 
     Args:
@@ -180,7 +181,7 @@ def follow_worker(handle: Any, job: Path, stall_s: float, log_path: Path | None 
     last = time.monotonic()
     ended = False
 
-    def results() -> Iterator[tuple[str, Any]]:
+    def results() -> Generator[tuple[str, Any], None, None]:
         for r in cells.read():
             if r.spec_hash not in sent:
                 sent.add(r.spec_hash)

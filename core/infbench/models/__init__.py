@@ -208,7 +208,9 @@ def gguf_config(path: Path) -> dict[str, Any]:
         return v.tobytes().decode() if v.dtype.kind in "uS" and key.endswith("architecture") else v[0].item()
 
     arch = field("general.architecture")
-    g = lambda k: field(f"{arch}.{k}")  # noqa: E731
+    def g(k: str) -> Any:
+        return field(f"{arch}.{k}")
+
     tok = r.fields.get("tokenizer.ggml.tokens")
     heads = g("attention.head_count")
     return {

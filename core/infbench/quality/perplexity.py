@@ -362,7 +362,7 @@ def score_text(scorer: Scorer, text: str, n_ctx: int, max_chunks: int | None = N
     first = first_scored(n_ctx)
     nlls, losses = scorer.chunk_nll(chunks, first)
     allv = np.concatenate(nlls)
-    s = summarize(allv)
+    s: dict[str, Any] = dict(summarize(allv))
     per = [math.exp(float(v.mean())) for v in nlls]
     if losses is not None:
         # The engine's own loss gives the perplexity (transformers); the per-token values the spread.

@@ -241,7 +241,7 @@ def published_device(name: str, units: int, pm: PluginManager = None) -> tuple[D
             vendor = (name.split()[0] if name.split() else "unknown").lower().strip(":")
             return DeviceInfo(vendor=vendor, kind="gpu", model=name, count=units,
                               properties={"published_name": name}), 1
-    props = {"catalog_id": known.catalog_id, "published_name": name}
+    props: dict[str, Any] = {"catalog_id": known.catalog_id, "published_name": name}
     if known.devices_per_unit > 1:
         props["devices_per_unit"] = known.devices_per_unit
     return (DeviceInfo(vendor=known.vendor, kind=known.kind, model=known.model, count=units * known.devices_per_unit,

@@ -187,7 +187,9 @@ class FindMax(Scenario):
         spec: FindMaxScenario = part.spec  # type: ignore[assignment]
         known = {k.load: k for k in spec.known}
         for r in part.results:
-            fm = r.metrics.get("find_max") if isinstance(r, CellResult) else None
+            if not isinstance(r, CellResult):
+                continue
+            fm = r.metrics.get("find_max")
             if isinstance(fm, dict) and fm.get("search_id") == spec.search_id:
                 known[float(fm["load"])] = KnownProbe(load=fm["load"], passed=bool(fm["passed"]),
                                                       fraction=float(fm["fraction"]), saturated=fm.get("saturated"),

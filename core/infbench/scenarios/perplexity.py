@@ -15,12 +15,13 @@ from collections.abc import Iterator
 
 from infbench.data.plan import Group, Plan
 from infbench.data.scenarios import PerplexityItem, PerplexityScenario, ScenarioSpec
+from infbench.quality.perplexity import PerplexityRequest, new_result, request_for
 from infbench.scenarios.base import Part, Running, Scenario
 from infbench.schema import Cell, DeviceInfo
 from infbench.session import EngineSession, RunContext
 
 
-def perplexity_plan(reqs: list, device: DeviceInfo) -> Plan:
+def perplexity_plan(reqs: list[PerplexityRequest], device: DeviceInfo) -> Plan:
     """The plan of validated requests (:func:`~infbench.quality.perplexity.plan_perplexity`,
     all of one text, ``n_ctx`` and chunk limit): one group per request, holding a
     placeholder cell that names the model file (the worker contract carries cells)."""
@@ -45,7 +46,7 @@ class Perplexity(Scenario):
 
     def __init__(self, plan: Plan):
         super().__init__(plan)
-        self._reqs: dict[str, object] = {}
+        self._reqs: dict[str, PerplexityRequest] = {}
 
     def item_of(self, group: Group) -> PerplexityItem:
         """The item a group measures (same model, engine and dtype)."""
@@ -55,11 +56,9 @@ class Perplexity(Scenario):
                 return it
         raise KeyError(f"no perplexity item for {group.label()}")
 
-    def request(self, item: PerplexityItem, ctx: RunContext) -> object:
+    def request(self, item: PerplexityItem, ctx: RunContext) -> PerplexityRequest:
         """The item's :class:`~infbench.quality.perplexity.PerplexityRequest`, planned here and
         checked against the host's text and weights (:func:`~infbench.quality.perplexity.request_for`)."""
-        from infbench.quality.perplexity import request_for
-
         if item.key not in self._reqs:
             self._reqs[item.key] = request_for(item, self.spec, ctx.pm)
         return self._reqs[item.key]
@@ -87,8 +86,6 @@ class Perplexity(Scenario):
 
     def _fail(self, item: PerplexityItem, error: str, ctx: RunContext) -> None:
         import time
-
-        from infbench.quality.perplexity import new_result
 
         res = new_result(self.request(item, ctx), ctx.device)
         res.status, res.error, res.finished_at = "failed", error, time.time()
