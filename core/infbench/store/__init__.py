@@ -177,12 +177,12 @@ class Store:
         #: Provenance and command of the runs begun by this connection (for the journal).
         self.run_meta: dict[str, dict[str, Any]] = {}
         self._tx_depth = 0
-        self.db: sqlite3.Connection | None = None
+        self._db: sqlite3.Connection | None = None
         try:
             self._open(timeout_s)
         except BaseException:
-            if self.db is not None:
-                self.db.close()
+            if self._db is not None:
+                self._db.close()
             raise
 
     def _open(self, timeout_s: float) -> None:
@@ -194,13 +194,13 @@ class Store:
         if self.readonly:
             if not p.exists():
                 raise StoreError(f"no results store at {p}", hint="run `infbench run` first, or pass --store FILE.db")
-            self.db = self._connect_readonly(timeout_s)
+            self._db = self._connect_readonly(timeout_s)
         else:
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
                     raise PermissionError(13, "read-only file or folder (SQLite needs to write beside the store)")
-                self.db = sqlite3.connect(p, timeout=timeout_s)
+                self._db = sqlite3.connect(p, timeout=timeout_s)
             except (OSError, sqlite3.Error) as exc:
                 raise StoreError(f"cannot open the results store {p}: {describe_db_error(exc)}",
                                  hint="pass --store a file in a writable folder, or set INFBENCH_HOME") from None
@@ -270,12 +270,23 @@ class Store:
             raise StoreError(f"cannot read the results store {self.path}: {describe_db_error(exc)}") from None
         self.db.close()
         mem.row_factory = sqlite3.Row
-        self.db = mem
+        self._db = mem
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        """The open SQLite connection.
+
+        Raises:
+            StoreError: the store could not be opened.
+        """
+        if self._db is None:
+            raise StoreError(f"the results store {self.path} is not open")
+        return self._db
 
     def close(self) -> None:
         """Close the connection."""
-        if self.db is not None:
-            self.db.close()
+        if self._db is not None:
+            self._db.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -357,7 +368,7 @@ class Store:
                 (r.cell_id, r.spec_hash, run_id, r.status, r.error, r.cell.model_dump_json(),
                  r.device.model_dump_json(), json.dumps(r.metrics), json.dumps(r.engine, default=str),
                  r.power_note, r.wall_s, r.engine_s, r.started_at, r.finished_at))
-            row = cur.lastrowid
+            row = int(cur.lastrowid or 0)
             self.db.executemany(
                 "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?)",
                 [(row, i, q.t_send_ns, np.asarray(q.t_tokens_ns, dtype="<i8").tobytes(), q.n_in, q.n_out,

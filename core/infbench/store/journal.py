@@ -207,7 +207,7 @@ def replay(store: Store) -> dict[str, int]:
                         dup = db.execute("SELECT 1 FROM cells WHERE run_id=? AND cell_id=? AND started_at=?",
                                          (run_id, r.cell_id, r.started_at)).fetchone()
                         if dup is None:
-                            store.save_cell(run_id, r)
+                            store.save_cell(str(run_id), r)
                             counts["cells"] += 1
                     elif e.get("kind") == "finish":
                         db.execute("UPDATE runs SET status=?, finished_at=COALESCE(finished_at, ?) WHERE run_id=?",

@@ -26,7 +26,7 @@ def save_quality(store: Store, r: PerplexityResult) -> int:
             (r.key(), "perplexity", r.model, r.weights_sha256, r.engine, r.dtype, r.text_path, r.text_sha256,
              r.n_ctx, r.max_chunks, r.n_chunks, r.n_tokens, r.status, r.error, r.perplexity, r.stderr,
              r.model_dump_json(), r.started_at, r.finished_at))
-    return int(cur.lastrowid)
+    return int(cur.lastrowid or 0)
 
 
 def quality_results(store: Store, all_attempts: bool = False, model: list[str] | None = None,
