@@ -97,7 +97,7 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
         cell: the :class:`~infbench.schema.Cell`.
         records: its :class:`~infbench.schema.RequestRecord` list.
     """
-    out = []
+    out: list[str] = []
     done = [r for r in records if r.error is None and r.t_tokens_ns]
     if not done:
         return out

@@ -98,7 +98,7 @@ def saturation(result: CellResult, mode: str) -> str | None:
     m = result.metrics or {}
     w = m.get("server_waiting") or {}
     n = m.get("n_requests") or len(result.records)
-    recs = sorted((r for r in result.records if r.t_sched_ns is not None), key=lambda r: r.t_sched_ns)
+    recs = sorted((r for r in result.records if r.t_sched_ns is not None), key=lambda r: r.t_sched_ns or 0)
     if w.get("max") is not None and w["max"] >= max(4.0, 0.25 * n):
         slope = _offered_slope(result, recs)
         if slope is None:
@@ -108,7 +108,7 @@ def saturation(result: CellResult, mode: str) -> str | None:
                     f"({slope:+.3g}/s, {m.get('server_name')} /metrics)")
     if len(recs) >= 8 and result.cell.load is not None and result.cell.load.request_rate:
         k = len(recs) // 4
-        lag = [(r.t_send_ns - r.t_sched_ns) / 1e9 for r in recs]
+        lag = [(r.t_send_ns - (r.t_sched_ns or r.t_send_ns)) / 1e9 for r in recs]
         growth = sum(lag[-k:]) / k - sum(lag[:k]) / k
         if growth > max(0.5, 5.0 / result.cell.load.request_rate):
             return f"release lag grew by {growth:.2f} s over the probe (client could not keep the schedule)"

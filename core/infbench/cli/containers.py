@@ -6,7 +6,7 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -93,7 +93,7 @@ def containers_build(
                 results.append({"recipe": f"{r.vendor}/{r.name}", "dockerfile": r.dockerfile, "ok": False,
                                 "error": exc.message, "hint": exc.hint})
         if not as_json:
-            res = results[-1]
+            res: dict[str, Any] = results[-1]
             if res["ok"]:
                 out.print(f"[green]built[/] {', '.join(res['tags'])} ({res['seconds']} s)")
             else:

@@ -413,15 +413,17 @@ def cpu_theoretical(device: Any, overrides: dict[str, Any] | None = None, attain
     rates = flop_per_cycle(flags, arch, units, o.get("simd_pipes"), sve_vector_bits())
     cores = int(o.get("cores") or physical_cores(sysfs) or min(
         x for x in (props.get("usable_cpus"), props.get("physical_cores"), props.get("logical_cpus"), 1) if x))
+    clock: float
     if o.get("max_clock_ghz"):
         clock, clock_basis = float(o["max_clock_ghz"]) * 1e9, "declared in site.toml [cpu] max_clock_ghz"
     else:
-        clock, clock_basis = max_clock_hz(sysfs, props.get("clock_hz"))
-        clock = clock or 0.0
+        found, clock_basis = max_clock_hz(sysfs, props.get("clock_hz"))
+        clock = found or 0.0
     if attainable_fp32 and rates["fp32"].flop_per_cycle * cores * clock < attainable_fp32:
         clock = attainable_fp32 / (rates["fp32"].flop_per_cycle * cores)
         clock_basis = (f"raised to {clock / 1e9:.2f} GHz, the clock the measured fp32 GEMM implies (the reported "
                        "clock is below the one the cores ran at)")
+    bw: float | None
     if o.get("memory_bandwidth_gb_s"):
         bw, bw_basis = float(o["memory_bandwidth_gb_s"]) * 1e9, "declared in site.toml [cpu] memory_bandwidth_gb_s"
     else:

@@ -417,7 +417,7 @@ class PerplexityRequest:
 
 
 def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, text: str | Path, n_ctx: int = 512,
-                    max_chunks: int | None = None, pm: PluginManager = None) -> list[PerplexityRequest]:
+                    max_chunks: int | None = None, pm: PluginManager | None = None) -> list[PerplexityRequest]:
     """Validate everything before anything loads: one request per engine and dtype.
 
     Args:
@@ -455,7 +455,8 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
     for e in engines:
         spec = require_engine(specs, e)
         natives = []
-        for d in dtypes or [None]:
+        wanted: list[str | None] = list(dtypes) if dtypes else [None]
+        for d in wanted:
             native = default_dtype(e, weights, spec) if d is None else spec.resolve_dtype(d)
             if native is None:
                 raise ConfigError(f"dtype {d!r} is not available on engine {e!r}",
@@ -522,7 +523,7 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
         res.engine_info["loss_mean"] = s["engine_loss"]
 
 
-def request_for(item: Any, spec: Any, pm: PluginManager = None) -> PerplexityRequest:
+def request_for(item: Any, spec: Any, pm: PluginManager | None = None) -> PerplexityRequest:
     """The :class:`PerplexityRequest` of one :class:`~infbench.data.scenarios.PerplexityItem`
     of a :class:`~infbench.data.scenarios.PerplexityScenario`, planned again where it runs
     (a worker container, a Ray node) and checked to be the very text and weights the host

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def perplexity_requests(plan: Any, text: str, n_ctx: int = 512, max_chunks: int | None = None,
-                        pm: PluginManager = None) -> tuple[list[PerplexityRequest], list[str]]:
+                        pm: PluginManager | None = None) -> tuple[list[PerplexityRequest], list[str]]:
     """The perplexity requests of every group of a sweep's plan that has real weights on an
     engine that can score (``llama.cpp``, ``transformers``, ``vllm``; a server engine is
     scored by its in-process twin, :data:`infbench.registry.PERPLEXITY_TWIN`).

@@ -214,7 +214,7 @@ def read_lib_csv(path: str | Path) -> list[LibRow]:
     return rows
 
 
-def published_device(name: str, units: int, pm: PluginManager = None) -> tuple[DeviceInfo, int]:
+def published_device(name: str, units: int, pm: PluginManager | None = None) -> tuple[DeviceInfo, int]:
     """The :class:`DeviceInfo` of a published hardware name for ``units`` of it, and the
     devices per unit. Known names use :data:`LIB_HARDWARE`; other names (e.g. what
     ``export --format lib-csv`` wrote for a local device) are matched against the
@@ -259,7 +259,7 @@ def _model_name(name: str) -> tuple[str, bool]:
 
 
 def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
-                    pm: PluginManager = None) -> tuple[list[CellResult], dict[str, Any]]:
+                    pm: PluginManager | None = None) -> tuple[list[CellResult], dict[str, Any]]:
     """Stored-cell results for parsed rows, marked published (see the module doc).
 
     Args:

@@ -59,7 +59,8 @@ def cache_link_mounts(cache_dir: Path, private_dir: Path, roots: list[Path], bin
     Returns:
         ``(mounts, notes)``: ``(host path, container path, "ro"|"rw")`` per symlink.
     """
-    mounts, notes = [], []
+    mounts: list[tuple[str, str, str]] = []
+    notes: list[str] = []
     if not cache_dir.is_dir():
         return mounts, notes
     for child in sorted(cache_dir.iterdir()):
