@@ -5,7 +5,7 @@ The flow of a run follows the package layout:
 * :mod:`infbench.detect`    find the hardware (PCI bus + each plugin's detect hook)
 * :mod:`infbench.plan`      expand a sweep into cells, group the cells that share a loaded model
 * :mod:`infbench.engines`   launch an engine adapter (llama.cpp, transformers, ...)
-* :mod:`infbench.measure`   derive metrics (METRICS.md) from raw records; power sampling
+* :mod:`infbench.measure`   derive metrics (docs/metrics.md) from raw records; power sampling
 * :mod:`infbench.store`     keep every result with its provenance in SQLite
 * :mod:`infbench.report`    tables (and, later, plots)
 

@@ -4,7 +4,7 @@ These models are the plugin contract's vocabulary: a plugin returns :class:`Devi
 from its detect hook, the core plans :class:`Cell` objects from a :class:`Sweep`, an
 engine returns one :class:`RequestRecord` per request, and the store keeps a
 :class:`CellResult` per cell. Times are integers from ``time.perf_counter_ns()``
-(one clock per process, METRICS.md) unless a field name says otherwise.
+(one clock per process, docs/metrics.md) unless a field name says otherwise.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ class ChannelReading(BaseModel):
 
 
 class Load(BaseModel):
-    """How requests are offered to a server engine (serving mode; METRICS.md).
+    """How requests are offered to a server engine (serving mode; docs/metrics.md).
 
     Attributes:
         mode: ``batch`` (all requests at once), ``concurrency`` (a fixed number in
@@ -520,7 +520,7 @@ class Sweep(BaseModel):
 
 
 class RequestRecord(BaseModel):
-    """Raw timestamps of one request (METRICS.md, "Raw record per request").
+    """Raw timestamps of one request (docs/metrics.md, "Raw record per request").
 
     Attributes:
         t_send_ns: request handed to the engine (``perf_counter_ns``).

@@ -1,4 +1,4 @@
-"""Each METRICS.md formula against records whose answers are computed by hand."""
+"""Each docs/metrics.md formula against records whose answers are computed by hand."""
 
 import pytest
 

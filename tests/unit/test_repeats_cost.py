@@ -59,7 +59,7 @@ def test_repeat_groups_from_the_store(tmp_path):
 
 
 def test_usd_per_mtok_formula():
-    # METRICS.md: price_per_hour / 3600 x duration_s / (sum n_out / 1e6)
+    # docs/metrics.md: price_per_hour / 3600 x duration_s / (sum n_out / 1e6)
     assert usd_per_mtok(3.6, 100.0, 1_000_000) == pytest.approx(0.1)
     assert usd_per_mtok(2.0, 10.0, 0) is None and usd_per_mtok(2.0, None, 10) is None
     with pytest.raises(ValueError):

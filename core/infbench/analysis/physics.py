@@ -127,7 +127,7 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
 
 
 def _request_times(records: list[Any]) -> tuple[list[float], list[float], list[float]]:
-    """TTFT, TPOT and E2E (s) of each completed request (METRICS.md formulas)."""
+    """TTFT, TPOT and E2E (s) of each completed request (docs/metrics.md formulas)."""
     ttft, tpot, e2e = [], [], []
     for r in records:
         if r.error is not None or not r.t_tokens_ns:

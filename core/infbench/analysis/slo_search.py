@@ -15,7 +15,7 @@ grew without bound over the probe (its own ``/metrics``, :mod:`infbench.measure.
 server_metrics`), or the client's release lag (``t_send - t_sched``) kept growing; a
 saturated load is never exceeded. This is the method of DistServe's goodput and of
 vLLM's ``--goodput`` search scripts (``benchmarks/auto_tune``), with goodput counted per
-request as in METRICS.md ``goodput_req_s``.
+request as in docs/metrics.md ``goodput_req_s``.
 """
 
 from __future__ import annotations

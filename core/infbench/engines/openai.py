@@ -6,7 +6,7 @@ body is serialised before the clock starts, ``t_send`` is taken immediately befo
 socket write, and while a response streams the client does no per-token work beyond
 recording ``(perf_counter_ns(), raw bytes)`` for each network read; the server-sent events
 are parsed after the request ends (:func:`parse_stream`). The event loop is uvloop's where
-uvloop is installed. Rules (METRICS.md):
+uvloop is installed. Rules (docs/metrics.md):
 
 * The first token is the first event carrying generated text of any kind (reasoning or
   answer); role-only, empty and usage-only events do not count.

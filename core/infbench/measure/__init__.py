@@ -1,1 +1,1 @@
-"""Measurement: metrics derived from raw records (METRICS.md) and power sampling."""
+"""Measurement: metrics derived from raw records (docs/metrics.md) and power sampling."""

@@ -1,6 +1,6 @@
 """Step 4 of a run: measure one cell on a started engine (warm-up, timed requests with
 power and telemetry sampling and, for servers, a scrape of their Prometheus metrics;
-metrics from the raw records, METRICS.md)."""
+metrics from the raw records, docs/metrics.md)."""
 
 from __future__ import annotations
 

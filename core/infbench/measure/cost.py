@@ -1,13 +1,15 @@
-"""The price of a cell's tokens (``--price-per-hour``), METRICS.md ``usd_per_mtok``."""
+"""The price of a cell's tokens (``--price-per-hour``), docs/metrics.md ``usd_per_mtok``."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from infbench.data import metrics as M
+
 
 def usd_per_mtok(price_per_hour: float, duration_s: float | None, n_out_total: int) -> float | None:
     """US dollars per million output tokens: ``price_per_hour / 3600 x duration_s /
-    (sum n_out / 1e6)`` (METRICS.md; inference-perf #139).
+    (sum n_out / 1e6)`` (docs/metrics.md; inference-perf #139).
 
     Args:
         price_per_hour: what the machine (or its share) costs per hour, USD.
@@ -31,4 +33,5 @@ def cost_metrics(metrics: dict[str, Any], price_per_hour: float) -> dict[str, An
     """``{"price_per_hour_usd", "usd_per_mtok"}`` for a cell's metrics (``duration_s``,
     ``n_out_total``)."""
     return {"price_per_hour_usd": price_per_hour,
-            "usd_per_mtok": usd_per_mtok(price_per_hour, metrics.get("duration_s"), metrics.get("n_out_total") or 0)}
+            M.USD_PER_MTOK.key: usd_per_mtok(price_per_hour, M.DURATION.value(metrics),
+                                             M.N_OUT_TOTAL.value(metrics) or 0)}

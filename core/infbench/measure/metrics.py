@@ -1,8 +1,9 @@
-"""Metrics derived from raw per-request records, exactly as ../METRICS.md names them.
+"""Metrics derived from raw per-request records, exactly as docs/metrics.md names them.
 
-Every name carries its unit (``_s``, ``_w``, ``_j``, ``_tok_s``). Latency metrics are
-summarised as mean, p50, p90, p99 and max with the count behind them
-(:func:`summarize`). Percentiles use linear interpolation (``numpy.percentile``
+Every name carries its unit (``_s``, ``_w``, ``_j``, ``_tok_s``); the names, labels, units
+and statistics are the one table :mod:`infbench.data.metrics`, whose keys this module
+writes. Latency metrics are summarised as mean, p50, p90, p99 and max with the count behind
+them (:func:`summarize`). Percentiles use linear interpolation (``numpy.percentile``
 default, the same as vLLM's ``benchmarks/serve.py``).
 """
 
@@ -14,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from infbench.data import metrics as M
+from infbench.data.metrics import SUMMARY_STATS
 from infbench.schema import RequestRecord
 
 NS = 1e-9
-SUMMARY_KEYS = ("mean", "p50", "p90", "p99", "max", "count")
+#: The statistics of a summary (:data:`infbench.data.metrics.SUMMARY_STATS`).
+SUMMARY_KEYS = SUMMARY_STATS
 
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
@@ -26,7 +30,7 @@ def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     An empty input gives ``count = 0`` and None for the statistics.
     """
     if len(values) == 0:
-        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None, "count": 0}
+        return {**dict.fromkeys(SUMMARY_STATS), "count": 0}
     a = np.asarray(values, dtype=float)
     p50, p90, p99 = np.percentile(a, [50, 90, 99])
     return {"mean": float(a.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
@@ -109,7 +113,8 @@ def cell_metrics(
     energy_j: float | None = None,
     slo: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """All per-cell metrics of METRICS.md from the cell's raw records.
+    """All per-cell metrics of docs/metrics.md from the cell's raw records (keys and their
+    definitions: :data:`infbench.data.metrics.METRICS`; other fields: ``FIELDS``).
 
     Args:
         records: one :class:`RequestRecord` per request of the timed part.
@@ -150,61 +155,66 @@ def cell_metrics(
     n_in = sum(r.n_in for r in done)
     n_out = sum(r.n_out for r in done)
     m: dict[str, Any] = {
-        "ttft_s": summarize(ttfts),
-        "tpot_s": summarize(tpots),
-        "e2e_s": summarize(e2es),
-        "itl_s": summarize(itls),
-        "n_requests": len(records),
-        "n_completed": len(done),
-        "n_failed": len(records) - len(done),
-        "n_in_total": n_in,
-        "n_out_total": n_out,
+        M.TTFT.key: summarize(ttfts),
+        M.TPOT.key: summarize(tpots),
+        M.E2E.key: summarize(e2es),
+        M.ITL.key: summarize(itls),
+        M.N_REQUESTS.key: len(records),
+        M.N_COMPLETED.key: len(done),
+        M.N_FAILED.key: len(records) - len(done),
+        M.N_IN_TOTAL.key: n_in,
+        M.N_OUT_TOTAL.key: n_out,
         "token_counts_estimated": any(r.n_out_source in ("client_tokenizer", "chunks") for r in done),
-        "devices_used": devices_used,
+        M.DEVICES_USED.key: devices_used,
     }
     duration = None
     if done:
         duration = (max(r.t_tokens_ns[-1] for r in done) - min(r.t_send_ns for r in done)) * NS
     waits = [(r.t_send_ns - r.t_sched_ns) * NS for r in done if r.t_sched_ns is not None]
     if waits:
-        m["queue_wait_s"] = summarize(waits)
+        m[M.QUEUE_WAIT.key] = summarize(waits)
     lags = release_lags_s(records)
     if lags:
-        m["release_lag_s"] = summarize(lags)
+        m[M.RELEASE_LAG.key] = summarize(lags)
     _serving_extras(m, done)
-    m["duration_s"] = duration
+    m[M.DURATION.key] = duration
     ok = duration is not None and duration > 0
-    m["output_tok_s"] = n_out / duration if ok else None
-    m["total_tok_s"] = (n_in + n_out) / duration if ok else None
-    m["output_tok_s_per_device"] = m["output_tok_s"] / devices_used if ok else None
-    m["request_s"] = len(done) / duration if ok else None
+    out_tps = n_out / duration if ok else None
+    m[M.OUTPUT_TOK_S.key] = out_tps
+    m[M.TOTAL_TOK_S.key] = (n_in + n_out) / duration if ok else None
+    m[M.OUTPUT_TOK_S_PER_DEVICE.key] = out_tps / devices_used if out_tps is not None else None
+    m[M.REQUEST_S.key] = len(done) / duration if ok else None
     mean_out = n_out / len(done) if done else 0
     if done and not streamed:
-        for k in ("ttft_s", "tpot_s", "itl_s"):
-            del m[k]
-        m["lib_itl_s"] = None
+        for d in (M.TTFT, M.TPOT, M.ITL):
+            del m[d.key]
+        m[M.LIB_ITL.key] = None
         m["streamed"] = False
     elif done and mean_out > 1:
-        m["lib_itl_s"] = (float(np.mean(e2es)) - float(np.mean(ttfts))) / (len(done) * (mean_out - 1))
+        m[M.LIB_ITL.key] = (float(np.mean(e2es)) - float(np.mean(ttfts))) / (len(done) * (mean_out - 1))
     else:
-        m["lib_itl_s"] = None
+        m[M.LIB_ITL.key] = None
     if slo:
-        good = 0
-        for r in done:
-            t = tpot_s(r)
-            if ("ttft_s" in slo and ttft_s(r) > slo["ttft_s"]) or ("e2e_s" in slo and e2e_s(r) > slo["e2e_s"]):
-                continue
-            if "tpot_s" in slo and t is not None and t > slo["tpot_s"]:
-                continue
-            good += 1
-        m["goodput_req_s"] = good / duration if ok else None
+        good = sum(1 for r in done if meets_slo(r, slo))
+        m[M.GOODPUT.key] = good / duration if ok else None
         m["slo"] = dict(slo)
     if energy_j is not None and energy_j > 0:
-        m["energy_j"] = energy_j
-        m["avg_power_w"] = energy_j / duration if ok else None
-        m["tokens_per_j"] = (n_in + n_out) / energy_j
-        m["output_tokens_per_j"] = n_out / energy_j
+        m[M.ENERGY.key] = energy_j
+        m[M.AVG_POWER.key] = energy_j / duration if ok else None
+        m[M.TOKENS_PER_J.key] = (n_in + n_out) / energy_j
+        m[M.OUTPUT_TOKENS_PER_J.key] = n_out / energy_j
     return m
+
+
+def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
+    """True if the completed request ``r`` meets every limit of ``slo`` (s; keys
+    ``ttft_s``, ``tpot_s``, ``e2e_s``, each optional). TPOT is not judged for n_out < 2."""
+    t = tpot_s(r)
+    if M.TTFT.key in slo and ttft_s(r) > slo[M.TTFT.key]:
+        return False
+    if M.E2E.key in slo and e2e_s(r) > slo[M.E2E.key]:
+        return False
+    return not (M.TPOT.key in slo and t is not None and t > slo[M.TPOT.key])
 
 
 def _serving_extras(m: dict[str, Any], done: Sequence[RequestRecord]) -> None:
@@ -212,19 +222,19 @@ def _serving_extras(m: dict[str, Any], done: Sequence[RequestRecord]) -> None:
     answer = [v for v in (ttfat_s(r) for r in done) if v is not None]
     reasoning = [v for v in (ttfrt_s(r) for r in done) if v is not None]
     if reasoning:
-        m["ttfrt_s"] = summarize(reasoning)
-        m["ttfat_s"] = summarize(answer)
+        m[M.TTFRT.key] = summarize(reasoning)
+        m[M.TTFAT.key] = summarize(answer)
     counted = [r for r in done if r.n_reasoning is not None]
     if counted:
-        m["reasoning_tokens"] = summarize([r.n_reasoning for r in counted])
-        m["answer_tokens"] = summarize([r.n_out - r.n_reasoning for r in counted])
+        m[M.REASONING_TOKENS.key] = summarize([r.n_reasoning for r in counted])
+        m[M.ANSWER_TOKENS.key] = summarize([r.n_out - r.n_reasoning for r in counted])
         m["reasoning_tokens_estimated"] = any(r.n_reasoning_source == "chunks" for r in counted)
     turns: dict[int, list[float]] = {}
     for r in done:
         if r.turn is not None and r.streamed:
             turns.setdefault(r.turn, []).append(ttft_s(r))
     if turns:
-        m["ttft_s_by_turn"] = {str(k): summarize(v) for k, v in sorted(turns.items())}
+        m[M.TTFT_BY_TURN.key] = {str(k): summarize(v) for k, v in sorted(turns.items())}
 
 
 def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:

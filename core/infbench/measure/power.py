@@ -252,7 +252,7 @@ def energy_summary(readings: Iterable[PowerReading], window: tuple[int, int] | N
     Per device, the readings become a cumulative energy curve, from counter differences
     (wraparound handled as in :func:`energy_j`) or from the trapezoidal integral of power.
     With ``window=(t0_ns, t1_ns)`` (the cell's timed part: first send to last token, the
-    ``duration_s`` of METRICS.md) the curve is interpolated at t0 and t1, so the energy
+    ``duration_s`` of docs/metrics.md) the curve is interpolated at t0 and t1, so the energy
     covers exactly the interval that ``avg_power_w = energy_j / duration_s`` divides by,
     however far before and after it the sampler read; beyond the first/last reading it
     is extended along the edge segment's slope. Without a window the whole span is used.
@@ -546,7 +546,7 @@ class WithChannels(PowerSampler):
 
 
 def now_ns() -> int:
-    """``time.perf_counter_ns()``: the one clock of a measurement (METRICS.md)."""
+    """``time.perf_counter_ns()``: the one clock of a measurement (docs/metrics.md)."""
     return time.perf_counter_ns()
 
 

@@ -33,6 +33,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.measure.metrics import NS
 
 #: Labels that distinguish samples of one series rather than separate series.
@@ -406,38 +407,38 @@ def summarize(result: dict[str, Any] | None) -> dict[str, Any]:
     fam = next(f for f in SERVERS if f.name == result["server"])
     series, deltas, hists = result["series"], result["deltas"], result["histograms"]
     out: dict[str, Any] = {"server_name": fam.name}
-    for key, names in (("server_ttft_s", fam.ttft), ("server_tpot_s", fam.tpot),
-                       ("server_queue_time_s", fam.queue_time)):
+    for key, names in ((M.SERVER_TTFT.key, fam.ttft), (M.SERVER_TPOT.key, fam.tpot),
+                       (M.SERVER_QUEUE_TIME.key, fam.queue_time)):
         n = _first(names, hists)
         if n is not None and hists[n]["count"] > 0:
             out[key] = histogram_summary({**hists[n], "buckets": {float(k): v for k, v in hists[n]["buckets"].items()}})
             out["server_latency_source"] = "histogram"
-    for key, names in (("server_running", fam.running), ("server_waiting", fam.waiting),
-                       ("server_kv_cache_usage", fam.kv_usage)):
+    for key, names in ((M.SERVER_RUNNING.key, fam.running), (M.SERVER_WAITING.key, fam.waiting),
+                       (M.SERVER_KV_CACHE_USAGE.key, fam.kv_usage)):
         n = _first(names, series)
         if n is None:
             continue
         pts = series[n]
         vals = [v for _, v in pts]
         d = {"mean": sum(vals) / len(vals), "max": max(vals)}
-        if key == "server_waiting":
+        if key == M.SERVER_WAITING.key:
             d["last"] = vals[-1]
             d["slope_per_s"] = _slope(pts)
         out[key] = d
     n = _first(fam.preemptions, deltas) or _first(fam.preemptions, series)
     if n is not None:
-        out["server_preemptions"] = deltas[n] if n in deltas else series[n][-1][1] - series[n][0][1]
+        out[M.SERVER_PREEMPTIONS.key] = deltas[n] if n in deltas else series[n][-1][1] - series[n][0][1]
     hits, queries = _first(fam.prefix_hits, deltas), _first(fam.prefix_queries, deltas)
     if hits is not None and queries is not None:
         q = deltas[queries] + (deltas[hits] if fam.prefix_misses_are_queries else 0.0)
-        out["server_prefix_cache_hit_rate"] = deltas[hits] / q if q > 0 else None
+        out[M.SERVER_PREFIX_CACHE_HIT_RATE.key] = deltas[hits] / q if q > 0 else None
     elif (n := _first(fam.prefix_hit_rate, series)) is not None:
-        out["server_prefix_cache_hit_rate"] = series[n][-1][1]
+        out[M.SERVER_PREFIX_CACHE_HIT_RATE.key] = series[n][-1][1]
     acc, drafted = _first(fam.spec_accepted, deltas), _first(fam.spec_drafted, deltas)
     if acc is not None and drafted is not None and deltas[drafted] > 0:
-        out["server_spec_acceptance_rate"] = deltas[acc] / deltas[drafted]
+        out[M.SERVER_SPEC_ACCEPTANCE_RATE.key] = deltas[acc] / deltas[drafted]
     elif (n := _first(fam.spec_rate, series)) is not None and series[n][-1][1] > 0:
-        out["server_spec_acceptance_rate"] = series[n][-1][1]
+        out[M.SERVER_SPEC_ACCEPTANCE_RATE.key] = series[n][-1][1]
     return out
 
 
@@ -464,9 +465,9 @@ def from_timings(records: list[Any]) -> dict[str, Any]:
             if isinstance(t.get("predicted_per_token_ms"), (int, float)) and (t.get("predicted_n") or 0) > 1]
     if not ttft:
         return {}
-    out: dict[str, Any] = {"server_ttft_s": stats(ttft), "server_latency_source": "timings"}
+    out: dict[str, Any] = {M.SERVER_TTFT.key: stats(ttft), "server_latency_source": "timings"}
     if tpot:
-        out["server_tpot_s"] = stats(tpot)
+        out[M.SERVER_TPOT.key] = stats(tpot)
     return out
 
 

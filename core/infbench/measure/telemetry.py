@@ -15,21 +15,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from infbench.data.metrics import TELEMETRY_CHANNELS
 from infbench.schema import ChannelReading
 
-#: The channel names, with what they measure and their unit (the unit is in the name).
-CHANNELS: dict[str, str] = {
-    "util_pct": "device busy time over the driver's sample period, % (NVML utilization.gpu, amdsmi "
-                "gfx_activity, xpu-smi GPU Utilization, hl-smi utilization.aip, psutil cpu_percent)",
-    "mem_util_pct": "memory-controller busy time, % (NVML utilization.memory, amdsmi umc_activity, xpu-smi "
-                    "GPU Memory Utilization)",
-    "clock_mhz": "core clock in MHz (NVML SM clock, amdsmi GFX clock, xpu-smi GPU Frequency, hl-smi "
-                 "clocks.current.soc, psutil cpu_freq)",
-    "mem_clock_mhz": "memory clock in MHz (NVML MEM clock, amdsmi MEM clock)",
-    "temp_c": "device temperature in degrees C (NVML GPU sensor, amdsmi hotspot, xpu-smi GPU Core "
-              "Temperature, hl-smi temperature.aip, psutil's package sensor)",
-    "mem_temp_c": "memory temperature in degrees C (xpu-smi GPU Memory Temperature)",
-}
+#: The channel names, with what they measure and their unit (the unit is in the name; the
+#: definitions: :data:`infbench.data.metrics.TELEMETRY_CHANNELS`).
+CHANNELS: dict[str, str] = {d.key: d.description for d in TELEMETRY_CHANNELS}
 
 
 def summarize_channels(readings: Iterable[ChannelReading], window: tuple[int, int] | None = None) -> dict[str, Any]:
