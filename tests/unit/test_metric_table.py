@@ -122,3 +122,138 @@ def test_bad_lookups_say_what_exists():
         M.TTFT.col()
     with pytest.raises(ValueError, match="a scalar"):
         M.OUTPUT_TOK_S.col("p50")
+
+
+# -- consumers read labels, units, directions and scales from the table ---------------------
+
+def stored(cell_id="c1", ttft=0.05, tput=100.0, server=False, spec_hash=None, repeat=None):
+    m = {"ttft_s": {"mean": ttft, "p50": ttft, "p99": 2 * ttft}, "tpot_s": {"mean": 0.01, "p50": 0.01, "p99": 0.02},
+         "itl_s": {"p50": 0.01, "p99": 0.03}, "e2e_s": {"mean": 0.7, "p50": 0.7, "p99": 0.9, "count": 4},
+         "duration_s": 0.75, "output_tok_s": tput, "total_tok_s": 3 * tput, "output_tok_s_per_device": tput,
+         "request_s": 5.0, "avg_power_w": 200.0, "energy_j": 150.0, "tokens_per_j": 1.5, "mbu": 0.4, "mfu": 0.1,
+         "n_completed": 4, "usd_per_mtok": 2.0}
+    if server:
+        m["server_ttft_s"] = {"mean": 0.02, "p50": 0.02, "p99": 0.03, "count": 4}
+        m["server_waiting"] = {"mean": 1.0, "max": 3.0, "last": 0.0, "slope_per_s": 0.0}
+    spec = {"model": "llama-2-7b", "engine": "vllm", "dtype": "float16", "batch": 4, "input_len": 128,
+            "output_len": 64, "tensor_parallel_size": 1, "seed": 0}
+    if repeat:
+        spec["repeat"] = repeat
+    return {"cell_id": cell_id, "spec_hash": spec_hash or f"h-{cell_id}", "run_id": "r1", "status": "ok",
+            "error": None, "spec": spec, "metrics": m, "engine": {}, "power_note": None, "wall_s": 1.0,
+            "engine_s": 1.0, "finished_at": 1.0, "started_at": 0.0,
+            "device": {"vendor": "nvidia", "kind": "gpu", "model": "NVIDIA A100-SXM4-40GB", "count": 1}}
+
+
+def test_results_table_headers_and_values_come_from_the_table():
+    from infbench.report.tables import RESULT_COLUMNS, results_table
+
+    t = results_table([stored(server=True)])
+    headers = [c.header for c in t.columns]
+    metric_cols = [RESULT_COLUMNS[0], M.SERVER_TTFT.col("p50"), *RESULT_COLUMNS[1:], M.N_COMPLETED.col()]
+    assert headers[8:] == [c.header for c in metric_cols]
+    assert headers[8:] == ["TTFT p50 ms", "server TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "E2E p50 s",
+                           "output tok/s", "total tok/s", "tok/J", "MBU %", "MFU %", "n"]
+    values = [next(iter(c.cells)) for c in t.columns][8:]
+    assert values == ["50.00", "20.00", "10.00", "30.00", "0.700", "100.0", "300.0", "1.50", "40.0", "10.0", "4"]
+    assert "server TTFT p50 ms" not in [c.header for c in results_table([stored()]).columns]
+
+
+def test_compare_columns_come_from_the_table():
+    from infbench.report.compare import COMPARED, PLOTTED, compare_rows
+
+    for key, col in COMPARED.items():
+        assert M.column(key) == col and col.better in ("lower", "higher")
+    assert {c.key for c in PLOTTED} <= set(COMPARED)
+    res = compare_rows([stored("a", spec_hash="w")], [stored("b", ttft=0.1, tput=50.0, spec_hash="w")])
+    (pair,) = res["pairs"]
+    assert set(pair["ratio"]) == set(COMPARED)
+    assert pair["ratio"][M.TTFT.col("p50").key] == pytest.approx(2.0)
+    assert pair["ratio"][M.OUTPUT_TOK_S.col().key] == pytest.approx(0.5)
+
+
+def test_compare_cli_headers_come_from_the_table(monkeypatch):
+    """`infbench compare` prints each compared metric under the table's header (the ratios
+    B / A of the metrics both sides have)."""
+    from typer.testing import CliRunner
+
+    from infbench.cli import app
+    from infbench.report import compare
+
+    a, b = [stored("a", spec_hash="w")], [stored("b", ttft=0.025, tput=200.0, spec_hash="w")]
+    monkeypatch.setattr(compare, "load_side", lambda arg, store: (arg, a if arg == "A" else b))
+    monkeypatch.setenv("COLUMNS", "400")
+    res = CliRunner().invoke(app, ["compare", "A", "B"])
+    assert res.exit_code == 0, res.output
+    shown = [c.header for c in compare.COMPARED.values() if c.key != M.MBU.key]  # no roofline stored: no MBU
+    assert shown == ["output tok/s", "total tok/s", "TTFT p50 ms", "TPOT p50 ms", "ITL p99 ms", "E2E p50 s",
+                     "power W", "tok/J"]
+    header = next(line for line in res.output.splitlines() if "output tok/s" in line)
+    assert [h for h in shown if h in header] == shown and "MBU" not in header
+    assert "0.500" in res.output and "2.000" in res.output  # TTFT halved, throughput doubled
+
+
+def test_report_labels_come_from_the_table():
+    from infbench.report import html
+    from infbench.report.data import FLAT_COLUMNS, METRICS, flat_row
+
+    for key, label in METRICS.items():
+        assert M.column(key).label == label
+    assert METRICS["ttft_ms_p50"] == "TTFT p50 (ms)" and METRICS["output_tok_s"] == "Output throughput (tok/s)"
+    for c in (*html.Y_AXES, *html.TRADE_OFF):
+        assert c.key in METRICS
+    f = flat_row(stored(server=True))
+    for c in FLAT_COLUMNS:
+        assert c.key in f
+    assert f["ttft_ms_p50"] == pytest.approx(50.0) and f["server_waiting_max"] == 3.0 and f["mbu"] is None
+    page = html.render_html([f])
+    assert "SLO TTFT p99 (ms)" in page and "Output throughput (tok/s)" in page
+
+
+def test_figure_code_reads_only_flat_columns():
+    """Every flat-row field the static figures and the page's script read is one flat_row() writes."""
+    import ast
+    import re
+    from pathlib import Path
+
+    import infbench.report as pkg
+    from infbench.report.data import flat_row
+
+    fields = set(flat_row(stored(server=True))) | {"perplexity", "perplexity_stderr", "ppl_increase", "beyond_gate"}
+    root = Path(pkg.__file__).parent
+    tree = ast.parse((root / "static.py").read_text())
+    read = {n.slice.value for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)
+            and isinstance(n.slice.value, str) and isinstance(n.value, ast.Name) and n.value.id == "r"}
+    js = (root / "dashboard.js").read_text()
+    read |= set(re.findall(r"\br\.([a-z_0-9]+)", js)) | set(re.findall(r"\bmets\.([a-z_0-9]+)", js))
+    read |= set(re.findall(r"'([a-z]+_(?:ms|s)_p\d\d|[a-z]+_floor_ms|[a-z]+_ms_mean)'", js))
+    assert {"ttft_ms_p50", "tpot_floor_ms", "output_tok_s_per_device", "avg_power_w"} <= read
+    assert read - fields - {"label", "status", "device", "engine", "model", "dtype", "input_len", "output_len"} == set()
+
+
+def test_repeats_labels_come_from_the_table(tmp_path):
+    from infbench.analysis.repeats import HEADLINE, SHOWN, repeat_groups
+    from infbench.report.tables import repeats_table
+
+    for key, col in HEADLINE.items():
+        assert M.column(key) == col
+    assert set(SHOWN) <= set(HEADLINE.values())
+    from infbench.analysis.repeats import base_cell_id
+
+    rows = [stored("c1"), stored("c2", tput=110.0, repeat=2)]
+    rows[0]["cell_id"] = base_cell_id(rows[1])  # the first repeat keeps the unrepeated id
+    groups = repeat_groups(rows)
+    (g,) = groups
+    assert g["metrics"]["output_tok_s"]["label"] == "output tok/s" and g["metrics"]["request_s"]["label"] == "req/s"
+    assert g["metrics"]["ttft_ms_p50"]["values"] == [pytest.approx(50.0), pytest.approx(50.0)]
+    t = repeats_table(groups)
+    assert [c.header for c in t.columns] == ["cell", "n", *[c.header for c in SHOWN], "CV output tok/s"]
+
+
+def test_slo_selection_limits_are_table_metrics():
+    from infbench.report.select import LIMIT_METRICS, PERCENTILES, RANKED, best
+
+    assert all(M.metric(k).better == "lower" and M.metric(k).unit == "s" for k in LIMIT_METRICS)
+    assert set(PERCENTILES) < set(M.SUMMARY_STATS) and RANKED.better == "higher"
+    got = best([stored("a", tput=10.0), stored("b", tput=20.0)], {M.E2E.key: 1.0})
+    assert [r["cell_id"] for r in got] == ["b"]

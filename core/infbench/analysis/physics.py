@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.analysis.roofline import Limits
+from infbench.data import metrics as M
 
 #: A prompt this much shorter than asked makes the cell a smaller workload.
 PROMPT_SHORTFALL = 0.05
@@ -217,8 +218,7 @@ def attainable_utilisations(roof: dict[str, Any], metrics: dict[str, Any], limit
     flops = (getattr(limits, "attainable_flops", None) or {}).get("fp32")
     if not bw and not flops:
         return None
-    tpot = (metrics.get("tpot_s") or {}).get("mean")
-    ttft = (metrics.get("ttft_s") or {}).get("mean")
+    tpot, ttft = M.TPOT.value(metrics, "mean"), M.TTFT.value(metrics, "mean")
     out: dict[str, Any] = {"bandwidth_bytes_s": bw, "fp32_flops": flops, "mbu": None, "mfu_fp32": None}
     if bw and tpot and roof.get("decode_bytes_per_step"):
         out["mbu"] = roof["decode_bytes_per_step"] / (tpot * bw * tp)

@@ -16,9 +16,11 @@ spread (min, max).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from infbench.data import metrics as M
+from infbench.data.metrics import Column
 from infbench.schema import Cell, DeviceInfo
 
 #: Seed offset between repeats (a prime, so repeats of nearby user seeds do not collide).
@@ -31,31 +33,15 @@ def repeat_cell(cell: Cell, k: int) -> Cell:
     return cell.model_copy(update={"repeat": k, "seed": cell.seed + (k - 1) * SEED_STRIDE})
 
 
-def _q(key: str, stat: str, scale: float = 1.0) -> Callable[[dict[str, Any]], float | None]:
-    def get(m: dict[str, Any]) -> float | None:
-        v = (m.get(key) or {}).get(stat)
-        return None if v is None else v * scale
-    return get
-
-
-def _s(key: str) -> Callable[[dict[str, Any]], float | None]:
-    return lambda m: m.get(key)
-
-
-#: The metrics summarised across repeats: key -> (label, getter from a cell's metrics).
-HEADLINE: dict[str, tuple[str, Callable[[dict[str, Any]], float | None]]] = {
-    "output_tok_s": ("output tok/s", _s("output_tok_s")),
-    "total_tok_s": ("total tok/s", _s("total_tok_s")),
-    "request_s": ("requests/s", _s("request_s")),
-    "ttft_ms_p50": ("TTFT p50 ms", _q("ttft_s", "p50", 1e3)),
-    "ttft_ms_p99": ("TTFT p99 ms", _q("ttft_s", "p99", 1e3)),
-    "tpot_ms_p50": ("TPOT p50 ms", _q("tpot_s", "p50", 1e3)),
-    "itl_ms_p99": ("ITL p99 ms", _q("itl_s", "p99", 1e3)),
-    "e2e_s_p50": ("E2E p50 s", _q("e2e_s", "p50")),
-    "goodput_req_s": ("goodput req/s", _s("goodput_req_s")),
-    "tokens_per_j": ("tokens/J", _s("tokens_per_j")),
-    "usd_per_mtok": ("USD/Mtok", _s("usd_per_mtok")),
-}
+#: The metrics summarised across repeats: flat-row key -> column (header, unit and scale from
+#: :mod:`infbench.data.metrics`; values in the units the key names, e.g. ``ttft_ms_p50`` in ms).
+HEADLINE: dict[str, Column] = {c.key: c for c in (
+    M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.REQUEST_S.col(), M.TTFT.col("p50"), M.TTFT.col("p99"),
+    M.TPOT.col("p50"), M.ITL.col("p99"), M.E2E.col("p50"), M.GOODPUT.col(), M.TOKENS_PER_J.col(),
+    M.USD_PER_MTOK.col())}
+#: The headline metrics the repeats tables show (terminal and report), in order.
+SHOWN = (M.OUTPUT_TOK_S.col(), M.TTFT.col("p50"), M.TPOT.col("p50"), M.E2E.col("p50"), M.TOKENS_PER_J.col(),
+         M.USD_PER_MTOK.col())
 
 
 def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, float | int | None]:
@@ -120,11 +106,11 @@ def repeat_groups(rows: list[dict[str, Any]], min_n: int = 2) -> list[dict[str, 
         rs.sort(key=lambda r: r["spec"].get("repeat") or 1)
         label = Cell(**{k: v for k, v in rs[0]["spec"].items() if k != "repeat"}).label()
         metrics = {}
-        for key, (lab, get) in HEADLINE.items():
-            vals = [get(r["metrics"] or {}) for r in rs]
+        for key, col in HEADLINE.items():
+            vals = [col.flat(r["metrics"] or {}) for r in rs]
             if all(v is None for v in vals):
                 continue
-            metrics[key] = {**t_interval([v for v in vals if v is not None]), "label": lab, "values": vals}
+            metrics[key] = {**t_interval([v for v in vals if v is not None]), "label": col.header, "values": vals}
         out.append({"cell_id": bid, "label": label, "device": rs[0]["device"]["model"], "n": len(rs),
                     "cell_ids": [r["cell_id"] for r in rs], "metrics": metrics})
     return out

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from infbench.data import metrics as M
 from infbench.models import ModelShape
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
@@ -241,9 +242,9 @@ def effective_batch(spec: dict[str, Any], metrics: dict[str, Any] | None = None)
     if ld.get("mode") == "concurrency" and ld.get("concurrency"):
         return float(ld["concurrency"])
     m = metrics or {}
-    e2e, dur = (m.get("e2e_s") or {}), m.get("duration_s")
-    if e2e.get("mean") and e2e.get("count") and dur:
-        return max(1.0, e2e["mean"] * e2e["count"] / dur)
+    mean, count, dur = M.E2E.value(m, "mean"), M.E2E.value(m, "count"), M.DURATION.value(m)
+    if mean and count and dur:
+        return max(1.0, mean * count / dur)
     return None
 
 
@@ -285,8 +286,7 @@ def cell_roofline(m: ModelShape, precision: str, dtype: str, batch: float, n_in:
         "mbu": None, "mfu": None, "source": limits.source,
     }
     ms = measured or {}
-    tpot = (ms.get("tpot_s") or {}).get("mean")
-    ttft = (ms.get("ttft_s") or {}).get("mean")
+    tpot, ttft = M.TPOT.value(ms, "mean"), M.TTFT.value(ms, "mean")
     if tpot and tpot > 0 and n_out >= 2:
         out["mbu"] = float(db) / (tpot * bw * tp)
     if ttft and ttft > 0:

@@ -253,7 +253,7 @@ def compare(
     t.add_column("cell", overflow="fold")
     keys = [k for k in COMPARED if any(p["ratio"][k] is not None for p in res["pairs"])]
     for k in keys:
-        t.add_column(COMPARED[k][0], justify="right")
+        t.add_column(COMPARED[k].header, justify="right")
 
     def cell(v: float | None, higher_better: bool) -> str:
         if v is None:
@@ -262,9 +262,10 @@ def compare(
         bad = (v < 0.98) if higher_better else (v > 1.02)
         return f"[green]{v:.3f}[/]" if good else (f"[red]{v:.3f}[/]" if bad else f"{v:.3f}")
 
+    higher = {k: COMPARED[k].better == "higher" for k in keys}
     for p in res["pairs"]:
-        t.add_row(escape(printable(p["label"])), *[cell(p["ratio"][k], COMPARED[k][1]) for k in keys])
-    t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], COMPARED[k][1]) for k in keys])
+        t.add_row(escape(printable(p["label"])), *[cell(p["ratio"][k], higher[k]) for k in keys])
+    t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], higher[k]) for k in keys])
     print_table(out, t, keep=1)
     out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
               "(matched by workload spec hash; green = B better)")

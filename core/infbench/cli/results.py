@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 
 from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
+from infbench.data import metrics as M
 from infbench.errors import ConfigError
 
 Opt = typer.Option
@@ -91,7 +92,7 @@ def results(
 
         (print_repeats if repeats else print_searches)(rows, fmt)
         return
-    limits = {k: v for k, v in (("ttft_s", max_ttft), ("tpot_s", max_tpot), ("e2e_s", max_e2e)) if v is not None}
+    limits = {d.key: v for d, v in ((M.TTFT, max_ttft), (M.TPOT, max_tpot), (M.E2E, max_e2e)) if v is not None}
     if limits and not best:
         fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))
     if best:

@@ -171,15 +171,21 @@ class Column:
         return 1.0 if self.stat == "count" else self.metric.scale
 
     @property
-    def label(self) -> str:
-        """The heading of a figure's axis or a selector: ``TTFT p50 (ms)``, ``Output throughput
-        (tok/s)``: the flat-row value's unit in brackets; a scalar without a unit (a fraction)
-        has its description there instead (``MBU (decode bandwidth utilisation)``)."""
+    def phrase(self) -> str:
+        """The heading inside a sentence: ``TTFT p50 (ms)``, ``output throughput (tok/s)``:
+        the label, the statistic and the flat-row value's unit in brackets; a scalar without a
+        unit (a fraction) has its description there instead (``MBU (decode bandwidth
+        utilisation)``)."""
         m = self.metric
-        text = m.label[:1].upper() + m.label[1:]
-        text += f" {self.stat}" if self.stat else ""
+        text = m.label + (f" {self.stat}" if self.stat else "")
         note = self.flat_unit or (m.description if self.stat is None else "")
         return text + (f" ({note})" if note else "")
+
+    @property
+    def label(self) -> str:
+        """The heading of a figure's axis or a selector: :attr:`phrase` with a capital first
+        letter (``Output throughput (tok/s)``)."""
+        return self.phrase[:1].upper() + self.phrase[1:]
 
     @property
     def header(self) -> str:
@@ -297,10 +303,10 @@ MFU = MetricDef("mfu", "MFU", "", "higher", f"{_ROOF}: prefill FLOPs / (TTFT x p
                 shown_unit="%", scale=100.0, digits=1, description="prefill FLOP utilisation")
 MBU_ATTAINABLE = MetricDef("mbu_attainable", "MBU against the measured attainable bandwidth", "", "higher",
                            f"{_ROOF}: MBU with the CPU's measured attainable bandwidth", shown_unit="%", scale=100.0,
-                           digits=1, path=("roofline", "attainable", "mbu"))
+                           digits=1, path=("roofline", "attainable", "mbu"), description="CPU")
 MFU_ATTAINABLE_FP32 = MetricDef("mfu_attainable_fp32", "MFU against the measured attainable fp32 rate", "", "higher",
                                 f"{_ROOF}: MFU with the CPU's measured attainable fp32 rate", shown_unit="%",
-                                scale=100.0, digits=1, path=("roofline", "attainable", "mfu_fp32"))
+                                scale=100.0, digits=1, path=("roofline", "attainable", "mfu_fp32"), description="CPU")
 TTFT_FLOOR = MetricDef("ttft_floor_s", "TTFT roofline floor", "s", None,
                        f"{_ROOF}: max(prefill FLOPs / peak, bytes / bandwidth)", shown_unit="ms", scale=1e3,
                        path=("roofline", "ttft_floor_s"))

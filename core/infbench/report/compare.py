@@ -19,17 +19,18 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from infbench.data import metrics as M
+from infbench.data.metrics import Column
 from infbench.errors import ConfigError
 from infbench.report.data import flat_row
 from infbench.report.lib_import import is_published
 
-#: Compared metrics: key -> (label, True if higher is better).
-COMPARED = {
-    "output_tok_s": ("output tok/s", True), "total_tok_s": ("total tok/s", True),
-    "ttft_ms_p50": ("TTFT p50", False), "tpot_ms_p50": ("TPOT p50", False), "itl_ms_p99": ("ITL p99", False),
-    "e2e_s_p50": ("E2E p50", False), "avg_power_w": ("power", False), "tokens_per_j": ("tokens/J", True),
-    "mbu": ("MBU", True),
-}
+#: Compared metrics: flat-row key -> column (header, better direction: :mod:`infbench.data.metrics`).
+COMPARED: dict[str, Column] = {c.key: c for c in (
+    M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p99"),
+    M.E2E.col("p50"), M.AVG_POWER.col(), M.TOKENS_PER_J.col(), M.MBU.col())}
+#: The ratios :func:`write_compare_html` plots.
+PLOTTED = (M.OUTPUT_TOK_S.col(), M.TTFT.col("p50"), M.TPOT.col("p50"), M.TOKENS_PER_J.col())
 
 
 def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str, Any]]]:
@@ -142,8 +143,8 @@ def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path:
 
     pairs = result["pairs"]
     fig = go.Figure()
-    for k in ("output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "tokens_per_j"):
-        fig.add_bar(name=COMPARED[k][0], x=[p["label"] for p in pairs], y=[p["ratio"][k] for p in pairs])
+    for c in PLOTTED:
+        fig.add_bar(name=c.header, x=[p["label"] for p in pairs], y=[p["ratio"][c.key] for p in pairs])
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
     fig.update_layout(title=f"{label_b} / {label_a}: per-cell ratios ({len(pairs)} matched cells)",
                       barmode="group", yaxis_title="ratio B / A", yaxis_type="log", height=600)

@@ -1,5 +1,6 @@
 // infbench report: draws the six figures from the embedded cells and redraws them on every
 // filter or selector change. Loaded inline by infbench.report.html (no server, works offline).
+// Metric headings come from D.metrics (infbench.data.metrics, the one table of definitions).
 (function(){
 const D = JSON.parse(document.getElementById('infbench-data').textContent);
 const rows = D.rows.filter(r => r.status === 'ok');
@@ -63,7 +64,7 @@ function bars(rs, p50, p99, name) {
 function figLatency(rs) {
   const id = 'fig-latency', pts = rs.slice(0, 40);
   if (!pts.some(r => num(r.ttft_ms_p50) !== null)) return empty(id, 'TTFT and ITL', 'no latency data');
-  Plotly.react(id, [bars(pts, 'ttft_ms_p50', 'ttft_ms_p99', 'TTFT p50 (ms)'), bars(pts, 'itl_ms_p50', 'itl_ms_p99', 'ITL p50 (ms)')],
+  Plotly.react(id, [bars(pts, 'ttft_ms_p50', 'ttft_ms_p99', mets.ttft_ms_p50), bars(pts, 'itl_ms_p50', 'itl_ms_p99', mets.itl_ms_p50)],
     {...base('TTFT and ITL p50, whiskers to p99' + (rs.length > 40 ? ' (first 40 cells; filter to see others)' : '')), barmode: 'group', yaxis: {title: {text: 'ms'}, type: 'log'}, xaxis: {tickfont: {size: 8}}}, {responsive: true});
 }
 function figPower(rs) {
@@ -75,9 +76,9 @@ function figPower(rs) {
   const mean = (a, k) => { const v = a.map(r => r[k]).filter(x => num(x) !== null); return v.length ? v.reduce((s, x) => s + x, 0) / v.length : null; };
   const ks = [...g.keys()];
   Plotly.react(id, [
-    {type: 'bar', name: 'avg power (W)', x: ks, y: ks.map(k => mean(g.get(k), 'avg_power_w')), offsetgroup: 1},
-    {type: 'bar', name: 'tokens per J', x: ks, y: ks.map(k => mean(g.get(k), 'tokens_per_j')), yaxis: 'y2', offsetgroup: 2}],
-    {...base('Average power and tokens per joule (mean over cells)'), barmode: 'group', yaxis: {title: {text: 'W'}}, yaxis2: {title: {text: 'tokens/J'}, overlaying: 'y', side: 'right'}}, {responsive: true});
+    {type: 'bar', name: mets.avg_power_w, x: ks, y: ks.map(k => mean(g.get(k), 'avg_power_w')), offsetgroup: 1},
+    {type: 'bar', name: mets.tokens_per_j, x: ks, y: ks.map(k => mean(g.get(k), 'tokens_per_j')), yaxis: 'y2', offsetgroup: 2}],
+    {...base('Average power and tokens per joule (mean over cells)'), barmode: 'group', yaxis: {title: {text: mets.avg_power_w}}, yaxis2: {title: {text: mets.tokens_per_j}, overlaying: 'y', side: 'right'}}, {responsive: true});
 }
 function figPareto(rs) {
   const id = 'fig-pareto', lm = $('latency-metric').value;

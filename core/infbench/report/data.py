@@ -3,7 +3,9 @@ figures, ``export --format lib-csv`` and ``compare``.
 
 Each stored cell (``Store.results()`` item) becomes one dict of scalars in the units
 people read: latencies in ms, throughputs in tokens/s, power in W, energy efficiency in
-tokens/J, utilisations as fractions. Cells stored before the roofline existed get it
+tokens/J, utilisations as fractions. The metric columns, their keys (the unit in the name:
+``ttft_ms_p50``), scales and headings come from the one table of metric definitions,
+:mod:`infbench.data.metrics` (:data:`FLAT_COLUMNS`). Cells stored before the roofline existed get it
 computed here from the current device descriptions (marked ``roofline_backfilled``).
 """
 
@@ -12,7 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infbench.analysis.roofline import effective_batch
+from infbench.data import metrics as M
 from infbench.data.engine import precision_of
+from infbench.data.metrics import Column
 from infbench.registry import PERPLEXITY_TWIN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,34 +28,35 @@ DIMENSIONS = {
     "batch": "Batch / concurrency", "input_len": "Input length", "output_len": "Output length",
     "tp": "Tensor parallel", "run_id": "Run",
 }
-#: Metrics a report can plot, with their labels and units.
-METRICS = {
-    "output_tok_s": "Output throughput (tokens/s)",
-    "total_tok_s": "Total throughput (tokens/s)",
-    "output_tok_s_per_device": "Output throughput per device (tokens/s)",
-    "ttft_ms_p50": "TTFT p50 (ms)", "ttft_ms_p99": "TTFT p99 (ms)",
-    "tpot_ms_p50": "TPOT p50 (ms)", "tpot_ms_p99": "TPOT p99 (ms)",
-    "itl_ms_p50": "ITL p50 (ms)", "itl_ms_p99": "ITL p99 (ms)",
-    "e2e_s_p50": "E2E p50 (s)", "e2e_s_p99": "E2E p99 (s)",
-    "avg_power_w": "Average power (W)", "tokens_per_j": "Tokens per joule (tokens/J)",
-    "mbu": "MBU (decode bandwidth utilisation)", "mfu": "MFU (prefill FLOP utilisation)",
-    "mbu_attainable": "MBU against the measured attainable bandwidth (CPU)",
-    "mfu_attainable_fp32": "MFU against the measured attainable fp32 rate (CPU)",
-    "ttft_floor_ms": "TTFT roofline floor (ms)", "tpot_floor_ms": "TPOT roofline floor (ms)",
-    "server_ttft_ms_p50": "Server's own TTFT p50 (ms, its /metrics)",
-    "server_prefix_cache_hit_rate": "Server prefix-cache hit rate",
-    "util_pct_mean": "Device utilisation (%, mean)", "usd_per_mtok": "USD per million output tokens",
-    "perplexity": "Perplexity (llama-perplexity method)",
-}
+#: The metric columns of a flat row (:func:`flat_row`), as :mod:`infbench.data.metrics` names them.
+FLAT_COLUMNS: tuple[Column, ...] = (
+    *(M.TTFT.col(s) for s in ("p50", "p99", "mean")), *(M.TPOT.col(s) for s in ("p50", "p99", "mean")),
+    M.ITL.col("p50"), M.ITL.col("p99"), *(M.E2E.col(s) for s in ("p50", "p99", "mean")),
+    M.DURATION.col(), M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.OUTPUT_TOK_S_PER_DEVICE.col(),
+    M.AVG_POWER.col(), M.ENERGY.col(), M.TOKENS_PER_J.col(),
+    M.MBU.col(), M.MFU.col(), M.TTFT_FLOOR.col(), M.TPOT_FLOOR.col(), M.MBU_ATTAINABLE.col(),
+    M.MFU_ATTAINABLE_FP32.col(),
+    # the server's own view (its Prometheus /metrics) and the device's telemetry
+    M.SERVER_TTFT.col("p50"), M.SERVER_TTFT.col("mean"), M.SERVER_TPOT.col("p50"), M.SERVER_WAITING.col("max"),
+    M.SERVER_KV_CACHE_USAGE.col("max"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.SERVER_PREEMPTIONS.col(),
+    M.UTIL_PCT.col("mean"), M.CLOCK_MHZ.col("mean"), M.TEMP_C.col("max"),
+    M.USD_PER_MTOK.col(),
+)
+#: Metrics a report can plot: flat-row key -> heading (label and unit from the metric table).
+METRICS: dict[str, str] = {c.key: c.label for c in (
+    M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.OUTPUT_TOK_S_PER_DEVICE.col(),
+    M.TTFT.col("p50"), M.TTFT.col("p99"), M.TPOT.col("p50"), M.TPOT.col("p99"), M.ITL.col("p50"), M.ITL.col("p99"),
+    M.E2E.col("p50"), M.E2E.col("p99"), M.AVG_POWER.col(), M.TOKENS_PER_J.col(), M.MBU.col(), M.MFU.col(),
+    M.MBU_ATTAINABLE.col(), M.MFU_ATTAINABLE_FP32.col(), M.TTFT_FLOOR.col(), M.TPOT_FLOOR.col(),
+    M.SERVER_TTFT.col("p50"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.UTIL_PCT.col("mean"), M.USD_PER_MTOK.col(),
+    M.PERPLEXITY.col())}
+
+#: TTFT's mean as flat rows hold it (ms): LLM-Inference-Bench's ``TTFT Latency`` is in s.
+_TTFT_MEAN = M.TTFT.col("mean")
 
 #: Engine names as LLM-Inference-Bench spells its frameworks.
 LIB_FRAMEWORK = {"vllm": "vLLM", "vllm-server": "vLLM", "trtllm-serve": "TensorRT-LLM", "llama.cpp": "llama.cpp",
                  "llama.cpp-server": "llama.cpp", "transformers": "transformers", "openai": "OpenAI-compatible"}
-
-
-def _q(m: dict[str, Any], key: str, stat: str, scale: float = 1.0) -> float | None:
-    v = (m.get(key) or {}).get(stat)
-    return None if v is None else v * scale
 
 
 def device_label(dev: dict[str, Any]) -> str:
@@ -88,6 +93,8 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
             except RooflineError:
                 roof = None
     size = s["batch"] if mode == "batch" else (ld.get("concurrency") if mode == "concurrency" else None)
+    # the stored metrics with the roofline used here (stored, backfilled or none)
+    view = {**m, "roofline": roof, M.MBU.key: (roof or {}).get("mbu"), M.MFU.key: (roof or {}).get("mfu")}
     eng = r.get("engine") or {}
     published = bool(eng.get("published") or m.get("published"))
     device = device_label(dev)
@@ -103,42 +110,17 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
-        "ttft_ms_p50": _q(m, "ttft_s", "p50", 1e3), "ttft_ms_p99": _q(m, "ttft_s", "p99", 1e3),
-        "ttft_ms_mean": _q(m, "ttft_s", "mean", 1e3),
-        "tpot_ms_p50": _q(m, "tpot_s", "p50", 1e3), "tpot_ms_p99": _q(m, "tpot_s", "p99", 1e3),
-        "tpot_ms_mean": _q(m, "tpot_s", "mean", 1e3),
-        "itl_ms_p50": _q(m, "itl_s", "p50", 1e3), "itl_ms_p99": _q(m, "itl_s", "p99", 1e3),
-        "e2e_s_p50": _q(m, "e2e_s", "p50"), "e2e_s_p99": _q(m, "e2e_s", "p99"), "e2e_s_mean": _q(m, "e2e_s", "mean"),
-        "duration_s": m.get("duration_s"),
-        "output_tok_s": m.get("output_tok_s"), "total_tok_s": m.get("total_tok_s"),
-        "output_tok_s_per_device": m.get("output_tok_s_per_device"),
-        "avg_power_w": m.get("avg_power_w"), "energy_j": m.get("energy_j"), "tokens_per_j": m.get("tokens_per_j"),
+        # the metrics, in the units their keys name (:data:`FLAT_COLUMNS`)
+        **{c.key: c.flat(view) for c in FLAT_COLUMNS},
         "energy_source": m.get("energy_source"),
-        "mbu": roof.get("mbu") if roof else None, "mfu": roof.get("mfu") if roof else None,
-        "ttft_floor_ms": roof["ttft_floor_s"] * 1e3 if roof else None,
-        "tpot_floor_ms": roof["tpot_floor_s"] * 1e3 if roof else None,
         "roofline_device": roof.get("device_id") if roof else None,
         "roofline_backfilled": backfilled,
-        "mbu_attainable": ((roof or {}).get("attainable") or {}).get("mbu"),
-        "mfu_attainable_fp32": ((roof or {}).get("attainable") or {}).get("mfu_fp32"),
         "suspect": m.get("suspect"),
         "finished_at": r.get("finished_at"),
         "repeat": s.get("repeat"),
-        # the server's own view (its Prometheus /metrics) and the device's telemetry
         "server_name": m.get("server_name"),
-        "server_ttft_ms_p50": _q(m, "server_ttft_s", "p50", 1e3),
-        "server_ttft_ms_mean": _q(m, "server_ttft_s", "mean", 1e3),
-        "server_tpot_ms_p50": _q(m, "server_tpot_s", "p50", 1e3),
-        "server_waiting_max": _q(m, "server_waiting", "max"),
-        "server_kv_cache_usage_max": _q(m, "server_kv_cache_usage", "max"),
-        "server_prefix_cache_hit_rate": m.get("server_prefix_cache_hit_rate"),
-        "server_preemptions": m.get("server_preemptions"),
-        "util_pct_mean": _q(m.get("telemetry") or {}, "util_pct", "mean"),
-        "clock_mhz_mean": _q(m.get("telemetry") or {}, "clock_mhz", "mean"),
-        "temp_c_max": _q(m.get("telemetry") or {}, "temp_c", "max"),
         "throttled": m.get("throttled"),
         "throttle_reasons": ", ".join(m.get("throttle_reasons") or []) or None,
-        "usd_per_mtok": m.get("usd_per_mtok"),
         "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
         "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
     }
@@ -219,15 +201,16 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         hardware = hardware.rsplit(" x", 1)[0] if f["device_count"] > 1 else hardware
         if "label" not in r:  # a stored cell: an imported one goes back under its published name
             hardware = ((r.get("device") or {}).get("properties") or {}).get("published_name") or hardware
+        ttft, power = f[_TTFT_MEAN.key], f[M.AVG_POWER.col().key]
         out.append({
             "Hardware": hardware,
             "Num of Hardware": f["tp"], "Framework": LIB_FRAMEWORK.get(f["engine"], f["engine"]),
             "Model": model, "Input Output Length": n_in if n_in == n_out else f"{n_in}/{n_out}",
-            "Batch Size": f["batch"], "Latency": f["duration_s"], "Throughput": f["total_tok_s"],
+            "Batch Size": f["batch"], "Latency": f[M.DURATION.col().key], "Throughput": f[M.TOTAL_TOK_S.col().key],
             "Input Length": n_in, "Output Length": n_out,
-            "TTFT Latency": f["ttft_ms_mean"] / 1e3 if f["ttft_ms_mean"] is not None else None,
-            "end_latency": f["e2e_s_mean"],
-            "avg_power": f["avg_power_w"] * 1e3 if f["avg_power_w"] is not None else None,
+            "TTFT Latency": ttft / _TTFT_MEAN.flat_scale if ttft is not None else None,  # s
+            "end_latency": f[M.E2E.col("mean").key],
+            "avg_power": power * 1e3 if power is not None else None,  # mW
             "suspect": f.get("suspect"),
         })
     return out

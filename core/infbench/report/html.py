@@ -33,9 +33,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.report.data import DIMENSIONS, METRICS
 
 FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
+#: The metrics the first figure's Y axis selector offers (the first is the default).
+Y_AXES = (M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.OUTPUT_TOK_S_PER_DEVICE.col(), M.TOKENS_PER_J.col(),
+          M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p50"), M.E2E.col("p50"), M.MBU.col(), M.MFU.col(),
+          M.MBU_ATTAINABLE.col(), M.MFU_ATTAINABLE_FP32.col())
+#: The latencies the trade-off figure offers against throughput per device (the first is the default).
+TRADE_OFF = (M.TPOT.col("p50"), M.TTFT.col("p50"), M.ITL.col("p50"), M.E2E.col("p50"), M.TPOT.col("p99"))
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:0;color:#222;background:#fafafa}
@@ -85,20 +92,18 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate}
     payload = json.dumps(data, default=str).replace("</", "<\\/")
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
-    ys = {k: METRICS[k] for k in ("output_tok_s", "total_tok_s", "output_tok_s_per_device", "tokens_per_j",
-                                  "ttft_ms_p50", "tpot_ms_p50", "itl_ms_p50", "e2e_s_p50", "mbu", "mfu",
-                                  "mbu_attainable", "mfu_attainable_fp32")}
+    ys = {c.key: c.label for c in Y_AXES}
     colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
                                                           ("device", "engine", "model", "dtype", "tp")}}
-    lat = {k: METRICS[k] for k in ("tpot_ms_p50", "ttft_ms_p50", "itl_ms_p50", "e2e_s_p50", "tpot_ms_p99")}
+    lat = {c.key: c.label for c in TRADE_OFF}
     controls = (
         '<div id="filters" style="display:contents"></div>'
-        + _select("x-axis", "X axis", xs, "batch") + _select("y-axis", "Y axis", ys, "output_tok_s")
+        + _select("x-axis", "X axis", xs, "batch") + _select("y-axis", "Y axis", ys, Y_AXES[0].key)
         + _select("color-by", "Colour by", colors, "config")
-        + _select("latency-metric", "Trade-off latency", lat, "tpot_ms_p50")
-        + f'<label>SLO TTFT p99 (ms)<input id="slo-ttft" type="number" min="0" '
+        + _select("latency-metric", "Trade-off latency", lat, TRADE_OFF[0].key)
+        + f'<label>SLO {html.escape(M.TTFT.col("p99").label)}<input id="slo-ttft" type="number" min="0" '
           f'value="{"" if slo_ttft_ms is None else slo_ttft_ms:}"></label>'
-        + f'<label>SLO TPOT p99 (ms)<input id="slo-tpot" type="number" min="0" '
+        + f'<label>SLO {html.escape(M.TPOT.col("p99").label)}<input id="slo-tpot" type="number" min="0" '
           f'value="{"" if slo_tpot_ms is None else slo_tpot_ms:}"></label>')
     titles = {"fig-throughput": "Throughput vs batch size", "fig-heatmap": "Input x output length",
               "fig-latency": "TTFT and ITL", "fig-power": "Power and tokens per joule",

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infbench.data import metrics as M
 from infbench.errors import ConfigError
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
 
@@ -303,19 +304,20 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
         total = r.throughput_tok_s or seqs * (r.n_in + r.n_out) / r.latency_s
         out_tps = total * r.n_out / (r.n_in + r.n_out)
         metrics: dict[str, Any] = {
-            "duration_s": r.latency_s, "total_tok_s": total, "output_tok_s": out_tps,
-            "output_tok_s_per_device": out_tps / device.count, "request_s": seqs / r.latency_s,
+            M.DURATION.key: r.latency_s, M.TOTAL_TOK_S.key: total, M.OUTPUT_TOK_S.key: out_tps,
+            M.OUTPUT_TOK_S_PER_DEVICE.key: out_tps / device.count, M.REQUEST_S.key: seqs / r.latency_s,
             "published": True}
         if r.ttft_s:
-            metrics["ttft_s"] = {"mean": r.ttft_s, "count": seqs}
+            metrics[M.TTFT.key] = {"mean": r.ttft_s, "count": seqs}
         if r.e2e_s:
-            metrics["e2e_s"] = {"mean": r.e2e_s, "count": seqs}
+            metrics[M.E2E.key] = {"mean": r.e2e_s, "count": seqs}
             if r.ttft_s and r.n_out > 1:
-                metrics["tpot_s"] = {"mean": (r.e2e_s - r.ttft_s) / (r.n_out - 1), "count": seqs}
+                metrics[M.TPOT.key] = {"mean": (r.e2e_s - r.ttft_s) / (r.n_out - 1), "count": seqs}
         if r.avg_power_w:
-            metrics["avg_power_w"] = r.avg_power_w
-            metrics["energy_j"] = r.avg_power_w * r.latency_s
-            metrics["tokens_per_j"] = seqs * (r.n_in + r.n_out) / metrics["energy_j"]
+            energy = r.avg_power_w * r.latency_s
+            metrics[M.AVG_POWER.key] = r.avg_power_w
+            metrics[M.ENERGY.key] = energy
+            metrics[M.TOKENS_PER_J.key] = seqs * (r.n_in + r.n_out) / energy
         eng = {"name": engine, "published": True, "source": src["name"], "framework": r.framework,
                "line": r.line, "published_model": r.model}
         if options:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-LIMIT_METRICS = ("ttft_s", "tpot_s", "e2e_s")
+from infbench.data import metrics as M
+
+#: The metrics a limit may be put on (stored keys; their summaries, in s).
+LIMIT_METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key)
+#: The statistics a limit may judge (a latency summary's, but its count).
+PERCENTILES = tuple(s for s in M.SUMMARY_STATS if s != "count")
+#: What the best cell maximises.
+RANKED = M.OUTPUT_TOK_S_PER_DEVICE
 
 
 def meets(row: dict[str, Any], limits: dict[str, float], percentile: str = "p99") -> bool:
@@ -19,7 +26,7 @@ def meets(row: dict[str, Any], limits: dict[str, float], percentile: str = "p99"
         return False
     m = row["metrics"] or {}
     for k, v in limits.items():
-        got = (m.get(k) or {}).get(percentile)
+        got = M.metric(k).value(m, percentile)
         if got is None or got > v:
             return False
     return True
@@ -41,14 +48,14 @@ def best(rows: list[dict[str, Any]], limits: dict[str, float], percentile: str =
     if not limits:
         raise ValueError("give at least one limit (--max-ttft, --max-tpot or --max-e2e)")
     bad = [k for k in limits if k not in LIMIT_METRICS]
-    if bad or percentile not in ("mean", "p50", "p90", "p99", "max"):
+    if bad or percentile not in PERCENTILES:
         raise ValueError(f"unknown limit {bad} or percentile {percentile!r}")
     winners: dict[tuple, dict[str, Any]] = {}
     for r in rows:
         if not meets(r, limits, percentile):
             continue
         key = (r["spec"]["model"], r["device"]["vendor"], r["device"]["model"])
-        tput = r["metrics"].get("output_tok_s_per_device") or 0.0
-        if key not in winners or tput > (winners[key]["metrics"].get("output_tok_s_per_device") or 0.0):
+        tput = RANKED.value(r["metrics"]) or 0.0
+        if key not in winners or tput > (RANKED.value(winners[key]["metrics"]) or 0.0):
             winners[key] = r
-    return sorted(winners.values(), key=lambda r: -(r["metrics"].get("output_tok_s_per_device") or 0.0))
+    return sorted(winners.values(), key=lambda r: -(RANKED.value(r["metrics"]) or 0.0))

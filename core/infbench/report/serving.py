@@ -15,16 +15,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+from infbench.data import metrics as M
+
 #: Ids of the HTML figures, when their data exists.
 SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")
 
 
+#: The columns the figures and tables compare (labels from :mod:`infbench.data.metrics`).
+_TTFT, _SERVER_TTFT, _TPUT = M.TTFT.col("p50"), M.SERVER_TTFT.col("p50"), M.OUTPUT_TOK_S.col()
+
+
 def _server_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in flat if f["status"] == "ok" and f.get("server_ttft_ms_p50") is not None]
+    return [f for f in flat if f["status"] == "ok" and f.get(_SERVER_TTFT.key) is not None]
 
 
 def _telemetry_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [f for f in flat if f["status"] == "ok" and (f.get("util_pct_mean") is not None or f.get("throttled"))]
+    util = M.UTIL_PCT.col("mean").key
+    return [f for f in flat if f["status"] == "ok" and (f.get(util) is not None or f.get("throttled"))]
 
 
 def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> dict[str, Any]:
@@ -43,11 +50,10 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
     if srv:
         f = go.Figure()
         labels = [r["label"] for r in srv]
-        f.add_bar(name="client TTFT p50 (ms)", x=labels, y=[r["ttft_ms_p50"] for r in srv])
-        f.add_bar(name="server TTFT p50 (ms, its /metrics histogram)", x=labels,
-                  y=[r["server_ttft_ms_p50"] for r in srv])
+        f.add_bar(name=f"client {_TTFT.phrase}", x=labels, y=[r[_TTFT.key] for r in srv])
+        f.add_bar(name=f"{_SERVER_TTFT.phrase}, its /metrics", x=labels, y=[r[_SERVER_TTFT.key] for r in srv])
         f.update_layout(title="TTFT: the client's measurement beside the server's own", barmode="group",
-                        yaxis_title="ms", xaxis_tickfont_size=8, height=430)
+                        yaxis_title=_TTFT.flat_unit, xaxis_tickfont_size=8, height=430)
         figs["fig-server-ttft"] = f
     found = searches(rows)
     if found:
@@ -71,7 +77,7 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
     if groups:
         f = go.Figure()
         for g in groups:
-            m = g["metrics"].get("output_tok_s")
+            m = g["metrics"].get(_TPUT.key)
             if not m:
                 continue
             f.add_scatter(x=[g["label"]] * len(m["values"]), y=m["values"], mode="markers",
@@ -79,8 +85,8 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
             f.add_scatter(x=[g["label"]], y=[m["mean"]], mode="markers", name="mean ± 95 % CI",
                           error_y={"type": "data", "array": [m["ci95"] or 0]}, marker={"size": 12, "symbol": "diamond"},
                           showlegend=False)
-        f.update_layout(title="Repeats: output tokens/s of each repeat, mean ± 95 % t-interval",
-                        yaxis_title="output tokens/s", xaxis_tickfont_size=8, height=430)
+        f.update_layout(title=f"Repeats: {_TPUT.phrase} of each repeat, mean ± 95 % t-interval",
+                        yaxis_title=_TPUT.label, xaxis_tickfont_size=8, height=430)
         figs["fig-repeats"] = f
     return figs
 
@@ -125,33 +131,29 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
                        "{responsive:true});})();")
     srv = _server_rows(flat)
     if srv:
-        body = [[r["label"], r["server_name"], r["ttft_ms_p50"], r["server_ttft_ms_p50"], r["server_tpot_ms_p50"],
-                 r["server_waiting_max"], r["server_kv_cache_usage_max"], r["server_prefix_cache_hit_rate"],
-                 r["server_preemptions"]] for r in srv]
+        cols = (M.SERVER_TTFT.col("p50"), M.SERVER_TPOT.col("p50"), M.SERVER_WAITING.col("max"),
+                M.SERVER_KV_CACHE_USAGE.col("max"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.SERVER_PREEMPTIONS.col())
+        body = [[r["label"], r["server_name"], r[_TTFT.key], *(r[c.key] for c in cols)] for r in srv]
         parts.append("<section><h2>The server's own metrics (Prometheus /metrics, per cell)</h2>" + _table(
-            ["cell", "server", "client TTFT p50 ms", "server TTFT p50 ms", "server TPOT p50 ms", "waiting max",
-             "KV cache max", "prefix-cache hit rate", "preemptions"], body) + "</section>")
+            ["cell", "server", f"client {_TTFT.phrase}", *(c.phrase for c in cols)], body) + "</section>")
     tel = _telemetry_rows(flat)
     if tel:
-        body = [[r["label"], r["util_pct_mean"], r["clock_mhz_mean"], r["temp_c_max"],
+        cols = (M.UTIL_PCT.col("mean"), M.CLOCK_MHZ.col("mean"), M.TEMP_C.col("max"))
+        body = [[r["label"], *(r[c.key] for c in cols),
                  ("yes: " + (r["throttle_reasons"] or "")) if r["throttled"] else "no"] for r in tel]
         n = sum(1 for r in tel if r["throttled"])
         parts.append(f"<section><h2>Device telemetry ({n} throttled cell{'s' if n != 1 else ''})</h2>" + _table(
-            ["cell", "utilisation % (mean)", "clock MHz (mean)", "temperature C (max)", "throttled"], body)
-            + "</section>")
+            ["cell", *(c.phrase for c in cols), "throttled"], body) + "</section>")
     groups = _repeat_groups(rows)
     if groups:
-        from infbench.analysis.repeats import fmt_ci
+        from infbench.analysis.repeats import SHOWN, fmt_ci
 
-        keys = ["output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_s_p50", "tokens_per_j", "usd_per_mtok"]
-        keys = [k for k in keys if any(k in g["metrics"] for g in groups)]
-        from infbench.analysis.repeats import HEADLINE
-
-        body = [[g["label"], g["n"], *[fmt_ci(g["metrics"][k]) if k in g["metrics"] else "-" for k in keys],
-                 "-" if not (g["metrics"].get("output_tok_s") or {}).get("cv") else
-                 f"{100 * g['metrics']['output_tok_s']['cv']:.1f} %"] for g in groups]
+        shown = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
+        body = [[g["label"], g["n"], *[fmt_ci(g["metrics"][c.key]) if c.key in g["metrics"] else "-" for c in shown],
+                 "-" if not (g["metrics"].get(_TPUT.key) or {}).get("cv") else
+                 f"{100 * g['metrics'][_TPUT.key]['cv']:.1f} %"] for g in groups]
         parts.append("<section><h2>Repeats: mean ± 95 % t-interval</h2>" + _table(
-            ["cell", "n", *[HEADLINE[k][0] for k in keys], "CV output tok/s"], body) + "</section>")
+            ["cell", "n", *[c.header for c in shown], f"CV {_TPUT.header}"], body) + "</section>")
     if not parts:
         return ""
     style = ("<style>table.serving{border-collapse:collapse;font-size:12px;width:100%}table.serving td,"
@@ -209,22 +211,22 @@ def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]
 
         x = np.arange(len(srv))
         fig, ax = plt.subplots(figsize=(max(7, len(srv) * 0.4), 5))
-        ax.bar(x - 0.2, [r["ttft_ms_p50"] for r in srv], 0.4, label="client TTFT p50")
-        ax.bar(x + 0.2, [r["server_ttft_ms_p50"] for r in srv], 0.4, label="server TTFT p50 (/metrics)")
+        ax.bar(x - 0.2, [r[_TTFT.key] for r in srv], 0.4, label=f"client {_TTFT.phrase}")
+        ax.bar(x + 0.2, [r[_SERVER_TTFT.key] for r in srv], 0.4, label=f"{_SERVER_TTFT.phrase}, its /metrics")
         ax.set_xticks(x, [r["label"] for r in srv], rotation=75, ha="right", fontsize=6)
-        ax.set_ylabel("ms")
+        ax.set_ylabel(_TTFT.flat_unit)
         ax.legend(fontsize=8)
         save(fig, "server_vs_client_ttft")
-    groups = [g for g in _repeat_groups(rows) if "output_tok_s" in g["metrics"]][:30]
+    groups = [g for g in _repeat_groups(rows) if _TPUT.key in g["metrics"]][:30]
     if groups:
         fig, ax = plt.subplots(figsize=(max(6, len(groups) * 0.6), 4.5))
         for i, g in enumerate(groups):
-            m = g["metrics"]["output_tok_s"]
+            m = g["metrics"][_TPUT.key]
             ax.scatter([i] * len(m["values"]), m["values"], alpha=0.5, s=14)
             ax.errorbar([i], [m["mean"]], yerr=[[m["ci95"] or 0], [m["ci95"] or 0]], fmt="D", color="black",
                         capsize=4)
         ax.set_xticks(range(len(groups)), [g["label"] for g in groups], rotation=75, ha="right", fontsize=6)
-        ax.set_ylabel("output tokens/s (mean ± 95 % CI)")
+        ax.set_ylabel(f"{_TPUT.phrase} (mean ± 95 % CI)")
         save(fig, "repeats_spread")
     return written
 

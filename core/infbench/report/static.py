@@ -9,7 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from infbench.report.data import METRICS, pareto_front, quality_points
+from infbench.data import metrics as M
+from infbench.report.data import pareto_front, quality_points
 
 
 def _series_key(r: dict[str, Any], keys: list[str]) -> str:
@@ -55,7 +56,7 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
             ax.plot([r["batch"] for r in rs], [r["output_tok_s"] for r in rs], marker="o", label=name)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size / concurrency")
-        ax.set_ylabel(METRICS["output_tok_s"])
+        ax.set_ylabel(M.OUTPUT_TOK_S.col().label)
         ax.grid(alpha=0.3)
         if len(series) <= 12:
             ax.legend(fontsize=7)
@@ -81,7 +82,7 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
                     ax.text(i, o, f"{z[o, i]:.3g}", ha="center", va="center", color="w", fontsize=8)
         ax.set_xlabel("input length (tokens)")
         ax.set_ylabel("output length (tokens)")
-        fig.colorbar(im, label="best output tokens/s")
+        fig.colorbar(im, label=f"best {M.OUTPUT_TOK_S.col().phrase}")
         save(fig, "heatmap_input_output")
 
     # 3. TTFT and ITL bars
@@ -91,14 +92,14 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
 
         x = np.arange(len(lat))
         fig, ax = plt.subplots(figsize=(max(7, len(lat) * 0.35), 5))
-        for off, (p50, p99, name) in zip((-0.2, 0.2), (("ttft_ms_p50", "ttft_ms_p99", "TTFT"),
-                                                       ("itl_ms_p50", "itl_ms_p99", "ITL"))):
+        for off, d in zip((-0.2, 0.2), (M.TTFT, M.ITL)):
+            p50, p99 = d.col("p50").key, d.col("p99").key
             y = [r[p50] or 0 for r in lat]
             err = [max((r[p99] or r[p50] or 0) - (r[p50] or 0), 0) for r in lat]
-            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{name} p50 (whisker p99)", capsize=2)
+            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{d.label} p50 (whisker p99)", capsize=2)
         ax.set_xticks(x, [r["label"] for r in lat], rotation=75, ha="right", fontsize=6)
         ax.set_yscale("log")
-        ax.set_ylabel("ms")
+        ax.set_ylabel(M.TTFT.shown)
         ax.legend(fontsize=8)
         save(fig, "ttft_itl")
 
@@ -113,13 +114,14 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
         names = sorted(groups)
         fig, ax = plt.subplots(figsize=(max(6, len(names) * 1.2), 4.5))
         x = np.arange(len(names))
-        ax.bar(x - 0.2, [np.mean([r["avg_power_w"] for r in groups[n]]) for n in names], 0.4, label="avg power (W)")
+        ax.bar(x - 0.2, [np.mean([r["avg_power_w"] for r in groups[n]]) for n in names], 0.4,
+               label=M.AVG_POWER.col().phrase)
         ax2 = ax.twinx()
         ax2.bar(x + 0.2, [np.mean([r["tokens_per_j"] or 0 for r in groups[n]]) for n in names], 0.4,
-                color="tab:green", label="tokens per J")
+                color="tab:green", label=M.TOKENS_PER_J.col().phrase)
         ax.set_xticks(x, names, fontsize=7)
-        ax.set_ylabel("W")
-        ax2.set_ylabel("tokens/J")
+        ax.set_ylabel(M.AVG_POWER.unit)
+        ax2.set_ylabel(M.TOKENS_PER_J.unit)
         fig.legend(fontsize=8, loc="upper right")
         save(fig, "power_tokens_per_joule")
 
@@ -134,8 +136,8 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
             front = [xy[i] for i in pareto_front(xy)]
             ax.plot(*zip(*front), linestyle=":", linewidth=1)
         ax.set_xscale("log")
-        ax.set_xlabel(METRICS["tpot_ms_p50"])
-        ax.set_ylabel(METRICS["output_tok_s_per_device"])
+        ax.set_xlabel(M.TPOT.col("p50").label)
+        ax.set_ylabel(M.OUTPUT_TOK_S_PER_DEVICE.col().label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "latency_throughput_pareto")
@@ -145,9 +147,10 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
     if rf:
         fig, ax = plt.subplots(figsize=(5.5, 5))
         t = [r for r in rf if r["ttft_floor_ms"] is not None and r["ttft_ms_mean"] is not None]
-        ax.scatter([r["ttft_floor_ms"] for r in t], [r["ttft_ms_mean"] for r in t], label="TTFT (prefill)", s=18)
+        ax.scatter([r["ttft_floor_ms"] for r in t], [r["ttft_ms_mean"] for r in t], label=f"{M.TTFT.label} (prefill)",
+                   s=18)
         ax.scatter([r["tpot_floor_ms"] for r in rf], [r["tpot_ms_mean"] for r in rf], marker="D",
-                   label="TPOT (decode)", s=18)
+                   label=f"{M.TPOT.label} (decode)", s=18)
         vals = [v for r in rf for v in (r["tpot_floor_ms"], r["tpot_ms_mean"])] + \
                [v for r in t for v in (r["ttft_floor_ms"], r["ttft_ms_mean"])]
         lo, hi = min(vals) / 1.5, max(vals) * 1.5
@@ -171,8 +174,8 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
                 ax.annotate(p["dtype"] + (" (beyond gate)" if p["beyond_gate"] else ""),
                             (p["output_tok_s"], p["perplexity"]), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, color="tab:red" if p["beyond_gate"] else line[0].get_color())
-        ax.set_xlabel(METRICS["output_tok_s"])
-        ax.set_ylabel(METRICS["perplexity"])
+        ax.set_xlabel(M.OUTPUT_TOK_S.col().label)
+        ax.set_ylabel(M.PERPLEXITY.col().label)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "perplexity_vs_throughput")

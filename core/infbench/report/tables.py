@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from infbench.data import metrics as M
 from infbench.measure.metrics import flatten
 from infbench.schema import load_label
 from infbench.secrets import printable
@@ -63,27 +64,29 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
+#: The metric columns of :func:`results_table`, in order (the server's own TTFT is put after
+#: the first when a cell has it); headers, scales and digits from :mod:`infbench.data.metrics`.
+RESULT_COLUMNS = (M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p99"), M.E2E.col("p50"), M.OUTPUT_TOK_S.col(),
+                  M.TOTAL_TOK_S.col(), M.TOKENS_PER_J.col(), M.MBU.col(), M.MFU.col())
+
+
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
     """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
     ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``; ``throttled``
-    added when the device limited its clocks), TTFT p50 (ms) with the server's own TTFT p50
-    beside it when a server's metrics were scraped, TPOT p50 (ms), E2E p50 (s),
-    throughputs, energy, MBU/MFU (roofline utilisations, %)."""
+    added when the device limited its clocks), then :data:`RESULT_COLUMNS`: TTFT p50 (ms)
+    with the server's own TTFT p50 beside it when a server's metrics were scraped, TPOT p50
+    (ms), ITL p99 (ms), E2E p50 (s), throughputs, tokens per joule, MBU/MFU (roofline
+    utilisations, %); and the completed requests ``n``."""
     t = Table(title=title, header_style="bold", show_lines=False)
-    server = any((r["metrics"] or {}).get("server_ttft_s") for r in rows)
+    cols = list(RESULT_COLUMNS)
+    if any(M.SERVER_TTFT.value(r["metrics"]) for r in rows):
+        cols.insert(1, M.SERVER_TTFT.col("p50"))
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
-                      ("TTFT p50 ms", "right"), *([("server TTFT p50 ms", "right")] if server else []),
-                      ("TPOT p50 ms", "right"), ("ITL p99 ms", "right"),
-                      ("E2E p50 s", "right"), ("out tok/s", "right"), ("total tok/s", "right"),
-                      ("tok/J", "right"), ("MBU %", "right"), ("MFU %", "right"), ("n", "right")]:
+                      *((c.header, "right") for c in cols), (M.N_COMPLETED.col().header, "right")]:
         t.add_column(col, justify=just, no_wrap=col in ("model",))
     for r in rows:
         s, m = r["spec"], r["metrics"] or {}
-
-        def g(k: str, q: str = "p50", m: dict = m) -> float | None:
-            return (m.get(k) or {}).get(q)
-
         if r["status"] != "ok":
             status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
         else:
@@ -97,12 +100,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         published = (r.get("engine") or {}).get("published") or m.get("published")
         status = status + (" [cyan](published)[/]" if published else "")
         t.add_row(*[escape(printable(x)) for x in (s["model"], s["engine"], s["dtype"], r["device"]["vendor"])], size,
-                  str(s["input_len"]), str(s["output_len"]), status,
-                  _fmt(g("ttft_s"), 1e3), *([_fmt(g("server_ttft_s"), 1e3)] if server else []),
-                  _fmt(g("tpot_s"), 1e3), _fmt(g("itl_s", "p99"), 1e3),
-                  _fmt(g("e2e_s"), 1, 3), _fmt(m.get("output_tok_s"), 1, 1), _fmt(m.get("total_tok_s"), 1, 1),
-                  _fmt(m.get("tokens_per_j"), 1, 2), _fmt(m.get("mbu"), 100, 1), _fmt(m.get("mfu"), 100, 1),
-                  str(m.get("n_completed", "-")))
+                  str(s["input_len"]), str(s["output_len"]), status, *(c.text(m) for c in cols),
+                  str(m.get(M.N_COMPLETED.key, "-")))
     return t
 
 
@@ -213,21 +212,21 @@ def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
 def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
     """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
     cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
-    from infbench.analysis.repeats import HEADLINE, fmt_ci
+    from infbench.analysis.repeats import SHOWN, fmt_ci
 
-    keys = [k for k in ("output_tok_s", "ttft_ms_p50", "tpot_ms_p50", "e2e_s_p50", "tokens_per_j", "usd_per_mtok")
-            if any(k in g["metrics"] for g in groups)]
+    cols = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
+    tput = M.OUTPUT_TOK_S.col()
     t = Table(title=title, header_style="bold")
     t.add_column("cell", no_wrap=True)
     t.add_column("n", justify="right")
-    for k in keys:
-        t.add_column(HEADLINE[k][0], justify="right")
-    t.add_column("CV out tok/s", justify="right")
+    for c in cols:
+        t.add_column(c.header, justify="right")
+    t.add_column(f"CV {tput.header}", justify="right")
     for g in groups:
         m = g["metrics"]
-        cv = (m.get("output_tok_s") or {}).get("cv")
-        t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[k], 3 if k == "e2e_s_p50" else 2) if k in m else "-"
-                                             for k in keys], "-" if cv is None else f"{100 * cv:.1f} %")
+        cv = (m.get(tput.key) or {}).get("cv")
+        t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[c.key], max(c.metric.digits, 2)) if c.key in m else "-"
+                                             for c in cols], "-" if cv is None else f"{100 * cv:.1f} %")
     return t
 
 
