@@ -257,3 +257,31 @@ def test_slo_selection_limits_are_table_metrics():
     assert set(PERCENTILES) < set(M.SUMMARY_STATS) and RANKED.better == "higher"
     got = best([stored("a", tput=10.0), stored("b", tput=20.0)], {M.E2E.key: 1.0})
     assert [r["cell_id"] for r in got] == ["b"]
+
+
+def test_every_key_a_measured_cell_stores_is_defined(cpu, tmp_path):
+    """A sweep through the engine session with infbench.testing's fake engine (power,
+    telemetry, cost, roofline and physics included): every key of each stored cell's
+    metrics is a metric of the table or a documented field."""
+    from infbench import testing
+    from infbench.data import events as ev
+    from infbench.data.run import RunOptions
+    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.plan import plan
+    from infbench.schema import Sweep
+    from infbench.store import Store
+
+    fpm = testing.plugin_manager()
+    p = plan(Sweep(models=["tiny-random-llama"], engines=["fake"], dtypes=["f16"], batch=[1, 2], input_len=[16],
+                   output_len=[4]), cpu, fpm)
+    store = Store(tmp_path / "r.db")
+    try:
+        s = InProcessExecutor(fpm, {"test": True}).run(p, store, RunOptions(price_per_hour=2.0, slo={"ttft_s": 1.0}),
+                                                       ev.ignore)
+        assert len(s.ok) == 2
+        for r in store.results():
+            m = r["metrics"]
+            assert M.USD_PER_MTOK.key in m and M.GOODPUT.key in m
+            assert set(m) - set(M.METRICS) - set(M.FIELDS) == set(), r["cell_id"]
+    finally:
+        store.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.plugins import PluginManager
 from infbench.schema import CellResult, DeviceInfo
 
@@ -59,5 +60,5 @@ def _roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = 
         result.metrics["roofline_note"] = "roofline needs fixed lengths and a known batch or concurrency"
         return
     result.metrics["roofline"] = r
-    result.metrics["mbu"] = r["mbu"]
-    result.metrics["mfu"] = r["mfu"]
+    result.metrics[M.MBU.key] = r["mbu"]
+    result.metrics[M.MFU.key] = r["mfu"]

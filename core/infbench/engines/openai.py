@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from infbench.data import metrics as M
 from infbench.engines.base import Engine, RunOutput
 from infbench.errors import ConfigError, EngineUnavailable
 from infbench.measure.client import HttpClient, Response, endpoint_url
@@ -614,7 +615,7 @@ class OpenAIEngine(Engine):
         t1 = time.perf_counter_ns()
         warnings = self._warnings(cell, load, prompts, records, stats)
         health = client_health(records, stats, load, loop_name)
-        metrics = {"client_lag_p99_ms": health["loop_lag_ms"]["p99"], "client": health}
+        metrics = {M.CLIENT_LAG_P99.key: health["loop_lag_ms"]["p99"], "client": health}
         return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings, metrics=metrics)
 
     def _warnings(self, cell: Cell, load: Load, prompts: list[Any], records: list[RequestRecord],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from infbench.data import metrics as M
 from infbench.data.engine import Engine
 from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
 from infbench.measure.metrics import cell_metrics, failure_summary
@@ -61,7 +62,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["telemetry_note"] = monitor.channel_error
         server = scraper.result() if scraper is not None else None
         metrics.update(server_summary(server))
-        if scraper is not None and "server_ttft_s" not in metrics:  # llama.cpp: per-request timings instead
+        if scraper is not None and M.SERVER_TTFT.key not in metrics:  # llama.cpp: per-request timings instead
             metrics.update(from_timings(out.records))
         if scraper is not None and scraper.error:
             metrics["server_metrics_note"] = scraper.error
@@ -73,7 +74,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["warnings"] = list(out.warnings)
         wall = time.perf_counter() - t0
         status, error = "ok", None
-        if metrics["n_completed"] == 0:
+        if metrics[M.N_COMPLETED.key] == 0:
             status, error = "failed", failure_summary(out.records)
         return CellResult(**base, status=status, error=error, metrics=metrics, records=out.records,
                           power=readings, power_note=note, telemetry=monitor.channels, server_metrics=server,
