@@ -285,3 +285,9 @@ def test_every_key_a_measured_cell_stores_is_defined(cpu, tmp_path):
             assert set(m) - set(M.METRICS) - set(M.FIELDS) == set(), r["cell_id"]
     finally:
         store.close()
+
+
+def test_one_value_of_a_metric_is_shown_as_its_columns_are():
+    assert M.TTFT.header == "TTFT ms" and M.OUTPUT_TOK_S.header == "output tok/s" and M.MBU.header == "MBU %"
+    assert M.TTFT.format(0.0123) == "12.30" and M.TPOT.format(0.0123, 3) == "12.300" and M.E2E.format(None) == "-"
+    assert M.OUTPUT_TOK_S.format(1234.56) == M.OUTPUT_TOK_S.col().text({"output_tok_s": 1234.56}) == "1,234.6"

@@ -88,6 +88,20 @@ class MetricDef:
         return self.unit if self.shown_unit is None else self.shown_unit
 
     @property
+    def header(self) -> str:
+        """A terminal column of one value of this metric (a prediction, a limit): the short
+        label and the shown unit (``TTFT ms``, ``output tok/s``); :attr:`Column.header` adds
+        the statistic."""
+        return " ".join(p for p in (self.label if self.short is None else self.short, self.shown) if p)
+
+    def format(self, value: float | None, digits: int | None = None) -> str:
+        """``value`` (stored unit) as shown in a terminal table: x :attr:`scale`, ``digits``
+        decimals (None: :attr:`digits`), thousands separated; ``-`` for None."""
+        if value is None:
+            return "-"
+        return f"{value * self.scale:,.{self.digits if digits is None else digits}f}"
+
+    @property
     def higher_is_better(self) -> bool | None:
         """True if higher is better, False if lower is, None if neither."""
         return None if self.better is None else self.better == "higher"

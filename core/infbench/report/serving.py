@@ -23,6 +23,11 @@ SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")
 
 #: The columns the figures and tables compare (labels from :mod:`infbench.data.metrics`).
 _TTFT, _SERVER_TTFT, _TPUT = M.TTFT.col("p50"), M.SERVER_TTFT.col("p50"), M.OUTPUT_TOK_S.col()
+#: The server's own metrics in the report's table, after the client's TTFT.
+_SERVER_TABLE = (M.SERVER_TTFT.col("p50"), M.SERVER_TPOT.col("p50"), M.SERVER_WAITING.col("max"),
+                 M.SERVER_KV_CACHE_USAGE.col("max"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.SERVER_PREEMPTIONS.col())
+#: The telemetry table's channels.
+_TELEMETRY_TABLE = (M.UTIL_PCT.col("mean"), M.CLOCK_MHZ.col("mean"), M.TEMP_C.col("max"))
 
 
 def _server_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -131,19 +136,16 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
                        "{responsive:true});})();")
     srv = _server_rows(flat)
     if srv:
-        cols = (M.SERVER_TTFT.col("p50"), M.SERVER_TPOT.col("p50"), M.SERVER_WAITING.col("max"),
-                M.SERVER_KV_CACHE_USAGE.col("max"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.SERVER_PREEMPTIONS.col())
-        body = [[r["label"], r["server_name"], r[_TTFT.key], *(r[c.key] for c in cols)] for r in srv]
+        body = [[r["label"], r["server_name"], r[_TTFT.key], *(r[c.key] for c in _SERVER_TABLE)] for r in srv]
         parts.append("<section><h2>The server's own metrics (Prometheus /metrics, per cell)</h2>" + _table(
-            ["cell", "server", f"client {_TTFT.phrase}", *(c.phrase for c in cols)], body) + "</section>")
+            ["cell", "server", f"client {_TTFT.phrase}", *(c.phrase for c in _SERVER_TABLE)], body) + "</section>")
     tel = _telemetry_rows(flat)
     if tel:
-        cols = (M.UTIL_PCT.col("mean"), M.CLOCK_MHZ.col("mean"), M.TEMP_C.col("max"))
-        body = [[r["label"], *(r[c.key] for c in cols),
+        body = [[r["label"], *(r[c.key] for c in _TELEMETRY_TABLE),
                  ("yes: " + (r["throttle_reasons"] or "")) if r["throttled"] else "no"] for r in tel]
         n = sum(1 for r in tel if r["throttled"])
         parts.append(f"<section><h2>Device telemetry ({n} throttled cell{'s' if n != 1 else ''})</h2>" + _table(
-            ["cell", *(c.phrase for c in cols), "throttled"], body) + "</section>")
+            ["cell", *(c.phrase for c in _TELEMETRY_TABLE), "throttled"], body) + "</section>")
     groups = _repeat_groups(rows)
     if groups:
         from infbench.analysis.repeats import SHOWN, fmt_ci

@@ -92,11 +92,11 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
 
         x = np.arange(len(lat))
         fig, ax = plt.subplots(figsize=(max(7, len(lat) * 0.35), 5))
-        for off, d in zip((-0.2, 0.2), (M.TTFT, M.ITL)):
-            p50, p99 = d.col("p50").key, d.col("p99").key
+        for off, metric in zip((-0.2, 0.2), (M.TTFT, M.ITL)):
+            p50, p99 = metric.col("p50").key, metric.col("p99").key
             y = [r[p50] or 0 for r in lat]
             err = [max((r[p99] or r[p50] or 0) - (r[p50] or 0), 0) for r in lat]
-            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{d.label} p50 (whisker p99)", capsize=2)
+            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{metric.label} p50 (whisker p99)", capsize=2)
         ax.set_xticks(x, [r["label"] for r in lat], rotation=75, ha="right", fontsize=6)
         ax.set_yscale("log")
         ax.set_ylabel(M.TTFT.shown)
