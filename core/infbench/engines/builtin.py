@@ -141,12 +141,13 @@ def infbench_engines() -> list[EngineSpec]:
         # Accelerator-only engines: the vendor plugins add the platforms they run on
         # (nvidia: MII and SGLang; amd: SGLang; habana: optimum-habana).
         EngineSpec("deepspeed-mii", _mii, [], dict(MII_DTYPES), modules=["mii", "deepspeed", "torch"],
-                   install="pip install deepspeed-mii", check=check_mii,
+                   install="pip install deepspeed-mii requests uvicorn pydantic-settings", check=check_mii,
                    description="DeepSpeed-MII FastGen (mii.pipeline), batch mode, random-weight checkpoint",
                    options=COMMON_OPTIONS, native_options=_mii_options),
         EngineSpec("deepspeed-mii-server", _mii_server, [], dict(MII_DTYPES),
                    modules=["mii", "deepspeed", "torch", "httpx", "prometheus_client"],
-                   install="pip install deepspeed-mii 'infbench[serve]'", serving=True, check=check_mii_server,
+                   install="pip install deepspeed-mii requests uvicorn pydantic-settings 'infbench[serve]'",
+                   serving=True, check=check_mii_server,
                    description="DeepSpeed-MII's OpenAI server, started by infbench, serving mode",
                    options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS)),
         EngineSpec("sglang-server", _sglang_server, [], dict(SGLANG_DTYPES),

@@ -28,11 +28,12 @@ then serves ``/v1/completions``, ``/v1/models`` and ``/health`` with uvicorn). M
 completions endpoint takes text prompts only (it forwards them to its gRPC
 ``MultiStringRequest``), builds ``GenerateParamsConfig`` from ``min_tokens``/``max_tokens``
 and always sets ``ignore_eos=False, do_sample=True``; ``temperature`` must be > 0 there, so
-none is sent (its request default, 0.7, applies; speed does not depend on it). Prompts are text in the dummy vocabulary (one token per word,
-:func:`~infbench.engines.gguf_dummy.dummy_text`), so their lengths are exact; outputs are
-held to length by ``min_tokens`` (MII compares it with the whole sequence length, so with
-random weights an early end-of-sequence is possible but rare, about 1 in the vocabulary
-size per token; cells where a server returns another length are flagged). MII has no
+none is sent (its request default, 0.7, applies; speed does not depend on it). Prompts are
+text in the dummy vocabulary (one token per word, :func:`~infbench.engines.gguf_dummy.dummy_text`),
+so their lengths are exact; outputs are held to length by ``min_tokens`` (MII compares it with
+the whole sequence length, so with random weights an early end-of-sequence is possible but
+rare, about 1 in the vocabulary size per token; cells where a server returns another length
+are flagged). MII has no
 Prometheus endpoint.
 
 Device proof: batch mode, the pipeline's weights (``inference_engine.model.flattened_params``)
@@ -81,7 +82,9 @@ SET_BY_ADAPTER = ("model_name_or_path", "tensor_parallel", "max_length")
 MIN_COMPUTE_CAPABILITY = (8, 0)
 #: Key of :attr:`DeviceBackends.install` with the command installing MII for the device.
 INSTALL_KEY = "deepspeed_mii"
-INSTALL = "pip install deepspeed-mii"
+#: deepspeed-mii 0.3.3 imports requests (mii/backend/client.py), uvicorn and pydantic-settings (its OpenAI
+#: server) without declaring them.
+INSTALL = "pip install deepspeed-mii requests uvicorn pydantic-settings"
 
 _DS_ACCEL = re.compile(r"Setting ds_accelerator to (\w+)")
 _WRAPPER = re.compile(r"^infbench-mii-device: (\{.*\})$", re.M)
@@ -252,8 +255,8 @@ class MiiEngine(Engine):
             DeviceMismatch: the device is not a CUDA GPU this torch sees.
             ConfigError: the model, dtype or parallelism cannot be run.
         """
+        self.gpu_name = _refuse_elsewhere(self.name, self.device, self.backends)   # before anything loads
         mii = _need_mii()
-        self.gpu_name = _refuse_elsewhere(self.name, self.device, self.backends)
         self.kwargs = pipeline_kwargs(group, self.options)
         self.path, _ = model_folder(group)
         self.pipe = mii.pipeline(self.path, **self.kwargs)
@@ -384,12 +387,12 @@ class MiiServerEngine(ManagedServerEngine):
         """
         import importlib.util
 
-        if importlib.util.find_spec("mii") is None:
-            raise EngineUnavailable("the deepspeed-mii engines need DeepSpeed-MII", hint=INSTALL)
         if self.options.get("prompt_format", "text") != "text":
             raise ConfigError("MII's OpenAI server takes text prompts only (it forwards them as strings)",
                               hint="drop --prompt-format (text is the default for deepspeed-mii-server)")
         self.gpu_name = _refuse_elsewhere(self.name, self.device, self.backends)
+        if importlib.util.find_spec("mii") is None:
+            raise EngineUnavailable("the deepspeed-mii engines need DeepSpeed-MII", hint=INSTALL)
         self.path, _ = model_folder(group)
         self.deployment = f"infbench-{group.model.name.replace('/', '-')}"
         tp, length = group.tensor_parallel_size, max_length(group)

@@ -91,12 +91,12 @@ def check_optimum_habana(device, backends) -> EngineSupport:
         return EngineSupport(NAME, UNSUPPORTED, f"optimum-habana runs on Intel Gaudi (HPU), not {backends.label} "
                              "devices")
     v = optimum_habana_version()
-    if v is None:
-        return EngineSupport(NAME, MISSING, "needs optimum-habana", backends.install.get(INSTALL_KEY, INSTALL))
     t = torch_probe()
     problem = torch_backend_problem(t, "hpu")
     if problem:
         return EngineSupport(NAME, UNSUPPORTED, problem, backends.install.get("torch"), v)
+    if v is None:
+        return EngineSupport(NAME, MISSING, "needs optimum-habana", backends.install.get(INSTALL_KEY, INSTALL))
     return EngineSupport(NAME, USABLE, f"optimum-habana {v}, torch {t['version']} (hpu)", version=v)
 
 
@@ -151,6 +151,8 @@ class OptimumHabanaEngine(TransformersEngine):
         if self.flags["lazy_mode"]:               # before the check imports Gaudi's bridge
             os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
         s = check_optimum_habana(self.device, self.backends)
+        if s.status == MISSING:
+            raise EngineUnavailable(f"the optimum-habana engine {s.reason}", hint=s.fix or INSTALL)
         if not s.usable:
             raise DeviceMismatch(self.name, label, s.reason, "the CPU", s.fix)
         try:

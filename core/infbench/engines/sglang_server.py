@@ -201,9 +201,9 @@ class SglangServerEngine(ManagedServerEngine):
         """
         import importlib.util
 
+        self.proof_name = self._check_device()          # before anything loads
         if importlib.util.find_spec("sglang") is None:
             raise EngineUnavailable("the sglang-server engine needs SGLang", hint=INSTALL)
-        self.proof_name = self._check_device()
         self.args = sglang_args(group, self.device, self.options)
         self.launch_server(lambda port: sglang_argv(self.args, port),
                            float(self.options.get("startup_timeout_s", 900)))

@@ -125,7 +125,7 @@ BACKENDS = DeviceBackends(
     label="CUDA", torch="cuda", vllm="cuda", ggml=["CUDA", "Vulkan"],
     install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cu128",
              "vllm": "pip install vllm",
-             "deepspeed_mii": "pip install deepspeed-mii",
+             "deepspeed_mii": "pip install deepspeed-mii requests uvicorn pydantic-settings",
              "sglang": "pip install sglang",
              "llama_cpp": 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python',
              "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
