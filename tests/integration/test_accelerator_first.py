@@ -80,14 +80,27 @@ FIX = {("nvidia", "llama.cpp"): '-DGGML_CUDA=on', ("amd", "llama.cpp"): '-DGGML_
        ("nvidia", "transformers"): "whl/cu128", ("amd", "transformers"): "whl/rocm6.4",
        ("nvidia", "llama.cpp-server"): "xllamacpp/whl/cu128", ("amd", "llama.cpp-server"): "xllamacpp/whl/rocm",
        ("nvidia", "vllm"): "pip install vllm", ("amd", "vllm"): "infbench containers build --vendor amd",
-       ("nvidia", "vllm-server"): "pip install vllm", ("amd", "vllm-server"): "infbench containers build --vendor amd"}
+       ("nvidia", "vllm-server"): "pip install vllm", ("amd", "vllm-server"): "infbench containers build --vendor amd",
+       ("nvidia", "sglang-server"): "whl/cu128", ("amd", "sglang-server"): "whl/rocm6.4",
+       ("nvidia", "deepspeed-mii"): "whl/cu128", ("nvidia", "deepspeed-mii-server"): "whl/cu128"}
 VLLM = pytest.mark.vllm
 
 
 @pytest.mark.parametrize("vendor", ["nvidia", "amd"])
-@pytest.mark.parametrize("engine", ["llama.cpp", "transformers", "llama.cpp-server",
+@pytest.mark.parametrize("engine", ["llama.cpp", "transformers", "llama.cpp-server", "sglang-server",
                                     pytest.param("vllm", marks=VLLM), pytest.param("vllm-server", marks=VLLM)])
 def test_every_local_engine_refuses_a_gpu_it_cannot_use(pm, tmp_path, vendor, engine):
+    refuses_a_gpu(pm, tmp_path, vendor, engine)
+
+
+@pytest.mark.parametrize("engine", ["deepspeed-mii", "deepspeed-mii-server"])
+def test_mii_refuses_the_h100_this_torch_cannot_use(pm, tmp_path, engine):
+    refuses_a_gpu(pm, tmp_path, "nvidia", engine)
+
+
+def refuses_a_gpu(pm, tmp_path, vendor, engine):
+    """Two cells of ``engine`` planned on the stand-in ``vendor`` GPU: both stored failed with
+    the device, where they would have run and the fix; no ok cell."""
     dev = DEVICES[vendor]
     pm.register(FakeDetect(dev), name="fakedetect")
     p = plan(Sweep(models=["tiny-random-llama"], engines=[engine], dtypes=["fp16"], batch=[1, 2], input_len=[16],
@@ -159,6 +172,9 @@ def test_detect_shows_the_engine_table(fake_plugin_path):
     assert nv["transformers"]["status"] == "unsupported" and "has no CUDA" in nv["transformers"]["reason"]
     assert "built without GPU offload" in nv["llama.cpp"]["reason"] and nv["vllm"]["fix"] == "pip install vllm"
     assert nv["trtllm-serve"]["status"] == "not installed"
+    assert nv["deepspeed-mii"]["status"] == "not installed" and "deepspeed-mii" in nv["deepspeed-mii"]["fix"]
+    assert nv["sglang-server"]["status"] == "not installed" and nv["sglang-server"]["fix"] == "pip install sglang"
+    assert "optimum-habana" not in nv
     cpu = {e["engine"]: e for e in j["engines"]["cpu"]}
     assert cpu["llama.cpp"]["status"] == "usable" and cpu["transformers"]["status"] == "usable"
     assert {i["where"].split()[-1] for i in j["images"]["nvidia"]} >= {"infbench/nvidia-vllm:0.1.0"}
