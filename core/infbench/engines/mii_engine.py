@@ -290,7 +290,13 @@ class MiiEngine(Engine):
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Queue ``prompts`` together and step the pipeline until all finish; one record per
-        prompt, each token timed at the end of the step that produced it."""
+        prompt, each token timed at the end of the step that produced it.
+
+        Raises:
+            CellTimeout: past ``deadline_ns``; MII cannot abort requests, so the pipeline is
+                destroyed and the group's later cells fail with EngineUnavailable.
+            EngineUnavailable: the pipeline was destroyed by an earlier timeout.
+        """
         import queue
         import threading
 
@@ -299,6 +305,9 @@ class MiiEngine(Engine):
         from mii.constants import GenerationFinishReason
 
         pipe = self.pipe
+        if pipe is None:
+            raise EngineUnavailable("the MII pipeline was torn down after a cell ran past its time limit (MII cannot "
+                                    "abort requests)", hint="raise --cell-timeout, or run the remaining cells again")
         tid = threading.get_ident()
         q = pipe.result_queues[tid] = queue.Queue()
         gen = generate_kwargs(cell.output_len)
@@ -308,19 +317,23 @@ class MiiEngine(Engine):
         running = set(range(len(prompts)))
         engine_ns = 0
         t_send = time.perf_counter_ns()
-        while running:
-            t0 = time.perf_counter_ns()
-            pipe.generate()
-            t = time.perf_counter_ns()
-            engine_ns += t - t0
-            while not q.empty():
-                uid, tokens, _n_in, _n_gen, finish, _stream = q.get()
-                times[uid] += [t] * len(tokens)
-                if finish != GenerationFinishReason.NONE and uid in running:
-                    running.discard(uid)
-                    pipe._queue_flush_request(uid)
-            if running:
-                self.check_deadline(deadline_ns, t)
+        try:
+            while running:
+                t0 = time.perf_counter_ns()
+                pipe.generate()
+                t = time.perf_counter_ns()
+                engine_ns += t - t0
+                while not q.empty():
+                    uid, tokens, _n_in, _n_gen, finish, _stream = q.get()
+                    times[uid] += [t] * len(tokens)
+                    if finish != GenerationFinishReason.NONE and uid in running:
+                        running.discard(uid)
+                        pipe._queue_flush_request(uid)
+                if running:
+                    self.check_deadline(deadline_ns, t)
+        except BaseException:
+            self.stop()            # MII has no abort: unfinished requests would run into the next cell
+            raise
         pipe._bcast_requests(force=True)   # as MIIPipeline.__call__ ends: flush what finished
         pipe.flush(pipe.scheduled_requests.requests_to_flush.uids)
         pipe.scheduled_requests = RequestBatch()
