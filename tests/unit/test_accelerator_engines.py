@@ -251,7 +251,8 @@ def test_sglang_proof_reads_the_device_its_log_names(tmp_path):
     from infbench.engines.sglang_server import SglangServerEngine
 
     g = group("sglang-server", "bfloat16")
-    line = "[2026] server_args={'model_path': '/m', 'device': 'cuda', 'tp_size': 1}\n" \
+    line = "[2026] server_args={'model_path': '/m', 'draft_device': 'cpu', 'attn_tp_size': 8, 'device': 'cuda', " \
+           "'tp_size': 1}\n" \
            "[2026 TP0] Load weight end. elapsed=1.2 s, type=LlamaForCausalLM, avail mem=70.51 GB, mem usage=0.2 GB.\n"
     proof = _served(SglangServerEngine(H100, {}), tmp_path, line).verify_device(g)
     assert proof["device"] == "cuda" and proof["tp_size"] == 1 and proof["avail_mem_gb_after_load"] == [70.51]

@@ -198,12 +198,15 @@ class OptimumHabanaEngine(TransformersEngine):
         return dev
 
     def generation_config(self, cell: Cell) -> Any:
-        """The cell's ``GaudiGenerationConfig`` (:func:`generation_settings`)."""
+        """The cell's ``GaudiGenerationConfig``: a copy of the model's (a ``GaudiGenerationConfig``
+        once transformers is adapted, as the example copies it) with :func:`generation_settings`."""
         import copy
 
         from optimum.habana.transformers.generation import GaudiGenerationConfig
 
-        gc = GaudiGenerationConfig.from_dict(copy.deepcopy(self.model.generation_config).to_dict())
+        gc = copy.deepcopy(self.model.generation_config)
+        if not isinstance(gc, GaudiGenerationConfig):
+            gc = GaudiGenerationConfig.from_dict(gc.to_dict())
         for k, v in generation_settings(self.options, self.optimized, cell.output_len).items():
             setattr(gc, k, v)
         return gc

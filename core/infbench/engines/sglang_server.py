@@ -72,8 +72,10 @@ SGLANG_TORCH = ("cuda", "hip")
 INSTALL_KEY = "sglang"
 INSTALL = "pip install sglang (NVIDIA, CUDA wheels); the AMD image: infbench containers build --vendor amd"
 
-_DEVICE = re.compile(r"server_args=.*?['\"]?device['\"]?\s*[:=]\s*['\"]([A-Za-z]+)['\"]")
-_TP = re.compile(r"server_args=.*?['\"]?tp_size['\"]?\s*[:=]\s*(\d+)")
+#: ``device`` and ``tp_size`` in a ``server_args=`` line, as a dict (``'device': 'cuda'``, SGLang
+#: 0.5) or a dataclass repr (``device='cuda'``, 0.4); not a longer name ending so (``draft_device``).
+_DEVICE = re.compile(r"server_args=.*?(?<![\w.])['\"]?device['\"]?\s*[:=]\s*['\"]([A-Za-z]+)['\"]")
+_TP = re.compile(r"server_args=.*?(?<![\w.])['\"]?tp_size['\"]?\s*[:=]\s*(\d+)")
 _LOADED = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB")
 
 
