@@ -41,3 +41,7 @@ for p in nvidia amd intel habana sambanova cerebras; do
   $PIP install -q -e "./plugins/$p"
 done
 $PIP uninstall -q -y amdsmi 2>/dev/null || true
+# DeepSpeed-MII, SGLang and optimum-habana in venvs of their own (.venvs/), for the signature
+# tests of their adapters (tests/integration/test_engine_signatures.py); rebuilt only when
+# their pins change.
+bash scripts/engine_venvs.sh

@@ -159,6 +159,9 @@ def test_detect_shows_the_engine_table(fake_plugin_path):
     assert nv["transformers"]["status"] == "unsupported" and "has no CUDA" in nv["transformers"]["reason"]
     assert "built without GPU offload" in nv["llama.cpp"]["reason"] and nv["vllm"]["fix"] == "pip install vllm"
     assert nv["trtllm-serve"]["status"] == "not installed"
+    assert nv["deepspeed-mii"]["status"] == "not installed" and "deepspeed-mii" in nv["deepspeed-mii"]["fix"]
+    assert nv["sglang-server"]["status"] == "not installed" and nv["sglang-server"]["fix"] == "pip install sglang"
+    assert "optimum-habana" not in nv
     cpu = {e["engine"]: e for e in j["engines"]["cpu"]}
     assert cpu["llama.cpp"]["status"] == "usable" and cpu["transformers"]["status"] == "usable"
     assert {i["where"].split()[-1] for i in j["images"]["nvidia"]} >= {"infbench/nvidia-vllm:0.1.0"}

@@ -34,10 +34,14 @@ def test_recipes_match_the_images_the_plugins_name(pm):
     """Every image a container spec names is built by exactly one recipe, and vice versa."""
     recipes = {r.tags()[0]: r for r in find_recipes(source_root(ROOT))}
     assert {f"{r.vendor}/{r.name}" for r in recipes.values()} == {
-        "cpu/llamacpp", "nvidia/vllm", "nvidia/trtllm", "amd/vllm", "intel/vllm", "habana/vllm"}
+        "cpu/llamacpp", "nvidia/vllm", "nvidia/trtllm", "nvidia/mii", "nvidia/sglang", "amd/vllm", "amd/sglang",
+        "intel/vllm", "habana/vllm", "habana/optimum-habana"}
     named = set()
-    for vendor, engines in {"cpu": ["llama.cpp", "llama.cpp-server"], "nvidia": ["vllm", "vllm-server", "trtllm-serve"],
-                            "amd": ["vllm", "vllm-server"], "intel": ["vllm"], "habana": ["vllm-server"]}.items():
+    for vendor, engines in {"cpu": ["llama.cpp", "llama.cpp-server"],
+                            "nvidia": ["vllm", "vllm-server", "trtllm-serve", "deepspeed-mii", "deepspeed-mii-server",
+                                       "sglang-server"],
+                            "amd": ["vllm", "vllm-server", "sglang-server"], "intel": ["vllm"],
+                            "habana": ["vllm-server", "optimum-habana"]}.items():
         for e in engines:
             spec = _spec(pm, dev(vendor, "cpu" if vendor == "cpu" else "gpu"), e)
             assert spec and spec["image"].endswith(f":{__version__}"), (vendor, e)

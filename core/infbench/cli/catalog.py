@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
@@ -107,7 +108,7 @@ def plugins(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> 
     for s in specs.values():
         miss = s.missing()
         e.add_row(s.name, ", ".join(s.platforms), ", ".join(s.dtypes),
-                  "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({s.install})")
+                  "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({escape(s.install)})")
     out.print(e)
 
 

@@ -42,7 +42,9 @@ if TYPE_CHECKING:  # pragma: no cover
 USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
 
 #: Python module -> key of :attr:`DeviceBackends.install` holding the device's build of it.
-MODULE_LIBRARY = {"torch": "torch", "vllm": "vllm", "llama_cpp": "llama_cpp", "xllamacpp": "xllamacpp"}
+MODULE_LIBRARY = {"torch": "torch", "vllm": "vllm", "llama_cpp": "llama_cpp", "xllamacpp": "xllamacpp",
+                  "mii": "deepspeed_mii", "deepspeed": "deepspeed_mii", "sglang": "sglang",
+                  "optimum": "optimum_habana", "habana_frameworks": "torch"}
 
 
 @dataclass

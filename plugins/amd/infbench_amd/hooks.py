@@ -21,6 +21,8 @@ from infbench_amd.smi import (
 
 VENDOR = "amd"
 IMAGE = f"infbench/amd-vllm:{__version__}"
+#: Engine -> worker image (`infbench containers build --vendor amd`).
+ENGINE_IMAGE = {"vllm": IMAGE, "vllm-server": IMAGE, "sglang-server": f"infbench/amd-sglang:{__version__}"}
 
 
 @hookimpl
@@ -67,10 +69,11 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM (ROCm build) offline and server, transformers (ROCm torch) and llama.cpp (HIP build)
-    run on AMD GPUs."""
+    """vLLM (ROCm build) offline and server, transformers (ROCm torch), llama.cpp (HIP build) and the
+    SGLang server (ROCm build, in this plugin's image) run on AMD GPUs. DeepSpeed-MII does not: it documents
+    NVIDIA GPUs only."""
     return [EngineSpec(e, None, [VENDOR]) for e in ("vllm", "vllm-server", "transformers", "llama.cpp",
-                                                    "llama.cpp-server")]
+                                                    "llama.cpp-server", "sglang-server")]
 
 
 @hookimpl
@@ -83,19 +86,20 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """ROCm's documented docker flags: /dev/kfd and /dev/dri, group video, host IPC,
     seccomp unconfined (ROCm docs, "Running ROCm Docker containers")."""
-    if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
+    if device.vendor != VENDOR or engine not in ENGINE_IMAGE:
         return None
-    return ContainerSpec(image=IMAGE, devices=["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
+    return ContainerSpec(image=ENGINE_IMAGE[engine], devices=["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"],
                          group_add=["video"], ipc_mode="host", shm_size="16g", security_opt=["seccomp=unconfined"])
 
 #: The builds of the engine libraries that run on AMD GPUs, and the commands installing them
-#: (PyTorch's ROCm 6.4 wheels; vLLM's ROCm build comes in this plugin's image, as vLLM's
-#: docs recommend Docker on ROCm; llama-cpp-python's README for GGML_HIP; xllamacpp's README
+#: (PyTorch's ROCm 6.4 wheels; vLLM's and SGLang's ROCm builds come in this plugin's images, as
+#: their docs recommend Docker on ROCm; llama-cpp-python's README for GGML_HIP; xllamacpp's README
 #: for its ROCm wheel index). A HIP build of ggml names its backend ``ROCm``.
 BACKENDS = DeviceBackends(
     label="ROCm", torch="hip", vllm="rocm", ggml=["ROCm", "Vulkan"],
     install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/rocm6.4",
              "vllm": "infbench containers build --vendor amd",
+             "sglang": "infbench containers build --vendor amd",
              "llama_cpp": 'CMAKE_ARGS="-DGGML_HIP=on" pip install --force-reinstall --no-cache-dir llama-cpp-python',
              "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
                           "https://xorbitsai.github.io/xllamacpp/whl/rocm-6.4.1"})

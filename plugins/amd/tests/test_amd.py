@@ -132,7 +132,7 @@ def test_metric_json_usage_and_throttle_channels():
     assert cs[1].values == {"util_pct": 0.0} and cs[1].device_index == 1
 
 
-class RecordedAmdsmi:
+class StandInAmdsmi:
     """amdsmi's answers for one MI300X (the binding's dict shapes, ROCm 6.1+ ``clk`` key);
     the memory clock query is unsupported, as on some SKUs."""
 
@@ -163,6 +163,6 @@ class RecordedAmdsmi:
 def test_amdsmi_library_channels():
     from infbench_amd.smi import channels_from_amdsmi
 
-    c = channels_from_amdsmi(RecordedAmdsmi(), "h0", t_ns=1, device_index=0)
+    c = channels_from_amdsmi(StandInAmdsmi(), "h0", t_ns=1, device_index=0)
     assert c.values == {"util_pct": 93.0, "mem_util_pct": 37.0, "clock_mhz": 2100.0, "temp_c": 74.0}
     assert c.throttle == ["throttled"]

@@ -21,6 +21,9 @@ from infbench_habana.hl import (
 
 VENDOR = "habana"
 IMAGE = f"infbench/habana-vllm:{__version__}"
+#: Engine -> worker image (`infbench containers build --vendor habana`).
+ENGINE_IMAGE = {"vllm": IMAGE, "vllm-server": IMAGE,
+                "optimum-habana": f"infbench/habana-optimum-habana:{__version__}"}
 
 
 @hookimpl
@@ -69,10 +72,10 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM for Gaudi (HabanaAI's vllm-fork / vllm-gaudi plugin), offline and server, and
-    transformers on Gaudi's PyTorch."""
+    """vLLM for Gaudi (HabanaAI's vllm-fork / vllm-gaudi plugin), offline and server, transformers on Gaudi's
+    PyTorch, and optimum-habana (Gaudi-adapted transformers: lazy mode, HPU graphs)."""
     return [EngineSpec("vllm", None, [VENDOR]), EngineSpec("vllm-server", None, [VENDOR]),
-            EngineSpec("transformers", None, [VENDOR])]
+            EngineSpec("transformers", None, [VENDOR]), EngineSpec("optimum-habana", None, [VENDOR])]
 
 
 @hookimpl
@@ -85,12 +88,12 @@ def infbench_device_catalog() -> list[DeviceSpec]:
 def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | None:
     """The Gaudi container runtime (``runtime="habana"``, all devices), SYS_NICE and host
     IPC, as the Gaudi docker guide runs its images."""
-    if device.vendor != VENDOR or engine not in ("vllm", "vllm-server"):
+    if device.vendor != VENDOR or engine not in ENGINE_IMAGE:
         return None
     # --runtime apptainer: the Gaudi device nodes (habanalabs driver: /dev/accel/accel*)
-    return ContainerSpec(image=IMAGE, runtime="habana", cap_add=["SYS_NICE"], ipc_mode="host", shm_size="16g",
-                         environment={"HABANA_VISIBLE_DEVICES": "all",
-                                      "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
+    return ContainerSpec(image=ENGINE_IMAGE[engine], runtime="habana", cap_add=["SYS_NICE"], ipc_mode="host",
+                         shm_size="16g", environment={"HABANA_VISIBLE_DEVICES": "all",
+                                                      "OMPI_MCA_btl_vader_single_copy_mechanism": "none"},
                          apptainer_options=["--bind", "/dev/accel"])
 
 
@@ -100,7 +103,8 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | 
 BACKENDS = DeviceBackends(
     label="HPU", torch="hpu", vllm="hpu", ggml=[],
     install={"torch": "./habanalabs-installer.sh install --type pytorch --venv",
-             "vllm": "infbench containers build --vendor habana"})
+             "vllm": "infbench containers build --vendor habana",
+             "optimum_habana": "pip install optimum-habana"})
 
 
 @hookimpl

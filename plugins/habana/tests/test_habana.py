@@ -69,7 +69,7 @@ def test_telemetry_loop_lines_give_channels():
     assert [r.power_w for r in rs if not isinstance(r, ChannelReading)] == [512.0, 101.0]
 
 
-class RecordedHlml:
+class StandInHlml:
     """pyhlml's answers for one Gaudi2 (newer pyhlml: utilisation as a struct with ``aip``)."""
 
     def hlmlDeviceGetUtilizationRates(self, h):
@@ -91,7 +91,7 @@ class RecordedHlml:
 def test_hlml_channels():
     from infbench_habana.hl import hlml_channels
 
-    c = hlml_channels(RecordedHlml(), "h", t_ns=3, device_index=1)
+    c = hlml_channels(StandInHlml(), "h", t_ns=3, device_index=1)
     assert c.values == {"util_pct": 91.0, "clock_mhz": 1600.0, "temp_c": 47.0} and c.throttle == ["hlml_reason_0x2"]
 
 

@@ -15,9 +15,11 @@ from infbench_nvidia.trtllm import TRTLLM_DTYPES
 
 VENDOR = "nvidia"
 #: Images built from this plugin's Dockerfiles (`infbench containers build --vendor nvidia`).
-IMAGES = {"vllm": f"infbench/nvidia-vllm:{__version__}", "trtllm": f"infbench/nvidia-trtllm:{__version__}"}
+IMAGES = {"vllm": f"infbench/nvidia-vllm:{__version__}", "trtllm": f"infbench/nvidia-trtllm:{__version__}",
+          "mii": f"infbench/nvidia-mii:{__version__}", "sglang": f"infbench/nvidia-sglang:{__version__}"}
 #: Engine -> image it runs in.
-ENGINE_IMAGE = {"vllm": "vllm", "vllm-server": "vllm", "transformers": "vllm", "trtllm-serve": "trtllm"}
+ENGINE_IMAGE = {"vllm": "vllm", "vllm-server": "vllm", "transformers": "vllm", "trtllm-serve": "trtllm",
+                "deepspeed-mii": "mii", "deepspeed-mii-server": "mii", "sglang-server": "sglang"}
 
 
 @hookimpl
@@ -67,15 +69,17 @@ def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
 
 @hookimpl
 def infbench_engines() -> list[EngineSpec]:
-    """vLLM (offline and server), transformers and llama.cpp (CUDA build) from the core run
-    on NVIDIA GPUs, and
-    TensorRT-LLM's ``trtllm-serve`` comes with this plugin."""
+    """vLLM (offline and server), transformers, llama.cpp (CUDA build), DeepSpeed-MII (batch and server) and
+    the SGLang server from the core run on NVIDIA GPUs, and TensorRT-LLM's ``trtllm-serve`` comes with this plugin."""
     return [
         EngineSpec("vllm", None, [VENDOR]),
         EngineSpec("vllm-server", None, [VENDOR]),
         EngineSpec("transformers", None, [VENDOR]),
         EngineSpec("llama.cpp", None, [VENDOR]),
         EngineSpec("llama.cpp-server", None, [VENDOR]),
+        EngineSpec("deepspeed-mii", None, [VENDOR]),
+        EngineSpec("deepspeed-mii-server", None, [VENDOR]),
+        EngineSpec("sglang-server", None, [VENDOR]),
         EngineSpec("trtllm-serve", _trtllm, [VENDOR], dict(TRTLLM_DTYPES), modules=["aiohttp", "httpx", "yaml"],
                    commands=["trtllm-serve"],
                    install="run in the TensorRT-LLM image (plugins/nvidia/docker/Dockerfile.trtllm)", serving=True,
@@ -108,13 +112,16 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | 
                          environment={"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"})
 
 #: The builds of the engine libraries that run on NVIDIA GPUs, and the commands installing
-#: them (PyTorch's CUDA 12.8 wheels; vLLM's PyPI wheels are CUDA builds; llama-cpp-python's
+#: them (PyTorch's CUDA 12.8 wheels; vLLM's, DeepSpeed-MII's and SGLang's PyPI wheels are CUDA
+#: builds; llama-cpp-python's
 #: README for GGML_CUDA; xllamacpp's README for its CUDA wheel index). Vulkan builds of
 #: ggml run on NVIDIA GPUs too.
 BACKENDS = DeviceBackends(
     label="CUDA", torch="cuda", vllm="cuda", ggml=["CUDA", "Vulkan"],
     install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cu128",
              "vllm": "pip install vllm",
+             "deepspeed_mii": "pip install deepspeed-mii requests uvicorn pydantic-settings",
+             "sglang": "pip install sglang",
              "llama_cpp": 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python',
              "xllamacpp": "pip install xllamacpp --force-reinstall --index-url "
                           "https://xorbitsai.github.io/xllamacpp/whl/cu128"})

@@ -1,5 +1,5 @@
-"""The NVIDIA plugin: hooks against the contract, NVML logic against a recorded NVML
-(a GPU's answers replayed), and the real nvidia-ml-py on this GPU-less machine."""
+"""The NVIDIA plugin: hooks against the contract, NVML logic against a stand-in NVML
+(pynvml's documented answers, written by hand), and the real nvidia-ml-py on this GPU-less machine."""
 
 from types import SimpleNamespace
 
@@ -44,7 +44,7 @@ def test_precision_hook_reads_the_device_group():
     assert hooks.infbench_supported_precisions(a100.model_copy(update={"vendor": "amd"})) is None
 
 
-class RecordedNvml:
+class StandInNvml:
     """NVML's answers for two H100s, as pynvml returns them (mW, mJ, bytes, ctypes-like
     field values). ``energy_mj`` advances 350 J per read = 350 W at 1 read/s."""
 
@@ -131,7 +131,7 @@ class RecordedNvml:
 
 
 def test_device_groups_group_identical_gpus():
-    nv = RecordedNvml(names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"))
+    nv = StandInNvml(names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"))
     groups = device_groups(nv)
     assert [(g.model, g.count) for g in groups] == [("NVIDIA H100 80GB HBM3", 2), ("NVIDIA A100-SXM4-40GB", 1)]
     h = groups[0]
@@ -141,31 +141,31 @@ def test_device_groups_group_identical_gpus():
 
 
 def test_sampler_prefers_the_energy_counter_and_converts_units():
-    s = NvmlSampler(RecordedNvml(), [0, 1])
+    s = NvmlSampler(StandInNvml(), [0, 1])
     assert s.name == "nvml-energy" and s.source == "energy_counter"
     a, b = s.read(), s.read()  # the probe at construction read the counter once already
     assert a[0].energy_j == pytest.approx(1_000_700.0) and a[0].power_w == pytest.approx(351.0)
     assert b[1].energy_j - a[1].energy_j == pytest.approx(350.0)
-    # counters differenced per GPU (power stripped: the recorded reads are microseconds apart)
+    # counters differenced per GPU (power stripped: the stand-in reads are microseconds apart)
     e, method, _ = energy_summary([r.model_copy(update={"power_w": None}) for r in a + b])
     assert e == pytest.approx(700.0) and method == "counter"
 
 
 def test_sampler_falls_back_to_instant_power_then_the_1s_average():
-    s = NvmlSampler(RecordedNvml(energy=False), [0])
+    s = NvmlSampler(StandInNvml(energy=False), [0])
     assert s.name == "nvml-power-instant" and s.read()[0].energy_j is None
-    s = NvmlSampler(RecordedNvml(energy=False, instant=False), [0])
+    s = NvmlSampler(StandInNvml(energy=False, instant=False), [0])
     assert s.name == "nvml-power-avg" and s.read()[0].power_w == pytest.approx(349.5)
 
 
 def test_grace_hopper_reads_module_scope_power():
-    s = NvmlSampler(RecordedNvml(names=("NVIDIA GH200 480GB",)), [0], module_scope=True)
+    s = NvmlSampler(StandInNvml(names=("NVIDIA GH200 480GB",)), [0], module_scope=True)
     assert s.name == "nvml-module-power" and "module" in s.label
     assert s.read()[0].power_w == pytest.approx(352.0)  # scope 1 answered
 
 
 def test_field_value_decodes_by_type_and_rejects_errors():
-    nv = RecordedNvml()
+    nv = StandInNvml()
     fv = SimpleNamespace(fieldId=186, nvmlReturn=0, valueType=0, value=SimpleNamespace(dVal=12.5))
     assert field_value(nv, fv) == 12.5
     with pytest.raises(ValueError, match="not available"):
@@ -197,7 +197,7 @@ def test_catalog_matches_driver_names():
 
 
 def test_sampler_reads_telemetry_channels_and_throttle_reasons():
-    nv = RecordedNvml()
+    nv = StandInNvml()
     s = NvmlSampler(nv, [0, 1])
     a = s.read_channels()
     assert [c.device_index for c in a] == [0, 1]
@@ -210,7 +210,7 @@ def test_sampler_reads_telemetry_channels_and_throttle_reasons():
 
 def test_unsupported_channel_is_left_out():
     """MIG instances answer NVML_ERROR_NOT_SUPPORTED for utilisation: that channel is dropped."""
-    nv = RecordedNvml()
+    nv = StandInNvml()
 
     def mig(h):
         raise RuntimeError("NVMLError_NotSupported")
@@ -220,8 +220,8 @@ def test_unsupported_channel_is_left_out():
     assert "util_pct" not in c.values and c.values["clock_mhz"] == 1980.0
 
 
-def test_recorded_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
-    """Channels sampled by the core's monitor from a recorded NVML, summarised, stored in the
+def test_stand_in_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
+    """Channels sampled by the core's monitor from a stand-in NVML, summarised, stored in the
     results store and read back; the throttle reason flags the cell."""
     import time
 
@@ -231,7 +231,7 @@ def test_recorded_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
     from infbench.store import Store
     from infbench.store.telemetry import telemetry
 
-    nv = RecordedNvml()
+    nv = StandInNvml()
     nv.reasons = [0x0, 0x20]
     mon = PowerMonitor(NvmlSampler(nv, [0, 1]), interval_s=0.02)
     mon.start()

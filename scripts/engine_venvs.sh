@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Virtual environments holding the engine packages infbench drives on accelerators only
+# (DeepSpeed-MII, SGLang, optimum-habana), for the signature tests
+# (tests/integration/test_engine_signatures.py): their adapters' calls and command lines are
+# checked there against the real packages' functions, pydantic models and argument parsers.
+# Each venv is separate (their pins conflict: optimum-habana needs transformers<4.56, SGLang
+# pins torch 2.14.1 and transformers 5.19) and has PyTorch's CPU build (torch==2.13.0 resolves
+# to a CPU wheel on disk on these machines; elsewhere to PyPI's default build).
+#
+#   bash scripts/engine_venvs.sh [DIR]      # default DIR: .venvs (or $INFBENCH_ENGINE_VENVS)
+#
+# * mii: deepspeed-mii 0.3.3 with its dependencies (DeepSpeed builds from its sdist: no ops are
+#   compiled, they are JIT-built on a GPU), plus three modules MII imports without declaring them
+#   (requests in mii/backend/client.py; uvicorn and pydantic-settings in its OpenAI server).
+# * sglang: sglang 0.5.23 without its dependencies (they are CUDA builds: flashinfer, sglang-kernel,
+#   torch 2.14.1), plus the pure-Python packages `sglang.srt.server_args` and
+#   `sglang.srt.entrypoints.openai.protocol` import (found by importing them until nothing was
+#   missing). The server itself cannot start here.
+# * optimum-habana: optimum-habana 1.21.2 (huggingface_hub<1.0: transformers 4.55, which it pins,
+#   needs it; without the bound pip backtracks through every hub release).
+# A venv is rebuilt when its pins change (a stamp file holds them). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR="${1:-${INFBENCH_ENGINE_VENVS:-.venvs}}"
+mkdir -p "$DIR"
+
+make_venv() {  # NAME PIP-ARGS...: (re)build $DIR/NAME unless its stamp matches
+  local name="$1"; shift
+  local want="$*"
+  if [ -f "$DIR/$name/.infbench-stamp" ] && [ "$(cat "$DIR/$name/.infbench-stamp")" = "$want" ]; then
+    return
+  fi
+  rm -rf "$DIR/$name"
+  python3 -m venv "$DIR/$name"
+  "$DIR/$name/bin/python" -m pip install -q "torch==2.13.0"
+  eval "$*"
+  echo "$want" > "$DIR/$name/.infbench-stamp"
+}
+
+MII_PIP="$DIR/mii/bin/python -m pip install -q deepspeed-mii==0.3.3 requests uvicorn pydantic-settings"
+make_venv mii "$MII_PIP"
+
+SGLANG_PIP="$DIR/sglang/bin/python -m pip install -q --no-deps sglang==0.5.23 && $DIR/sglang/bin/python -m pip install -q \
+numpy orjson psutil pybase64 requests triton packaging pillow starlette msgspec pydantic pyzmq tqdm IPython aiohttp \
+openai==2.8.0"
+make_venv sglang "$SGLANG_PIP"
+
+OH_PIP="$DIR/optimum-habana/bin/python -m pip install -q optimum-habana==1.21.2 'huggingface_hub<1.0'"
+make_venv optimum-habana "$OH_PIP"
