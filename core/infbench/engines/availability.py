@@ -143,8 +143,9 @@ def torch_probe() -> dict[str, Any]:
             with contextlib.suppress(Exception):
                 import habana_frameworks.torch.core  # noqa: F401 - registers torch.hpu
 
-                if torch.hpu.is_available():
-                    out["hpu_devices"] = [torch.hpu.get_device_name(i) for i in range(torch.hpu.device_count())]
+                hpu = getattr(torch, "hpu")  # noqa: B009 - registered at run time by habana_frameworks
+                if hpu.is_available():
+                    out["hpu_devices"] = [hpu.get_device_name(i) for i in range(hpu.device_count())]
     return out
 
 
@@ -324,6 +325,7 @@ def check_transformers(device: DeviceInfo, backends: DeviceBackends | None) -> E
     refused = _local_only("transformers", device, backends, "PyTorch")
     if refused:
         return refused
+    assert backends is not None  # _local_only refused a missing declaration
     if backends.torch is None:
         return EngineSupport("transformers", UNSUPPORTED, f"PyTorch has no backend for {backends.label} devices")
     t = torch_probe()
@@ -339,6 +341,7 @@ def check_llama_cpp(device: DeviceInfo, backends: DeviceBackends | None) -> Engi
     refused = _local_only("llama.cpp", device, backends, "ggml")
     if refused:
         return refused
+    assert backends is not None  # _local_only refused a missing declaration
     g = ggml_probe()
     v = f"llama-cpp-python {g['version']}"
     fix = backends.install.get("llama_cpp")
@@ -364,6 +367,7 @@ def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> E
     refused = _local_only("llama.cpp-server", device, backends, "ggml")
     if refused:
         return refused
+    assert backends is not None  # _local_only refused a missing declaration
     x = xllamacpp_probe()
     v = f"xllamacpp {x['version']}"
     if backends.ggml == ["CPU"]:
@@ -383,6 +387,7 @@ def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str 
     refused = _local_only(engine, device, backends, "vLLM")
     if refused:
         return refused
+    assert backends is not None  # _local_only refused a missing declaration
     if backends.vllm is None:
         return EngineSupport(engine, UNSUPPORTED, f"vLLM has no platform for {backends.label} devices")
     p = vllm_probe()

@@ -309,7 +309,8 @@ class MiiEngine(Engine):
             raise EngineUnavailable("the MII pipeline was torn down after a cell ran past its time limit (MII cannot "
                                     "abort requests)", hint="raise --cell-timeout, or run the remaining cells again")
         tid = threading.get_ident()
-        q = pipe.result_queues[tid] = queue.Queue()
+        q: queue.Queue[Any] = queue.Queue()
+        pipe.result_queues[tid] = q
         gen = generate_kwargs(cell.output_len)
         for uid, p in enumerate(prompts):
             pipe.request_queue.put(pipe.make_request(tid, uid, torch.tensor(p, dtype=torch.long), dict(gen)))
@@ -352,7 +353,7 @@ class MiiEngine(Engine):
 
     def describe(self) -> dict[str, Any]:
         """MII, DeepSpeed and torch versions, the pipeline arguments and the checkpoint."""
-        versions = {}
+        versions: dict[str, str | None] = {}
         for dist in ("deepspeed-mii", "deepspeed", "torch"):
             try:
                 versions[dist] = md.version(dist)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+from typing import Any
 
 #: MII's OpenAI server module (DeepSpeed-MII 0.3: ``mii/entrypoints/openai_api_server.py``).
 MII_SERVER_MODULE = "mii.entrypoints.openai_api_server"
@@ -28,7 +29,8 @@ def device_report() -> dict:
     version or None, "devices": [GPU names], "ds_accelerator": "cuda"/"cpu"/...}``."""
     import torch
 
-    out = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": [], "ds_accelerator": None}
+    out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "devices": [],
+                           "ds_accelerator": None}
     if torch.cuda.is_available():
         out["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     try:

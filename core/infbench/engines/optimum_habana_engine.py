@@ -236,7 +236,7 @@ class OptimumHabanaEngine(TransformersEngine):
 
     def describe(self) -> dict[str, Any]:
         """Versions (optimum-habana, transformers, torch), HPU graph and lazy-mode flags."""
-        versions = {}
+        versions: dict[str, str | None] = {}
         for dist in ("optimum-habana", "transformers", "torch"):
             try:
                 versions[dist] = md.version(dist)

@@ -91,7 +91,7 @@ class TransformersEngine(Engine):
             config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
             torch.manual_seed(0)
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-        self.model = model.to(self.dev).eval()
+        self.model = model.to(self.dev).eval()  # type: ignore[arg-type]  # torch device string
         gc = self.model.generation_config
         if gc.pad_token_id is None:
             gc.pad_token_id = 0
