@@ -342,6 +342,8 @@ class HttpClient:
             conn.start(reads, waiter)
             if reused:
                 t_send = time.perf_counter_ns()
+            if conn.transport is None:
+                raise ConnectionError("the connection closed before the request was written")
             conn.transport.write(request)
             try:
                 error = await waiter

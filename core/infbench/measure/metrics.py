@@ -178,12 +178,12 @@ def cell_metrics(
         m[M.RELEASE_LAG.key] = summarize(lags)
     _serving_extras(m, done)
     m[M.DURATION.key] = duration
-    ok = duration is not None and duration > 0
-    out_tps = n_out / duration if ok else None
+    span = duration if duration is not None and duration > 0 else None   # the denominators of the rates
+    out_tps = n_out / span if span else None
     m[M.OUTPUT_TOK_S.key] = out_tps
-    m[M.TOTAL_TOK_S.key] = (n_in + n_out) / duration if ok else None
+    m[M.TOTAL_TOK_S.key] = (n_in + n_out) / span if span else None
     m[M.OUTPUT_TOK_S_PER_DEVICE.key] = out_tps / devices_used if out_tps is not None else None
-    m[M.REQUEST_S.key] = len(done) / duration if ok else None
+    m[M.REQUEST_S.key] = len(done) / span if span else None
     mean_out = n_out / len(done) if done else 0
     if done and not streamed:
         for d in (M.TTFT, M.TPOT, M.ITL):
@@ -196,11 +196,11 @@ def cell_metrics(
         m[M.LIB_ITL.key] = None
     if slo:
         good = sum(1 for r in done if meets_slo(r, slo))
-        m[M.GOODPUT.key] = good / duration if ok else None
+        m[M.GOODPUT.key] = good / span if span else None
         m["slo"] = dict(slo)
     if energy_j is not None and energy_j > 0:
         m[M.ENERGY.key] = energy_j
-        m[M.AVG_POWER.key] = energy_j / duration if ok else None
+        m[M.AVG_POWER.key] = energy_j / span if span else None
         m[M.TOKENS_PER_J.key] = (n_in + n_out) / energy_j
         m[M.OUTPUT_TOKENS_PER_J.key] = n_out / energy_j
     return m
@@ -226,8 +226,8 @@ def _serving_extras(m: dict[str, Any], done: Sequence[RequestRecord]) -> None:
         m[M.TTFAT.key] = summarize(answer)
     counted = [r for r in done if r.n_reasoning is not None]
     if counted:
-        m[M.REASONING_TOKENS.key] = summarize([r.n_reasoning for r in counted])
-        m[M.ANSWER_TOKENS.key] = summarize([r.n_out - r.n_reasoning for r in counted])
+        m[M.REASONING_TOKENS.key] = summarize([r.n_reasoning or 0 for r in counted])
+        m[M.ANSWER_TOKENS.key] = summarize([r.n_out - (r.n_reasoning or 0) for r in counted])
         m["reasoning_tokens_estimated"] = any(r.n_reasoning_source == "chunks" for r in counted)
     turns: dict[int, list[float]] = {}
     for r in done:

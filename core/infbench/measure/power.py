@@ -222,11 +222,11 @@ def _cumulative(rs: list[PowerReading], counter: bool) -> list[tuple[int, float]
     out = [(rs[0].t_ns, 0.0)]
     for a, b in zip(rs, rs[1:]):
         if counter:
-            d = b.energy_j - a.energy_j
+            d = (b.energy_j or 0.0) - (a.energy_j or 0.0)
             if d < 0:
                 d = d + b.energy_range_j if b.energy_range_j else 0.0
         else:
-            d = 0.5 * (a.power_w + b.power_w) * (b.t_ns - a.t_ns) / 1e9
+            d = 0.5 * ((a.power_w or 0.0) + (b.power_w or 0.0)) * (b.t_ns - a.t_ns) / 1e9
         out.append((b.t_ns, out[-1][1] + d))
     return out
 
@@ -459,7 +459,7 @@ class StreamSampler(PowerSampler):
         assert proc is not None and proc.stdout is not None
         for line in proc.stdout:
             try:
-                rs = self.parse_line(line, now_ns())
+                rs: list[Any] = list(self.parse_line(line, now_ns()) or [])
             except ValueError as exc:
                 self._error = f"{self.argv[0]} printed an unparseable line {line.strip()[:80]!r}: {exc}"
                 self._got.set()

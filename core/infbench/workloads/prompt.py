@@ -64,7 +64,7 @@ class PromptMaker:
             return []
         rng = np.random.default_rng(key)
         if self.fmt == "token_ids":
-            low, high = token_range(self.vocab_size)
+            low, high = token_range(int(self.vocab_size or 0))
             return rng.integers(low, high, size=n).tolist()
         if self.tokenizer is not None:
             return rng.choice(self.tokenizer.pool, size=n).tolist()
