@@ -13,7 +13,8 @@ source and a worked example):
   token``. A batch beyond it runs in waves (:func:`waves`): whole waves with TensorRT-LLM's
   guaranteed-no-evict scheduler (it reserves ``n_in + n_out`` per sequence), a fractional
   number with vLLM's paged cache, which refills freed blocks and preempts (recompute).
-* **Scheduler overhead** per forward step ``a + b x B`` (``overhead_s``,
+* **Scheduler overhead** per forward step ``a + a_d (devices - 1) + b x B`` (``overhead_s``,
+  ``overhead_per_device_s``: the ranks of a multi-device engine synchronise every step;
   ``overhead_per_seq_s``), a per-request prefill overhead ``c`` and a per-batch one ``d``.
 * **Attention** that grows with the context, with or without flash attention
   (:func:`infbench.analysis.roofline.operators`, ``flash``), prefill and decode.
@@ -115,6 +116,8 @@ class Efficiency:
             (:func:`infbench.analysis.roofline.operators`).
         overhead_s: ``a``, fixed time per forward step (kernel launches, scheduling,
             sampling), s.
+        overhead_per_device_s: ``a_d``, time per forward step per device beyond the first
+            (the engine's ranks exchange the step's metadata and synchronise), s.
         overhead_per_seq_s: ``b``, time per step per running sequence (the scheduler's
             and sampler's per-sequence work), s.
         prefill_overhead_s: ``c``, time per request when it is admitted (tokenisation,
@@ -135,6 +138,7 @@ class Efficiency:
     eff_attention: float | None = None
     kv_reread: float = 0.0
     overhead_s: float = 0.0
+    overhead_per_device_s: float = 0.0
     overhead_per_seq_s: float = 0.0
     prefill_overhead_s: float = 0.0
     batch_overhead_s: float = 0.0
@@ -508,6 +512,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         T = D
     devices = T * P * ep
     flash = sv.flash_attention
+    step_overhead = eff.overhead_s + eff.overhead_per_device_s * (devices - 1)
 
     frac = eff.kv_memory_fraction or sv.memory_fraction
     reserve = sv.reserve_bytes if eff.kv_reserve_bytes is None else eff.kv_reserve_bytes
@@ -529,7 +534,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         unit = _ops_time(ops, peak, bw, T, eff) + allreduce_time(m, precision, seqs, toks, T, link, lat)
         unit = unit + _a2a(m, precision, seqs * toks, ep, link, lat)
         prefill = (pipeline_time(unit / P, units, P, p2p_time(m, precision, tok_unit / T, link, lat))
-                   + eff.overhead_s * units + eff.prefill_overhead_s * b)
+                   + step_overhead * units + eff.prefill_overhead_s * b)
         mb = np.minimum(b, P)
         step = _decode_step(m, precision, dtype, b / mb, I, O, T, peak, bw, eff, flash, ep, moe_imbalance,
                             link, lat, 1.0)
@@ -542,7 +547,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
             step = speculative.k * (draft + eff.overhead_s) + verify
             tokens_per_step = expected_tokens(speculative.k, speculative.acceptance)
         hop = p2p_time(m, precision, b / mb / T, link, lat)
-        dec = np.maximum(mb, P) * (step / P + np.where(P > 1, hop, 0.0)) + eff.overhead_s + eff.overhead_per_seq_s * b
+        dec = np.maximum(mb, P) * (step / P + np.where(P > 1, hop, 0.0)) + step_overhead + eff.overhead_per_seq_s * b
         tpot = dec / tokens_per_step
         return prefill, tpot, prefill + np.maximum(O - 1, 0) * tpot
 
@@ -686,7 +691,7 @@ def _point_groups(pts: list[dict[str, Any]], shapes: dict[str, ModelShape] | Non
         arr = {k: np.array([pts[j][k] for j in idx], dtype=float) for k in ("batch", "n_in", "n_out", "tp")}
         out.append((shapes.get(model) or resolve(model), dtype, serving_for(engine, json.loads(opts)),
                     np.array(idx), arr))
-    if len(_GROUP_CACHE) > 64:
+    if len(_GROUP_CACHE) > 4096:
         _GROUP_CACHE.clear()
     _GROUP_CACHE[key] = (pts, out)
     return out
