@@ -43,9 +43,7 @@ has never seen gets no model term.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,12 +54,16 @@ from infbench.analysis.predict import (
     Efficiency,
     _capacity_binds,
     _column,
+    below_floor,
+    device_catalog_id,
     engine_family,
+    limits_for_id,
+    measured_points,
     predict_points,
 )
 from infbench.analysis.roofline import Limits
 from infbench.errors import ConfigError
-from infbench.models import ModelShape
+from infbench.models import ModelShape, resolve
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,8 @@ PARAMS: tuple[Param, ...] = (
     Param("overhead_per_seq_s", 0.0, 2e-3, 5e-5, 0.7, "time per step per running sequence, s (0-2 ms)"),
     Param("prefill_overhead_s", 0.0, 0.05, 1e-3, 0.7, "time per request at admission, s (0-50 ms)"),
     Param("batch_overhead_s", 0.0, 2.0, 0.05, 1.0, "time per batch (a generate call's start-up), s (0-2 s)"),
-    Param("collective_latency_s", 0.0, 5e-4, 1e-5, 1.0, "start-up latency of one collective or p2p message, s (0-0.5 ms)"),
+    Param("collective_latency_s", 0.0, 5e-4, 1e-5, 1.0, "start-up latency of one collective or p2p message, s "
+          "(0-0.5 ms)"),
 )
 PARAM_NAMES = tuple(p.name for p in PARAMS)
 K = len(PARAMS)
@@ -481,7 +484,8 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
     if pri.device_model_sd > 0:
         for g in groups:
             for m in g.models:
-                wanted.append((("device_model", g.key, m), np.zeros(len(midx)), np.full(len(midx), pri.device_model_sd)))
+                wanted.append((("device_model", g.key, m), np.zeros(len(midx)),
+                               np.full(len(midx), pri.device_model_sd)))
     blocks: dict[tuple, tuple[int, np.ndarray]] = {}
     n = 0
     means, sds = [], []
@@ -675,8 +679,94 @@ def predict_group(fit: FleetFit, g: Group, seen: bool = True) -> dict[str, np.nd
     return out
 
 
-def save_fit(path: Path, fit: FleetFit, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``fit`` (and ``extra`` keys beside it) as JSON to ``path``; returns it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**fit.to_dict(), **(extra or {})}, indent=1, default=str))
-    return path
+# -- groups from stored cells -------------------------------------------------------------
+
+def vendor_of(pm: Any, device_id: str) -> str | None:
+    """The catalog vendor of a described device id (``cpu`` for ``cpu``), None if unknown."""
+    from infbench.devices import catalog
+
+    if device_id.lower() == "cpu":
+        return "cpu"
+    for s in catalog(pm):
+        if s.id.lower() == device_id.lower():
+            return s.vendor
+    return None
+
+
+def build_groups(pm: Any, rows: list[dict[str, Any]], engines: set[str] | None = None,
+                 min_cells: int = 1) -> tuple[list[Group], list[dict[str, Any]]]:
+    """:class:`Group` s of stored rows (``Store.results()`` items), one per (device,
+    engine family): the device is the published hardware name of imported cells (two
+    campaigns on one device stay apart), else the catalog id, or ``cpu`` for any CPU.
+
+    Only usable cells (:func:`~infbench.analysis.predict.measured_points`) of zoo models
+    count; published cells measured below their roofline floor are left out
+    (:func:`~infbench.analysis.predict.below_floor`).
+
+    Args:
+        pm: plugin manager (device catalog).
+        rows: stored cells.
+        engines: engine families to keep (None: all).
+        min_cells: groups with fewer usable cells are reported as skipped.
+
+    Returns:
+        ``(groups, skipped)``; each skipped entry ``{"device", "catalog_id", "engine",
+        "cells", "why"}``; every group's ``excluded`` counts are in ``skipped`` too when
+        nonzero (``why`` = ``below_floor``/``unknown_model``).
+    """
+    from infbench.devices import catalog
+
+    specs = catalog(pm)
+    vendors = {s.id: s.vendor for s in specs}
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        d = r.get("device") or {}
+        if d.get("vendor") == "cpu":
+            cid, label = "cpu", "cpu"
+        else:
+            cid = device_catalog_id(pm, d, specs)
+            if cid is None:
+                continue
+            label = (d.get("properties") or {}).get("published_name") or cid
+        eng = engine_family((r.get("spec") or {}).get("engine") or "generic")
+        if engines is not None and eng not in engines:
+            continue
+        by.setdefault((label, cid, eng), []).append(r)
+    groups: list[Group] = []
+    skipped: list[dict[str, Any]] = []
+    limits_cache: dict[str, Any] = {}
+    for (label, cid, eng), rs in sorted(by.items()):
+        pts = measured_points(rs)
+        shapes: dict[str, ModelShape] = {}
+        known = []
+        for p in pts:
+            try:
+                shapes.setdefault(p["model"], resolve(p["model"]))
+                known.append(p)
+            except ConfigError:
+                continue
+        base = {"device": label, "catalog_id": cid, "engine": eng, "cells": len(known)}
+        if len(known) < len(pts):
+            skipped.append({**base, "why": "unknown_model", "n": len(pts) - len(known)})
+        try:
+            lim = limits_cache.get(cid) or limits_for_id(pm, cid)
+            limits_cache[cid] = lim
+        except ConfigError as exc:
+            skipped.append({**base, "why": exc.message})
+            continue
+        bad = below_floor(known, lim, shapes) & np.array([bool(p.get("published")) for p in known], dtype=bool)
+        if bad.any():
+            skipped.append({**base, "why": "below_floor", "n": int(bad.sum()),
+                            "cell_ids": [p["cell_id"] for p, b in zip(known, bad, strict=True) if b]})
+        known = [p for p, b in zip(known, bad, strict=True) if not b]
+        if len(known) < min_cells:
+            skipped.append({**base, "why": f"{len(known)} usable cells (< {min_cells})"})
+            continue
+        groups.append(Group(label, cid, eng, stack_of(vendors.get(cid, "cpu" if cid == "cpu" else None)), lim,
+                            known, shapes))
+    return groups, skipped
+
+
+def subset(g: Group, keep: Any) -> Group:
+    """A copy of ``g`` with only the points for which ``keep(point)`` is true."""
+    return Group(g.key, g.device_id, g.engine, g.stack, g.limits, [p for p in g.points if keep(p)], g.shapes)
