@@ -244,12 +244,20 @@ ENGINE_PROFILES: dict[str, Serving] = {
                              mixed_chunks=True, flash_attention=True,
                              source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
                                     "SplitFuse), max_ragged_sequence_count 512, MemoryConfig reserve 1 GB"),
-    "deepspeed": Serving("deepspeed", "static", 1.0, flash_attention=False,
-                         source="optimum-habana run_generation.py with DeepSpeed: static shapes, HPU graphs"),
+    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False,
+                              source="optimum-habana run_generation.py (with DeepSpeed for several HPUs: "
+                                     "LLM-Inference-Bench's 'Deepspeed' on Gaudi2): static shapes, HPU graphs"),
+    "sglang-server": Serving("sglang-server", "paged", 1.0, reserve_bytes=13e9, prefill_chunk=8192,
+                             mixed_chunks=False, flash_attention=True,
+                             source="SGLang ServerArgs (0.5): KV pool = memory minus ~13 GB reserved on an 80 GB GPU "
+                                    "(512 MB + 1.5 MB per chunked-prefill token + CUDA graphs), chunked_prefill_size "
+                                    "8192, enable_mixed_chunk off, FlashInfer/FlashAttention"),
 }
-#: Engine names that share a profile (same engine, another front end).
+#: Engine names that share a profile (same engine, another front end). LLM-Inference-Bench's
+#: "Deepspeed" on Gaudi2 is optimum-habana's generation script under DeepSpeed.
 ENGINE_FAMILY = {"vllm-server": "vllm", "llama.cpp-server": "llama.cpp", "trtllm": "trtllm-serve",
-                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "optimum-habana": "deepspeed"}
+                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "deepspeed": "optimum-habana",
+                 "sglang": "sglang-server"}
 
 
 def engine_family(engine: str) -> str:

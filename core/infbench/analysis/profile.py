@@ -337,21 +337,22 @@ class FleetFit:
         """Coordinates, their standard deviations and the level (:meth:`term_keys`)."""
         keys, level = self.term_keys(engine, stack, key, model)
         u = np.zeros(K)
-        var = np.zeros(K)
         for k in keys:
-            idx = _block_params(k[0])
-            u[idx] += self.terms[k]
+            u[_block_params(k[0])] += self.terms[k]
+        var = np.diag(self.u_cov(engine, stack, key, model))
+        return u, np.sqrt(np.clip(var, 0, None)), level
+
+    def u_cov(self, engine: str, stack: str | None, key: str | None = None, model: str | None = None) -> np.ndarray:
+        """Covariance (``K x K``) of the coordinates :meth:`u_for` sums (zero where the
+        fit kept no covariance)."""
+        keys, _ = self.term_keys(engine, stack, key, model)
+        cov = np.zeros((K, K))
         for a in keys:
             for b in keys:
                 c = self.cov_blocks.get((a, b))
-                if c is None:
-                    continue
-                ia, ib = _block_params(a[0]), _block_params(b[0])
-                for x, i in enumerate(ia):
-                    for y, j in enumerate(ib):
-                        if i == j:
-                            var[i] += c[x, y]
-        return u, np.sqrt(np.clip(var, 0, None)), level
+                if c is not None:
+                    cov[np.ix_(_block_params(a[0]), _block_params(b[0]))] += c
+        return cov
 
     def efficiency(self, engine: str, stack: str | None, limits: Limits, key: str | None = None,
                    model: str | None = None) -> tuple[Efficiency, str]:
@@ -499,6 +500,25 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
         sds.append(sd)
     prior_mean = np.concatenate(means) if means else np.zeros(0)
     w_prior = pri.noise / np.concatenate(sds) if sds else np.zeros(0)
+    # Model terms sum to zero over an engine's models, and a device's per-model terms over
+    # its models: the profile and the device terms then describe the average model, which
+    # is what a model the fit has never seen gets (a term of zero).
+    constraints = []
+    sums: dict[tuple, list[int]] = {}
+    for key, (start, _idx) in blocks.items():
+        if key[0] == "model":
+            sums.setdefault(("model", key[1]), []).append(start)
+        elif key[0] == "device_model":
+            sums.setdefault(("device_model", key[1]), []).append(start)
+    for starts in sums.values():
+        if len(starts) < 2:
+            continue
+        for j in range(len(midx)):
+            row = np.zeros(n)
+            row[[st + j for st in starts]] = 1.0
+            constraints.append(row)
+    C = np.array(constraints) * (10 * pri.noise) if constraints else np.zeros((0, n))
+    n_prior = n + len(C)
     robust_rows = np.zeros(n, dtype=bool)
     if pri.robust_devices:
         for key, (start, idx) in blocks.items():
@@ -535,8 +555,8 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
 
     def evaluate(z: np.ndarray, with_jac: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Robust residuals (data rows, then prior rows) and, if asked, their Jacobian."""
-        res = np.empty(n_obs + n)
-        J = np.zeros((n_obs + n, n)) if with_jac else None
+        res = np.empty(n_obs + n_prior)
+        J = np.zeros((n_obs + n_prior, n)) if with_jac else None
         for ci, (g, m) in enumerate(cells):
             u = u_of(z, g, m)
             r0 = g.residuals(m, eff(g, u))
@@ -559,9 +579,11 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
         dp = np.ones(n)
         if robust_rows.any():
             p[robust_rows], dp[robust_rows] = _robust(p[robust_rows], pri.noise)
-        res[n_obs:] = p
+        res[n_obs:n_obs + n] = p
+        res[n_obs + n:] = C @ z
         if J is not None:
-            J[n_obs:, :] = np.diag(w_prior * dp)
+            J[n_obs:n_obs + n, :] = np.diag(w_prior * dp)
+            J[n_obs + n:, :] = C
         return res, J
 
     z, cost = _levenberg_marquardt(evaluate, prior_mean.copy(), max_iter)

@@ -32,13 +32,18 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 def result_row(r: dict[str, Any]) -> dict[str, Any]:
     """One stored cell (``Store.results()`` item) as a flat dict: ids, spec, device,
-    status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...)."""
+    status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...); a
+    predicted cell also has ``predicted`` and its intervals (``e2e_s_lo``, ``e2e_s_hi``...)."""
     spec, dev, m = r["spec"], r["device"], r["metrics"] or {}
     row = {"cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
            "error": r["error"], **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
            "device_count": dev["count"], "power_note": r["power_note"], "wall_s": r["wall_s"],
            "engine_s": r["engine_s"], "finished_at": r["finished_at"]}
-    row.update(flatten({k: v for k, v in m.items() if k != "slo"}))
+    row.update(flatten({k: v for k, v in m.items() if k not in ("slo", "interval")}))
+    if isinstance(m.get("interval"), dict):  # a predicted cell's 90 % intervals: metric_lo, metric_hi
+        for k, v in m["interval"].items():
+            if isinstance(v, list) and len(v) == 2:
+                row[f"{k}_lo"], row[f"{k}_hi"] = v
     return row
 
 
@@ -65,7 +70,8 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
     """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
-    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``; ``throttled``
+    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``, ``predicted``
+    for an adaptive sweep's unmeasured cell, its numbers predicted; ``throttled``
     added when the device limited its clocks), TTFT p50 (ms) with the server's own TTFT p50
     beside it when a server's metrics were scraped, TPOT p50 (ms), E2E p50 (s),
     throughputs, energy, MBU/MFU (roofline utilisations, %)."""
@@ -84,7 +90,9 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         def g(k: str, q: str = "p50", m: dict = m) -> float | None:
             return (m.get(k) or {}).get(q)
 
-        if r["status"] != "ok":
+        if r["status"] == "predicted":
+            status = "[magenta]predicted[/] (not measured)"
+        elif r["status"] != "ok":
             status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
         else:
             status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
