@@ -93,6 +93,7 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
         ``(rows, fit)``: one row per test group with ``device, catalog_id, engine, n,
         error`` (geometric-mean error of ``metric``), ``errors`` (every measured metric),
         ``covered`` and ``measured`` (measurements inside their interval / all),
+        ``unbounded`` (measurements without a finite interval: counted as not covered),
         ``q_median`` (median half-width, log units), ``scores`` (``|log|`` errors of
         ``metric``) and ``covered_mask``.
     """
@@ -102,7 +103,14 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
         return fit_fleet(gs, priors, covariance=False)
 
     fitted = fit or fit_fn(train)
-    kinds = tuple(dict.fromkeys(("random", kind)))
+    # The kinds the test cells need (the split's own, and any other novelty a cell has:
+    # a model only the held-out device ran), each calibrated on inner folds of ``train``.
+    needed = {"random", kind}
+    for t in tests:
+        for p in t.points:
+            needed |= novelty(fitted.groups, t.engine, t.key if (seen and t.key in fitted.groups) else None,
+                              p["model"], p["n_in"], p["n_out"])
+    kinds = tuple(k for k in KINDS if k in needed)
     table = IntervalTable.from_residuals(collect_residuals(train, fit_fn, kinds), source="inner folds")
     rows = []
     for t in tests:
@@ -110,7 +118,7 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
             continue
         use_seen = seen and t.key in fitted.groups
         pred = predict_group(fitted, t, seen=use_seen)
-        covered = measured = 0
+        covered = measured = unbounded = 0
         errors: dict[str, float] = {}
         mask = np.zeros(len(t.points), dtype=bool)
         for m in FIT_METRICS:
@@ -123,7 +131,10 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
             q = np.array([table.quantile(t.engine, novelty(fitted.groups, t.engine, t.key if use_seen else None,
                                                            p["model"], p["n_in"], p["n_out"]), m)
                           for p, o in zip(t.points, ok, strict=True) if o])
-            inside = r <= q
+            # An infinite interval (a kind the training cells cannot calibrate) is no
+            # interval: it counts as a miss, and is counted apart.
+            inside = (r <= q) & np.isfinite(q)
+            unbounded += int((~np.isfinite(q)).sum())
             covered += int(inside.sum())
             measured += len(r)
             if m == metric:
@@ -133,7 +144,8 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
                                                p["n_in"], p["n_out"]), metric) for p in t.points]
         rows.append({"device": t.key, "catalog_id": t.device_id, "engine": t.engine, "n": len(t.points),
                      "error": errors.get(metric, float("nan")), "errors": errors, "covered": covered,
-                     "measured": measured, "q_median": float(np.median(qs)) if qs else float("nan"),
+                     "measured": measured, "unbounded": unbounded,
+                     "q_median": float(np.median(qs)) if qs else float("nan"),
                      "scores": sc.tolist(), "covered_mask": mask.tolist()})
     return rows, fitted
 
@@ -195,7 +207,8 @@ def summarize(split: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "median": float(np.median(errs)) if errs else None,
                 "p90": float(np.percentile(errs, 90)) if errs else None, "max": max(errs) if errs else None,
                 "over_20": sum(1 for x in errs if x > 0.2),
-                "coverage": cov / meas if meas else None, "measured": meas}
+                "coverage": cov / meas if meas else None, "measured": meas,
+                "unbounded": sum(r.get("unbounded", 0) for r in rs)}
 
     out = stats(rows)
     if split == "lodo":
