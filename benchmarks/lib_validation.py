@@ -191,7 +191,11 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
                              f"{i['over_20']} | {_pct(i['coverage'])} ({_verdict(cov_ok)}) | median <= "
                              f"{_pct(t['lodo_median'], 0)} | {_verdict(ok)} |")
         d = data.get("defaults") or {}
+        unb = sum((sp[n]["summary"].get("unbounded") or 0) for n in sp)
         lines.append("")
+        if unb:
+            lines.append(f"{unb} held-out measurements had no finite interval (a kind their training cells could "
+                         "not calibrate) and count as not covered.")
         lines.append(f"{data.get('cells')} cells in {data.get('groups')} (device, engine) groups; uncalibrated "
                      f"generic defaults on the same cells: geometric-mean error {_pct(d.get('geomean'))}. Coverage "
                      f"target: {_pct(t.get('coverage', [0.85])[0], 0)} to {_pct(t.get('coverage', [0, 0.95])[1], 0)} "
@@ -236,23 +240,19 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
                          f"{d['effective_parameters']:.1f} | {per} |")
         return "\n".join(lines)
     if v == "profiles":
+        def cell(p: dict[str, Any]) -> str:
+            def f(x: float) -> str:
+                return f"{x:.3g}"
+            return f(p["value"]) + ("" if p["lo"] is None else f" ({f(p['lo'])}-{f(p['hi'])})")
+
         lines = []
         for e, d in sorted(data.get("engines", {}).items()):
-            names = list(d["profile"])
-            lines.append(f"**{e}** (profile, then each device; value and 90 % range)")
-            lines.append("")
-            lines.append("| | " + " | ".join(names) + " |")
-            lines.append("|---|" + "---:|" * len(names))
-
-            def cell(p: dict[str, Any]) -> str:
-                def f(x: float) -> str:
-                    return f"{x:.3g}"
-                rng = "" if p["lo"] is None else f" ({f(p['lo'])}-{f(p['hi'])})"
-                return f(p["value"]) + rng
-
-            lines.append("| profile | " + " | ".join(cell(d["profile"][n]) for n in names) + " |")
-            for g in d["groups"]:
-                lines.append(f"| {g['device']} | " + " | ".join(cell(g["parameters"][n]) for n in names) + " |")
+            cols = ["profile"] + [g["device"] for g in d["groups"]]
+            lines += [f"**{e}**: value (90 % range) of the profile, then of each device", "",
+                      "| parameter | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+            for n in d["profile"]:
+                lines.append(f"| {n} | " + " | ".join([cell(d["profile"][n])]
+                                                     + [cell(g["parameters"][n]) for g in d["groups"]]) + " |")
             lines.append("")
         return "\n".join(lines).rstrip()
     raise ValueError(f"unknown variant {variant!r}")

@@ -7,7 +7,8 @@ cent; a longer sequence than any fitted, a model or a device the fit never saw, 
 So :func:`collect_residuals` refits an engine's cells in folds that reproduce each
 situation (:data:`KINDS`) and keeps ``|log(predicted / measured)|`` of the held-out cells:
 
-* ``random``: a deterministic quarter of the cells held out (:func:`~infbench.analysis.predict.held_out`);
+* ``random``: a deterministic quarter of the cells held out (:func:`~infbench.analysis.predict.held_out`),
+  or, under 200 cells, each of four folds in turn;
 * ``length``: the cells at the longest length held out, the rest fitted;
 * ``model``: the models split in up to four folds, each fold's models held out everywhere;
 * ``device``: the devices split in up to four folds, each predicted from the others'
@@ -229,9 +230,17 @@ def collect_residuals(groups: list[Any], fit: Any, kinds: tuple[str, ...] = KIND
         by_engine.setdefault(g.engine, []).append(g)
     for _e, gs in sorted(by_engine.items()):
         if "random" in kinds:
-            tag = f"{salt}|random"
-            run([sub(g, lambda p, t=tag: not held_out(p["cell_id"] + t, 0.25)) for g in gs],
-                [sub(g, lambda p, t=tag: held_out(p["cell_id"] + t, 0.25)) for g in gs], "random", True)
+            # One fold of a quarter of the cells when that gives plenty of residuals; with
+            # few cells, four folds so that every cell is held out once (cross-conformal).
+            n_cells = sum(len(g.points) for g in gs)
+            folds = 1 if n_cells >= 200 else 4
+            for f in range(folds):
+                def test(p: dict[str, Any], f: int = f, folds: int = folds) -> bool:
+                    if folds == 1:
+                        return held_out(p["cell_id"] + f"{salt}|random", 0.25)
+                    return _salted(p["cell_id"], salt, folds) == f
+
+                run([sub(g, lambda p, t=test: not t(p)) for g in gs], [sub(g, test) for g in gs], "random", True)
         if "length" in kinds:
             lens = sorted({max(p["n_in"], p["n_out"]) for g in gs for p in g.points})
             if len(lens) >= 3:
