@@ -19,7 +19,7 @@ Heavy (about half an hour on 2 shared cores): run it under the shared lock.
         [--csv benchmarks/data/lib_all_results.csv] [--out benchmarks/results/lib_validation.json] [--splits ...]
 
 `render(data, variant)` turns the JSON into the markdown tables of docs/roofline.md
-(variants: summary, random, length, lomo, lodo, parameters, profiles).
+(variants: summary, random, length, lomo, lodo, parameters, engines, stacks, profiles).
 """
 
 from __future__ import annotations
@@ -145,13 +145,25 @@ def _pct(x: Any, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f} %"
 
 
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "**missed**"
+def _verdict(ok: bool, value: float | None = None, target: float | None = None) -> str:
+    """``met`` or ``**missed**``, with the margin in percentage points when given."""
+    if value is None or target is None:
+        return "met" if ok else "**missed**"
+    gap = 100 * abs(value - target)
+    return f"met ({gap:.1f} points under)" if ok else f"**missed** by {gap:.1f} points"
+
+
+def _cov_verdict(cov: float | None, lo: float, hi: float) -> str:
+    if cov is None:
+        return "-"
+    if lo <= cov <= hi:
+        return "met"
+    return f"**missed** by {100 * (lo - cov if cov < lo else cov - hi):.1f} points"
 
 
 def render(data: dict[str, Any], variant: str | None = None) -> str:
     """Markdown tables of the validation (``variant``: ``summary`` (default), ``random``,
-    ``length``, ``lomo``, ``lodo``, ``parameters``, ``profiles``)."""
+    ``length``, ``lomo``, ``lodo``, ``parameters``, ``engines``, ``stacks``, ``profiles``)."""
     v = variant or "summary"
     sp = data.get("splits", {})
     t = data.get("targets", {})
@@ -171,25 +183,23 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
             if not s["groups"]:
                 continue
             if name == "random":
-                target, ok = f"median <= {_pct(t['random_median'], 0)}", s["median"] <= t["random_median"]
+                target, val, goal = f"median <= {_pct(t['random_median'], 0)}", s["median"], t["random_median"]
             elif name == "length":
-                target, ok = f"median <= {_pct(t['length_median'], 0)}", s["median"] <= t["length_median"]
+                target, val, goal = f"median <= {_pct(t['length_median'], 0)}", s["median"], t["length_median"]
             elif name == "lomo":
-                target, ok = f"p90 <= {_pct(t['lomo_p90'], 0)}", s["p90"] <= t["lomo_p90"]
+                target, val, goal = f"p90 <= {_pct(t['lomo_p90'], 0)}", s["p90"], t["lomo_p90"]
             else:
-                target, ok = "", True
-            cov_ok = cov is not None and lo <= cov <= hi
+                target, val, goal = "", None, None
             lines.append(f"| {name} | {what[name]} | {s['groups']} | {_pct(s['median'])} | {_pct(s['p90'])} | "
-                         f"{_pct(s['max'])} | {s['over_20']} | {_pct(cov)} ({_verdict(cov_ok)}) | {target} | "
-                         f"{_verdict(ok) if target else ''} |")
+                         f"{_pct(s['max'])} | {s['over_20']} | {_pct(cov)} ({_cov_verdict(cov, lo, hi)}) | {target} | "
+                         f"{_verdict(val <= goal, val, goal) if target else ''} |")
             if name == "lodo" and (s.get("issue") or {}).get("groups"):
                 i = s["issue"]
-                ok = i["median"] <= t["lodo_median"]
-                cov_ok = i["coverage"] is not None and lo <= i["coverage"] <= hi
                 lines.append(f"| lodo, the issue's groups | A100, H100, GH200, MI250, MI300X x vLLM, TensorRT-LLM, "
                              f"llama.cpp | {i['groups']} | {_pct(i['median'])} | {_pct(i['p90'])} | {_pct(i['max'])} | "
-                             f"{i['over_20']} | {_pct(i['coverage'])} ({_verdict(cov_ok)}) | median <= "
-                             f"{_pct(t['lodo_median'], 0)} | {_verdict(ok)} |")
+                             f"{i['over_20']} | {_pct(i['coverage'])} ({_cov_verdict(i['coverage'], lo, hi)}) | "
+                             f"median <= {_pct(t['lodo_median'], 0)} | "
+                             f"{_verdict(i['median'] <= t['lodo_median'], i['median'], t['lodo_median'])} |")
         d = data.get("defaults") or {}
         unb = sum((sp[n]["summary"].get("unbounded") or 0) for n in sp)
         lines.append("")
@@ -239,6 +249,34 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
             lines.append(f"| {e} | {d['devices']} | {d['models']} | {d['cells']} | {d['coordinates']} | "
                          f"{d['effective_parameters']:.1f} | {per} |")
         return "\n".join(lines)
+    if v == "engines":
+        # The engine profiles side by side (value and 90 % range).
+        eng = data.get("engines", {})
+        names = sorted(eng)
+        params = list(next(iter(eng.values()))["profile"]) if eng else []
+
+        def c(p: dict[str, Any]) -> str:
+            return f"{p['value']:.3g}" + ("" if p["lo"] is None else f" ({p['lo']:.2g}-{p['hi']:.2g})")
+
+        lines = ["| parameter | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for n in params:
+            lines.append(f"| {n} | " + " | ".join(c(eng[e]["profile"][n]) for e in names) + " |")
+        return "\n".join(lines)
+    if v == "stacks":
+        # Per engine run on more than one stack: each device's kernel efficiencies and step
+        # overhead, grouped by stack (where CUDA and ROCm differ).
+        lines = ["| engine | stack | device | eff_memory | eff_compute | eff_attention | overhead_s (ms) | "
+                 "overhead_per_device_s (ms) |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        for e, d in sorted(data.get("engines", {}).items()):
+            if len({g["stack"] for g in d["groups"]}) < 2:
+                continue
+            for g in sorted(d["groups"], key=lambda g: (g["stack"], g["device"])):
+                p = g["parameters"]
+                lines.append(f"| {e} | {g['stack']} | {g['device']} | {p['eff_memory']['value']:.2f} | "
+                             f"{p['eff_compute']['value']:.2f} | {p['eff_attention']['value']:.2f} | "
+                             f"{1e3 * p['overhead_s']['value']:.2f} | "
+                             f"{1e3 * p['overhead_per_device_s']['value']:.2f} |")
+        return "\n".join(lines)
     if v == "profiles":
         def cell(p: dict[str, Any]) -> str:
             def f(x: float) -> str:
@@ -272,7 +310,7 @@ def main() -> None:
     args.out.write_text(json.dumps(doc, indent=1, default=str))
     print(f"wrote {args.out} in {doc['total_s']:.0f} s")
     if args.markdown:
-        for v in ("summary", "random", "length", "lomo", "lodo", "parameters", "profiles"):
+        for v in ("summary", "random", "length", "lomo", "lodo", "parameters", "engines", "stacks", "profiles"):
             print(f"\n<!-- {v} -->\n" + render(doc, v))
 
 

@@ -38,8 +38,9 @@ source and a worked example):
 
 Per wave of ``b`` sequences::
 
-    prefill(b) = pipeline_time(stage = unit pass / pp, units, pp) + a x units + c x b
-    step(b)    = pipeline_time(stage = decode pass / pp, micro-batches, pp) + a + b_seq x b
+    prefill(b) = pipeline_time(stage = unit pass / pp, units, pp) + a' x units + c x b
+    step(b)    = pipeline_time(stage = decode pass / pp, micro-batches, pp) + a' + b_seq x b
+    a'         = a + a_d x (devices - 1)
     wave(b)    = prefill(b) + (n_out - 1) / tokens_per_step x step(b)
     duration   = waves of the batch (whole or fractional) + d
 
@@ -48,11 +49,12 @@ and TTFT, TPOT and E2E are the means over the requests of their wave. Throughput
 LLM-Inference-Bench eq. 2). Every quantity is a numpy array over the grid, so a whole
 LLM-Inference-Bench grid is one call per (model, device, engine).
 
-:func:`calibrate` fits the efficiency factors and overheads of one (device, engine) to
-stored cells, local or imported (published), by least squares on ``log(predicted /
-measured)`` of whatever each cell measured (TTFT, TPOT, E2E, batch duration), on a
-deterministic 70 % of the cells, and reports the geometric-mean error per metric on the
-held-out rest with the number of cells behind it.
+The efficiency factors and overheads are fitted hierarchically
+(:mod:`infbench.analysis.profile`: an engine profile over every device, with stack, device
+and model terms); :func:`calibrate` fits one (device, engine) against its engine's profile
+on a deterministic 70 % of its cells and reports the geometric-mean error per metric on the
+held-out rest (:mod:`infbench.analysis.calibration`); :mod:`infbench.analysis.intervals`
+gives every prediction a 90 % interval.
 
 The ``genz-llm`` package implements GenZ with a richer operator set but pins its own
 hardware table and pulls in pandas and a web UI; infbench needs the model on its own
