@@ -36,7 +36,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -58,7 +58,7 @@ from infbench.models import resolve
 from infbench.schema import Cell, CellResult, DeviceInfo
 
 #: The status a predicted cell is stored with.
-PREDICTED = "predicted"
+PREDICTED: Literal["predicted"] = "predicted"
 #: z of a two-sided 90 % normal interval.
 Z90 = 1.6449
 #: The metric whose interval width picks the next cell.
@@ -124,7 +124,8 @@ def corners(cells: list[Cell]) -> list[int]:
     mixed ones, each group in planned order."""
     def axes(c: Cell) -> dict[str, float]:
         ld = c.load
-        level = float(ld.concurrency or ld.rate or 0) if ld is not None and ld.mode != "batch" else float(c.batch)
+        served = ld is not None and ld.mode != "batch"
+        level = float(ld.concurrency or ld.request_rate or 0) if ld is not None and served else float(c.batch)
         return {"load": level, "in": float(c.input_len), "out": float(c.output_len),
                 "tp": float(c.tensor_parallel_size)}
 
@@ -155,6 +156,19 @@ def corners(cells: list[Cell]) -> list[int]:
 
 class AdaptivePlanner:
     """Chooses the cells of a grid to measure and predicts the others (module doc).
+
+    The loop a scenario runs (the engine session measures, the store keeps)::
+
+        planner = AdaptivePlanner(cells, device, limits_for_id(pm, catalog_id), Budget.parse("25%"),
+                                  stack=stack_of(vendor_of(pm, catalog_id)), home=default_home())
+        for row in already_stored_rows_of_these_cells:  # a resumed sweep: they count
+            planner.record(row)
+        while (cell := planner.next_cell(elapsed_s)) is not None:
+            result = measure(cell)                 # a CellResult, ok or failed
+            store.save_cell(run_id, result)
+            planner.record(result)
+        for r in planner.predicted_results():
+            store.save_cell(run_id, r)
 
     Args:
         cells: the planned cells (one device, one engine), in planned order.
@@ -187,7 +201,7 @@ class AdaptivePlanner:
         self.priors = priors
         self.ids = [c.cell_id(device) for c in cells]
         self.points = [_point(c, i) for c, i in zip(cells, self.ids, strict=True)]
-        self.shapes = {}
+        self.shapes: dict[str, Any] = {}
         for c in cells:
             try:
                 self.shapes.setdefault(c.model, resolve(c.model))

@@ -264,7 +264,7 @@ def prior_terms(engine: str, stack: str | None, home: Path | None = None) -> tup
             fit, src = b[0], b[2]
     if fit is None or ("mu", e) not in fit.terms:
         return {}, "generic priors (no engine profile)"
-    fixed = {("mu", e): fit.terms[("mu", e)]}
+    fixed: dict[tuple, np.ndarray] = {("mu", e): fit.terms[("mu", e)]}
     if stack and ("stack", e, stack) in fit.terms:
         fixed[("stack", e, stack)] = fit.terms[("stack", e, stack)]
     for k, v in fit.terms.items():

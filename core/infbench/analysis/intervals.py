@@ -126,8 +126,9 @@ class IntervalTable:
         needed kind has no quantile in this table or its fallback."""
         base = self._one(engine, "random", metric)
         novel = [k for k in kinds if k != "random"]
-        qs = [self._one(engine, k, metric) for k in novel]
-        if any(q is None for q in qs):
+        found = [self._one(engine, k, metric) for k in novel]
+        qs = [q for q in found if q is not None]
+        if len(qs) < len(found):
             return float("inf")
         if base is None:
             # No interpolation residuals (a split that only made novel cells): the novel

@@ -360,7 +360,7 @@ class FleetFit:
         group ``key`` if it was fitted) for ``model``, and the level it came from."""
         u, _, level = self.u_for(engine, stack, key, model)
         e = engine_family(engine)
-        if level == "device":
+        if level == "device" and key is not None:
             reserve = self.groups[key]["reserve_bytes"]
         else:
             frac = self.reserve_fraction.get(e, 0.0)
@@ -490,14 +490,14 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
     blocks: dict[tuple, tuple[int, np.ndarray]] = {}
     n = 0
     means, sds = [], []
-    for key, mean, sd in wanted:
+    for key, mean, prior_sd in wanted:
         if key in fixed:
             continue
         idx = _block_params(key[0])
         blocks[key] = (n, idx)
         n += len(idx)
         means.append(mean)
-        sds.append(sd)
+        sds.append(prior_sd)
     prior_mean = np.concatenate(means) if means else np.zeros(0)
     w_prior = pri.noise / np.concatenate(sds) if sds else np.zeros(0)
     # Model terms sum to zero over an engine's models, and a device's per-model terms over
@@ -610,6 +610,7 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
     sigma = float("nan")
     if covariance and n:
         res, J = evaluate(z, True)
+        assert J is not None
         inv = np.linalg.pinv(J.T @ J)
         Jd = J[:n_obs]
         dof = float(np.einsum("ij,jk,ik->", Jd, inv, Jd))
@@ -627,7 +628,7 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
     if cov is not None:
         # Keep the covariances a prediction needs: every pair of terms that one (device,
         # model) sums, and the pairs an unseen device or model sums (a subset of those).
-        pairs = set()
+        pairs: set[tuple[tuple, tuple]] = set()
         for g, m in cells:
             ks = [k for k in keys_of(g, m) if k in blocks]
             pairs.update((a, b) for a in ks for b in ks)
@@ -746,9 +747,10 @@ def build_groups(pm: Any, rows: list[dict[str, Any]], engines: set[str] | None =
         if d.get("vendor") == "cpu":
             cid, label = "cpu", "cpu"
         else:
-            cid = device_catalog_id(pm, d, specs)
-            if cid is None:
+            found = device_catalog_id(pm, d, specs)
+            if found is None:
                 continue
+            cid = found
             label = (d.get("properties") or {}).get("published_name") or cid
         eng = engine_family((r.get("spec") or {}).get("engine") or "generic")
         if engines is not None and eng not in engines:

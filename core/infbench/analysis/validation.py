@@ -175,20 +175,21 @@ def run_split(split: str, groups: list[Group], priors: Priors | None = None, met
                 train = [subset(g, lambda p, m=m: p["model"] != m) for g in gs]
                 if not any(g.points for g in train):
                     continue
-                r, _ = evaluate(train, [subset(g, lambda p, m=m: p["model"] == m) for g in gs], kind, priors, metric)
-                rows += [{**x, "model": m} for x in r]
+                got, _ = evaluate(train, [subset(g, lambda p, m=m: p["model"] == m) for g in gs], kind, priors,
+                                  metric)
+                rows += [{**x, "model": m} for x in got]
         elif split == "lodo":
             rows = []
             for d in sorted({g.device_id for g in gs}):
                 train = [g for g in gs if g.device_id != d]
                 if not train:
                     continue
-                r, _ = evaluate(train, [g for g in gs if g.device_id == d], kind, priors, metric, seen=False)
-                rows += r
+                got, _ = evaluate(train, [g for g in gs if g.device_id == d], kind, priors, metric, seen=False)
+                rows += got
         else:
             raise ValueError(f"unknown split {split!r}")
-        for r in rows:
-            r["split"] = split
+        for row in rows:
+            row["split"] = split
         out += rows
         if log:
             log(f"{split:7s} {e:15s} {len(rows):3d} rows in {time.perf_counter() - t0:6.1f} s")

@@ -107,7 +107,7 @@ def predict(
         profile_only = calibrate_ and engine != "generic" and not device and not sets and not device_file
         devices_ = split(device, "--device") or ([] if (sets or device_file or profile_only) else ["cpu"])
         limits = {d: P.limits_for_id(pm, d) for d in devices_}
-        stacks = {lim.id: stack_of(vendor_of(pm, d)) for d, lim in limits.items()}
+        stacks: dict[str, str | None] = {lim.id: stack_of(vendor_of(pm, d)) for d, lim in limits.items()}
         what_if: set[str] = set()
         if sets or device_file:
             file_vendor = _file_vendor(device_file)
@@ -380,13 +380,13 @@ def _print_predictions(rows: list[dict[str, Any]]) -> None:
               "residuals of the calibration; --json gives every metric's interval[/]")
     seen = set()
     for r in rows:
-        c = r.get("calibration") or {}
-        key = (r["device"], c.get("used"), c.get("detail"))
+        cal = r.get("calibration") or {}
+        key = (r["device"], cal.get("used"), cal.get("detail"))
         if key in seen:
             continue
         seen.add(key)
-        out.print(f"[dim]{r['device']} / {r['engine']}: calibration used: [bold]{c.get('used', '?')}[/bold] "
-                  f"({c.get('detail', r['efficiency']['source'])}); intervals for: "
+        out.print(f"[dim]{r['device']} / {r['engine']}: calibration used: [bold]{cal.get('used', '?')}[/bold] "
+                  f"({cal.get('detail', r['efficiency']['source'])}); intervals for: "
                   f"{', '.join(r.get('interval_kinds') or ['-'])}[/]")
 
 
