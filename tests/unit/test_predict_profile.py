@@ -148,7 +148,10 @@ def test_fleet_fit_round_trips_through_json(fleet):
         a, _ = fit.efficiency("vllm", stack, lim, d, "llama-2-7b")
         b, _ = back.efficiency("vllm", stack, lim, d, "llama-2-7b")
         assert [getattr(a, n) for n in PARAM_NAMES] == pytest.approx([getattr(b, n) for n in PARAM_NAMES])
-    assert back.parameters("vllm", "cuda", "h100-sxm") == fit.parameters("vllm", "cuda", "h100-sxm")
+    a, b = fit.parameters("vllm", "cuda", "h100-sxm"), back.parameters("vllm", "cuda", "h100-sxm")
+    for n in PARAM_NAMES:  # stored to 7 significant digits
+        assert [b[n][k] for k in ("value", "lo", "hi")] == pytest.approx([a[n][k] for k in ("value", "lo", "hi")],
+                                                                          rel=1e-5)
     bad = fit.to_dict()
     bad["params"] = ["eff_compute"]
     with pytest.raises(ConfigError, match="other parameters"):

@@ -398,14 +398,21 @@ class FleetFit:
                         dof=self.dof, n_params=self.n_params, priors=self.priors, sigma=self.sigma)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (:meth:`from_dict` reads it back)."""
+        """JSON-ready form (:meth:`from_dict` reads it back), numbers to 7 significant
+        digits. Only the covariances among profile, stack and device terms are kept (what
+        :meth:`parameters` reports per device; a model's own terms then count as exact)."""
         def enc(k: tuple) -> str:
             return "|".join(k)
 
+        def num(v: np.ndarray) -> list:
+            return [float(f"{x:.7g}") for x in np.ravel(v)] if v.ndim == 1 else [num(r) for r in v]
+
+        kept = ("mu", "stack", "device")
         return {"engines": self.engines, "params": list(PARAM_NAMES), "model_params": list(MODEL_PARAMS),
-                "terms": {enc(k): v.tolist() for k, v in self.terms.items()},
-                "sd": {enc(k): v.tolist() for k, v in self.sd.items()},
-                "cov_blocks": {enc(a) + "#" + enc(b): v.tolist() for (a, b), v in self.cov_blocks.items()},
+                "terms": {enc(k): num(v) for k, v in self.terms.items()},
+                "sd": {enc(k): num(v) for k, v in self.sd.items()},
+                "cov_blocks": {enc(a) + "#" + enc(b): num(v) for (a, b), v in self.cov_blocks.items()
+                               if a[0] in kept and b[0] in kept},
                 "groups": self.groups, "reserve_fraction": self.reserve_fraction, "cost": self.cost,
                 "n_obs": self.n_obs, "dof": self.dof, "n_params": self.n_params, "priors": self.priors.to_dict(),
                 "sigma": self.sigma}
