@@ -39,17 +39,36 @@ COMMIT = "4211f5d4e9bc0145ed541b6d372d5d8223b44235"
 
 
 def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows for the JSON: the per-cell arrays summarised."""
+    """Rows for the JSON: the coverage mask summarised, the held-out ``|log|`` errors kept to
+    4 digits (the built-in interval table is made of them; ``--merge`` reuses them)."""
     out = []
     for r in rows:
         d = {k: v for k, v in r.items() if k not in ("scores", "covered_mask")}
         d["coverage"] = r["covered"] / r["measured"] if r["measured"] else None
+        d["scores"] = [float(f"{x:.4g}") if x is not None and math.isfinite(x) else None for x in r["scores"]]
         out.append(d)
     return out
 
 
-def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print) -> dict[str, Any]:
-    """Import, validate every split, fit every engine on all cells; the JSON document."""
+def _residuals(splits: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """The held-out errors of every split by engine and interval kind (``device`` also per
+    stack), for the built-in interval table."""
+    from infbench.analysis.validation import SPLITS
+
+    res: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for split, d in splits.items():
+        for r in d["rows"]:
+            kinds = [SPLITS[split]] + ([f"device@{r['stack']}"] if SPLITS[split] == "device" and r.get("stack") else [])
+            for k in kinds:
+                res.setdefault(r["engine"], {}).setdefault(k, {}).setdefault("duration_s", []).extend(
+                    x for x in r.get("scores") or [] if x is not None and math.isfinite(x))
+    return res
+
+
+def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
+        previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Import, validate every split, fit every engine on all cells; the JSON document
+    (splits not run are taken from ``previous``, a document written before)."""
     from infbench.analysis.intervals import KINDS, IntervalTable
     from infbench.analysis.profile import PARAM_NAMES, Priors, build_groups, fit_fleet
     from infbench.analysis.validation import (
@@ -57,7 +76,6 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print) ->
         LENGTH_TEST,
         LODO_DEVICES,
         LODO_ENGINES,
-        SPLITS,
         TARGETS,
         default_residuals,
         run_split,
@@ -88,15 +106,15 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print) ->
         "lodo_groups": {"devices": list(LODO_DEVICES), "engines": list(LODO_ENGINES)},
         "length": {"fit_max": LENGTH_FIT, "test": LENGTH_TEST}, "splits": {}, "machine": "shared 2-core VM",
     }
-    residuals: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for split, d in ((previous or {}).get("splits") or {}).items():
+        if split not in splits:
+            doc["splits"][split] = d
+            log(f"== {split}: kept from the previous run")
     for split in splits:
         t1 = time.perf_counter()
         rows = run_split(split, groups, priors, log=log)
         doc["splits"][split] = {"summary": summarize(split, rows), "rows": _strip(rows),
                                 "seconds": time.perf_counter() - t1}
-        for r in rows:
-            residuals.setdefault(r["engine"], {}).setdefault(SPLITS[split], {}).setdefault("duration_s", []).extend(
-                [x for x in r["scores"] if x is not None and math.isfinite(x)])
         s = doc["splits"][split]["summary"]
         log(f"== {split}: median {_pct(s['median'])} p90 {_pct(s['p90'])} coverage {_pct(s['coverage'])} "
             f"({s['groups']} rows, {time.perf_counter() - t1:.0f} s)")
@@ -121,8 +139,8 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print) ->
     defaults = default_residuals(groups)
     doc["defaults"] = {"median": float(np.median(defaults)) if defaults else None, "n": len(defaults),
                        "geomean": float(np.exp(np.mean(defaults)) - 1) if defaults else None}
-    table = IntervalTable.from_residuals(residuals, source="LLM-Inference-Bench validation splits "
-                                                           "(benchmarks/lib_validation.py)")
+    table = IntervalTable.from_residuals(_residuals(doc["splits"]), source="LLM-Inference-Bench validation splits "
+                                                                         "(benchmarks/lib_validation.py)")
     table.q.setdefault("*", {})["defaults"] = {"duration_s": float(np.quantile(defaults, 0.9)) if defaults else
                                                float("inf")}
     table.n.setdefault("*", {})["defaults"] = {"duration_s": len(defaults)}
@@ -303,9 +321,11 @@ def main() -> None:
     ap.add_argument("--splits", nargs="*", default=["random", "length", "lomo", "lodo"])
     ap.add_argument("--write-profiles", action="store_true",
                     help="store the all-cells fits as core/infbench/analysis/engine_profiles.json")
+    ap.add_argument("--merge", action="store_true", help="keep the splits not run from the existing --out file")
     ap.add_argument("--markdown", action="store_true", help="print the docs/roofline.md tables")
     args = ap.parse_args()
-    doc = run(args.csv, args.splits, args.write_profiles)
+    previous = json.loads(args.out.read_text()) if args.merge and args.out.is_file() else None
+    doc = run(args.csv, args.splits, args.write_profiles, previous=previous)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1, default=str))
     print(f"wrote {args.out} in {doc['total_s']:.0f} s")

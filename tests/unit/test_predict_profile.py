@@ -192,6 +192,12 @@ def test_intervals_widen_with_each_kind_of_extrapolation():
     assert t.quantile("llama.cpp", set(), "duration_s") == pytest.approx(0.03)
     # A kind nobody calibrated: no interval rather than a too narrow one.
     assert t.quantile("vllm", {"length"}, "duration_s") == math.inf
+    # A new device takes the residuals of held-out devices of its own stack where there are enough.
+    t2 = IntervalTable.from_residuals({"vllm": {**res["vllm"], "device@cuda": {"duration_s": [0.08] * 20},
+                                                "device@rocm": {"duration_s": [0.9] * 5}}})
+    assert t2.quantile("vllm", {"device"}, "duration_s", "cuda") == pytest.approx(0.08)
+    assert t2.quantile("vllm", {"device"}, "duration_s", "rocm") == pytest.approx(0.2)  # too few: all devices'
+    assert t2.quantile("vllm", {"device"}, "duration_s") == pytest.approx(0.2)
     back = IntervalTable.from_dict(t.to_dict())
     assert back.quantile("vllm", {"device"}, "duration_s") == pytest.approx(0.2)
     info = {"h100": {"engine": "vllm", "models": ["llama-2-7b"], "max_len": 1024}}

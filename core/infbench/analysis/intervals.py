@@ -12,7 +12,9 @@ situation (:data:`KINDS`) and keeps ``|log(predicted / measured)|`` of the held-
 * ``length``: the cells at the longest length held out, the rest fitted;
 * ``model``: the models split in up to four folds, each fold's models held out everywhere;
 * ``device``: the devices split in up to four folds, each predicted from the others'
-  profile and its own datasheet.
+  profile and its own datasheet; kept per software stack too (``device@cuda``: Mondrian
+  conformal prediction, Vovk et al. 2005, ch. 4), so a new CUDA device is not given the
+  interval a ROCm or oneAPI device needs.
 
 The interval of a prediction ``y`` is ``[y e^-q, y e^q]`` with ``q`` the split-conformal
 quantile of the matching residuals (:func:`conformal_quantile`: the ``ceil((n + 1) 0.9)``-th
@@ -119,14 +121,28 @@ class IntervalTable:
                 return max(finite)
         return None
 
-    def quantile(self, engine: str, kinds: set[str] | frozenset[str], metric: str) -> float:
+    def _kind(self, engine: str, kind: str, metric: str, stack: str | None) -> float | None:
+        """:meth:`_one`, for ``device`` first the device's own stack (``device@cuda``:
+        Mondrian conformal prediction, the residuals of held-out devices of that stack)."""
+        if kind == "device" and stack:
+            for e in (engine, "*"):
+                q = self.q.get(e, {}).get(f"device@{stack}", {}).get(RESIDUAL_OF.get(metric, metric))
+                if q is not None and math.isfinite(q):
+                    return q
+        return self._one(engine, kind, metric)
+
+    def quantile(self, engine: str, kinds: set[str] | frozenset[str], metric: str,
+                 stack: str | None = None) -> float:
         """The interval half-width (log units) for a prediction of ``metric`` that
         extrapolates in ``kinds`` (empty: like the fitted cells): ``sqrt(q_random^2 +
         sum over kinds of max(q_kind^2 - q_random^2, 0))``; ``inf`` (no interval) when a
-        needed kind has no quantile in this table or its fallback."""
+        needed kind has no quantile in this table or its fallback. A ``device``
+        extrapolation takes the quantile of held-out devices of the same ``stack`` where
+        there are enough of them (CUDA devices are predicted far better than a stack
+        with one other device)."""
         base = self._one(engine, "random", metric)
         novel = [k for k in kinds if k != "random"]
-        found = [self._one(engine, k, metric) for k in novel]
+        found = [self._kind(engine, k, metric, stack) for k in novel]
         qs = [q for q in found if q is not None]
         if len(qs) < len(found):
             return float("inf")
@@ -216,8 +232,9 @@ def collect_residuals(groups: list[Any], fit: Any, kinds: tuple[str, ...] = KIND
                 meas = _column(t.points, m)
                 ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pr[m]) & (pr[m] > 0)
                 if ok.any():
-                    out.setdefault(t.engine, {}).setdefault(kind, {}).setdefault(m, []).extend(
-                        np.abs(np.log(pr[m][ok] / meas[ok])).tolist())
+                    s = np.abs(np.log(pr[m][ok] / meas[ok])).tolist()
+                    for k in (kind, f"device@{t.stack}") if kind == "device" else (kind,):
+                        out.setdefault(t.engine, {}).setdefault(k, {}).setdefault(m, []).extend(s)
 
     def run(train: list[Any], tests: list[Any], kind: str, seen: bool) -> None:
         train = [g for g in train if g.points]
