@@ -1,70 +1,337 @@
-"""Validation: the prediction's held-out error per (device, framework) on LLM-Inference-Bench's
-published results (benchmarks/data/lib_all_results.csv), calibrated and uncalibrated.
+"""Validation: the prediction's held-out error and interval coverage on LLM-Inference-Bench's
+published results (benchmarks/data/lib_all_results.csv), every split of issue 23.
 
 The CSV goes through the same path as `infbench import --format lib-csv` into a fresh
-results store; each (published device name, engine) group is fitted on a deterministic
-70 % of its cells (`held_out`, a hash of the cell id) and the geometric-mean error of the
-batch latency is measured on the other 30 %, beside the error of the uncalibrated
-defaults on the same cells. Heavy (a few minutes on 2 cores): run it under the shared lock.
+results store; each engine's cells are fitted hierarchically (one engine profile over every
+device: `infbench.analysis.profile`) and four splits are measured
+(`infbench.analysis.validation`): a random 30 % of every (device, engine) group; length
+extrapolation (fitted on lengths <= 1024, the 2048-token cells predicted); leave one model
+out (a model never seen on any device); leave one device out (a device predicted from the
+other devices' profile and its own datasheet). Every held-out cell is checked against its
+90 % interval, calibrated on inner folds of the training cells only. The script also fits
+each engine on every cell (the parameters with their 90 % ranges, the numbers of fitted
+parameters and cells) and, with --write-profiles, stores those fits and the validation's
+residual quantiles as the built-in engine profiles (core/infbench/analysis/engine_profiles.json).
 
-    flock /tmp/infbench-heavy.lock timeout 1800 python benchmarks/lib_validation.py \
-        [--csv benchmarks/data/lib_all_results.csv] [--out benchmarks/results/lib_validation.json] [--markdown]
+Heavy (about half an hour on 2 shared cores): run it under the shared lock.
+
+    flock /tmp/infbench-heavy.lock timeout 3600 python benchmarks/lib_validation.py --write-profiles \\
+        [--csv benchmarks/data/lib_all_results.csv] [--out benchmarks/results/lib_validation.json] [--splits ...]
+
+`render(data, variant)` turns the JSON into the markdown tables of docs/roofline.md
+(variants: summary, random, length, lomo, lodo, parameters, engines, stacks, profiles).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from infbench.analysis.validation import markdown_table, summary, validate
-from infbench.plugins import get_plugin_manager
-from infbench.report.lib_import import published_cells, read_lib_csv
-from infbench.store import Store
-from infbench.store.published import file_sha256, import_published
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+COMMIT = "4211f5d4e9bc0145ed541b6d372d5d8223b44235"
+
+
+def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for the JSON: the coverage mask summarised, the held-out ``|log|`` errors kept to
+    4 digits (the built-in interval table is made of them; ``--merge`` reuses them)."""
+    out = []
+    for r in rows:
+        d = {k: v for k, v in r.items() if k not in ("scores", "covered_mask")}
+        d["coverage"] = r["covered"] / r["measured"] if r["measured"] else None
+        d["scores"] = [float(f"{x:.4g}") if x is not None and math.isfinite(x) else None for x in r["scores"]]
+        out.append(d)
+    return out
+
+
+def _residuals(splits: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """The held-out errors of every split by engine and interval kind (``device`` also per
+    stack), for the built-in interval table."""
+    from infbench.analysis.validation import SPLITS
+
+    res: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for split, d in splits.items():
+        for r in d["rows"]:
+            kinds = [SPLITS[split]] + ([f"device@{r['stack']}"] if SPLITS[split] == "device" and r.get("stack") else [])
+            for k in kinds:
+                res.setdefault(r["engine"], {}).setdefault(k, {}).setdefault("duration_s", []).extend(
+                    x for x in r.get("scores") or [] if x is not None and math.isfinite(x))
+    return res
+
+
+def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
+        previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Import, validate every split, fit every engine on all cells; the JSON document
+    (splits not run are taken from ``previous``, a document written before)."""
+    from infbench.analysis.intervals import KINDS, IntervalTable
+    from infbench.analysis.profile import PARAM_NAMES, Priors, build_groups, fit_fleet
+    from infbench.analysis.validation import (
+        LENGTH_FIT,
+        LENGTH_TEST,
+        LODO_DEVICES,
+        LODO_ENGINES,
+        TARGETS,
+        default_residuals,
+        run_split,
+        summarize,
+    )
+    from infbench.plugins import get_plugin_manager
+    from infbench.report.lib_import import published_cells, read_lib_csv
+    from infbench.store import Store
+    from infbench.store.published import file_sha256, import_published
+
+    pm = get_plugin_manager()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = Store(Path(tmp) / "results.db")
+        src = {"file": csv.name, "sha256": file_sha256(csv), "commit": COMMIT}
+        results, info = published_cells(read_lib_csv(csv), src, pm)
+        run_id = import_published(store, results, src, command="benchmarks/lib_validation.py")
+        stored = store.results(run_id=run_id)
+        store.close()
+    groups, skipped = build_groups(pm, stored)
+    priors = Priors()
+    doc: dict[str, Any] = {
+        "csv": str(csv.resolve().relative_to(ROOT)) if csv.resolve().is_relative_to(ROOT) else str(csv),
+        "commit": COMMIT, "rows": info["rows"], "import_s": time.perf_counter() - t0,
+        "cells": sum(len(g.points) for g in groups), "groups": len(groups),
+        "left_out": [{k: v for k, v in s.items() if k != "cell_ids"} for s in skipped],
+        "priors": priors.to_dict(), "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
+        "lodo_groups": {"devices": list(LODO_DEVICES), "engines": list(LODO_ENGINES)},
+        "length": {"fit_max": LENGTH_FIT, "test": LENGTH_TEST}, "splits": {}, "machine": "shared 2-core VM",
+    }
+    for split, d in ((previous or {}).get("splits") or {}).items():
+        if split not in splits:
+            doc["splits"][split] = d
+            log(f"== {split}: kept from the previous run")
+    for split in splits:
+        t1 = time.perf_counter()
+        rows = run_split(split, groups, priors, log=log)
+        doc["splits"][split] = {"summary": summarize(split, rows), "rows": _strip(rows),
+                                "seconds": time.perf_counter() - t1}
+        s = doc["splits"][split]["summary"]
+        log(f"== {split}: median {_pct(s['median'])} p90 {_pct(s['p90'])} coverage {_pct(s['coverage'])} "
+            f"({s['groups']} rows, {time.perf_counter() - t1:.0f} s)")
+    # Every engine fitted on every cell: parameters with 90 % ranges, counts.
+    fits: dict[str, Any] = {}
+    engines: dict[str, Any] = {}
+    for e in sorted({g.engine for g in groups}):
+        gs = [g for g in groups if g.engine == e]
+        t1 = time.perf_counter()
+        fit = fit_fleet(gs, priors)
+        fits[e] = fit
+        engines[e] = {
+            "cells": sum(len(g.points) for g in gs), "coordinates": fit.n_params, "effective_parameters": fit.dof,
+            "devices": len(gs), "models": len({m for g in gs for m in g.models}), "sigma": fit.sigma,
+            "fit_s": time.perf_counter() - t1, "profile": fit.parameters(e),
+            "groups": [{"device": g.key, "catalog_id": g.device_id, "stack": g.stack, "cells": len(g.points),
+                        "coordinates": len(PARAM_NAMES) + 3 * len(g.models),
+                        "parameters": fit.parameters(e, g.stack, g.key)} for g in gs],
+        }
+        log(f"fit {e}: {engines[e]['cells']} cells, {fit.n_params} coordinates, {fit.dof:.1f} effective")
+    doc["engines"] = engines
+    defaults = default_residuals(groups)
+    doc["defaults"] = {"median": float(np.median(defaults)) if defaults else None, "n": len(defaults),
+                       "geomean": float(np.exp(np.mean(defaults)) - 1) if defaults else None}
+    table = IntervalTable.from_residuals(_residuals(doc["splits"]), source="LLM-Inference-Bench validation splits "
+                                                                         "(benchmarks/lib_validation.py)")
+    table.q.setdefault("*", {})["defaults"] = {"duration_s": float(np.quantile(defaults, 0.9)) if defaults else
+                                               float("inf")}
+    table.n.setdefault("*", {})["defaults"] = {"duration_s": len(defaults)}
+    doc["intervals"] = table.to_dict()
+    doc["kinds"] = list(KINDS)
+    doc["total_s"] = time.perf_counter() - t0
+    if write_profiles:
+        prof = {"source": f"LLM-Inference-Bench's published cells ({doc['csv']} at {COMMIT[:7]})",
+                "command": "benchmarks/lib_validation.py --write-profiles", "intervals": table.to_dict(),
+                "engines": {e: {"fit": f.to_dict(), "intervals": table.to_dict()} for e, f in fits.items()}}
+        path = ROOT / "core" / "infbench" / "analysis" / "engine_profiles.json"
+        path.write_text(json.dumps(prof, indent=1, default=str))
+        log(f"wrote {path}")
+    return doc
+
+
+# -- rendering (docs/roofline.md; the docs-numbers convention) ------------------------------
+
+def _pct(x: Any, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:.{digits}f} %"
+
+
+def _verdict(ok: bool, value: float | None = None, target: float | None = None) -> str:
+    """``met`` or ``**missed**``, with the margin in percentage points when given."""
+    if value is None or target is None:
+        return "met" if ok else "**missed**"
+    gap = 100 * abs(value - target)
+    return f"met ({gap:.1f} points under)" if ok else f"**missed** by {gap:.1f} points"
+
+
+def _cov_verdict(cov: float | None, lo: float, hi: float) -> str:
+    if cov is None:
+        return "-"
+    if lo <= cov <= hi:
+        return "met"
+    return f"**missed** by {100 * (lo - cov if cov < lo else cov - hi):.1f} points"
+
+
+def render(data: dict[str, Any], variant: str | None = None) -> str:
+    """Markdown tables of the validation (``variant``: ``summary`` (default), ``random``,
+    ``length``, ``lomo``, ``lodo``, ``parameters``, ``engines``, ``stacks``, ``profiles``)."""
+    v = variant or "summary"
+    sp = data.get("splits", {})
+    t = data.get("targets", {})
+    if v == "summary":
+        lines = ["| split | what is held out | rows | median error | p90 | worst | rows > 20 % | 90 % interval "
+                 "coverage | target | |", "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+        what = {"random": "30 % of each (device, engine) group's cells",
+                "length": f"2048-token cells; fitted on <= {data.get('length', {}).get('fit_max', 1024)}",
+                "lomo": "one model on every device (one row per device and model)",
+                "lodo": "one device (every campaign on it); profile + datasheet"}
+        for name in ("random", "length", "lomo", "lodo"):
+            if name not in sp:
+                continue
+            s = sp[name]["summary"]
+            cov = s.get("coverage")
+            lo, hi = t.get("coverage", [0.85, 0.95])
+            if not s["groups"]:
+                continue
+            if name == "random":
+                target, val, goal = f"median <= {_pct(t['random_median'], 0)}", s["median"], t["random_median"]
+            elif name == "length":
+                target, val, goal = f"median <= {_pct(t['length_median'], 0)}", s["median"], t["length_median"]
+            elif name == "lomo":
+                target, val, goal = f"p90 <= {_pct(t['lomo_p90'], 0)}", s["p90"], t["lomo_p90"]
+            else:
+                target, val, goal = "", None, None
+            lines.append(f"| {name} | {what[name]} | {s['groups']} | {_pct(s['median'])} | {_pct(s['p90'])} | "
+                         f"{_pct(s['max'])} | {s['over_20']} | {_pct(cov)} ({_cov_verdict(cov, lo, hi)}) | {target} | "
+                         f"{_verdict(val <= goal, val, goal) if target else ''} |")
+            if name == "lodo" and (s.get("issue") or {}).get("groups"):
+                i = s["issue"]
+                lines.append(f"| lodo, the issue's groups | A100, H100, GH200, MI250, MI300X x vLLM, TensorRT-LLM, "
+                             f"llama.cpp | {i['groups']} | {_pct(i['median'])} | {_pct(i['p90'])} | {_pct(i['max'])} | "
+                             f"{i['over_20']} | {_pct(i['coverage'])} ({_cov_verdict(i['coverage'], lo, hi)}) | "
+                             f"median <= {_pct(t['lodo_median'], 0)} | "
+                             f"{_verdict(i['median'] <= t['lodo_median'], i['median'], t['lodo_median'])} |")
+        d = data.get("defaults") or {}
+        unb = sum((sp[n]["summary"].get("unbounded") or 0) for n in sp)
+        lines.append("")
+        if unb:
+            lines.append(f"{unb} held-out measurements had no finite interval (a kind their training cells could "
+                         "not calibrate) and count as not covered.")
+        lines.append(f"{data.get('cells')} cells in {data.get('groups')} (device, engine) groups; uncalibrated "
+                     f"generic defaults on the same cells: geometric-mean error {_pct(d.get('geomean'))}. Coverage "
+                     f"target: {_pct(t.get('coverage', [0.85])[0], 0)} to {_pct(t.get('coverage', [0, 0.95])[1], 0)} "
+                     "of held-out cells inside their 90 % interval.")
+        return "\n".join(lines)
+    if v in ("random", "length", "lodo"):
+        rows = sorted(sp.get(v, {}).get("rows", []), key=lambda r: (r["engine"], r["device"]))
+        lines = ["| device (published name) | engine | held-out cells | error | 90 % coverage | median interval |",
+                 "|---|---|---:|---:|---:|---:|"]
+        for r in rows:
+            half = r.get("q_median")
+            width = "-" if half is None or not math.isfinite(half) else f"x/ {math.exp(half):.2f}"
+            lines.append(f"| {r['device']} | {r['engine']} | {r['n']} | {_pct(r['error'])} | {_pct(r['coverage'])} | "
+                         f"{width} |")
+        return "\n".join(lines)
+    if v == "lomo":
+        rows = sp.get("lomo", {}).get("rows", [])
+        by: dict[str, list[dict[str, Any]]] = {}
+        for r in rows:
+            by.setdefault(r["engine"], []).append(r)
+        lines = ["| engine | folds | median | p90 | worst fold | folds > 20 % | 90 % coverage |",
+                 "|---|---:|---:|---:|---|---:|---:|"]
+        for e, rs in sorted(by.items()):
+            errs = [r["error"] for r in rs if r["error"] is not None and math.isfinite(r["error"])]
+            worst = max(rs, key=lambda r: r["error"] if math.isfinite(r["error"]) else -1)
+            cov = sum(r["covered"] for r in rs) / max(sum(r["measured"] for r in rs), 1)
+            lines.append(f"| {e} | {len(errs)} | {_pct(float(np.median(errs)))} | "
+                         f"{_pct(float(np.percentile(errs, 90)))} | {worst['model']} on {worst['device']}: "
+                         f"{_pct(worst['error'])} | {sum(1 for x in errs if x > 0.2)} | {_pct(cov)} |")
+        lines += ["", "The worst folds:", "", "| device | engine | model | cells | error | 90 % coverage |",
+                  "|---|---|---|---:|---:|---:|"]
+        for r in sorted(rows, key=lambda r: -r["error"] if math.isfinite(r["error"]) else 0)[:12]:
+            lines.append(f"| {r['device']} | {r['engine']} | {r['model']} | {r['n']} | {_pct(r['error'])} | "
+                         f"{_pct(r['coverage'])} |")
+        return "\n".join(lines)
+    if v == "parameters":
+        lines = ["| engine | devices | models | training cells | coordinates fitted | effective parameters | "
+                 "per device: coordinates / cells |", "|---|---:|---:|---:|---:|---:|---|"]
+        for e, d in sorted(data.get("engines", {}).items()):
+            per = "; ".join(f"{g['device']} {g['coordinates']} / {g['cells']}" for g in d["groups"])
+            lines.append(f"| {e} | {d['devices']} | {d['models']} | {d['cells']} | {d['coordinates']} | "
+                         f"{d['effective_parameters']:.1f} | {per} |")
+        return "\n".join(lines)
+    if v == "engines":
+        # The engine profiles side by side (value and 90 % range).
+        eng = data.get("engines", {})
+        names = sorted(eng)
+        params = list(next(iter(eng.values()))["profile"]) if eng else []
+
+        def c(p: dict[str, Any]) -> str:
+            return f"{p['value']:.3g}" + ("" if p["lo"] is None else f" ({p['lo']:.2g}-{p['hi']:.2g})")
+
+        lines = ["| parameter | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for n in params:
+            lines.append(f"| {n} | " + " | ".join(c(eng[e]["profile"][n]) for e in names) + " |")
+        return "\n".join(lines)
+    if v == "stacks":
+        # Per engine run on more than one stack: each device's kernel efficiencies and step
+        # overhead, grouped by stack (where CUDA and ROCm differ).
+        lines = ["| engine | stack | device | eff_memory | eff_compute | eff_attention | overhead_s (ms) | "
+                 "overhead_per_device_s (ms) |", "|---|---|---|---:|---:|---:|---:|---:|"]
+        for e, d in sorted(data.get("engines", {}).items()):
+            if len({g["stack"] for g in d["groups"]}) < 2:
+                continue
+            for g in sorted(d["groups"], key=lambda g: (g["stack"], g["device"])):
+                p = g["parameters"]
+                lines.append(f"| {e} | {g['stack']} | {g['device']} | {p['eff_memory']['value']:.2f} | "
+                             f"{p['eff_compute']['value']:.2f} | {p['eff_attention']['value']:.2f} | "
+                             f"{1e3 * p['overhead_s']['value']:.2f} | "
+                             f"{1e3 * p['overhead_per_device_s']['value']:.2f} |")
+        return "\n".join(lines)
+    if v == "profiles":
+        def cell(p: dict[str, Any]) -> str:
+            def f(x: float) -> str:
+                return f"{x:.3g}"
+            return f(p["value"]) + ("" if p["lo"] is None else f" ({f(p['lo'])}-{f(p['hi'])})")
+
+        lines = []
+        for e, d in sorted(data.get("engines", {}).items()):
+            cols = ["profile"] + [g["device"] for g in d["groups"]]
+            lines += [f"**{e}**: value (90 % range) of the profile, then of each device", "",
+                      "| parameter | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+            for n in d["profile"]:
+                lines.append(f"| {n} | " + " | ".join([cell(d["profile"][n])]
+                                                     + [cell(g["parameters"][n]) for g in d["groups"]]) + " |")
+            lines.append("")
+        return "\n".join(lines).rstrip()
+    raise ValueError(f"unknown variant {variant!r}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "data" / "lib_all_results.csv")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "lib_validation.json")
-    ap.add_argument("--markdown", action="store_true", help="print the docs/roofline.md table")
+    ap.add_argument("--splits", nargs="*", default=["random", "length", "lomo", "lodo"])
+    ap.add_argument("--write-profiles", action="store_true",
+                    help="store the all-cells fits as core/infbench/analysis/engine_profiles.json")
+    ap.add_argument("--merge", action="store_true", help="keep the splits not run from the existing --out file")
+    ap.add_argument("--markdown", action="store_true", help="print the docs/roofline.md tables")
     args = ap.parse_args()
-    pm = get_plugin_manager()
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        store = Store(Path(tmp) / "results.db")
-        rows = read_lib_csv(args.csv)
-        src = {"file": args.csv.name, "sha256": file_sha256(args.csv),
-               "commit": "4211f5d4e9bc0145ed541b6d372d5d8223b44235"}
-        results, info = published_cells(rows, src, pm)
-        run_id = import_published(store, results, src, command="benchmarks/lib_validation.py")
-        stored = store.results(run_id=run_id)
-        store.close()
-    t_import = time.perf_counter() - t0
-    res = validate(pm, stored)
-    s = summary(res)
-    for r in res:
-        if "error" in r:
-            print(f"{r['device']:18s} {r['engine']:14s} cells {r['cells']:4d} held out {r['n_test']:3d} "
-                  f"error {100 * r['error']:6.1f} %  uncalibrated {100 * r['error_default']:8.1f} %  "
-                  f"({r['below_floor']} below floor, fit {r['fit_s']:.1f} s)")
-        else:
-            print(f"{r['device']:18s} {r['engine']:14s} cells {r['cells']:4d} skipped: {r['skipped']}")
-    print(f"median held-out error over {s['groups']} groups ({s['cells']} cells): {100 * s['median']:.1f} % "
-          f"(uncalibrated {100 * s['median_default']:.1f} %); vLLM/TensorRT-LLM groups above 15 %: "
-          f"{', '.join(s['over_limit']) or 'none'}")
+    previous = json.loads(args.out.read_text()) if args.merge and args.out.is_file() else None
+    doc = run(args.csv, args.splits, args.write_profiles, previous=previous)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    csv_name = str(args.csv.resolve().relative_to(ROOT)) if args.csv.resolve().is_relative_to(ROOT) else str(args.csv)
-    args.out.write_text(json.dumps({"csv": csv_name, "rows": info["rows"], "import_s": t_import, "summary": s,
-                                    "groups": res}, indent=2, default=str))
+    args.out.write_text(json.dumps(doc, indent=1, default=str))
+    print(f"wrote {args.out} in {doc['total_s']:.0f} s")
     if args.markdown:
-        print()
-        print(markdown_table(res))
+        for v in ("summary", "random", "length", "lomo", "lodo", "parameters", "engines", "stacks", "profiles"):
+            print(f"\n<!-- {v} -->\n" + render(doc, v))
 
 
 if __name__ == "__main__":

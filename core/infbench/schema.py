@@ -593,7 +593,8 @@ class CellResult(BaseModel):
         cell_id, spec_hash: see :class:`Cell`.
         cell: the cell spec.
         device: the device group it ran on.
-        status: ``ok`` or ``failed``.
+        status: ``ok``, ``failed``, or ``predicted`` (not measured: the prediction an
+            adaptive sweep stores for a cell it left out; never counted as measured).
         error: the error (type and message) of a failed cell.
         metrics: derived metrics (:func:`infbench.measure.metrics.cell_metrics`).
         records: raw per-request records.
@@ -614,7 +615,7 @@ class CellResult(BaseModel):
     spec_hash: str
     cell: Cell
     device: DeviceInfo
-    status: Literal["ok", "failed"]
+    status: Literal["ok", "failed", "predicted"]
     error: str | None = None
     metrics: dict[str, Any] = Field(default_factory=dict)
     records: list[RequestRecord] = Field(default_factory=list)

@@ -13,7 +13,8 @@ source and a worked example):
   token``. A batch beyond it runs in waves (:func:`waves`): whole waves with TensorRT-LLM's
   guaranteed-no-evict scheduler (it reserves ``n_in + n_out`` per sequence), a fractional
   number with vLLM's paged cache, which refills freed blocks and preempts (recompute).
-* **Scheduler overhead** per forward step ``a + b x B`` (``overhead_s``,
+* **Scheduler overhead** per forward step ``a + a_d (devices - 1) + b x B`` (``overhead_s``,
+  ``overhead_per_device_s``: the ranks of a multi-device engine synchronise every step;
   ``overhead_per_seq_s``), a per-request prefill overhead ``c`` and a per-batch one ``d``.
 * **Attention** that grows with the context, with or without flash attention
   (:func:`infbench.analysis.roofline.operators`, ``flash``), prefill and decode.
@@ -37,8 +38,9 @@ source and a worked example):
 
 Per wave of ``b`` sequences::
 
-    prefill(b) = pipeline_time(stage = unit pass / pp, units, pp) + a x units + c x b
-    step(b)    = pipeline_time(stage = decode pass / pp, micro-batches, pp) + a + b_seq x b
+    prefill(b) = pipeline_time(stage = unit pass / pp, units, pp) + a' x units + c x b
+    step(b)    = pipeline_time(stage = decode pass / pp, micro-batches, pp) + a' + b_seq x b
+    a'         = a + a_d x (devices - 1)
     wave(b)    = prefill(b) + (n_out - 1) / tokens_per_step x step(b)
     duration   = waves of the batch (whole or fractional) + d
 
@@ -47,11 +49,12 @@ and TTFT, TPOT and E2E are the means over the requests of their wave. Throughput
 LLM-Inference-Bench eq. 2). Every quantity is a numpy array over the grid, so a whole
 LLM-Inference-Bench grid is one call per (model, device, engine).
 
-:func:`calibrate` fits the efficiency factors and overheads of one (device, engine) to
-stored cells, local or imported (published), by least squares on ``log(predicted /
-measured)`` of whatever each cell measured (TTFT, TPOT, E2E, batch duration), on a
-deterministic 70 % of the cells, and reports the geometric-mean error per metric on the
-held-out rest with the number of cells behind it.
+The efficiency factors and overheads are fitted hierarchically
+(:mod:`infbench.analysis.profile`: an engine profile over every device, with stack, device
+and model terms); :func:`calibrate` fits one (device, engine) against its engine's profile
+on a deterministic 70 % of its cells and reports the geometric-mean error per metric on the
+held-out rest (:mod:`infbench.analysis.calibration`); :mod:`infbench.analysis.intervals`
+gives every prediction a 90 % interval.
 
 The ``genz-llm`` package implements GenZ with a richer operator set but pins its own
 hardware table and pulls in pandas and a web UI; infbench needs the model on its own
@@ -63,6 +66,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -115,6 +119,8 @@ class Efficiency:
             (:func:`infbench.analysis.roofline.operators`).
         overhead_s: ``a``, fixed time per forward step (kernel launches, scheduling,
             sampling), s.
+        overhead_per_device_s: ``a_d``, time per forward step per device beyond the first
+            (the engine's ranks exchange the step's metadata and synchronise), s.
         overhead_per_seq_s: ``b``, time per step per running sequence (the scheduler's
             and sampler's per-sequence work), s.
         prefill_overhead_s: ``c``, time per request when it is admitted (tokenisation,
@@ -135,6 +141,7 @@ class Efficiency:
     eff_attention: float | None = None
     kv_reread: float = 0.0
     overhead_s: float = 0.0
+    overhead_per_device_s: float = 0.0
     overhead_per_seq_s: float = 0.0
     prefill_overhead_s: float = 0.0
     batch_overhead_s: float = 0.0
@@ -239,12 +246,20 @@ ENGINE_PROFILES: dict[str, Serving] = {
                              mixed_chunks=True, flash_attention=True,
                              source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
                                     "SplitFuse), max_ragged_sequence_count 512, MemoryConfig reserve 1 GB"),
-    "deepspeed": Serving("deepspeed", "static", 1.0, flash_attention=False,
-                         source="optimum-habana run_generation.py with DeepSpeed: static shapes, HPU graphs"),
+    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False,
+                              source="optimum-habana run_generation.py (with DeepSpeed for several HPUs: "
+                                     "LLM-Inference-Bench's 'Deepspeed' on Gaudi2): static shapes, HPU graphs"),
+    "sglang-server": Serving("sglang-server", "paged", 1.0, reserve_bytes=13e9, prefill_chunk=8192,
+                             mixed_chunks=False, flash_attention=True,
+                             source="SGLang ServerArgs (0.5): KV pool = memory minus ~13 GB reserved on an 80 GB GPU "
+                                    "(512 MB + 1.5 MB per chunked-prefill token + CUDA graphs), chunked_prefill_size "
+                                    "8192, enable_mixed_chunk off, FlashInfer/FlashAttention"),
 }
-#: Engine names that share a profile (same engine, another front end).
+#: Engine names that share a profile (same engine, another front end). LLM-Inference-Bench's
+#: "Deepspeed" on Gaudi2 is optimum-habana's generation script under DeepSpeed.
 ENGINE_FAMILY = {"vllm-server": "vllm", "llama.cpp-server": "llama.cpp", "trtllm": "trtllm-serve",
-                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "optimum-habana": "deepspeed"}
+                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "deepspeed": "optimum-habana",
+                 "sglang": "sglang-server"}
 
 
 def engine_family(engine: str) -> str:
@@ -508,6 +523,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         T = D
     devices = T * P * ep
     flash = sv.flash_attention
+    step_overhead = eff.overhead_s + eff.overhead_per_device_s * (devices - 1)
 
     frac = eff.kv_memory_fraction or sv.memory_fraction
     reserve = sv.reserve_bytes if eff.kv_reserve_bytes is None else eff.kv_reserve_bytes
@@ -529,7 +545,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         unit = _ops_time(ops, peak, bw, T, eff) + allreduce_time(m, precision, seqs, toks, T, link, lat)
         unit = unit + _a2a(m, precision, seqs * toks, ep, link, lat)
         prefill = (pipeline_time(unit / P, units, P, p2p_time(m, precision, tok_unit / T, link, lat))
-                   + eff.overhead_s * units + eff.prefill_overhead_s * b)
+                   + step_overhead * units + eff.prefill_overhead_s * b)
         mb = np.minimum(b, P)
         step = _decode_step(m, precision, dtype, b / mb, I, O, T, peak, bw, eff, flash, ep, moe_imbalance,
                             link, lat, 1.0)
@@ -542,7 +558,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
             step = speculative.k * (draft + eff.overhead_s) + verify
             tokens_per_step = expected_tokens(speculative.k, speculative.acceptance)
         hop = p2p_time(m, precision, b / mb / T, link, lat)
-        dec = np.maximum(mb, P) * (step / P + np.where(P > 1, hop, 0.0)) + eff.overhead_s + eff.overhead_per_seq_s * b
+        dec = np.maximum(mb, P) * (step / P + np.where(P > 1, hop, 0.0)) + step_overhead + eff.overhead_per_seq_s * b
         tpot = dec / tokens_per_step
         return prefill, tpot, prefill + np.maximum(O - 1, 0) * tpot
 
@@ -686,7 +702,7 @@ def _point_groups(pts: list[dict[str, Any]], shapes: dict[str, ModelShape] | Non
         arr = {k: np.array([pts[j][k] for j in idx], dtype=float) for k in ("batch", "n_in", "n_out", "tp")}
         out.append((shapes.get(model) or resolve(model), dtype, serving_for(engine, json.loads(opts)),
                     np.array(idx), arr))
-    if len(_GROUP_CACHE) > 64:
+    if len(_GROUP_CACHE) > 4096:
         _GROUP_CACHE.clear()
     _GROUP_CACHE[key] = (pts, out)
     return out
@@ -753,6 +769,11 @@ class Calibration:
         sources: ``{"published": n, "local": n}`` cells fitted on, by origin.
         excluded: cells left out and why: ``{"below_floor": [cell ids]}`` (measured faster
             than the device's roofline allows, :func:`below_floor`).
+        fit: the fitted terms (:meth:`infbench.analysis.profile.FleetFit.to_dict`), with the
+            device's per-model terms; None in calibrations saved by older versions.
+        intervals: interval quantiles (:meth:`infbench.analysis.intervals.IntervalTable.to_dict`).
+        parameters: fitted values with their 90 % ranges and bounds.
+        prior: the engine profile the device was calibrated against.
     """
 
     device_id: str
@@ -765,6 +786,10 @@ class Calibration:
     error_default: dict[str, dict[str, Any]]
     sources: dict[str, int] = field(default_factory=dict)
     excluded: dict[str, list[str]] = field(default_factory=dict)
+    fit: dict[str, Any] | None = None
+    intervals: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = None
+    prior: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -782,86 +807,38 @@ class Calibration:
         return cls(**{**kept, "efficiency": Efficiency.from_dict(d["efficiency"])})
 
 
-#: The fitted parameters, in the solver's order.
-FIT_PARAMS = ("eff_compute", "eff_memory", "eff_attention", "kv_reread", "overhead_s", "overhead_per_seq_s",
-              "prefill_overhead_s", "batch_overhead_s", "collective_latency_s")
 #: Memory per device kept out of the KV cache tried by the fit, GB (a discrete search:
 #: waves are steps): vLLM's profiled activations, CUDA graphs and NCCL buffers take
 #: a few GB beside the weights.
 KV_RESERVES_GB = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
 
 
-#: Starting points of the efficiencies (compute, memory, attention) the fit tries.
-STARTS = ((None, None, None), (0.3, 0.4, 0.2), (0.8, 0.9, 0.9))
-
-
-def _fit(train: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape], base: Efficiency,
-         scale: float, prior_weight: float, starts: tuple = STARTS[:1]) -> tuple[Efficiency, float]:
-    """One least-squares fit of :data:`FIT_PARAMS` from each of ``starts``; the best."""
-    from scipy.optimize import least_squares
-
-    meas = {k: _column(train, k) for k in FIT_METRICS}
-    ok = {k: np.isfinite(meas[k]) & (meas[k] > 0) for k in FIT_METRICS}
-    n = sum(int(v.sum()) for v in ok.values())
-    # Overheads are solved in units of `scale` (a typical measured step) so every
-    # parameter is of order one; a weak prior pulls each one back to its default, which
-    # keeps the ones the cells cannot tell apart (e.g. the collective latency at tp = 1) put.
-    # The soft-L1 loss (about |log error| beyond 5 %) fits the geometric-mean error that is
-    # reported and keeps a few broken cells from steering the fit.
-    x_scale = np.array([1, 1, 1, 1, scale, scale / 8, scale, scale * 10, 1e-5])
-
-    def eff_of(x: np.ndarray) -> Efficiency:
-        return replace(base, **{k: float(v) for k, v in zip(FIT_PARAMS, x * x_scale, strict=True)})
-
-    base = replace(base, eff_attention=base.eff_attention or base.eff_memory)
-    x0 = np.array([getattr(base, k) for k in FIT_PARAMS]) / x_scale
-    prior0 = x0.copy()
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        pr = predict_points(train, limits, eff_of(x), shapes)
-        parts = [np.log(pr[k][ok[k]] / meas[k][ok[k]]) for k in FIT_METRICS if ok[k].any()]
-        res = np.concatenate(parts) if parts else np.zeros(0)
-        res = np.where(np.isfinite(res), res, 10.0)
-        prior = prior_weight * math.sqrt(max(n, 1)) / len(x) * np.concatenate(
-            [np.log(x[:3] / prior0[:3]), 0.1 * (x[3:4] - prior0[3:4]), np.log1p(x[4:]) - np.log1p(prior0[4:])])
-        return np.concatenate([res, prior])
-
-    lo = np.array([0.02, 0.02, 0.005, 0, 0, 0, 0, 0, 0])
-    hi = np.array([1.0, 1.0, 1.0, 1.0, 1e3, 1e3, 1e3, 1e3, 1e5])
-    best = None
-    for start in starts:
-        xs = x0.copy()
-        xs[:3] = [x0[i] if v is None else v for i, v in enumerate(start)]
-        fit = least_squares(residuals, np.clip(xs, lo, hi), bounds=(lo, hi), x_scale="jac", max_nfev=200,
-                            loss="soft_l1", f_scale=0.05)
-        if best is None or fit.cost < best.cost:
-            best = fit
-    return eff_of(best.x), float(best.cost)
-
-
 def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 0.3, engine: str = "*",
-              prior_weight: float = 0.02) -> Calibration:
+              stack: str | None = None, home: Path | None = None) -> Calibration:
     """Fit the efficiency factors and overheads of one (device, engine) to measured cells.
 
     Published cells measured below their roofline floor (:func:`below_floor`) are left
-    out (and listed in ``excluded``). The rest is split 70/30 by :func:`held_out`. On the 70 % it
-    fits :data:`FIT_PARAMS` (``eff_compute``, ``eff_memory``, ``eff_attention``,
-    ``kv_reread``, the overheads a, b, c, d and ``collective_latency_s``) by robust least
-    squares on ``log(predicted / measured)`` of every measurement the cells have
-    (``scipy.optimize.least_squares``, soft-L1 loss), and ``kv_reserve_bytes`` by a
-    search over :data:`KV_RESERVES_GB` when the KV capacity limits some cell; the held-out
-    30 % give the reported error, next to the uncalibrated defaults' error on them.
+    out (and listed in ``excluded``). The rest is fitted against the engine's profile
+    (stored, else built in) by :func:`infbench.analysis.profile.calibrate_device`: the
+    profile held, the device's own terms (every parameter of
+    :data:`infbench.analysis.profile.PARAMS`, bounded, with priors that pull them to the
+    profile) and its per-model terms fitted on a deterministic ``1 - test_fraction`` of the
+    cells (:func:`held_out`), ``kv_reserve_bytes`` by a search over :data:`KV_RESERVES_GB`
+    where the KV capacity limits some cell; the held-out rest gives the reported error, next
+    to the profile's error on them without the device's terms, and the 90 % intervals.
 
     Args:
         pts: :func:`measured_points` of one device (and engine).
         limits: that device's limits.
         test_fraction: share of cells held out (chosen by :func:`held_out`; at least one).
-        engine: the engine the calibration is for (``*``: any).
-        prior_weight: strength of the pull of each parameter to its default.
+        engine: the engine the calibration is for (``*``: any; fitted as a generic engine).
+        stack: the device's software stack (``cuda``, ``rocm``...; :data:`infbench.analysis.profile.STACKS`).
+        home: ``$INFBENCH_HOME`` (a stored engine profile there is preferred to the built-in one).
 
     Raises:
         ConfigError: fewer than 4 usable cells, or a model that cannot be resolved.
     """
+    from infbench.analysis.calibration import calibrate_device
     from infbench.models import resolve
 
     if len(pts) < 4:
@@ -877,35 +854,11 @@ def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 
     if len(pts) < 4:
         raise ConfigError(f"calibration needs at least 4 measured cells above the roofline floor; found {len(pts)} "
                           f"({len(excluded['below_floor'])} below it)")
-    test = [p for p in pts if held_out(p["cell_id"], test_fraction)]
-    if not test:
-        test = [pts[-1]]
-    test_ids = {p["cell_id"] for p in test}
-    train = [p for p in pts if p["cell_id"] not in test_ids]
-    base = default_efficiency(limits.id)
-    steps = [v for p in train for v in (p.get("tpot_s"), (p.get("duration_s") or 0) / max(p["n_out"], 1)) if v]
-    scale = float(np.median(steps)) if steps else 1e-3
-
-    reserves: tuple[float | None, ...] = (None,)
-    if limits.memory_bytes and _capacity_binds(train, limits, shapes):
-        reserves = tuple(g * 1e9 for g in KV_RESERVES_GB)
-    best: tuple[Efficiency, float, float | None] | None = None
-    for r in reserves:
-        e, cost = _fit(train, limits, shapes, replace(base, kv_reserve_bytes=r), scale, prior_weight)
-        if best is None or cost < best[1]:
-            best = (e, cost, r)
-    e, cost = _fit(train, limits, shapes, replace(base, kv_reserve_bytes=best[2]), scale, prior_weight, STARTS[1:])
-    if cost < best[1]:
-        best = (e, cost, best[2])
-    eff = replace(best[0], source=f"fitted on {len(train)} cells of {limits.id}"
-                                  + (f" / {engine}" if engine != "*" else ""))
-    published = sum(1 for p in train if p.get("published"))
-    return Calibration(
-        device_id=limits.id, engine=engine, efficiency=eff, n_train=len(train), n_test=len(test),
-        error_test=point_errors(test, predict_points(test, limits, eff, shapes)),
-        error_train=point_errors(train, predict_points(train, limits, eff, shapes)),
-        error_default=point_errors(test, predict_points(test, limits, base, shapes)),
-        sources={"published": published, "local": len(train) - published}, excluded=excluded)
+    cal = calibrate_device(pts, limits, "generic" if engine in ("*", "", None) else engine, stack, None, home,
+                           test_fraction)
+    cal.engine = engine if engine in ("*", "", None) else cal.engine
+    cal.excluded = excluded
+    return cal
 
 
 def _capacity_binds(pts: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape]) -> bool:
@@ -1013,7 +966,8 @@ def rows_of_device(pm: Any, rows: list[dict[str, Any]], ident: str) -> list[dict
 
 
 def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: list[int], n_in: list[int],
-                 n_out: list[int], tp: list[int], dtype: str, efficiency: dict[str, Efficiency],
+                 n_out: list[int], tp: list[int], dtype: str,
+                 efficiency: dict[str, Efficiency] | Callable[[str, str], Efficiency],
                  engine: str = "generic", pp: list[int] | None = None, ep: int = 1,
                  options: dict[str, Any] | None = None, speculative: Speculative | None = None,
                  moe_imbalance: float = 0.0) -> list[dict[str, Any]]:
@@ -1025,7 +979,8 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
         limits: device id -> its limits.
         batch, n_in, n_out, tp, pp: the grid's axes (tokens; tp and pp in devices).
         dtype: precision class or engine dtype.
-        efficiency: device id -> the efficiency factors to use.
+        efficiency: device id -> the efficiency factors to use, or ``(device id, model
+            name) -> factors`` (a calibration with per-model terms).
         engine: engine whose scheduling is modelled (:data:`ENGINE_PROFILES`).
         ep, options, speculative, moe_imbalance: see :func:`predict`.
 
@@ -1047,8 +1002,8 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
     gb, gi, go, gt, gp = np.meshgrid(*(np.asarray(v, dtype=float) for v in axes), indexing="ij")
     rows: list[dict[str, Any]] = []
     for d, lim in limits.items():
-        eff = efficiency[d]
         for m in models:
+            eff = efficiency(d, m.name) if callable(efficiency) else efficiency[d]
             try:
                 pr = predict(m, lim, gb, gi, go, gt, dtype, eff, pp=gp, ep=ep, serving=sv, speculative=speculative,
                              moe_imbalance=moe_imbalance)

@@ -172,6 +172,11 @@ def export(
     if n_suspect:
         err.print(f"[yellow]{n_suspect} suspect cell(s)[/]: exported with their reason (lib-csv: column suspect; "
                   "csv: suspect; json: metrics.suspect)")
+    n_pred = sum(1 for r in rows if r["status"] == "predicted")
+    if n_pred:
+        err.print(f"[magenta]{n_pred} predicted cell(s)[/] (not measured): " + (
+            "left out of lib-csv (measurements only)" if fmt == "lib-csv" else
+            "labelled status predicted, with their 90 % intervals (csv: *_lo/*_hi; json: metrics.interval)"))
     if out_file:
         with writing(out_file):
             out_file.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from infbench.errors import ConfigError
 
 Opt = typer.Option
 #: Values of ``--status``.
-STATUSES = ("ok", "failed")
+STATUSES = ("ok", "failed", "predicted")
 
 
 def results(
@@ -23,7 +23,9 @@ def results(
     fmt: Annotated[str, Opt("--format", "-f", help="table, json or csv.")] = "table",
     run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
     all_attempts: Annotated[bool, Opt("--all", help="Every attempt, not just the newest per cell.")] = False,
-    status: Annotated[str | None, Opt("--status", help="Only ok or failed cells.")] = None,
+    status: Annotated[str | None, Opt("--status", help="Only ok, failed or predicted cells.")] = None,
+    measured_only: Annotated[bool, Opt("--measured-only", help="Hide predicted cells (an adaptive sweep's "
+                                       "unmeasured cells).")] = False,
     best: Annotated[bool, Opt("--best", help="Per model and device, the cell with the highest output tok/s per "
                               "device that meets the --max-* limits.")] = False,
     max_ttft: Annotated[float | None, Opt("--max-ttft", help="TTFT limit in s (with --best).")] = None,
@@ -54,6 +56,10 @@ def results(
     `--format json` gives each cell's spec, device, engine versions and metrics
     (latency summaries with mean/p50/p90/p99/max and the request count behind them);
     `--format csv` flattens them (`ttft_s_p50`, `ttft_s_count`, ...).
+
+    A cell shown `predicted` was not measured: an adaptive sweep stored its predicted
+    numbers with 90 % intervals (`--format json`: `metrics.interval`); `--measured-only`
+    hides such cells, and a plain run of the same grid measures them.
 
     A cell shown `suspect` is stored with its numbers but breaks a physical bound (faster
     than its roofline floor, a utilisation above 1, fewer tokens than asked, a prefix-cache
@@ -87,6 +93,8 @@ def results(
     rows = read_results(store, run_id=run_id, all_attempts=all_attempts)
     if status:
         rows = [r for r in rows if r["status"] == status]
+    if measured_only:
+        rows = [r for r in rows if r["status"] != "predicted"]
     if repeats or searches:
         from infbench.cli.serving import print_repeats, print_searches
 
@@ -118,6 +126,10 @@ def results(
         print_results(out, rows, title=f"results in {store.path}")
         for line in suspect_notes(rows):
             out.print(f"[yellow]suspect:[/] {escape(line)}")
+        n_pred = sum(1 for r in rows if r["status"] == "predicted")
+        if n_pred:
+            out.print(f"[magenta]{n_pred} predicted cell(s)[/]: not measured (an adaptive sweep's predictions; their "
+                      "90 % intervals in --format json); --measured-only hides them, a plain run measures them")
     if fmt == "table" and not best and not run_id:  # measurements belong to no run
         from infbench.quality.gate import with_gate
         from infbench.report.tables import quality_table

@@ -4,6 +4,8 @@
 (function(){
 const D = JSON.parse(document.getElementById('infbench-data').textContent);
 const rows = D.rows.filter(r => r.status === 'ok');
+// An adaptive sweep's unmeasured cells: drawn hollow, with their 90 % interval, in the throughput figure.
+const predictedRows = D.rows.filter(r => r.status === 'predicted');
 const dims = D.dimensions, mets = D.metrics;
 const $ = id => document.getElementById(id);
 const uniq = k => [...new Set(rows.map(r => r[k]).filter(v => v !== null && v !== undefined))]
@@ -26,6 +28,11 @@ function filtered() {
   }
   return rows.filter(r => Object.keys(dims).every(k => r[k] === null || r[k] === undefined || sel[k].has(String(r[k]))));
 }
+function filteredPredicted() {
+  const sel = {};
+  for (const k of Object.keys(dims)) { const s = $('filter-' + k); sel[k] = new Set([...s.selectedOptions].map(o => o.value)); }
+  return predictedRows.filter(r => Object.keys(dims).every(k => r[k] === null || r[k] === undefined || sel[k].has(String(r[k])) || !uniq(k).includes(r[k])));
+}
 const num = v => (v === null || v === undefined || Number.isNaN(v)) ? null : v;
 function varying(rs, keys) { return keys.filter(k => new Set(rs.map(r => r[k])).size > 1); }
 function key(r, keys) { return keys.map(k => (k === 'tp' ? 'tp' : k === 'input_len' ? 'i' : k === 'output_len' ? 'o' : k === 'batch' ? 'b' : '') + r[k]).join(' '); }
@@ -37,13 +44,20 @@ const base = t => ({title: {text: t, x: 0.01, xanchor: 'left', font: {size: 13}}
 function figThroughput(rs) {
   const x = $('x-axis').value, y = $('y-axis').value, id = 'fig-throughput';
   const pts = rs.filter(r => num(r[y]) !== null && num(r[x]) !== null);
-  if (!pts.length) return empty(id, mets[y], 'no cells with ' + mets[y]);
+  if (!pts.length && !predictedRows.length) return empty(id, mets[y], 'no cells with ' + mets[y]);
   const cb = $('color-by').value;
   const keys = cb === 'config' ? varying(pts, ['device', 'engine', 'model', 'dtype', 'tp', 'batch', 'input_len', 'output_len'].filter(k => k !== x)) : [cb];
   const groups = new Map();
   for (const r of pts) { const g = key(r, keys) || 'all'; if (!groups.has(g)) groups.set(g, []); groups.get(g).push(r); }
   const traces = [...groups].map(([g, rs2]) => { rs2.sort((a, b) => a[x] - b[x]);
     return {type: 'scatter', mode: 'lines+markers', name: g, x: rs2.map(r => r[x]), y: rs2.map(r => r[y]), text: rs2.map(r => r.label), hovertemplate: '%{text}<br>%{y:.4g}<extra></extra>'}; });
+  const pred = filteredPredicted().filter(r => num(r[y]) !== null && num(r[x]) !== null);
+  if (pred.length) {
+    const lo = r => num(r[y + '_lo']), hi = r => num(r[y + '_hi']);
+    traces.push({type: 'scatter', mode: 'markers', name: 'predicted (not measured), 90 % interval', x: pred.map(r => r[x]), y: pred.map(r => r[y]),
+      marker: {symbol: 'circle-open', size: 9}, text: pred.map(r => r.label), hovertemplate: '%{text}<br>%{y:.4g} (predicted)<extra></extra>',
+      error_y: {type: 'data', symmetric: false, array: pred.map(r => hi(r) === null ? 0 : hi(r) - r[y]), arrayminus: pred.map(r => lo(r) === null ? 0 : r[y] - lo(r))}});
+  }
   Plotly.react(id, traces, {...base(mets[y] + ' vs ' + dims[x]), xaxis: {title: {text: dims[x]}, type: x === 'tp' ? 'linear' : 'log'}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
 }
 function figHeatmap(rs) {

@@ -106,7 +106,7 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "error": r.get("error"), "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
         "precision": precision_of(str(s["dtype"])),
         "device": device, "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
-        "published": published,
+        "published": published, "predicted": r["status"] == "predicted",
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
@@ -124,7 +124,14 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
         "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
     }
-    row["label"] = config_label(row)
+    # A predicted cell (an adaptive sweep's unmeasured cell) carries its 90 % intervals.
+    iv = m.get("interval") if isinstance(m.get("interval"), dict) else {}
+    for k, scale, name in (("output_tok_s", 1, "output_tok_s"), ("total_tok_s", 1, "total_tok_s"),
+                           ("e2e_s", 1, "e2e_s_p50"), ("ttft_s", 1e3, "ttft_ms_p50"), ("tpot_s", 1e3, "tpot_ms_p50")):
+        lo, hi = (iv.get(k) or [None, None])[:2] if isinstance(iv.get(k), list) else (None, None)
+        row[f"{name}_lo"] = lo * scale if lo is not None else None
+        row[f"{name}_hi"] = hi * scale if hi is not None else None
+    row["label"] = config_label(row) + (" (predicted)" if row["predicted"] else "")
     return row
 
 

@@ -112,6 +112,7 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     n_ok = sum(1 for r in rows if r["status"] == "ok")
+    n_pred = sum(1 for r in rows if r["status"] == "predicted")
     suspect = [r for r in rows if r["status"] == "ok" and r.get("suspect")]
     if suspect:
         items = "".join(f"<li><b>{html.escape(r['label'])}</b> ({html.escape(r['cell_id'])}): "
@@ -120,8 +121,9 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
                      f'physical bound</h2><ul style="font-size:12px">{items}</ul></section>')
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed; "
-            f"generated {stamp} by "
+            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed"
+            + (f", {n_pred} predicted (not measured: hollow markers with 90 % intervals)" if n_pred else "")
+            + f"; generated {stamp} by "
             f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
             f"<div id=\"controls\">{controls}</div><div id=\"status\"></div><main>{sections}{extra_html}</main>"
             f"<script type=\"application/json\" id=\"infbench-data\">{payload}</script>"
@@ -133,7 +135,7 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infben
                  ppl_gate: float | None = None) -> Path:
     """Write ``out_dir/index.html`` (self-contained); returns its path."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    failed = sum(1 for r in rows if r["status"] != "ok")
+    failed = sum(1 for r in rows if r["status"] not in ("ok", "predicted"))
     p = out_dir / "index.html"
     p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html, ppl_gate), encoding="utf-8")
     return p

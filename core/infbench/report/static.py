@@ -1,6 +1,7 @@
 """Static figures for papers (matplotlib, PNG and SVG): the same views as the HTML
 report (perplexity vs throughput where perplexity is stored), drawn from all ok cells
-given (filter with ``infbench report --model/--device ...`` first).
+given (filter with ``infbench report --model/--device ...`` first); the throughput figure
+also draws an adaptive sweep's predicted cells, hollow, with their 90 % intervals.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
 
     out_dir.mkdir(parents=True, exist_ok=True)
     ok = [r for r in rows if r["status"] == "ok"]
+    predicted = [r for r in rows if r["status"] == "predicted" and r["output_tok_s"] is not None
+                 and r["batch"] is not None]
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
@@ -45,15 +48,25 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
 
     # 1. throughput vs batch size, one line per configuration
     pts = [r for r in ok if r["output_tok_s"] is not None and r["batch"] is not None]
-    if pts:
-        keys = _varying(pts, ["device", "engine", "model", "dtype", "tp", "input_len", "output_len"])
+    if pts or predicted:
+        keys = _varying(pts + predicted, ["device", "engine", "model", "dtype", "tp", "input_len", "output_len"])
         series: dict[str, list] = defaultdict(list)
-        for r in pts:
+        for r in pts + predicted:
             series[_series_key(r, keys)].append(r)
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name, rs in sorted(series.items()):
             rs.sort(key=lambda r: r["batch"])
-            ax.plot([r["batch"] for r in rs], [r["output_tok_s"] for r in rs], marker="o", label=name)
+            meas = [r for r in rs if r["status"] == "ok"]
+            line = ax.plot([r["batch"] for r in meas], [r["output_tok_s"] for r in meas], marker="o", label=name)
+            pred = [r for r in rs if r["status"] == "predicted"]
+            if pred:
+                # Predicted (not measured) cells: hollow markers with their 90 % interval.
+                y = [r["output_tok_s"] for r in pred]
+                err = [[max(v - (r["output_tok_s_lo"] or v), 0) for v, r in zip(y, pred, strict=True)],
+                       [max((r["output_tok_s_hi"] or v) - v, 0) for v, r in zip(y, pred, strict=True)]]
+                color = line[0].get_color() if meas else None
+                ax.errorbar([r["batch"] for r in pred], y, yerr=err, fmt="o", mfc="none", color=color, capsize=2,
+                            label=f"{name} (predicted, 90 % interval)" if not meas else None)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size / concurrency")
         ax.set_ylabel(M.OUTPUT_TOK_S.col().label)

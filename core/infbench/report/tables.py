@@ -33,13 +33,18 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
 
 def result_row(r: dict[str, Any]) -> dict[str, Any]:
     """One stored cell (``Store.results()`` item) as a flat dict: ids, spec, device,
-    status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...)."""
+    status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...); a
+    predicted cell also has ``predicted`` and its intervals (``e2e_s_lo``, ``e2e_s_hi``...)."""
     spec, dev, m = r["spec"], r["device"], r["metrics"] or {}
     row = {"cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
            "error": r["error"], **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
            "device_count": dev["count"], "power_note": r["power_note"], "wall_s": r["wall_s"],
            "engine_s": r["engine_s"], "finished_at": r["finished_at"]}
-    row.update(flatten({k: v for k, v in m.items() if k != "slo"}))
+    row.update(flatten({k: v for k, v in m.items() if k not in ("slo", "interval")}))
+    if isinstance(m.get("interval"), dict):  # a predicted cell's 90 % intervals: metric_lo, metric_hi
+        for k, v in m["interval"].items():
+            if isinstance(v, list) and len(v) == 2:
+                row[f"{k}_lo"], row[f"{k}_hi"] = v
     return row
 
 
@@ -72,11 +77,12 @@ RESULT_COLUMNS = (M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p99"), M.E2E.
 
 def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
     """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
-    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``; ``throttled``
-    added when the device limited its clocks), then :data:`RESULT_COLUMNS`: TTFT p50 (ms)
-    with the server's own TTFT p50 beside it when a server's metrics were scraped, TPOT p50
-    (ms), ITL p99 (ms), E2E p50 (s), throughputs, tokens per joule, MBU/MFU (roofline
-    utilisations, %); and the completed requests ``n``."""
+    ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``, ``predicted``
+    for an adaptive sweep's unmeasured cell, its numbers predicted; ``throttled`` added when
+    the device limited its clocks), then :data:`RESULT_COLUMNS`: TTFT p50 (ms) with the
+    server's own TTFT p50 beside it when a server's metrics were scraped, TPOT p50 (ms), ITL
+    p99 (ms), E2E p50 (s), throughputs, tokens per joule, MBU/MFU (roofline utilisations, %);
+    and the completed requests ``n``."""
     t = Table(title=title, header_style="bold", show_lines=False)
     cols = list(RESULT_COLUMNS)
     if any(M.SERVER_TTFT.value(r["metrics"]) for r in rows):
@@ -87,7 +93,9 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
         t.add_column(col, justify=just, no_wrap=col in ("model",))
     for r in rows:
         s, m = r["spec"], r["metrics"] or {}
-        if r["status"] != "ok":
+        if r["status"] == "predicted":
+            status = "[magenta]predicted[/] (not measured)"
+        elif r["status"] != "ok":
             status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
         else:
             status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"

@@ -1,0 +1,412 @@
+"""An adaptive sweep: measure a designed subset of a grid's cells, predict the rest (step
+"plan" and "analysis"; the scenario that runs the engine calls this module).
+
+:class:`AdaptivePlanner` holds the planned cells of one device and engine, a budget
+(:class:`Budget`: a share of the cells or seconds) and the measured results so far. After
+every result it recalibrates: the device's terms are fitted to the measured cells against
+the engine's profile (stored or built in: :func:`infbench.analysis.calibration.prior_terms`),
+as ``infbench predict --calibrate`` does, and every unmeasured cell is predicted with a 90 %
+interval. :meth:`AdaptivePlanner.next_cell` picks what to measure next:
+
+1. the **corners** of the grid first (every varying numeric axis at its smallest or largest
+   value, per model and dtype; the all-small and all-large corners before the mixed ones),
+   which pin down the extremes the model must reach;
+2. then the cell whose predicted interval is **widest** (the largest half-width of the
+   E2E's log interval; ties to the planned order);
+3. None once the budget is spent (a share: ``ceil(share x cells)`` measured; seconds: the
+   time measured so far, or a cell whose predicted time no longer fits).
+
+:meth:`AdaptivePlanner.predicted_results` then gives a ``predicted`` :class:`CellResult`
+for every unmeasured cell: the id the measured cell would have, the predicted ``ttft_s``,
+``tpot_s``, ``e2e_s`` (as summaries), ``duration_s``, ``output_tok_s``, ``total_tok_s`` and
+their intervals. A predicted cell is never ``ok`` and never counted as measured
+(``Store.finished_cell_ids`` skips it), so a later plain run measures it.
+
+The interval of a cell is ``sqrt(q^2 + (1.645 s(x))^2)`` in log units: ``q`` from the
+measured cells' leave-one-out residuals (the split-conformal quantile once there are nine
+or more, their largest before that) and ``s(x)`` the cell's own standard deviation from the
+fit's parameter covariance (delta method), which is what makes cells far from the measured
+ones wide.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from infbench.analysis.calibration import prior_terms
+from infbench.analysis.intervals import INTERVAL_METRICS, conformal_quantile
+from infbench.analysis.predict import (
+    FIT_METRICS,
+    METRICS,
+    _column,
+    default_efficiency,
+    engine_family,
+    measured_points,
+    predict_points,
+)
+from infbench.analysis.profile import FleetFit, Group, K, Priors, _block_params, efficiency_of, fit_fleet
+from infbench.analysis.roofline import Limits, effective_batch
+from infbench.errors import ConfigError
+from infbench.models import resolve
+from infbench.schema import Cell, CellResult, DeviceInfo
+
+#: The status a predicted cell is stored with.
+PREDICTED: Literal["predicted"] = "predicted"
+#: z of a two-sided 90 % normal interval.
+Z90 = 1.6449
+#: The metric whose interval width picks the next cell.
+SELECT_METRIC = "e2e_s"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of a grid an adaptive sweep may measure.
+
+    Attributes:
+        share: fraction of the planned cells (0, 1]; at most ``ceil(share x cells)``.
+        seconds: measuring time.
+    """
+
+    share: float | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        """``25%`` or ``0.25`` (a share of the cells), ``90s``, ``10m``, ``1.5h`` (time).
+
+        Raises:
+            ConfigError: anything else, a share outside (0, 100 %] or a time <= 0.
+        """
+        t = str(text).strip().lower()
+        m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(%|s|m|min|h)?", t)
+        if not m:
+            raise ConfigError(f"adaptive budget {text!r} is neither a share nor a time",
+                              hint="e.g. 25% (of the planned cells), 0.25, 90s, 10m or 1h")
+        v, unit = float(m.group(1)), m.group(2)
+        if unit in ("s", "m", "min", "h"):
+            if v <= 0:
+                raise ConfigError(f"adaptive budget {text!r}: the time must be positive")
+            return cls(seconds=v * {"s": 1, "m": 60, "min": 60, "h": 3600}[unit])
+        share = v / 100 if unit == "%" else v
+        if not 0 < share <= 1:
+            raise ConfigError(f"adaptive budget {text!r}: a share must be above 0 and at most 100 %",
+                              hint="e.g. 25%")
+        return cls(share=share)
+
+    def cells(self, planned: int) -> int | None:
+        """Most cells to measure of ``planned`` (None: no count limit)."""
+        return None if self.share is None else max(1, math.ceil(self.share * planned - 1e-9))
+
+
+def _point(cell: Cell, cell_id: str) -> dict[str, Any]:
+    """The prediction input of a planned cell (:func:`~infbench.analysis.predict.measured_points`'s shape)."""
+    spec = cell.spec()
+    b = effective_batch(spec, {})
+    if b is None or cell.dataset is not None or cell.trace is not None:
+        raise ConfigError(f"an adaptive sweep predicts batch and fixed-concurrency cells; {cell.label()} is neither",
+                          hint="plan batch-mode cells (or --load concurrency) for --adaptive")
+    return {"cell_id": cell_id, "model": cell.model, "dtype": cell.dtype, "engine": cell.engine, "options": {},
+            "batch": b, "n_in": cell.input_len, "n_out": cell.output_len, "tp": cell.tensor_parallel_size,
+            "published": False, **{k: None for k in METRICS}}
+
+
+def corners(cells: list[Cell]) -> list[int]:
+    """Indices of the grid's corner cells, in the order to measure them: per (model, engine,
+    dtype), the cells whose every varying numeric axis (batch or load, input, output, tp)
+    is at its smallest or largest value; all-smallest first, all-largest next, then the
+    mixed ones, each group in planned order."""
+    def axes(c: Cell) -> dict[str, float]:
+        ld = c.load
+        served = ld is not None and ld.mode != "batch"
+        level = float(ld.concurrency or ld.request_rate or 0) if ld is not None and served else float(c.batch)
+        return {"load": level, "in": float(c.input_len), "out": float(c.output_len),
+                "tp": float(c.tensor_parallel_size)}
+
+    by: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cells):
+        by.setdefault((c.model, c.engine, c.dtype), []).append(i)
+    firsts, lasts, mixed = [], [], []
+    for idx in by.values():
+        vals = [axes(cells[i]) for i in idx]
+        varying = [a for a in vals[0] if len({v[a] for v in vals}) > 1]
+        lo = {a: min(v[a] for v in vals) for a in varying}
+        hi = {a: max(v[a] for v in vals) for a in varying}
+        for i, v in zip(idx, vals, strict=True):
+            if not varying:
+                firsts.append(i)
+                continue
+            at = [v[a] == lo[a] or v[a] == hi[a] for a in varying]
+            if not all(at):
+                continue
+            if all(v[a] == lo[a] for a in varying):
+                firsts.append(i)
+            elif all(v[a] == hi[a] for a in varying):
+                lasts.append(i)
+            else:
+                mixed.append(i)
+    return firsts + lasts + mixed
+
+
+class AdaptivePlanner:
+    """Chooses the cells of a grid to measure and predicts the others (module doc).
+
+    The loop a scenario runs (the engine session measures, the store keeps)::
+
+        planner = AdaptivePlanner(cells, device, limits_for_id(pm, catalog_id), Budget.parse("25%"),
+                                  stack=stack_of(vendor_of(pm, catalog_id)), home=default_home())
+        for row in already_stored_rows_of_these_cells:  # a resumed sweep: they count
+            planner.record(row)
+        while (cell := planner.next_cell(elapsed_s)) is not None:
+            result = measure(cell)                 # a CellResult, ok or failed
+            store.save_cell(run_id, result)
+            planner.record(result)
+        for r in planner.predicted_results():
+            store.save_cell(run_id, r)
+
+    Args:
+        cells: the planned cells (one device, one engine), in planned order.
+        device: the device they run on (their ids: :meth:`Cell.cell_id`).
+        limits: its limits (:func:`~infbench.analysis.predict.limits_for_id`).
+        budget: a :class:`Budget` (or its text, ``25%``, ``10m``).
+        stack: the device's software stack (:data:`infbench.analysis.profile.STACKS`), for
+            the engine profile's stack term.
+        home: ``$INFBENCH_HOME`` (a stored engine profile there is preferred to the built-in one).
+        priors: fit hyper-parameters.
+
+    Raises:
+        ConfigError: cells of several engines, a cell that cannot be predicted (a
+            dataset, a trace, a rate load; a model outside the zoo), a bad budget.
+    """
+
+    def __init__(self, cells: list[Cell], device: DeviceInfo, limits: Limits, budget: Budget | str,
+                 stack: str | None = None, home: Path | None = None, priors: Priors | None = None) -> None:
+        if not cells:
+            raise ConfigError("an adaptive sweep needs planned cells")
+        engines = {engine_family(c.engine) for c in cells}
+        if len(engines) != 1:
+            raise ConfigError(f"an adaptive sweep runs one engine at a time; the plan has {', '.join(sorted(engines))}")
+        self.cells = list(cells)
+        self.device = device
+        self.limits = limits
+        self.budget = Budget.parse(budget) if isinstance(budget, str) else budget
+        self.engine = engines.pop()
+        self.stack = stack or "unknown"
+        self.priors = priors
+        self.ids = [c.cell_id(device) for c in cells]
+        self.points = [_point(c, i) for c, i in zip(cells, self.ids, strict=True)]
+        self.shapes: dict[str, Any] = {}
+        for c in cells:
+            try:
+                self.shapes.setdefault(c.model, resolve(c.model))
+            except ConfigError as exc:
+                raise ConfigError(f"an adaptive sweep predicts from the model's shape; {c.model}: {exc.message}",
+                                  hint="use a zoo model (`infbench models`)") from exc
+        self.fixed, self.prior_source = prior_terms(self.engine, self.stack, home)
+        self.key = limits.id
+        self.measured: dict[str, dict[str, Any]] = {}
+        self.wall_s = 0.0
+        self.fit: FleetFit | None = None
+        self.q_loo = float("nan")
+        self._pred: dict[str, np.ndarray] = {}
+        self._sd: np.ndarray = np.zeros(len(cells))
+        self.refit()
+
+    # -- measurements ------------------------------------------------------------------
+    def record(self, result: CellResult | dict[str, Any]) -> None:
+        """Take one measured result (a :class:`CellResult` or a ``Store.results()`` row)
+        of a planned cell and recalibrate. Failed results count against the budget but
+        not in the fit; results of cells outside the plan are ignored."""
+        row = _row(result)
+        if row["cell_id"] not in self.ids:
+            return
+        self.wall_s += float(row.get("wall_s") or 0.0)
+        self.measured[row["cell_id"]] = row
+        self.refit()
+
+    def _train(self) -> list[dict[str, Any]]:
+        return measured_points([r for r in self.measured.values() if r.get("status") == "ok"])
+
+    def _fit(self, pts: list[dict[str, Any]], covariance: bool = True) -> FleetFit:
+        g = Group(self.key, self.limits.id, self.engine, self.stack, self.limits, pts, self.shapes)
+        return fit_fleet([g], self.priors, fixed=self.fixed, covariance=covariance)
+
+    def refit(self) -> None:
+        """Fit the measured cells (none: the profile alone), predict every planned cell and
+        its interval (module doc)."""
+        pts = self._train()
+        self.fit = self._fit(pts) if pts else None
+        self._predict_all(self.key if pts else None)
+        self.q_loo = self._loo(pts)
+
+    def _eff(self, key: str | None, model: str, u_shift: np.ndarray | None = None) -> Any:
+        if self.fit is None:
+            # Nothing measured yet: the profile (its stack and model terms) and the datasheet.
+            if not self.fixed:
+                return default_efficiency(self.limits.id)
+            u = np.zeros(K)
+            for k, v in self.fixed.items():
+                if k[0] in ("mu", "stack") or (k[0] == "model" and k[2] == model):
+                    u[_block_params(k[0])] += v
+            return efficiency_of(u, None, "adaptive (profile)")
+        u, _, _ = self.fit.u_for(self.engine, self.stack, key, model)
+        reserve = self.fit.groups.get(self.key, {}).get("reserve_bytes") if key else None
+        return efficiency_of(u if u_shift is None else u + u_shift, reserve, "adaptive")
+
+    def _predict_all(self, key: str | None) -> None:
+        """Predictions of every planned cell and their delta-method log sd."""
+        out = {k: np.full(len(self.points), np.nan) for k in METRICS}
+        sd = np.zeros(len(self.points))
+        h = 1e-4
+        for model in sorted({p["model"] for p in self.points}):
+            idx = [i for i, p in enumerate(self.points) if p["model"] == model]
+            pts = [self.points[i] for i in idx]
+            base = predict_points(pts, self.limits, self._eff(key, model), self.shapes)
+            for k in METRICS:
+                out[k][idx] = base[k]
+            if self.fit is None or not self.fit.cov_blocks:
+                continue
+            cov = self.fit.u_cov(self.engine, self.stack, key, model)
+            grad = np.zeros((len(pts), K))
+            for j in range(K):
+                if cov[j, j] <= 0:
+                    continue
+                e = np.zeros(K)
+                e[j] = h
+                shifted = predict_points(pts, self.limits, self._eff(key, model, e), self.shapes)
+                grad[:, j] = (np.log(shifted[SELECT_METRIC]) - np.log(base[SELECT_METRIC])) / h
+            sd[idx] = np.sqrt(np.clip(np.einsum("ij,jk,ik->i", grad, cov, grad), 0, None))
+        self._pred, self._sd = out, sd
+
+    def _loo(self, pts: list[dict[str, Any]]) -> float:
+        """The leave-one-out residuals' quantile (log units; NaN with fewer than 2 cells)."""
+        if len(pts) < 2:
+            return float("nan")
+        scores = []
+        for i, p in enumerate(pts):
+            fit = self._fit(pts[:i] + pts[i + 1:], covariance=False)
+            u, _, _ = fit.u_for(self.engine, self.stack, self.key, p["model"])
+            eff = efficiency_of(u, fit.groups[self.key]["reserve_bytes"], "loo")
+            pr = predict_points([p], self.limits, eff, self.shapes)
+            for m in FIT_METRICS:
+                meas = _column([p], m)[0]
+                if np.isfinite(meas) and meas > 0 and np.isfinite(pr[m][0]) and pr[m][0] > 0:
+                    scores.append(abs(math.log(pr[m][0] / meas)))
+        q = conformal_quantile(scores)
+        return q if math.isfinite(q) else (max(scores) if scores else float("nan"))
+
+    # -- what to measure ----------------------------------------------------------------
+    def half_width(self, i: int) -> float:
+        """The 90 % half-width (log units) of planned cell ``i``'s prediction: the
+        leave-one-out quantile and its own parameter uncertainty in quadrature (inf before
+        two cells are measured)."""
+        if not math.isfinite(self.q_loo):
+            return float("inf")
+        return math.sqrt(self.q_loo ** 2 + (Z90 * float(self._sd[i])) ** 2)
+
+    def spent(self, elapsed_s: float | None = None) -> bool:
+        """Whether the budget is used up (``elapsed_s``: measuring time so far; default the
+        recorded results' wall time)."""
+        n = self.budget.cells(len(self.cells))
+        if n is not None and len(self.measured) >= n:
+            return True
+        used = self.wall_s if elapsed_s is None else elapsed_s
+        return self.budget.seconds is not None and used >= self.budget.seconds
+
+    def remaining(self) -> list[int]:
+        """Indices of the planned cells not measured yet."""
+        return [i for i, cid in enumerate(self.ids) if cid not in self.measured]
+
+    def next_cell(self, elapsed_s: float | None = None) -> Cell | None:
+        """The next cell to measure (module doc), or None when the budget is spent or
+        every cell is measured. With a time budget, a cell whose predicted duration (its
+        upper bound, with a warm-up pass) no longer fits is passed over."""
+        if self.spent(elapsed_s):
+            return None
+        left = self.remaining()
+        if not left:
+            return None
+        if self.budget.seconds is not None:
+            used = self.wall_s if elapsed_s is None else elapsed_s
+            room = self.budget.seconds - used
+            left = [i for i in left if self._cost(i) <= room] or []
+            if not left:
+                return None
+        todo = set(left)
+        for i in corners(self.cells):
+            if i in todo:
+                return self.cells[i]
+        best = max(left, key=lambda i: (self.half_width(i), -i))
+        return self.cells[best]
+
+    def _cost(self, i: int) -> float:
+        """Predicted measuring time of planned cell ``i`` (s): its duration's upper bound,
+        once more per warm-up pass."""
+        d = float(self._pred["duration_s"][i])
+        hw = self.half_width(i)
+        up = d * math.exp(hw) if math.isfinite(hw) else d
+        return up * (1 + self.cells[i].warmup) if math.isfinite(up) else 0.0
+
+    # -- the unmeasured cells -----------------------------------------------------------
+    def prediction(self, i: int) -> dict[str, Any]:
+        """Planned cell ``i``'s predicted metrics and intervals: ``{metric: value}`` for
+        :data:`~infbench.analysis.intervals.INTERVAL_METRICS` and ``interval``
+        (metric -> ``[lo, hi]``; None bounds before two cells are measured)."""
+        hw = self.half_width(i)
+        vals: dict[str, Any] = {}
+        for m in INTERVAL_METRICS:
+            if m == "total_tok_s":
+                p = self.points[i]
+                d = self._pred["duration_s"][i]
+                v = p["batch"] * (p["n_in"] + p["n_out"]) / d if d > 0 else float("nan")
+            else:
+                v = float(self._pred[m][i])
+            vals[m] = v if math.isfinite(v) else None
+        iv = {m: ([v * math.exp(-hw), v * math.exp(hw)] if v is not None and math.isfinite(hw) else [None, None])
+              for m, v in vals.items()}
+        return {**vals, "interval": iv, "half_width": hw if math.isfinite(hw) else None}
+
+    def predicted_results(self, now: float | None = None) -> list[CellResult]:
+        """A ``predicted`` :class:`CellResult` for every unmeasured planned cell (module
+        doc): the cell's own id, metrics shaped as measured ones (``ttft_s`` etc. as
+        ``{"mean", "p50"}`` summaries) plus ``predicted: true``, ``interval``,
+        ``interval_half_width`` and what the prediction rests on."""
+        t = time.time() if now is None else now
+        ok = sum(1 for r in self.measured.values() if r.get("status") == "ok")
+        basis = (f"fitted on {ok} measured cells of this sweep against the {self.prior_source}"
+                 if ok else f"{self.prior_source} (no cell measured)")
+        out = []
+        for i in self.remaining():
+            c = self.cells[i]
+            pr = self.prediction(i)
+            metrics: dict[str, Any] = {"predicted": True, "interval": pr["interval"],
+                                       "interval_half_width": pr["half_width"], "prediction_basis": basis}
+            for m in ("ttft_s", "tpot_s", "e2e_s"):
+                if pr[m] is not None:
+                    metrics[m] = {"mean": pr[m], "p50": pr[m]}
+            for m in ("duration_s", "output_tok_s", "total_tok_s"):
+                metrics[m] = pr[m]
+            out.append(CellResult(cell_id=self.ids[i], spec_hash=c.spec_hash(), cell=c, device=self.device,
+                                  status=PREDICTED, metrics=metrics,
+                                  engine={"name": c.engine, "predicted": True, "basis": basis},
+                                  power_note="predicted: not measured", started_at=t, finished_at=t))
+        return out
+
+
+def _row(result: CellResult | dict[str, Any]) -> dict[str, Any]:
+    """A result as a ``Store.results()``-like row (what :func:`measured_points` reads)."""
+    if isinstance(result, CellResult):
+        return {"cell_id": result.cell_id, "status": result.status, "spec": result.cell.spec(),
+                "metrics": result.metrics, "engine": result.engine, "wall_s": result.wall_s}
+    return result
+
+
+def is_predicted(row: dict[str, Any]) -> bool:
+    """Whether a stored cell (``Store.results()`` item) is a prediction, not a measurement."""
+    return row.get("status") == PREDICTED or bool((row.get("metrics") or {}).get("predicted"))

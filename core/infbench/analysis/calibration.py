@@ -1,0 +1,395 @@
+"""Which calibration a prediction uses, and the two ways to make one: a device calibrated
+against its engine's profile (``infbench predict --calibrate -d DEVICE``) and an engine's
+profile fitted over every device with its cells (``infbench predict --calibrate --engine
+ENGINE``), with their interval quantiles (step "analysis").
+
+Order of preference for a prediction on device D under engine E (:func:`resolve_basis`):
+
+1. **device**: D's own calibration, ``$INFBENCH_HOME/calibration/<D>__<E>.json``;
+2. **engine profile**: E's stored profile, ``$INFBENCH_HOME/calibration/profile__<E>.json``,
+   with D's own terms if D was among its devices, else the profile, its stack term and
+   D's datasheet;
+3. **defaults**: the built-in profile of E (:data:`BUILTIN_PROFILES`, fitted on
+   LLM-Inference-Bench's published cells; engines without published cells borrow one:
+   :data:`BORROWED_PROFILES`), else the generic published efficiency figures
+   (:func:`~infbench.analysis.predict.default_efficiency`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from infbench.analysis.intervals import KINDS, IntervalTable, collect_residuals, novelty
+from infbench.analysis.predict import (
+    FIT_METRICS,
+    Calibration,
+    Efficiency,
+    _column,
+    calibration_path,
+    default_efficiency,
+    engine_family,
+    held_out,
+    load_calibration,
+    point_errors,
+    predict_points,
+)
+from infbench.analysis.profile import FleetFit, Group, Priors, fit_fleet, predict_group
+from infbench.analysis.roofline import Limits
+from infbench.errors import ConfigError
+from infbench.models import resolve
+
+# -- stored profiles and which calibration a prediction uses --------------------------------
+
+#: The built-in engine profiles: fitted on LLM-Inference-Bench's published cells by
+#: ``benchmarks/lib_validation.py --write-profiles`` (with their interval quantiles).
+BUILTIN_PROFILES = Path(__file__).with_name("engine_profiles.json")
+#: Engines with no published cells whose built-in profile is another engine's, and why.
+BORROWED_PROFILES = {
+    "sglang-server": ("vllm", "SGLang has no cells in LLM-Inference-Bench; it is the same class of engine as "
+                              "vLLM (paged KV cache, continuous batching, CUDA graphs, FlashInfer/FlashAttention "
+                              "kernels), so vLLM's profile stands in until `infbench predict --calibrate --engine "
+                              "sglang-server` fits its own"),
+}
+
+
+def profile_path(home: Path, engine: str) -> Path:
+    """Where an engine profile is kept: ``$INFBENCH_HOME/calibration/profile__<engine>.json``,
+    beside the per-device calibrations (:func:`~infbench.analysis.predict.calibration_path`)."""
+    return home / "calibration" / f"profile__{engine_family(engine)}.json"
+
+
+def renamed(fit: FleetFit, old: str, new: str) -> FleetFit:
+    """``fit`` with engine ``old``'s terms filed under ``new`` (a borrowed profile)."""
+    def key(k: tuple) -> tuple:
+        return (k[0], new, *k[2:]) if k[0] in ("mu", "stack", "model") and k[1] == old else k
+
+    groups = {k: ({**v, "engine": new} if v["engine"] == old else v) for k, v in fit.groups.items()}
+    return FleetFit(engines=[new if e == old else e for e in fit.engines],
+                    terms={key(k): v for k, v in fit.terms.items()}, sd={key(k): v for k, v in fit.sd.items()},
+                    cov_blocks={(key(a), key(b)): v for (a, b), v in fit.cov_blocks.items()}, groups=groups,
+                    reserve_fraction={(new if e == old else e): v for e, v in fit.reserve_fraction.items()},
+                    cost=fit.cost, n_obs=fit.n_obs, dof=fit.dof, n_params=fit.n_params, priors=fit.priors,
+                    sigma=fit.sigma)
+
+
+_BUILTIN: dict[str, Any] | None = None
+
+
+def builtin_profiles() -> dict[str, Any]:
+    """The parsed :data:`BUILTIN_PROFILES` (``{}`` when the file is missing or unreadable)."""
+    global _BUILTIN
+    if _BUILTIN is None:
+        try:
+            _BUILTIN = json.loads(BUILTIN_PROFILES.read_text())
+        except (OSError, ValueError):
+            _BUILTIN = {}
+    return _BUILTIN
+
+
+def builtin_profile(engine: str) -> tuple[FleetFit, Any, str] | None:
+    """The built-in profile of ``engine`` (its own, or the one it borrows), its interval
+    table and where it comes from; None when there is none."""
+    e = engine_family(engine)
+    data = builtin_profiles()
+    src_engine, why = BORROWED_PROFILES.get(e, (e, ""))
+    entry = (data.get("engines") or {}).get(src_engine)
+    if not entry:
+        return None
+    try:
+        fit = FleetFit.from_dict(entry["fit"])
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return None
+    if src_engine != e:
+        fit = renamed(fit, src_engine, e)
+    table = IntervalTable.from_dict(entry.get("intervals"))
+    if table is not None and src_engine != e:
+        table.q[e] = table.q.get(src_engine, {})
+        table.n[e] = table.n.get(src_engine, {})
+    src = (f"built-in profile of {src_engine} fitted on {data.get('source', 'published cells')}"
+           + (f" ({why})" if why else ""))
+    return fit, table, src
+
+
+def load_profile(home: Path, engine: str) -> tuple[FleetFit, Any, dict[str, Any]] | None:
+    """The stored profile of ``engine`` (:func:`profile_path`): ``(fit, interval table,
+    the file's other keys)``; None when there is none or it cannot be read."""
+    p = profile_path(home, engine)
+    try:
+        d = json.loads(p.read_text())
+        fit = FleetFit.from_dict(d["fit"])
+    except (OSError, ValueError, KeyError, TypeError, ConfigError):
+        return None
+    return fit, IntervalTable.from_dict(d.get("intervals")), {k: v for k, v in d.items() if k not in ("fit",
+                                                                                                       "intervals")}
+
+
+@dataclass
+class Basis:
+    """What a prediction for one (device, engine) rests on.
+
+    Attributes:
+        used: ``device`` (a calibration fitted on this device's own cells),
+            ``engine profile`` (a profile fitted by ``--calibrate --engine`` on stored
+            cells, with this device's terms if it was among them) or ``defaults`` (the
+            built-in profile fitted on published cells, or the generic figures).
+        detail: in words: which fit, which level, where from.
+        path: the file it was read from, if any.
+        fit: the fitted terms (None: ``efficiency`` holds for every model).
+        efficiency: the factors when there is no ``fit``.
+        key: this device's group in ``fit`` (None: predicted from the profile and the
+            datasheet).
+        stack: the device's software stack.
+        table: the interval quantiles (None: no interval can be given).
+    """
+
+    used: str
+    detail: str
+    path: str | None
+    fit: FleetFit | None
+    efficiency: Efficiency | None
+    key: str | None
+    stack: str | None
+    table: Any
+
+    def efficiency_for(self, engine: str, limits: Limits, model: str | None) -> Efficiency:
+        """The factors for ``model`` on ``limits`` under ``engine``."""
+        if self.fit is None:
+            return self.efficiency or Efficiency()
+        eff, _ = self.fit.efficiency(engine, self.stack, limits, self.key, model)
+        eff.source = self.detail
+        return eff
+
+    def kinds(self, engine: str, model: str, n_in: int, n_out: int) -> set[str]:
+        """The kinds of extrapolation (:func:`~infbench.analysis.intervals.novelty`) of a
+        prediction; ``defaults`` from the generic figures for an engine without profile."""
+        if self.fit is None:
+            return {"defaults"}
+        return novelty(self.fit.groups, engine_family(engine), self.key, model, n_in, n_out)
+
+    def quantile(self, engine: str, kinds: set[str], metric: str) -> float:
+        """Interval half-width (log units) for ``metric`` (``inf``: none known)."""
+        if self.table is None:
+            return float("inf")
+        if kinds == {"defaults"}:
+            q = self.table._one("*", "defaults", metric)
+            return q if q is not None else float("inf")
+        return self.table.quantile(engine_family(engine), kinds, metric, self.stack)
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready summary (the ``calibration`` of a prediction row)."""
+        return {"used": self.used, "detail": self.detail, "path": self.path, "device_terms": self.key is not None}
+
+
+def key_for(fit: FleetFit, engine: str, device_id: str) -> str | None:
+    """The group of ``fit`` holding ``engine``'s cells on catalog device ``device_id``: the
+    one named like the device, else the one with the most cells; None if none."""
+    e = engine_family(engine)
+    cands = [(k, v) for k, v in fit.groups.items() if v["engine"] == e and v["device_id"].lower() == device_id.lower()]
+    if not cands:
+        return None
+    for k, _ in cands:
+        if k.lower() == device_id.lower():
+            return k
+    return max(cands, key=lambda kv: kv[1]["cells"])[0]
+
+
+def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, what_if: bool = False) -> Basis:
+    """Which calibration a prediction for ``engine`` on ``device_id`` uses, in order: the
+    device's own calibration (``--calibrate -d``), the stored engine profile (``--calibrate
+    --engine``), the built-in profile, the generic defaults (:class:`Basis`).
+
+    Args:
+        home: ``$INFBENCH_HOME``.
+        device_id: catalog id (for a what-if device, the id it was derived from).
+        engine: engine name.
+        stack: the device's software stack (None: unknown).
+        what_if: the device is a modified or file-described one: its own calibration and
+            device terms do not apply (the profile and the datasheet do).
+    """
+    e = engine_family(engine)
+    builtin = builtin_profile(e)
+    fallback_table = builtin[1] if builtin else _defaults_table()
+    if not what_if and e != "generic":
+        cal = load_calibration(home, device_id, e)
+        if cal is not None and cal.engine in (e, "*"):
+            fit = FleetFit.from_dict(cal.fit) if cal.fit else None
+            table = IntervalTable.from_dict(cal.intervals)
+            table = table.merged(fallback_table) if table is not None else fallback_table
+            key = key_for(fit, e, device_id) if fit is not None else None
+            path = calibration_path(home, device_id, cal.engine)
+            return Basis("device", f"fitted on {cal.n_train} cells of {device_id}"
+                         + (f" / {cal.engine}" if cal.engine != "*" else ""), str(path), fit,
+                         None if fit is not None else cal.efficiency, key, stack, table)
+    stored = load_profile(home, e) if e != "generic" else None
+    if stored is not None:
+        fit, table, meta = stored
+        key = None if what_if else key_for(fit, e, device_id)
+        table = table.merged(fallback_table) if table is not None else fallback_table
+        devs = ", ".join(sorted({v["device_id"] for v in fit.groups.values()}))
+        detail = (f"engine profile of {e} fitted on {meta.get('cells', '?')} cells of {devs}"
+                  + (f"; device terms of {key}" if key else f"; {device_id} from its datasheet"))
+        return Basis("engine profile", detail, str(profile_path(home, e)), fit, None, key, stack, table)
+    if builtin is not None:
+        fit, table, src = builtin
+        key = None if what_if else key_for(fit, e, device_id)
+        return Basis("defaults", src + (f"; device terms of {key}" if key else f"; {device_id} from its datasheet"),
+                     str(BUILTIN_PROFILES), fit, None, key, stack, table or _defaults_table())
+    eff = default_efficiency(device_id)
+    return Basis("defaults", eff.source, None, None, eff, None, stack, _defaults_table())
+
+
+def _defaults_table() -> Any:
+    """The built-in interval table (with the generic defaults' ``defaults`` kind), or None."""
+    return IntervalTable.from_dict(builtin_profiles().get("intervals"))
+
+
+# -- calibrating one device, or an engine's profile ----------------------------------------
+
+def prior_terms(engine: str, stack: str | None, home: Path | None = None) -> tuple[dict[tuple, np.ndarray], str]:
+    """The terms a single device is calibrated against: the stored profile of ``engine``
+    (else the built-in one): its profile, its stack term for ``stack`` and its model terms,
+    held fixed. ``({}, why)`` when there is none (the generic priors apply)."""
+    e = engine_family(engine)
+    got = load_profile(home, e) if home is not None else None
+    src = f"stored engine profile {profile_path(home, e)}" if got is not None and home is not None else ""
+    fit = got[0] if got is not None else None
+    if fit is None:
+        b = builtin_profile(e)
+        if b is not None:
+            fit, src = b[0], b[2]
+    if fit is None or ("mu", e) not in fit.terms:
+        return {}, "generic priors (no engine profile)"
+    fixed: dict[tuple, np.ndarray] = {("mu", e): fit.terms[("mu", e)]}
+    if stack and ("stack", e, stack) in fit.terms:
+        fixed[("stack", e, stack)] = fit.terms[("stack", e, stack)]
+    for k, v in fit.terms.items():
+        if k[0] == "model" and k[1] == e:
+            fixed[k] = v
+    return fixed, src
+
+
+def calibrate_device(pts: list[dict[str, Any]], limits: Limits, engine: str, stack: str | None = None,
+                     key: str | None = None, home: Path | None = None, test_fraction: float = 0.3,
+                     priors: Priors | None = None) -> Any:
+    """Fit one (device, engine) against its engine's profile and report the held-out error
+    (what ``infbench predict --calibrate -d DEVICE`` does).
+
+    The profile (stored, else built in: :func:`prior_terms`) is held fixed and the device's
+    own terms (and its per-model terms) are fitted with the hierarchical priors on a
+    deterministic ``1 - test_fraction`` of the cells (:func:`~infbench.analysis.predict.held_out`);
+    the held-out rest gives the error per metric (and the uncalibrated error: the profile
+    alone) and, as split-conformal residuals, the ``random`` intervals; one more fit
+    without the longest length gives the ``length`` ones.
+
+    Args:
+        pts: measured points of the device (one engine), published ones above their floor.
+        limits: the device's limits.
+        engine: its engine.
+        stack: its software stack.
+        key: the group name (default the device id).
+        home: ``$INFBENCH_HOME`` (for a stored profile).
+        test_fraction: share of cells held out.
+        priors: hyper-parameters.
+
+    Returns:
+        A :class:`~infbench.analysis.predict.Calibration` with ``fit`` and ``intervals``.
+
+    Raises:
+        ConfigError: fewer than 4 cells.
+    """
+    if len(pts) < 4:
+        raise ConfigError(f"calibration needs at least 4 measured ok cells with fixed lengths; found {len(pts)}",
+                          hint="run a sweep on this device first (e.g. `infbench run --preset quick`), or import "
+                               "published cells (`infbench import --format lib-csv FILE`)")
+    e = engine_family(engine)
+    key = key or limits.id
+    shapes = {p["model"]: resolve(p["model"]) for p in pts}
+    test = [p for p in pts if held_out(p["cell_id"], test_fraction)] or [pts[-1]]
+    test_ids = {p["cell_id"] for p in test}
+    train = [p for p in pts if p["cell_id"] not in test_ids]
+    fixed, prior_src = prior_terms(e, stack, home)
+    st = stack or "unknown"
+    g = Group(key, limits.id, e, st, limits, train, shapes)
+    t = Group(key, limits.id, e, st, limits, test, shapes)
+
+    def fit_fn(gs: list[Group]) -> FleetFit:
+        return fit_fleet(gs, priors, fixed=fixed, covariance=False)
+
+    fit = fit_fleet([g], priors, fixed=fixed)
+    pred_test = predict_group(fit, t)
+    pred_train = predict_group(fit, Group(key, limits.id, e, st, limits, train, shapes))
+    # "Uncalibrated": the profile and the datasheet, no device terms.
+    base = fit_fleet([Group(key, limits.id, e, st, limits, train[:1], shapes)], priors, fixed=fixed,
+                     covariance=False, max_iter=0) if fixed else None
+    pred_default = predict_group(base, t, seen=False) if base is not None else None
+    res = collect_residuals([Group(key, limits.id, e, st, limits, pts, shapes)], fit_fn, kinds=("length",))
+    rnd: dict[str, list[float]] = {}
+    for m in FIT_METRICS:
+        meas = _column(test, m)
+        ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pred_test[m]) & (pred_test[m] > 0)
+        if ok.any():
+            rnd[m] = np.abs(np.log(pred_test[m][ok] / meas[ok])).tolist()
+    res.setdefault(e, {})["random"] = rnd
+    table = IntervalTable.from_residuals(res, source=f"held-out cells of {key} / {e}")
+    eff, _ = fit.efficiency(e, st, limits, key)
+    eff.source = f"fitted on {len(train)} cells of {limits.id} / {e} against the {prior_src}"
+    published = sum(1 for p in train if p.get("published"))
+    err_default = (point_errors(test, pred_default) if pred_default is not None
+                   else point_errors(test, predict_points(test, limits, default_efficiency(limits.id), shapes)))
+    return Calibration(
+        device_id=limits.id, engine=e, efficiency=eff, n_train=len(train), n_test=len(test),
+        error_test=point_errors(test, pred_test), error_train=point_errors(train, pred_train),
+        error_default=err_default, sources={"published": published, "local": len(train) - published},
+        fit=fit.restrict(e).to_dict(), intervals=table.to_dict(),
+        parameters=fit.parameters(e, st, key), prior=prior_src)
+
+
+def fit_engine_profile(groups: list[Group], engine: str, home: Path | None = None, priors: Priors | None = None,
+                       kinds: tuple[str, ...] | None = None) -> tuple[FleetFit, Any]:
+    """Fit ``engine``'s profile over every group of it (what ``infbench predict --calibrate
+    --engine E`` does) and its interval quantiles from inner folds
+    (:func:`~infbench.analysis.intervals.collect_residuals`), the built-in table filling
+    kinds the cells cannot produce (one device: no ``device`` residuals).
+
+    The prior of the profile is the built-in one where there is one (weak: ``profile_sd``).
+
+    Raises:
+        ConfigError: no group of ``engine``.
+    """
+    e = engine_family(engine)
+    gs = [g for g in groups if g.engine == e and g.points]
+    if not gs:
+        raise ConfigError(f"no stored cells of engine {e} on a described device",
+                          hint="import published results (`infbench import --format lib-csv FILE`) or run a sweep")
+    b = builtin_profile(e)
+    prior_u = {e: b[0].terms[("mu", e)]} if b is not None and ("mu", e) in b[0].terms else None
+    fit = fit_fleet(gs, priors, prior_u=prior_u)
+
+    def fit_fn(sub: list[Group]) -> FleetFit:
+        return fit_fleet(sub, priors, prior_u=prior_u, covariance=False)
+
+    res = collect_residuals(gs, fit_fn, kinds or KINDS)
+    table = IntervalTable.from_residuals(res, source=f"inner folds of {sum(len(g.points) for g in gs)} cells")
+    fallback = b[1] if b is not None else _defaults_table()
+    return fit, table.merged(fallback)
+
+
+def save_profile(home: Path, engine: str, fit: FleetFit, table: Any, groups: list[Group]) -> Path:
+    """Store an engine profile at :func:`profile_path` (fit, intervals, what it was fitted on)."""
+    e = engine_family(engine)
+    mine = [g for g in groups if g.engine == e]
+    published = sum(1 for g in mine for p in g.points if p.get("published"))
+    cells = sum(len(g.points) for g in mine)
+    p = profile_path(home, e)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"engine": e, "cells": cells,
+                             "sources": {"published": published, "local": cells - published},
+                             "devices": sorted({g.device_id for g in mine}), "fit": fit.restrict(e).to_dict(),
+                             "intervals": table.to_dict() if table is not None else None,
+                             "parameters": fit.parameters(e)}, indent=1, default=str))
+    return p
