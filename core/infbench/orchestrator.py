@@ -235,6 +235,10 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
                               hint="pick one with --device")
         slo = SloTarget(ttft_s=r.slo_ttft_s(), tpot_s=r.slo_tpot_s(), goodput=r.goodput)
         plans = [find_max_plan(plans[0], r.find_max, slo, r.find_max_limit, r.find_max_probes)]
+    if r.adaptive is not None:
+        from infbench.scenarios.adaptive import adaptive_plan
+
+        plans = [adaptive_plan(p, r.adaptive) for p in plans]
     eopts = engine_options(r.engine_arg, n_threads=r.threads, endpoint=r.endpoint, served_model=r.served_model_name,
                            prompt_format=r.prompt_format, tokenizer=r.tokenizer, **endpoint_opts)
     if r.engine_arg:

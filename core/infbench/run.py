@@ -222,7 +222,8 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
         else:
             with contextlib.suppress(sqlite3.Error, OSError):
                 claims.release(store, result.cell_id, run_id)
-        (summary.ok if result.status == "ok" else summary.failed).append(result)
+        kept = {"ok": summary.ok, "predicted": summary.predicted}.get(result.status, summary.failed)
+        kept.append(result)
         observer(CellFinished(result, node))
 
 

@@ -209,3 +209,25 @@ def test_sweep_after_crash_fails_the_running_cell_and_keeps_the_rest(fpm, cpu, s
     assert [r.cell.batch for r in ctx.summary.failed] == [2]
     assert sc.after_crash(rest, None, "refused", True, ctx) is None         # refused: all of it fails
     assert sorted(r.cell.batch for r in ctx.summary.failed) == [1, 2, 4]
+
+
+def test_adaptive_measures_a_share_and_predicts_the_rest(fpm, cpu, store):
+    from infbench.scenarios.adaptive import adaptive_plan
+
+    sw = Sweep(models=["tiny-random-llama"], engines=["fake"], dtypes=["f16"], batch=[1, 2, 4, 8],
+               input_len=[64, 128, 256, 512], output_len=[8])
+    p = adaptive_plan(plan(sw, cpu, fpm), "25%")
+    s = _run(fpm, p, store)
+    assert len(s.ok) == 4 and len(s.predicted) == 12 and not s.failed          # ceil(25 % of 16) measured
+    assert s.status == "completed"                                               # predictions are not failures
+    assert len(store.finished_cell_ids()) == 4                                   # predictions never count as measured
+    rows = store.results()
+    assert {r["cell_id"] for r in rows} == {c.cell_id(cpu) for c in p.cells}     # the ids measured cells would have
+    pred = [r for r in rows if r["status"] == "predicted"]
+    assert all(r["metrics"]["predicted"] and r["metrics"]["e2e_s"]["p50"] > 0 for r in pred)
+    corners = {(1, 64), (8, 512)}
+    measured = {(r["spec"]["batch"], r["spec"]["input_len"]) for r in rows if r["status"] == "ok"}
+    assert corners <= measured                                                   # the grid's corners first
+    assert s.scenario["adaptive"]["engines"]["fake"]["predicted"] == 12
+    plain = _run(fpm, plan(sw, cpu, fpm), store)                                 # a plain run measures the rest
+    assert len(plain.ok) == 12 and len(plain.skipped) == 4

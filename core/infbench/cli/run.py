@@ -241,6 +241,10 @@ def run(
                                                 "(default 512 in flight, 1000 req/s).")] = None,
     find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
                                         "measure.")] = 20,
+    adaptive: Annotated[str | None, Opt("--adaptive", help="Measure only a designed share of the planned cells "
+                                        "(25%) or for a time (10m, 90s), grid corners first, then the cells "
+                                        "whose predicted interval is widest; store the rest as `predicted` cells "
+                                        "with 90 % intervals (never ok: a later run measures them).")] = None,
     perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
                                            "text for each group with real weights (`infbench perplexity`; stored "
                                            "beside the throughput).")] = None,
@@ -268,7 +272,7 @@ def run(
         container_runtime=container_runtime, ray_address=ray_address, runtime=runtime, repeat=repeat,
         price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
-        perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
+        adaptive=adaptive, perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
     except InfbenchError as exc:
         fail(exc)
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
@@ -455,6 +459,7 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+                    "predicted": len(summary.predicted), **({"scenario": summary.scenario} if summary.scenario else {}),
                     "claimed_elsewhere": len(summary.claimed), "journaled": len(summary.journaled),
                     "journal": summary.journal if not summary.journal_stored else None,
                     "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
@@ -479,8 +484,9 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
         if behind:
             out.print(f"[yellow]note:[/] the client fell behind in cell {r['cell_id']}: {escape('; '.join(behind))} "
                       "(its own stamps may lag by up to client_lag_p99_ms)")
+    predicted = f", {len(summary.predicted)} predicted (not measured)" if summary.predicted else ""
     out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "
-              f"{len(summary.skipped)} skipped. See `infbench results`.")
+              f"{len(summary.skipped)} skipped{predicted}. See `infbench results`.")
 
 
 def worker(

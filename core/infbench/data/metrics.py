@@ -428,6 +428,10 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "find_max": "a --find-max probe's judgement (analysis/slo_search.py)",
     "published": "True for a cell imported from published results",
     "price_per_hour_usd": "the --price-per-hour behind usd_per_mtok",
+    "predicted": "True for an adaptive sweep's predicted cell (status predicted: not measured)",
+    "interval": "a predicted cell's 90 % interval per metric ({metric: [lo, hi]})",
+    "interval_half_width": "a predicted cell's interval half-width (log units)",
+    "prediction_basis": "what a predicted cell's numbers rest on (the fit, the engine profile)",
 })
 
 

@@ -142,6 +142,8 @@ class RunRequest(BaseModel):
     goodput: float = _finite(default=0.9, gt=0, le=1)
     find_max_limit: float | None = _finite(default=None, gt=0)
     find_max_probes: int = Field(20, ge=1, le=1000)
+    # -- the --adaptive scenario ---------------------------------------------------------------
+    adaptive: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*(%|s|m|h)\s*$")
     # -- perplexity after the cells ---------------------------------------------------------------
     perplexity: Path | None = None
     ppl_n_ctx: int = Field(512, ge=4, le=1 << 20)
@@ -153,6 +155,8 @@ class RunRequest(BaseModel):
         for name in ("ttft", "tpot"):
             if getattr(self, f"slo_{name}") is not None and getattr(self, f"slo_{name}_ms") is not None:
                 raise ConfigError(f"give --slo-{name} (s) or --slo-{name}-ms, not both")
+        if self.adaptive is not None and self.find_max is not None:
+            raise ConfigError("--adaptive and --find-max are two ways of choosing what to measure; give one")
         if self.runtime is not None and self.executor is not None:
             raise ConfigError("give --executor, not both --executor and --runtime (its old name)")
         return self

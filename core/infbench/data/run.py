@@ -50,6 +50,8 @@ class RunSummary:
         journaled: the measured cells (also in ``ok``/``failed``) the store refused,
             kept in the journal file ``journal`` (:mod:`infbench.store.journal`).
         journal_stored: True when they reached the store after all as the run ended.
+        predicted: cells an adaptive sweep stored as ``predicted`` (not measured; never
+            ``ok``, never counted as failed either).
         quality: perplexity measurements stored by the run (ok and failed).
         quality_skipped: quality keys already stored ok, not measured again.
         scenario: what the scenario concluded (``--find-max``: the knee and why the
@@ -65,6 +67,7 @@ class RunSummary:
     journaled: list[CellResult] = field(default_factory=list)
     journal: str | None = None
     journal_stored: bool = False
+    predicted: list[CellResult] = field(default_factory=list)
     quality: list[PerplexityResult] = field(default_factory=list)
     quality_skipped: list[str] = field(default_factory=list)
     scenario: dict[str, Any] = field(default_factory=dict)

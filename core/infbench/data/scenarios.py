@@ -8,14 +8,16 @@ engine session (:mod:`infbench.session`). The spec travels inside the worker con
 * :class:`SweepScenario`: every planned cell once (``infbench run``);
 * :class:`FindMaxScenario`: the highest load meeting an SLO (``infbench run --find-max``);
 * :class:`PerplexityScenario`: the perplexity of a text per engine and dtype
-  (``infbench perplexity``, ``infbench run --perplexity``).
+  (``infbench perplexity``, ``infbench run --perplexity``);
+* :class:`AdaptiveScenario`: a designed subset of the cells measured, the rest predicted
+  (``infbench run --adaptive 25%``).
 
 The logic of each lives in :mod:`infbench.scenarios`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -113,5 +115,23 @@ class PerplexityScenario(BaseModel):
     items: list[PerplexityItem] = Field(default_factory=list)
 
 
+class AdaptiveScenario(BaseModel):
+    """Measure a designed subset of the planned cells and predict the rest
+    (``infbench run --adaptive``; :mod:`infbench.analysis.adaptive`).
+
+    Attributes:
+        budget: a share of the planned cells (``25%``) or a measuring time (``10m``, ``90s``, ``1h``).
+        known: results measured by an earlier worker of this sweep (``Store.results()``-like
+            rows: ``cell_id``, ``status``, ``spec``, ``metrics``, ``wall_s``), which count
+            against the budget and calibrate the predictions.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["adaptive"] = "adaptive"
+    budget: str = Field(min_length=2, max_length=16, pattern=r"^\s*\d+(\.\d+)?\s*(%|s|m|h)\s*$")
+    known: list[dict[str, Any]] = Field(default_factory=list)
+
+
 #: Any scenario spec (tagged by ``kind``).
-ScenarioSpec = Annotated[SweepScenario | FindMaxScenario | PerplexityScenario, Field(discriminator="kind")]
+ScenarioSpec = Annotated[SweepScenario | FindMaxScenario | PerplexityScenario | AdaptiveScenario,
+                         Field(discriminator="kind")]

@@ -2,7 +2,8 @@
 
 * :class:`~.sweep.Sweep` (``kind="sweep"``): every planned cell once;
 * :class:`~.find_max.FindMax` (``kind="find_max"``): the SLO-constrained maximum load;
-* :class:`~.perplexity.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype.
+* :class:`~.perplexity.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype;
+* :class:`~.adaptive.Adaptive` (``kind="adaptive"``): a designed subset measured, the rest predicted.
 
 :func:`make_scenario` builds the scenario of a plan from its spec (``plan.scenario``), in
 the process that plans and in every worker.
@@ -11,13 +12,14 @@ the process that plans and in every worker.
 from __future__ import annotations
 
 from infbench.data.plan import Plan
+from infbench.scenarios.adaptive import Adaptive
 from infbench.scenarios.base import Part, Scenario
 from infbench.scenarios.find_max import FindMax
 from infbench.scenarios.perplexity import Perplexity
 from infbench.scenarios.sweep import Sweep
 
 #: ``kind`` -> scenario class.
-SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity)}
+SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity, Adaptive)}
 
 __all__ = ["SCENARIOS", "Part", "Scenario", "make_scenario"]
 

@@ -88,7 +88,8 @@ class Scenario(ABC):
         """Measure this scenario on ``ctx.device``: for each group :meth:`groups` yields, one
         engine session (:meth:`~infbench.session.EngineSession.start`, device proven) handed
         to :meth:`run_group`, stopped on every path; a group whose engine does not start goes
-        to :meth:`start_failed` and the run goes on. The same on every executor."""
+        to :meth:`start_failed` and the run goes on; :meth:`finish` ends it. The same on every
+        executor."""
         for group in self.groups(ctx):
             try:
                 session = EngineSession.start(ctx, group, self.load_group(group))
@@ -97,6 +98,7 @@ class Scenario(ABC):
                 continue
             with session:
                 self.run_group(group, session)
+        self.finish(ctx)
 
     def groups(self, ctx: RunContext) -> Iterator[Group]:
         """The groups that need an engine, in order (default: every planned group); a
@@ -116,6 +118,10 @@ class Scenario(ABC):
     @abstractmethod
     def start_failed(self, group: Group, error: str, ctx: RunContext) -> None:
         """``group``'s engine did not start (``error``): store what that means for its units."""
+
+    def finish(self, ctx: RunContext) -> None:  # noqa: B027 - optional hook: most scenarios derive nothing
+        """After the last group, with no engine loaded: store what the scenario derives from
+        its measurements (an adaptive sweep's predicted cells). Default: nothing."""
 
     def outcome(self) -> dict[str, Any]:
         """What the scenario concluded, JSON-ready (stored in the run's provenance under

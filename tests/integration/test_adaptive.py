@@ -1,0 +1,36 @@
+"""``infbench run --adaptive`` with the real llama.cpp engine: a share of the grid measured
+(corners first), the rest stored as ``predicted`` cells with intervals, shown as predicted
+by ``results`` (hidden by ``--measured-only``), and measured by a later plain run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.test_cli import infbench
+
+pytestmark = pytest.mark.integration
+
+GRID = ["--model", "tiny-random-llama", "--engine", "llama.cpp", "--batch", "1,2,4", "--input-len", "16,32,64",
+        "--output-len", "8"]
+
+
+def test_adaptive_then_a_plain_run_measures_the_predicted_cells(tmp_path):
+    db = str(tmp_path / "r.db")
+    out = json.loads(infbench("run", *GRID, "--adaptive", "40%", "--store", db, "--json").stdout)
+    assert out["status"] == "completed" and out["ok"] == 4 and out["predicted"] == 5 and out["failed"] == 0
+    cells = {(c["spec"]["batch"], c["spec"]["input_len"]): c for c in out["cells"]}
+    assert cells[(1, 16)]["status"] == "ok" and cells[(4, 64)]["status"] == "ok"        # corners measured
+    pred = [c for c in out["cells"] if c["status"] == "predicted"]
+    for c in pred:
+        iv = c["metrics"]["interval"]["e2e_s"]
+        assert iv[0] is not None and iv[0] <= c["metrics"]["e2e_s"]["p50"] <= iv[1], c["metrics"]
+    table = infbench("results", "--store", db).stdout
+    assert "predicted" in table
+    measured_only = json.loads(infbench("results", "--store", db, "--format", "json", "--measured-only").stdout)
+    assert len(measured_only) == 4 and all(r["status"] == "ok" for r in measured_only)
+    again = json.loads(infbench("run", *GRID, "--store", db, "--json").stdout)
+    assert again["ok"] == 5 and again["skipped"] == 4 and again["predicted"] == 0
+    final = json.loads(infbench("results", "--store", db, "--format", "json").stdout)
+    assert len(final) == 9 and all(r["status"] == "ok" for r in final)
