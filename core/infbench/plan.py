@@ -221,8 +221,11 @@ def _check_serving_workload(sweep: Sweep) -> None:
                           hint="the shared prefix is part of the prompt: make it at most --input-len")
 
 
-def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
+def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bool = True) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
+
+    ``installed_here=False`` (cells measured in a worker image, ``--executor container``)
+    skips the check that each engine's modules import in this process: the image has them.
 
     Raises:
         ConfigError: unknown model/engine/dtype, a precision the device does not
@@ -247,7 +250,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
                               hint=f"engines for {device.vendor}: {', '.join(here) or 'none'}")
         if spec.factory is None:
             raise EngineUnavailable(f"engine {e!r} has no adapter installed", hint=spec.install or None)
-        missing = spec.missing()
+        missing = spec.missing() if installed_here else []
         if missing:
             raise EngineUnavailable(f"engine {e!r} needs {', '.join(missing)} (not found here)",
                                     hint=spec.install or None)

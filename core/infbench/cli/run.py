@@ -310,6 +310,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
                                   container_runtime, base_url)
         if default is not None and not default.user_engines and default.chosen is None and not dry_run:
             raise default.refusal()
+        name = default.executor(name) if default is not None else name  # the CPU image: after in-process engines
         from infbench.quality.weights import gguf_native_dtypes
 
         # On llama.cpp a real GGUF runs at its own type (q4_1...) unless --dtype asks for derived precisions.
@@ -342,7 +343,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
             the_plan, dev = plans[0], plans[0].device
         else:
             dev, endpoint_opts = choose_device(det, sweep.engines, pm, device, base_url, api_key_env)
-            the_plan = make_plan(sweep, dev, pm)
+            the_plan = make_plan(sweep, dev, pm, installed_here=name != "container")
             plans = [the_plan]
         for w in dict.fromkeys(w for p in plans for w in p.warnings):
             err.print(f"[yellow]warning:[/] {w}")
@@ -378,6 +379,8 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         if price_per_hour is not None and price_per_hour < 0:
             raise ConfigError(f"--price-per-hour must be >= 0 USD, got {price_per_hour}")
         prov = provenance(det, pm)
+        if default is not None:
+            prov["default_sweep"] = default.provenance()  # the engine chosen, where, and its build
         ex_notes: list[str] = []
         ray_opts = {"ray_address": ray_address, "fleet": fleet} if name == "ray" else {}
         ex = choose_executor(name, dev, sweep.engines, pm, prov, ex_notes, container_runtime, **ray_opts)
