@@ -11,14 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import Progress
 
 from infbench import __version__
 from infbench.cli.common import (
@@ -410,12 +403,11 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
         else:
             out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
                       f"store {store.path}")
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
-                        disable=as_json)
-    observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
+    from infbench.cli.progress import SweepProgress, first_run_note
+
+    observer = SweepProgress(cells, err, disable=as_json)  # one bar over the sweep, its ETA, a line per cell
     try:
-        with progress, stdout_to_stderr(as_json):
+        with observer, stdout_to_stderr(as_json):
             summary = ex.run(plans if fleet is not None else the_plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
@@ -432,6 +424,7 @@ def _run(model, engine, dtype, batch, input_len, output_len, tp, sweep_file, pre
 
         quality = perplexity_after_run(the_plan, perplexity, store, pm, eopts, ppl_n_ctx, ppl_chunks, force, as_json)
     _print_summary(store, summary, as_json, quality)
+    first_run_note(store, summary, out, as_json)  # where results went, and the commands that show them
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
 
