@@ -154,3 +154,14 @@ def test_compare_pairs_the_two_builds_of_the_default_sweep():
     [p] = res["pairs"]
     assert p["ratio"]["output_tok_s"] == 2.0 and " vs llama.cpp" in p["label"]
     assert res["only_a"] == 1 and res["only_b"] == 0
+
+
+def test_setup_pyproject_and_readme_build_llama_cpp_with_infbench_flags():
+    def flat(text):
+        return " ".join(text.replace("\\\n", "").split())
+
+    want = f'CMAKE_ARGS="{builds.LLAMA_CPP_CMAKE_ARGS}"'
+    assert want in flat((ROOT / "scripts" / "setup.sh").read_text())
+    assert want in flat((ROOT / "README.md").read_text())
+    py = flat((ROOT / "pyproject.toml").read_text().replace("#", ""))
+    assert all(f in py for f in builds.LLAMA_CPP_CMAKE_ARGS.split())
