@@ -105,8 +105,8 @@ def test_detect_says_which_build_runs_and_what_compiling_adds(fresh):
     flat = " ".join(output.split())
     assert "cpu: `infbench run` measures the quick preset" in flat
     assert "on llama.cpp-server (in-process): xllamacpp" in flat and "prebuilt wheel" in flat
-    assert f"cpu: faster: llama.cpp (in-process), not installed: needs llama_cpp: llama.cpp compiled for this " \
-           f"CPU" in flat
+    assert "cpu: faster: llama.cpp (in-process), not installed: needs llama_cpp: llama.cpp compiled for this " \
+           "CPU" in flat
     assert " ".join(LLAMA_CPP_INSTALL.split()) in flat
     data = measured()
     if data and data.get("speedup"):                  # the figures come from the packaged JSON
