@@ -7,10 +7,12 @@ each build, ``--rounds`` times alternately into fresh stores:
 * ``llama.cpp``: llama-cpp-python in-process, llama.cpp compiled here (source build);
 * ``llama.cpp-server``: llama.cpp's server from the prebuilt ``xllamacpp`` wheel.
 
-Per cell: E2E p50, TTFT p50, TPOT p50 and output tok/s of each build (median over rounds),
-and the speed-up = prebuilt E2E p50 / compiled E2E p50; its min, max and geometric mean over
-the cells are what ``infbench detect`` and ``run --dry-run`` quote. Also the wall time of each
-whole ``infbench run`` (the first result's time on each build).
+Per cell: E2E p50, TTFT p50, TPOT p50 and output tok/s of each build, from the round with the
+lowest E2E p50 (the least disturbed one: on a machine shared with other work, interference only
+ever adds time), and the speed-up = prebuilt E2E p50 / compiled E2E p50; its min, max and
+geometric mean over the cells are what ``infbench detect`` and ``run --dry-run`` quote. Also
+the wall time of each whole ``infbench run`` (the first result's time on each build; the
+least of the rounds) and the load average before and after.
 
 Part 2 (``--compile``): the source build of llama-cpp-python (the version installed here),
 timed as ``pip install --no-cache-dir llama-cpp-python==V`` into a fresh venv, once without
@@ -104,14 +106,16 @@ def measure_engines(rounds: int) -> dict[str, Any]:
     for key in sorted(vals["compiled"]):
         row: dict[str, Any] = {"batch": key[0], "input_len": key[1], "output_len": key[2]}
         for b in ENGINES:
-            row[b] = {k: statistics.median(v) for k, v in vals[b][key].items()}
+            best = min(range(len(vals[b][key]["e2e_p50_s"])), key=vals[b][key]["e2e_p50_s"].__getitem__)
+            row[b] = {k: v[best] for k, v in vals[b][key].items()}
         row["speedup_e2e"] = row["prebuilt"]["e2e_p50_s"] / row["compiled"]["e2e_p50_s"]
         cells.append(row)
     sp = [c["speedup_e2e"] for c in cells]
     return {"rounds": rounds, "cells": cells, "builds": builds,
             "speedup": {"min": min(sp), "max": max(sp), "geomean": math.exp(statistics.fmean(map(math.log, sp))),
                         "cells": len(sp), "metric": "prebuilt E2E p50 / compiled E2E p50"},
-            "sweep_wall_s": {b: statistics.median(w) for b, w in walls.items()}, "sweep_wall_s_all": walls}
+            "sweep_wall_s": {b: min(w) for b, w in walls.items()}, "sweep_wall_s_all": walls,
+            "per_cell": "the round with the lowest E2E p50 of each build"}
 
 
 def time_compile(version: str, cmake_args: str | None) -> dict[str, Any]:
@@ -169,14 +173,15 @@ def render(data: dict, variant: str | None = None) -> str:
     w = e["sweep_wall_s"]
     rows.append(f"| **all** | | | | | **{s['min']:.2f}-{s['max']:.2f}x** (geomean {s['geomean']:.2f}x) | | | | |")
     rows.append("")
-    rows.append(f"Whole default sweep (`infbench run`, {s['cells']} cells, warm-ups and model load included): "
-                f"compiled {w['compiled']:.0f} s, prebuilt {w['prebuilt']:.0f} s.")
+    rows.append(f"Per cell the least disturbed of {e['rounds']} rounds. Whole default sweep (`infbench run`, "
+                f"{s['cells']} cells, warm-ups and model load included; least of the rounds): compiled "
+                f"{w['compiled']:.0f} s, prebuilt {w['prebuilt']:.0f} s.")
     return "\n".join(rows) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=2, help="alternating runs of the sweep on each build")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of the sweep on each build")
     ap.add_argument("--no-engines", action="store_true", help="skip part 1 (keep its figures from --out)")
     ap.add_argument("--compile", action="store_true", help="run part 2 (two source builds, minutes each)")
     ap.add_argument("--out", type=Path, default=OUT)
@@ -187,7 +192,9 @@ def main() -> None:
     old = json.loads(a.out.read_text()) if a.out.exists() else {}
     data = dict(old)
     if not a.no_engines:
+        load_before = os.getloadavg()
         data.update(measure_engines(a.rounds))
+        data["load_avg_before_after"] = [load_before, os.getloadavg()]
         data["machine"] = machine()
         data["versions"] = {"llama_cpp_python": llama_cpp.__version__, "xllamacpp": xllamacpp.__version__}
         data["date"] = datetime.date.today().isoformat()

@@ -68,6 +68,9 @@ def test_upgrade_note_reads_the_measured_figures():
            "2-core Test CPU 9000 (docs/benchmarks.md)" in note
     assert note.endswith(f"install: {builds.LLAMA_CPP_INSTALL} (compiles in about 4 min (2 cores))")
     assert "-DLLAVA_BUILD=OFF" in builds.LLAMA_CPP_INSTALL and "infbench[llamacpp]" in builds.LLAMA_CPP_INSTALL
+    mixed = builds.speedup_text({"speedup": {"min": 0.8, "max": 2.5, "geomean": 1.4, "cells": 6}})
+    assert mixed == ("measured 1.4x as fast as the prebuilt server on the geometric mean (E2E p50 ratio 0.80-2.50 "
+                     "over the 6 cells of the quick sweep) (docs/benchmarks.md)")
     # no figures: the command alone, no number typed anywhere
     bare = builds.upgrade_note({})
     assert "measured" not in bare and "min" not in bare and builds.LLAMA_CPP_INSTALL in bare
