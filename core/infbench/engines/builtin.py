@@ -9,6 +9,7 @@ from typing import Any
 
 from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
+from infbench.engines.builds import LLAMA_CPP_INSTALL
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
@@ -75,7 +76,7 @@ def infbench_engines() -> list[EngineSpec]:
     endpoint (the ``remote`` platform). Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
-                   install="pip install 'infbench[llamacpp]'", check=av.check_llama_cpp,
+                   install=LLAMA_CPP_INSTALL, check=av.check_llama_cpp,
                    description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
                    options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),

