@@ -151,6 +151,8 @@ class SweepProgress:
         eta = self.eta_s()
         self.progress.update(self.task, advance=w, cells=self.count,
                              eta_at=None if eta is None else self.clock() + eta)
+        if self.count >= self.n:
+            self.progress.update(self.task, description="the sweep", completed=self.total)
 
     def __call__(self, event: Any) -> None:
         """Consume one run event (never raises: an observer must not stop a sweep)."""
@@ -226,19 +228,20 @@ def first_run_note(store: Any, summary: Any, console: Console, as_json: bool = F
     run = summary.run_id
     store_opt = "" if _is_default_store(store.path) else f" --store {store.path}"
     report_ready = all(importlib.util.find_spec(m) is not None for m in ("plotly", "matplotlib"))
-    report = f"infbench report{store_opt} --out infbench-report"
-    lines = [
-        f"[bold]first run stored:[/] {len(summary.ok)} cell(s) of run {run} in {escape(str(store.path))} (an SQLite "
-        "file: every cell with its per-request timings, the run's provenance). Look at them with:",
-        f"  infbench results{store_opt}                       # the table (--format json: every metric and its "
-        "percentiles)",
-        f"  {report}" + ("" if report_ready else "   # needs `pip install 'infbench[report]'` (plotly, matplotlib)")
-        + "   # an interactive HTML page and PNG/SVG figures",
-        f"  infbench compare{store_opt} {run} RUN              # cell-by-cell ratios against a later run, e.g. after "
-        "installing the compiled llama.cpp",
+    prebuilt = importlib.util.find_spec("llama_cpp") is None
+    later = "e.g. after installing the compiled llama.cpp" if prebuilt else "e.g. another engine, image or machine"
+    commands = [
+        (f"infbench results{store_opt}", "the table; --format json: every metric with its percentiles"),
+        (f"infbench report{store_opt} --out infbench-report", "an interactive HTML page and PNG/SVG figures"
+         + ("" if report_ready else " (first: pip install 'infbench[report]', for plotly and matplotlib)")),
+        (f"infbench compare{store_opt} {run} RUN", f"cell-by-cell ratios against a later run ({later})"),
     ]
-    for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)
+    width = max(len(c) for c, _ in commands)
+    console.print(f"[bold]first run stored:[/] {len(summary.ok)} cell(s) of run {run} in {escape(str(store.path))} "
+                  "(an SQLite file: every cell with its per-request timings, and the run's provenance). Look at them "
+                  "with:", highlight=False)
+    for c, what in commands:
+        console.print(f"  {escape(c.ljust(width))}   # {escape(what)}", highlight=False, soft_wrap=True)
     return True
 
 
