@@ -36,11 +36,12 @@ TARGET_S = 120.0
 def step(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 1800) -> tuple[float, str]:
     """Run one step; (wall s, its combined output). Raises SystemExit on failure."""
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=timeout)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
-    return wall, p.stdout + p.stderr
+        raise SystemExit(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-4000:]}")
+    return wall, p.stdout
 
 
 def stored_cells(db: Path) -> list[dict[str, Any]]:
@@ -88,12 +89,19 @@ def measure() -> dict[str, Any]:
             "engines": sorted({c["engine"] for c in cells}), "default_sweep": prov.get("default_sweep"),
             "installed": [f for f in freeze if f.split("==")[0].lower() in ("xllamacpp", "gguf", "llama_cpp_python",
                                                                               "llama-cpp-python", "numpy", "infbench")],
-            "detect_tail": detect_out.strip().splitlines()[-16:], "run_out": run_out.strip().splitlines()[-40:]}
+            "detect_out": detect_out.rstrip().splitlines(), "run_out": run_out.rstrip().splitlines()}
 
 
 def render(data: dict, variant: str | None = None) -> str:
-    """Markdown for docs/benchmarks.md and the README: the three steps' times and the target."""
+    """Markdown for docs/benchmarks.md and the README: the three steps' times and the target;
+    ``transcript``: what ``infbench detect`` (its CPU engine table and the lines after it) and
+    ``infbench run`` printed on that fresh install, as a code block."""
     d = data
+    if variant == "transcript":
+        det = d.get("detect_out") or []
+        start = next((i for i, line in enumerate(det) if "Engines on cpu" in line), 0)
+        return ("```\n$ infbench detect\n...\n" + "\n".join(det[start:]) + "\n$ infbench run\n"
+                + "\n".join(d.get("run_out") or []) + "\n```\n")
     met = "met" if d["met"] else f"missed by {d['first_result_s'] - d['target_s']:.0f} s"
     ok = sum(1 for c in d["cells"] if c["status"] == "ok")
     builds = ", ".join(sorted({f"{c['engine']} ({c['build']})" for c in d["cells"]}))
