@@ -76,7 +76,7 @@ def test_readme_command_has_no_extra_and_no_source_build(fresh):
 def test_default_sweep_stored_on_the_prebuilt_server(fresh):
     _, home, output = fresh
     con = sqlite3.connect(home / "results.db")
-    cells = con.execute("SELECT status, spec, engine FROM cells").fetchall()
+    cells = con.execute("SELECT status, spec, engine, metrics FROM cells").fetchall()
     prov = json.loads(con.execute("SELECT provenance FROM runs").fetchone()[0])
     con.close()
     assert len(cells) == 6 and {c[0] for c in cells} == {"ok"}
@@ -86,6 +86,9 @@ def test_default_sweep_stored_on_the_prebuilt_server(fresh):
     assert sorted((s["batch"], s["input_len"], s["output_len"]) for s in specs) == [
         (b, i, 64) for b in (1, 4, 8) for i in (128, 512)]
     for c in cells:
+        spec, m = json.loads(c[1]), json.loads(c[3])
+        assert m["n_completed"] == spec["batch"] and m["e2e_s"]["p50"] > 0 and m["output_tok_s"] > 0
+        assert "suspect" not in m, m.get("suspect")
         build = json.loads(c[2])["build"]
         assert build["kind"] == "prebuilt" and build["distribution"] == "xllamacpp"
         assert build["origin"] == "prebuilt wheel"
