@@ -98,7 +98,7 @@ def render(data: dict, variant: str | None = None) -> str:
     ``infbench run`` printed on that fresh install, as a code block."""
     d = data
     if variant == "transcript":
-        det = d.get("detect_out") or []
+        det = d.get("detect_out") or d.get("detect_tail") or []
         start = next((i for i, line in enumerate(det) if "Engines on cpu" in line), 0)
         return ("```\n$ infbench detect\n...\n" + "\n".join(det[start:]) + "\n$ infbench run\n"
                 + "\n".join(d.get("run_out") or []) + "\n```\n")
