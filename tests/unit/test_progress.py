@@ -93,7 +93,7 @@ def test_first_run_note_names_the_store_and_three_commands(tmp_path, monkeypatch
 
     store = Store(tmp_path / "r.db")
     run = store.begin_run({"host": "h"}, "infbench run")
-    summary = SimpleNamespace(run_id=run, ok=[1, 2], failed=[], skipped=[])
+    summary = SimpleNamespace(run_id=run, ok=[result(cell(1, 128)), result(cell(4, 128))], failed=[], skipped=[])
     buf = io.StringIO()
     con = Console(file=buf, width=300)
     assert first_run_note(store, summary, con)
@@ -102,6 +102,7 @@ def test_first_run_note_names_the_store_and_three_commands(tmp_path, monkeypatch
     for cmd in (f"infbench results --store {tmp_path / 'r.db'}", f"infbench report --store {tmp_path / 'r.db'} --out",
                 f"infbench compare --store {tmp_path / 'r.db'} {run} RUN"):
         assert cmd in text
+    assert "(e.g. another engine, image or machine)" in text      # the compiled llama.cpp ran: no upgrade hint
     assert not first_run_note(store, summary, con, as_json=True)
     store.begin_run({"host": "h"}, "infbench run")               # a second run: no note any more
     assert not first_run_note(store, summary, Console(file=io.StringIO()))

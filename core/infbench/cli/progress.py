@@ -228,7 +228,8 @@ def first_run_note(store: Any, summary: Any, console: Console, as_json: bool = F
     run = summary.run_id
     store_opt = "" if _is_default_store(store.path) else f" --store {store.path}"
     report_ready = all(importlib.util.find_spec(m) is not None for m in ("plotly", "matplotlib"))
-    prebuilt = importlib.util.find_spec("llama_cpp") is None
+    ran = {getattr(getattr(r, "cell", None), "engine", None) for r in [*summary.ok, *summary.failed]}
+    prebuilt = "llama.cpp-server" in ran and importlib.util.find_spec("llama_cpp") is None
     later = "e.g. after installing the compiled llama.cpp" if prebuilt else "e.g. another engine, image or machine"
     commands = [
         (f"infbench results{store_opt}", "the table; --format json: every metric with its percentiles"),
