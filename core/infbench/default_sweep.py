@@ -7,12 +7,25 @@ GPU plugins LLM-Inference-Bench's corner (``lib-corner``: Llama-3-8B with dummy 
 batch 1/16/64, input = output in {128, 1024}), remote platforms their endpoint through
 ``openai``. The engine is then the first candidate that runs here, in this order:
 
-1. the plugin's worker image, when it is built and a container runtime answers
-   (:func:`~infbench.engines.availability.image_support`), for the first preferred engine
-   the plugin has an image for;
+1. on an accelerator, the plugin's worker image, when it is built and a container runtime
+   answers (:func:`~infbench.engines.availability.image_support`), for the first preferred
+   engine the plugin has an image for;
 2. each preferred engine in this process, in the plugin's order (vLLM, then transformers
-   on the device's torch build, then llama.cpp built with the device's backend), as
-   :func:`~infbench.engines.availability.engine_support` finds it.
+   on the device's torch build, then llama.cpp built with the device's backend; on the
+   CPU llama.cpp compiled in-process, then llama.cpp's prebuilt server), as
+   :func:`~infbench.engines.availability.engine_support` finds it;
+3. on the CPU, the worker image last (``infbench/cpu-llamacpp``: llama.cpp compiled in the
+   image), when it is built and a container runtime answers; the run then uses the
+   container executor (:meth:`DefaultSweep.executor`).
+
+The cells are the plugin's grid whichever candidate runs them; the engine is part of a
+cell's identity (:meth:`~infbench.schema.Cell.spec`), so the compiled llama.cpp in this
+process and in the CPU image give the same cell ids, and the prebuilt server
+(``llama.cpp-server``, batch mode over HTTP) gives the same workloads under its own
+engine name: a build measured 1.3-2x slower never answers for the compiled one in the
+store, and a re-run after installing the compiled build measures its cells instead of
+skipping them. Each cell's engine description says which build ran it
+(:mod:`infbench.engines.builds`).
 
 Every candidate keeps its status, reason and fix, so ``infbench run --dry-run`` shows why
 the engine was chosen and the command installing each better one that is missing; when
@@ -62,6 +75,22 @@ class DefaultSweep:
     candidates: list[EngineSupport] = field(default_factory=list)
     chosen: EngineSupport | None = None
     user_engines: bool = False
+
+    def executor(self, name: str) -> str:
+        """The executor a run of this default sweep uses for ``--executor name``: ``container``
+        when ``name`` is ``auto`` and the chosen candidate is the plugin's worker image (the
+        CPU's image comes last, after the in-process engines), else ``name``."""
+        if name == "auto" and self.chosen is not None and self.chosen.where != "in-process":
+            return "container"
+        return name
+
+    def provenance(self) -> dict[str, Any]:
+        """What the run's provenance keeps of the choice: the description, the chosen engine,
+        where it runs and its build (``reason``), and why."""
+        c = self.chosen
+        return {"description": self.description, "source": self.source, "why": self.why(),
+                "engine": c.engine if c else None, "where": c.where if c else None,
+                "build": c.reason if c else None, "version": c.version if c else None}
 
     def better_missing(self) -> list[EngineSupport]:
         """The candidates ranked above the chosen one (all, when none was chosen) that do not
@@ -163,15 +192,23 @@ def default_sweep(pm: PluginManager, device: DeviceInfo, executor: str = "auto",
     if engines:
         return DefaultSweep(device, {**fields, "engines": list(engines)}, description, source,
                             [in_process(e) for e in engines], None, user_engines=True)
-    candidates: list[EngineSupport] = []
-    if executor == "container" or (executor == "auto" and device.kind not in ("cpu", "remote")):
+    def image() -> list[EngineSupport]:
         for e in order:
             s = image_support(pm, device, e, container_runtime)
             if s is not None:
-                candidates.append(s)
-                break
+                return [s]
+        return []
+
+    candidates: list[EngineSupport] = []
+    if executor == "container" or (executor == "auto" and device.kind not in ("cpu", "remote")):
+        candidates += image()
     if executor != "container":
         candidates += [in_process(e) for e in order]
+    if executor == "auto" and device.kind == "cpu":
+        candidates += image()  # the CPU image last: llama.cpp compiled in it, when nothing runs in this process
+    from infbench.engines.builds import annotate
+
+    annotate(device, candidates)
     chosen = next((c for c in candidates if c.usable), None)
     fields["engines"] = [chosen.engine] if chosen else order[:1]
     return DefaultSweep(device, fields, description, source, candidates, chosen)

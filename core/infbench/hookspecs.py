@@ -182,8 +182,8 @@ def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
         ``description`` (one line for ``--dry-run``). ``engines`` lists the engines in
         order of preference: the core takes the first one that runs here, trying the
         plugin's image first (``infbench_container_spec``) when it is built and a
-        container runtime answers, then each engine in-process
-        (:func:`infbench.default_sweep.default_sweep`). ``None`` for a device this
+        container runtime answers, then each engine in-process; on a CPU the image comes
+        after the in-process engines (:func:`infbench.default_sweep.default_sweep`). ``None`` for a device this
         plugin does not own. Example (the GPU plugins)::
 
             DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"],

@@ -104,8 +104,11 @@ class PreparedRun:
 
         r = self.request
         extra = {"ray_address": r.ray_address, "fleet": self.fleet} if self.executor_name == "ray" else {}
-        ex = choose_executor(self.executor_name, self.device, self.sweep.engines, self.pm,
-                             provenance(self.detection, self.pm), self.notes, self.container_runtime, **extra)
+        prov = provenance(self.detection, self.pm)
+        if self.default is not None:
+            prov["default_sweep"] = self.default.provenance()  # the engine chosen, where, and its build
+        ex = choose_executor(self.executor_name, self.device, self.sweep.engines, self.pm, prov, self.notes,
+                             self.container_runtime, **extra)
         if ex.name != "inprocess" and (r.power_command or r.power_watts is not None):
             raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
                               f"the {ex.name} executor's workers", hint="add --executor inprocess")
@@ -217,6 +220,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
                               r.base_url)
     if default is not None and not default.user_engines and default.chosen is None and not r.dry_run:
         raise default.refusal()
+    name = default.executor(name) if default is not None else name  # the CPU image: after in-process engines
     if r.perplexity is not None:
         from infbench.quality.perplexity import read_text
 
@@ -228,7 +232,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         endpoint_opts: dict[str, Any] = {"base_url": None, "api_key_env": None}
     else:
         dev, endpoint_opts = choose_device(det, sweep.engines, pm, r.device, r.base_url, r.api_key_env)
-        plans = [make_plan(sweep, dev, pm)]
+        plans = [make_plan(sweep, dev, pm, installed_here=name != "container")]
     if r.find_max is not None:
         if len(plans) > 1:
             raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",

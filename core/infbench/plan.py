@@ -148,8 +148,11 @@ def _check_serving_workload(sweep: Sweep) -> None:
                           hint="the shared prefix is part of the prompt: make it at most --input-len")
 
 
-def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
+def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bool = True) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
+
+    ``installed_here=False`` (cells measured in a worker image, ``--executor container``)
+    skips the check that each engine's modules import in this process: the image has them.
 
     Raises:
         ConfigError: unknown model/engine/dtype, a precision the device does not
@@ -162,7 +165,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager) -> Plan:
     warnings: list[str] = []
     engine_dtypes: dict[str, list[str]] = {}
     for e in sweep.engines:
-        spec = require_engine(specs, e, device)
+        spec = require_engine(specs, e, device, installed_here)
         engine_dtypes[e] = []
         if spec.dtypes == {"auto": "auto"}:  # a remote server decides its own precision
             engine_dtypes[e] = ["auto"]

@@ -52,8 +52,10 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
     return merged
 
 
-def require_engine(specs: dict[str, EngineSpec], name: str, device: DeviceInfo | None = None) -> EngineSpec:
-    """The spec of engine ``name``, checked to be usable here (on ``device``'s vendor when given).
+def require_engine(specs: dict[str, EngineSpec], name: str, device: DeviceInfo | None = None,
+                   installed_here: bool = True) -> EngineSpec:
+    """The spec of engine ``name``, checked to be usable here (on ``device``'s vendor when given;
+    its libraries only when ``installed_here``: a run in a worker image needs none on the host).
 
     Raises:
         ConfigError: an unknown engine (with the closest names), or one that does not run
@@ -73,7 +75,7 @@ def require_engine(specs: dict[str, EngineSpec], name: str, device: DeviceInfo |
                           hint=f"engines for {device.vendor}: {', '.join(here) or 'none'}")
     if spec.factory is None:
         raise EngineUnavailable(f"engine {name!r} has no adapter installed", hint=spec.install or None)
-    missing = spec.missing()
+    missing = spec.missing() if installed_here else []
     if missing:
         raise EngineUnavailable(f"engine {name!r} needs {', '.join(missing)} (not found here)",
                                 hint=spec.install or None)

@@ -219,7 +219,9 @@ def test_container_executor_considers_the_cpu_image(pm, cpu, monkeypatch, no_ima
     probes(monkeypatch)
     d = default_sweep(pm, cpu, executor="container")
     assert [c.where for c in d.candidates] == ["docker image x"] and d.chosen is None
-    assert [c.where for c in default_sweep(pm, cpu).candidates] == ["in-process"]     # auto: in-process on the CPU
+    # auto: in-process first on the CPU (compiled, then prebuilt), the image last
+    assert [c.where for c in default_sweep(pm, cpu).candidates] == ["in-process", "in-process", "docker image x"]
+    assert [c.where for c in default_sweep(pm, cpu, executor="inprocess").candidates] == ["in-process"] * 2
 
 
 def test_a_named_remote_platform_with_a_bad_site_table_says_why(pm, monkeypatch, tmp_path):

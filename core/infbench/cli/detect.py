@@ -103,6 +103,7 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
             continue
         if tables[d.vendor]["engines"] or tables[d.vendor]["images"]:
             out.print(_engine_table(d, tables[d.vendor]))
+            _print_default_engine(pm, d)
         else:
             out.print(f"{d.vendor}: no installed plugin registers an engine for this device (infbench_engines)")
     for m in det.missing:
@@ -125,9 +126,39 @@ def _engine_tables(pm, devices) -> dict:
     """Per device vendor: ``{"engines": [EngineSupport], "images": [EngineSupport]}`` (the
     probes' own output, e.g. a vendor library's notice, goes to stderr)."""
     from infbench.engines.availability import engine_table, image_table, quiet_stdout
+    from infbench.engines.builds import annotate
 
+    tables = {}
     with quiet_stdout():
-        return {d.vendor: {"engines": engine_table(pm, d), "images": image_table(pm, d)} for d in devices}
+        for d in devices:
+            tables[d.vendor] = {"engines": engine_table(pm, d), "images": image_table(pm, d)}
+            annotate(d, tables[d.vendor]["engines"])  # the CPU: which llama.cpp build, what compiling adds
+    return tables
+
+
+def _print_default_engine(pm, device) -> None:
+    """What a bare ``infbench run`` measures on ``device``, on which engine and build, and, when
+    a better engine is missing, what it would add and the command installing it (on the CPU,
+    llama.cpp compiled here, with the figures measured by ``benchmarks/engine_builds.py``)."""
+    from infbench.default_sweep import default_sweep
+    from infbench.engines.availability import quiet_stdout
+
+    try:
+        with quiet_stdout():
+            d = default_sweep(pm, device)
+    except InfbenchError as exc:
+        err.print(f"[yellow]note:[/] {device.vendor}: default sweep: {escape(exc.message)}")
+        return
+    if d.chosen is None:
+        out.print(f"{device.vendor}: `infbench run` would refuse: {escape(d.why())} (`infbench run --dry-run` lists "
+                  "the install commands)")
+        return
+    c = d.chosen
+    out.print(f"{device.vendor}: `infbench run` measures {escape(d.description)} on {c.engine} ({escape(c.where)}): "
+              f"{escape(c.reason)}")
+    for m in d.better_missing():
+        out.print(f"{device.vendor}: faster: {m.engine} ({escape(m.where)}), {m.status}: {escape(m.reason)}"
+                  + (f"; install: {escape(m.fix)}" if m.fix else ""))
 
 
 _STATUS_STYLE = {"usable": "green", "not installed": "yellow", "unsupported": "red"}

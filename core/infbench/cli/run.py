@@ -10,18 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from infbench.cli.common import (
     JSON_HELP,
-    ProgressObserver,
     err,
     fail,
     out,
@@ -42,8 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 RUN_HELP = """Run a sweep of cells and store every result.
 
 With no arguments: the detected device's default sweep, named by its plugin. On the CPU,
-the `quick` preset (smollm2-135m with dummy weights on llama.cpp, batch 1/4/8, input
-128/512, output 64), a minute or two on 2 cores; on an NVIDIA, AMD or Intel GPU or a
+the `quick` preset (smollm2-135m with dummy weights, batch 1/4/8, input 128/512, output
+64) on llama.cpp compiled in-process when installed (`infbench[llamacpp]`), else on
+llama.cpp's prebuilt server (`llama.cpp-server`, part of a plain install), else in the CPU
+worker image; a few minutes on 2 cores; on an NVIDIA, AMD or Intel GPU or a
 Gaudi, LLM-Inference-Bench's corner (llama-3-8b with dummy weights, batch 1/16/64, input
 = output 128/1024) on the best engine that runs there: the plugin's image when built and a
 container runtime answers, else vLLM, else transformers on the device, else llama.cpp
@@ -51,10 +44,18 @@ built for it. `--dry-run` shows the choice, why, and the command installing each
 engine; with none usable the run is refused, never measured on the CPU instead. Every
 engine proves it runs on the device before its first timed request.
 
-**Examples**
+**Examples** on a plain install (`pip install infbench`: llama.cpp's prebuilt server)
 
-    infbench run
-    infbench run --dry-run                                         # the default sweep, its engine and why
+    infbench run                                                   # the device's default sweep
+    infbench run --dry-run                                         # its cells, engine, build and why
+    infbench run --engine llama.cpp-server --batch 1,8 --input-len 128 --output-len 32
+    infbench run --engine llama.cpp-server --concurrency 1,4 --num-requests 16
+    infbench run --engine llama.cpp-server --request-rate 1 --find-max rate --slo-ttft-ms 300 --goodput 0.95
+    infbench run --preset genz-qa --engine llama.cpp-server --batch 1 --dry-run
+
+**More examples** (some need another engine: `pip install 'infbench[llamacpp]'`, `'infbench[transformers]'`,
+vLLM; or files of yours: a sweep, conversations, a trace; or a server, a cluster)
+
     infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
     infbench run --preset paper --model tinyllama-1.1b
     infbench run --sweep my-sweep.yaml --force
@@ -70,7 +71,6 @@ engine proves it runs on the device before its first timed request.
     infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
     infbench run --executor ray --device nvidia --container-runtime apptainer
     infbench run --engine vllm-server --concurrency 1 --find-max concurrency --slo-ttft-ms 500 --slo-tpot-ms 50
-    infbench run --engine llama.cpp-server --request-rate 1 --find-max rate --slo-ttft-ms 300 --goodput 0.95
     infbench run --repeat 5 --price-per-hour 2.5                   # mean ± 95 % CI, USD per Mtok
 
 **Serving as production looks**: `--find-max rate|concurrency` brackets then bisects for
@@ -337,12 +337,11 @@ def _run(req: RunRequest) -> None:
         else:
             out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
                       f"store {store.path}")
-    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=err,
-                        disable=as_json)
-    observer = ProgressObserver(progress, progress.add_task("starting", total=len(cells)))
+    from infbench.cli.progress import SweepProgress, first_run_note
+
+    observer = SweepProgress(cells, err, disable=as_json)  # one bar over the sweep, its ETA, a line per cell
     try:
-        with progress, stdout_to_stderr(as_json):
+        with observer, stdout_to_stderr(as_json):
             summary = ex.run(prep.plans if prep.fleet is not None else prep.plan, store, opts, observer)
     except InfbenchError as exc:
         fail(exc)
@@ -360,6 +359,7 @@ def _run(req: RunRequest) -> None:
         quality = perplexity_after_run(prep.plan, req.perplexity, store, prep.pm, ex, opts, req.ppl_n_ctx,
                                        req.ppl_chunks, as_json)
     _print_summary(store, summary, as_json, quality)
+    first_run_note(store, summary, out, as_json)  # where results went, and the commands that show them
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
         raise typer.Exit(3)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
+from infbench.engines.builds import LLAMA_CPP_INSTALL
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
 from infbench.engines.optimum_habana_engine import ADAPTER_OPTIONS as OH_OPTIONS
@@ -116,7 +117,7 @@ def infbench_engines() -> list[EngineSpec]:
     Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
-                   install="pip install 'infbench[llamacpp]'", check=av.check_llama_cpp,
+                   install=LLAMA_CPP_INSTALL, check=av.check_llama_cpp,
                    description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
                    options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
@@ -126,7 +127,8 @@ def infbench_engines() -> list[EngineSpec]:
                    options=COMMON_OPTIONS),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "httpx", "prometheus_client", "gguf"],
-                   install="pip install 'infbench[serve]'", serving=True, check=av.check_llama_server,
+                   install="pip install xllamacpp (an infbench dependency)", serving=True,
+                   check=av.check_llama_server,
                    description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
                    options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS, "parallel")),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],

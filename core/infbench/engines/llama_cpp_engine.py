@@ -226,10 +226,14 @@ class LlamaCppEngine(Engine):
             self.model = None
 
     def describe(self) -> dict[str, Any]:
-        """llama-cpp-python version, llama.cpp system info, threads, the GGUF used."""
+        """llama-cpp-python version, llama.cpp system info, its build (compiled: ``build``,
+        :func:`infbench.engines.builds.llama_cpp_build`), threads, the GGUF used."""
         import llama_cpp
 
+        from infbench.engines.builds import llama_cpp_build
+
         return {"name": self.name, "versions": {"llama_cpp_python": llama_cpp.__version__},
+                "build": llama_cpp_build(),
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
                 "n_threads": getattr(self, "threads", None), "model_file": self.model_file,
                 "weights": getattr(self, "weights", None)}

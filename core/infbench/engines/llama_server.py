@@ -42,7 +42,7 @@ class LlamaServerEngine(ManagedServerEngine):
             import xllamacpp  # noqa: F401
         except ImportError as exc:
             raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp",
-                                    hint="pip install 'infbench[serve]'") from exc
+                                    hint="pip install xllamacpp (an infbench dependency: reinstall infbench)") from exc
         from infbench.data.paths import default_home
 
         m = group.model
@@ -120,11 +120,16 @@ class LlamaServerEngine(ManagedServerEngine):
         return dummy_text(text, m.vocab)
 
     def describe(self) -> dict[str, Any]:
-        """xllamacpp version, slots, and the server log kept beside the results."""
+        """xllamacpp version, its build (prebuilt: ``build``,
+        :func:`infbench.engines.builds.xllamacpp_build`), slots, and the server log kept beside
+        the results."""
         import xllamacpp
+
+        from infbench.engines.builds import xllamacpp_build
 
         d = super().describe()
         d["parallel"] = getattr(self, "parallel", None)
         d["versions"]["xllamacpp"] = xllamacpp.__version__
+        d["build"] = xllamacpp_build()
         d["weights"] = getattr(self, "weights", None)
         return d

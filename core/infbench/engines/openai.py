@@ -384,7 +384,8 @@ class OpenAIEngine(Engine):
         try:
             import httpx  # noqa: F401
         except ImportError as exc:
-            raise EngineUnavailable("the openai engine needs httpx", hint="pip install 'infbench[serve]'") from exc
+            raise EngineUnavailable("the openai engine needs httpx",
+                                    hint="pip install httpx (an infbench dependency: reinstall infbench)") from exc
         if not self.base_url:
             raise ConfigError("the openai engine needs a server URL", hint="pass --base-url http://HOST:PORT/v1")
         env = self.options.get("api_key_env")

@@ -16,6 +16,16 @@ import numpy as np
 
 from infbench.signals import c_callback
 
+#: llama-cpp-python's documented source-build switch (``CMAKE_ARGS``) for what infbench uses:
+#: ``LLAVA_BUILD=OFF`` drops the multimodal library (``mtmd``: 51 of 178 compile units of 0.3.36),
+#: which infbench never loads; tests, tools, examples and the server are llama.cpp targets that
+#: llama-cpp-python 0.3.36 already leaves out (llama.cpp is a sub-project there), switched off
+#: explicitly so a version that changes those defaults does not bring them back.
+LLAMA_CPP_CMAKE_ARGS = ("-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF "
+                        "-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF")
+#: The command installing the compiled build (llama-cpp-python's documented install path).
+LLAMA_CPP_INSTALL = f"CMAKE_ARGS=\"{LLAMA_CPP_CMAKE_ARGS}\" pip install 'infbench[llamacpp]'"
+
 log = logging.getLogger("infbench.llama_cpp")
 _backend_ready = False
 _log_cb: Any = None

