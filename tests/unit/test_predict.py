@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from infbench.analysis.calibration import calibrate
 from infbench.analysis.predict import (
     Calibration,
     Efficiency,
     below_floor,
-    calibrate,
     calibration_path,
     default_efficiency,
     geomean_error,

@@ -30,6 +30,7 @@ from infbench.analysis.predict import (
     Calibration,
     Efficiency,
     _column,
+    below_floor,
     calibration_path,
     default_efficiency,
     engine_family,
@@ -393,3 +394,48 @@ def save_profile(home: Path, engine: str, fit: FleetFit, table: Any, groups: lis
                              "intervals": table.to_dict() if table is not None else None,
                              "parameters": fit.parameters(e)}, indent=1, default=str))
     return p
+
+
+def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 0.3, engine: str = "*",
+              stack: str | None = None, home: Path | None = None) -> Calibration:
+    """Fit the efficiency factors and overheads of one (device, engine) to measured cells.
+
+    Published cells measured below their roofline floor (:func:`below_floor`) are left
+    out (and listed in ``excluded``). The rest is fitted against the engine's profile
+    (stored, else built in) by :func:`infbench.analysis.profile.calibrate_device`: the
+    profile held, the device's own terms (every parameter of
+    :data:`infbench.analysis.profile.PARAMS`, bounded, with priors that pull them to the
+    profile) and its per-model terms fitted on a deterministic ``1 - test_fraction`` of the
+    cells (:func:`held_out`), ``kv_reserve_bytes`` by a search over :data:`KV_RESERVES_GB`
+    where the KV capacity limits some cell; the held-out rest gives the reported error, next
+    to the profile's error on them without the device's terms, and the 90 % intervals.
+
+    Args:
+        pts: :func:`measured_points` of one device (and engine).
+        limits: that device's limits.
+        test_fraction: share of cells held out (chosen by :func:`held_out`; at least one).
+        engine: the engine the calibration is for (``*``: any; fitted as a generic engine).
+        stack: the device's software stack (``cuda``, ``rocm``...; :data:`infbench.analysis.profile.STACKS`).
+        home: ``$INFBENCH_HOME`` (a stored engine profile there is preferred to the built-in one).
+
+    Raises:
+        ConfigError: fewer than 4 usable cells, or a model that cannot be resolved.
+    """
+    if len(pts) < 4:
+        raise ConfigError(f"calibration needs at least 4 measured ok cells with fixed lengths; found {len(pts)}",
+                          hint="run a sweep on this device first (e.g. `infbench run --preset quick`), or import "
+                               "published cells (`infbench import --format lib-csv FILE`)")
+    shapes = {p["model"]: resolve(p["model"]) for p in pts}
+    # Only published cells are screened: infbench's own cells come with their raw token
+    # times, and a CPU's limits are measured attainable rates, not bounds.
+    bad = below_floor(pts, limits, shapes) & np.array([bool(p.get("published")) for p in pts], dtype=bool)
+    excluded = {"below_floor": [p["cell_id"] for p, b in zip(pts, bad, strict=True) if b]}
+    pts = [p for p, b in zip(pts, bad, strict=True) if not b]
+    if len(pts) < 4:
+        raise ConfigError(f"calibration needs at least 4 measured cells above the roofline floor; found {len(pts)} "
+                          f"({len(excluded['below_floor'])} below it)")
+    cal = calibrate_device(pts, limits, "generic" if engine in ("*", "", None) else engine, stack, None, home,
+                           test_fraction)
+    cal.engine = engine if engine in ("*", "", None) else cal.engine
+    cal.excluded = excluded
+    return cal

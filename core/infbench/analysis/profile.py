@@ -24,7 +24,7 @@ physical range in :data:`PARAMS`), where
 ``s``, ``t`` and ``w`` carry Gaussian priors centred on zero (:class:`Priors`): a device
 with few cells keeps the profile's values, one with hundreds moves to its own. The fit is
 the maximum a posteriori of that model: robust least squares on ``log(predicted /
-measured)`` of every measurement (soft-L1, as :func:`~infbench.analysis.predict.calibrate`)
+measured)`` of every measurement (soft-L1, as :func:`~infbench.analysis.calibration.calibrate`)
 plus the prior terms, solved by Levenberg-Marquardt with a Jacobian assembled from each
 (device, model)'s own finite differences, so one iteration costs ``len(PARAMS) + 1``
 predictions of every cell whatever the number of devices.

@@ -204,6 +204,7 @@ def _calibrate(pm: Any, home: Path, limits: dict[str, Any], stacks: dict[str, st
     ``engine``'s unless it is ``generic``), against the engine's profile; saved, and
     returned as dicts."""
     from infbench.analysis import predict as P
+    from infbench.analysis.calibration import calibrate
 
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     report = []
@@ -218,7 +219,7 @@ def _calibrate(pm: Any, home: Path, limits: dict[str, Any], stacks: dict[str, st
                               hint="run a sweep there, or import published results (`infbench import`)")
         for e in wanted:
             try:
-                cal = P.calibrate(by_engine.get(e, []), lim, engine=e, stack=stacks.get(d), home=home)
+                cal = calibrate(by_engine.get(e, []), lim, engine=e, stack=stacks.get(d), home=home)
             except ImportError as exc:
                 need("report", exc)
             path = P.save_calibration(home, cal)
