@@ -61,13 +61,13 @@ def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _residuals(splits: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
     """The held-out errors of every split by engine and interval kind (``device`` also per
     stack), for the built-in interval table."""
+    from infbench.analysis.intervals import scoped_kinds
     from infbench.analysis.validation import SPLITS
 
     res: dict[str, dict[str, dict[str, list[float]]]] = {}
     for split, d in splits.items():
         for r in d["rows"]:
-            kinds = [SPLITS[split]] + ([f"device@{r['stack']}"] if SPLITS[split] == "device" and r.get("stack") else [])
-            for k in kinds:
+            for k in scoped_kinds(SPLITS[split], r.get("stack"), r["device"]):
                 res.setdefault(r["engine"], {}).setdefault(k, {}).setdefault("duration_s", []).extend(
                     x for x in r.get("scores") or [] if x is not None and math.isfinite(x))
     return res

@@ -178,7 +178,7 @@ class Basis:
         if kinds == {"defaults"}:
             q = self.table._one("*", "defaults", metric)
             return q if q is not None else float("inf")
-        return self.table.quantile(engine_family(engine), kinds, metric, self.stack)
+        return self.table.quantile(engine_family(engine), kinds, metric, self.stack, self.key)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary (the ``calibration`` of a prediction row)."""
