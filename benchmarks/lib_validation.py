@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +37,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMIT = "4211f5d4e9bc0145ed541b6d372d5d8223b44235"
+
+
+def _dumps(obj: Any) -> str:
+    """JSON with an indent, but every list of plain values on one line (the files stay
+    readable and diffable without a line per number)."""
+    text = json.dumps(obj, indent=1, default=str)
+    return re.sub(r"\[\s+([^\[\]{}]*?)\s+\]", lambda m: "[" + re.sub(r"\s*\n\s*", " ", m.group(1)) + "]", text)
 
 
 def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -53,13 +61,13 @@ def _strip(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _residuals(splits: dict[str, Any]) -> dict[str, dict[str, dict[str, list[float]]]]:
     """The held-out errors of every split by engine and interval kind (``device`` also per
     stack), for the built-in interval table."""
+    from infbench.analysis.intervals import scoped_kinds
     from infbench.analysis.validation import SPLITS
 
     res: dict[str, dict[str, dict[str, list[float]]]] = {}
     for split, d in splits.items():
         for r in d["rows"]:
-            kinds = [SPLITS[split]] + ([f"device@{r['stack']}"] if SPLITS[split] == "device" and r.get("stack") else [])
-            for k in kinds:
+            for k in scoped_kinds(SPLITS[split], r.get("stack"), r["device"]):
                 res.setdefault(r["engine"], {}).setdefault(k, {}).setdefault("duration_s", []).extend(
                     x for x in r.get("scores") or [] if x is not None and math.isfinite(x))
     return res
@@ -150,9 +158,9 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
     if write_profiles:
         prof = {"source": f"LLM-Inference-Bench's published cells ({doc['csv']} at {COMMIT[:7]})",
                 "command": "benchmarks/lib_validation.py --write-profiles", "intervals": table.to_dict(),
-                "engines": {e: {"fit": f.to_dict(), "intervals": table.to_dict()} for e, f in fits.items()}}
+                "engines": {e: {"fit": f.to_dict()} for e, f in fits.items()}}
         path = ROOT / "core" / "infbench" / "analysis" / "engine_profiles.json"
-        path.write_text(json.dumps(prof, indent=1, default=str))
+        path.write_text(_dumps(prof) + "\n")
         log(f"wrote {path}")
     return doc
 
@@ -327,7 +335,7 @@ def main() -> None:
     previous = json.loads(args.out.read_text()) if args.merge and args.out.is_file() else None
     doc = run(args.csv, args.splits, args.write_profiles, previous=previous)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1, default=str))
+    args.out.write_text(_dumps(doc) + "\n")
     print(f"wrote {args.out} in {doc['total_s']:.0f} s")
     if args.markdown:
         for v in ("summary", "random", "length", "lomo", "lodo", "parameters", "engines", "stacks", "profiles"):

@@ -198,6 +198,12 @@ def test_intervals_widen_with_each_kind_of_extrapolation():
     assert t2.quantile("vllm", {"device"}, "duration_s", "cuda") == pytest.approx(0.08)
     assert t2.quantile("vllm", {"device"}, "duration_s", "rocm") == pytest.approx(0.2)  # too few: all devices'
     assert t2.quantile("vllm", {"device"}, "duration_s") == pytest.approx(0.2)
+    # ... and a fitted device its own residuals (every metric: throughput and E2E from the duration's).
+    t3 = IntervalTable.from_residuals({"vllm": {**res["vllm"], "random@h100": {"duration_s": [0.01] * 30},
+                                                "random@cuda": {"duration_s": [0.02] * 30}}})
+    assert t3.quantile("vllm", set(), "output_tok_s", "cuda", "h100") == pytest.approx(0.01)
+    assert t3.quantile("vllm", set(), "e2e_s", "cuda", "a100") == pytest.approx(0.02)
+    assert t3.quantile("vllm", set(), "duration_s", "rocm", "mi300x") == pytest.approx(0.03)
     back = IntervalTable.from_dict(t.to_dict())
     assert back.quantile("vllm", {"device"}, "duration_s") == pytest.approx(0.2)
     info = {"h100": {"engine": "vllm", "models": ["llama-2-7b"], "max_len": 1024}}

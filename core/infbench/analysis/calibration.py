@@ -75,7 +75,7 @@ def renamed(fit: FleetFit, old: str, new: str) -> FleetFit:
                     cov_blocks={(key(a), key(b)): v for (a, b), v in fit.cov_blocks.items()}, groups=groups,
                     reserve_fraction={(new if e == old else e): v for e, v in fit.reserve_fraction.items()},
                     cost=fit.cost, n_obs=fit.n_obs, dof=fit.dof, n_params=fit.n_params, priors=fit.priors,
-                    sigma=fit.sigma)
+                    sigma=fit.sigma, level_var={key(k): v for k, v in fit.level_var.items()})
 
 
 _BUILTIN: dict[str, Any] | None = None
@@ -107,7 +107,7 @@ def builtin_profile(engine: str) -> tuple[FleetFit, Any, str] | None:
         return None
     if src_engine != e:
         fit = renamed(fit, src_engine, e)
-    table = IntervalTable.from_dict(entry.get("intervals"))
+    table = IntervalTable.from_dict(entry.get("intervals") or data.get("intervals"))
     if table is not None and src_engine != e:
         table.q[e] = table.q.get(src_engine, {})
         table.n[e] = table.n.get(src_engine, {})
@@ -179,7 +179,7 @@ class Basis:
         if kinds == {"defaults"}:
             q = self.table._one("*", "defaults", metric)
             return q if q is not None else float("inf")
-        return self.table.quantile(engine_family(engine), kinds, metric, self.stack)
+        return self.table.quantile(engine_family(engine), kinds, metric, self.stack, self.key)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary (the ``calibration`` of a prediction row)."""

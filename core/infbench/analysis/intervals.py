@@ -12,9 +12,12 @@ situation (:data:`KINDS`) and keeps ``|log(predicted / measured)|`` of the held-
 * ``length``: the cells at the longest length held out, the rest fitted;
 * ``model``: the models split in up to four folds, each fold's models held out everywhere;
 * ``device``: the devices split in up to four folds, each predicted from the others'
-  profile and its own datasheet; kept per software stack too (``device@cuda``: Mondrian
-  conformal prediction, Vovk et al. 2005, ch. 4), so a new CUDA device is not given the
-  interval a ROCm or oneAPI device needs.
+  profile and its own datasheet.
+
+Each residual is also kept per software stack (``device@cuda``) and, but for ``device``,
+per fitted device (``random@<device>``), and a prediction takes the narrowest category with
+enough residuals (Mondrian conformal prediction, Vovk et al. 2005, ch. 4): a CUDA device is
+not given the interval a broken campaign on another stack needs.
 
 The interval of a prediction ``y`` is ``[y e^-q, y e^q]`` with ``q`` the split-conformal
 quantile of the matching residuals (:func:`conformal_quantile`: the ``ceil((n + 1) 0.9)``-th
@@ -121,28 +124,30 @@ class IntervalTable:
                 return max(finite)
         return None
 
-    def _kind(self, engine: str, kind: str, metric: str, stack: str | None) -> float | None:
-        """:meth:`_one`, for ``device`` first the device's own stack (``device@cuda``:
-        Mondrian conformal prediction, the residuals of held-out devices of that stack)."""
-        if kind == "device" and stack:
-            for e in (engine, "*"):
-                q = self.q.get(e, {}).get(f"device@{stack}", {}).get(RESIDUAL_OF.get(metric, metric))
-                if q is not None and math.isfinite(q):
-                    return q
+    def _kind(self, engine: str, kind: str, metric: str, stack: str | None, key: str | None) -> float | None:
+        """:meth:`_one` of the narrowest category with enough residuals (Mondrian conformal
+        prediction): the device's own (``random@<device>``; not for ``device``, which is a
+        device never seen), else its stack's (``device@cuda``), else the engine's."""
+        scopes = [f"{kind}@{key}"] if key and kind != "device" else []
+        scopes += [f"{kind}@{stack}"] if stack else []
+        for s in scopes:
+            q = self._one(engine, s, metric)
+            if q is not None:
+                return q
         return self._one(engine, kind, metric)
 
     def quantile(self, engine: str, kinds: set[str] | frozenset[str], metric: str,
-                 stack: str | None = None) -> float:
+                 stack: str | None = None, key: str | None = None) -> float:
         """The interval half-width (log units) for a prediction of ``metric`` that
         extrapolates in ``kinds`` (empty: like the fitted cells): ``sqrt(q_random^2 +
         sum over kinds of max(q_kind^2 - q_random^2, 0))``; ``inf`` (no interval) when a
-        needed kind has no quantile in this table or its fallback. A ``device``
-        extrapolation takes the quantile of held-out devices of the same ``stack`` where
-        there are enough of them (CUDA devices are predicted far better than a stack
-        with one other device)."""
-        base = self._one(engine, "random", metric)
+        needed kind has no quantile in this table or its fallback. Each kind's quantile is
+        the narrowest category's with enough residuals: the fitted device ``key``'s own, else
+        its ``stack``'s, else the engine's (:meth:`_kind`): CUDA devices are predicted far
+        better than a stack with a broken campaign, and one table should not widen them."""
+        base = self._kind(engine, "random", metric, stack, key)
         novel = [k for k in kinds if k != "random"]
-        found = [self._kind(engine, k, metric, stack) for k in novel]
+        found = [self._kind(engine, k, metric, stack, key) for k in novel]
         qs = [q for q in found if q is not None]
         if len(qs) < len(found):
             return float("inf")
@@ -198,6 +203,17 @@ def novelty(groups_info: dict[str, dict[str, Any]], engine: str, device_key: str
     return out
 
 
+def scoped_kinds(kind: str, stack: str | None, key: str | None) -> list[str]:
+    """The categories a held-out residual of ``kind`` counts in: the kind, its stack's
+    (``random@cuda``) and, but for ``device``, its device's (``random@<device>``)."""
+    out = [kind]
+    if stack:
+        out.append(f"{kind}@{stack}")
+    if key and kind != "device":
+        out.append(f"{kind}@{key}")
+    return out
+
+
 def _salted(name: str, salt: str, folds: int) -> int:
     return int(hashlib.sha256(f"{salt}|{name}".encode()).hexdigest()[:8], 16) % folds
 
@@ -233,7 +249,7 @@ def collect_residuals(groups: list[Any], fit: Any, kinds: tuple[str, ...] = KIND
                 ok = np.isfinite(meas) & (meas > 0) & np.isfinite(pr[m]) & (pr[m] > 0)
                 if ok.any():
                     s = np.abs(np.log(pr[m][ok] / meas[ok])).tolist()
-                    for k in (kind, f"device@{t.stack}") if kind == "device" else (kind,):
+                    for k in scoped_kinds(kind, t.stack, t.key):
                         out.setdefault(t.engine, {}).setdefault(k, {}).setdefault(m, []).extend(s)
 
     def run(train: list[Any], tests: list[Any], kind: str, seen: bool) -> None:

@@ -287,6 +287,9 @@ class FleetFit:
             of the hat matrix of the data rows), coordinates fitted.
         priors: the hyper-parameters used.
         sigma: the data residuals' standard deviation per degree of freedom (log units).
+        level_var: ``("mu", engine) | ("stack", engine, stack) | ("device", key)`` -> the
+            variance of the summed coordinates at that level (what a stored profile keeps
+            instead of ``cov_blocks``; used when those are absent).
     """
 
     engines: list[str]
@@ -301,6 +304,7 @@ class FleetFit:
     n_params: int
     priors: Priors
     sigma: float = float("nan")
+    level_var: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def term_keys(self, engine: str, stack: str | None, key: str | None = None,
                   model: str | None = None) -> tuple[list[tuple], str]:
@@ -339,7 +343,12 @@ class FleetFit:
         u = np.zeros(K)
         for k in keys:
             u[_block_params(k[0])] += self.terms[k]
-        var = np.diag(self.u_cov(engine, stack, key, model))
+        if self.cov_blocks or not self.level_var:
+            var = np.diag(self.u_cov(engine, stack, key, model))
+        else:
+            # A stored profile: the variance of its level (a model's own terms count as exact).
+            last = [k for k in keys if k[0] in ("mu", "stack", "device")][-1]
+            var = self.level_var.get(last, np.zeros(K))
         return u, np.sqrt(np.clip(var, 0, None)), level
 
     def u_cov(self, engine: str, stack: str | None, key: str | None = None, model: str | None = None) -> np.ndarray:
@@ -375,7 +384,7 @@ class FleetFit:
         """Fitted values with their 90 % range: ``{name: {"value", "lo", "hi", "bound"}}``
         (``bound``: the physical range; ``lo``/``hi`` None without a covariance)."""
         u, sd, _ = self.u_for(engine, stack, key, model)
-        has = bool(self.cov_blocks)
+        has = bool(self.cov_blocks) or bool(self.level_var)
         v, lo, hi = to_value(u), to_value(u - 1.645 * sd), to_value(u + 1.645 * sd)
         return {p.name: {"value": float(v[i]), "lo": float(lo[i]) if has else None,
                          "hi": float(hi[i]) if has else None, "bound": [p.lo, p.hi]}
@@ -395,24 +404,31 @@ class FleetFit:
                         cov_blocks={k: v for k, v in self.cov_blocks.items() if mine(k[0]) and mine(k[1])},
                         groups={k: v for k, v in self.groups.items() if v["engine"] == e},
                         reserve_fraction={e: self.reserve_fraction.get(e, 0.0)}, cost=self.cost, n_obs=self.n_obs,
-                        dof=self.dof, n_params=self.n_params, priors=self.priors, sigma=self.sigma)
+                        dof=self.dof, n_params=self.n_params, priors=self.priors, sigma=self.sigma,
+                        level_var={k: v for k, v in self.level_var.items() if mine(k)})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (:meth:`from_dict` reads it back), numbers to 7 significant
-        digits. Only the covariances among profile, stack and device terms are kept (what
-        :meth:`parameters` reports per device; a model's own terms then count as exact)."""
+        digits. Of the covariance only each level's variances are kept (``level_var``: what
+        :meth:`parameters` reports for the profile, a stack or a device; a model's own terms
+        then count as exact)."""
         def enc(k: tuple) -> str:
             return "|".join(k)
 
         def num(v: np.ndarray) -> list:
             return [float(f"{x:.7g}") for x in np.ravel(v)] if v.ndim == 1 else [num(r) for r in v]
 
-        kept = ("mu", "stack", "device")
+        levels = dict(self.level_var)
+        if self.cov_blocks:
+            for k in self.terms:
+                if k[0] in ("mu", "stack", "device"):
+                    e = k[1] if k[0] != "device" else self.groups[k[1]]["engine"]
+                    stack = k[2] if k[0] == "stack" else (self.groups[k[1]]["stack"] if k[0] == "device" else None)
+                    levels[k] = np.diag(self.u_cov(e, stack, k[1] if k[0] == "device" else None))
         return {"engines": self.engines, "params": list(PARAM_NAMES), "model_params": list(MODEL_PARAMS),
                 "terms": {enc(k): num(v) for k, v in self.terms.items()},
                 "sd": {enc(k): num(v) for k, v in self.sd.items()},
-                "cov_blocks": {enc(a) + "#" + enc(b): num(v) for (a, b), v in self.cov_blocks.items()
-                               if a[0] in kept and b[0] in kept},
+                "level_var": {enc(k): num(v) for k, v in levels.items()},
                 "groups": self.groups, "reserve_fraction": self.reserve_fraction, "cost": self.cost,
                 "n_obs": self.n_obs, "dof": self.dof, "n_params": self.n_params, "priors": self.priors.to_dict(),
                 "sigma": self.sigma}
@@ -435,11 +451,12 @@ class FleetFit:
         for k, v in (d.get("cov_blocks") or {}).items():
             a, b = k.split("#")
             cov[(dec(a), dec(b))] = np.array(v, dtype=float)
+        levels = {dec(k): np.array(v, dtype=float) for k, v in (d.get("level_var") or {}).items()}
         return cls(engines=list(d["engines"]), terms={dec(k): np.array(v, dtype=float) for k, v in d["terms"].items()},
                    sd={dec(k): np.array(v, dtype=float) for k, v in (d.get("sd") or {}).items()}, cov_blocks=cov,
                    groups=d["groups"], reserve_fraction=d.get("reserve_fraction") or {}, cost=d.get("cost", 0.0),
                    n_obs=d.get("n_obs", 0), dof=d.get("dof", float("nan")), n_params=d.get("n_params", 0),
-                   priors=Priors(**(d.get("priors") or {})), sigma=d.get("sigma", float("nan")))
+                   priors=Priors(**(d.get("priors") or {})), sigma=d.get("sigma", float("nan")), level_var=levels)
 
 
 def default_prior_u() -> np.ndarray:

@@ -129,7 +129,8 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
             r = np.abs(np.log(pred[m][ok] / meas[ok]))
             errors[m] = geomean(r)
             q = np.array([table.quantile(t.engine, novelty(fitted.groups, t.engine, t.key if use_seen else None,
-                                                           p["model"], p["n_in"], p["n_out"]), m, t.stack)
+                                                           p["model"], p["n_in"], p["n_out"]), m, t.stack,
+                                         t.key if use_seen else None)
                           for p, o in zip(t.points, ok, strict=True) if o])
             # An infinite interval (a kind the training cells cannot calibrate) is no
             # interval: it counts as a miss, and is counted apart.
@@ -141,7 +142,8 @@ def evaluate(train: list[Group], tests: list[Group], kind: str, priors: Priors |
                 mask[ok] = inside
         sc = np.abs(np.log(pred[metric] / _column(t.points, metric)))
         qs = [table.quantile(t.engine, novelty(fitted.groups, t.engine, t.key if use_seen else None, p["model"],
-                                               p["n_in"], p["n_out"]), metric, t.stack) for p in t.points]
+                                               p["n_in"], p["n_out"]), metric, t.stack,
+                             t.key if use_seen else None) for p in t.points]
         rows.append({"device": t.key, "catalog_id": t.device_id, "engine": t.engine, "stack": t.stack,
                      "n": len(t.points),
                      "error": errors.get(metric, float("nan")), "errors": errors, "covered": covered,
