@@ -28,6 +28,25 @@ from infbench.store.published import file_sha256, import_published
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def render(data: dict, variant: str | None = None) -> str:
+    """Figures from lib_validation.json (benchmarks/docs_numbers.py): the per-group table of
+    docs/roofline.md (default), or the median in words (``median``)."""
+    from infbench.analysis.validation import markdown_table
+
+    if variant == "median":
+        s = data["summary"]
+        fitted = [g for g in data["groups"] if "error" in g]
+        vt = sorted((g for g in fitted if g["engine"] in ("vllm", "trtllm-serve")), key=lambda g: g["error"])
+        over = set(s["over_limit"])
+        inside = [g for g in vt if f"{g['device']} / {g['engine']}" not in over]
+        return (f"**Median held-out error over the {s['groups']} groups: {100 * s['median']:.1f} %** (the uncalibrated "
+                f"defaults: {100 * s['median_default']:.1f} %;\n{s['cells']:,} cells from {data['rows']:,} rows). "
+                f"vLLM and TensorRT-LLM groups: {100 * inside[0]['error']:.1f} % to "
+                f"{100 * inside[-1]['error']:.1f} %"
+                + (f", except {', '.join(sorted(over))}" if over else "") + ".")
+    return markdown_table(data["groups"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", type=Path, default=ROOT / "benchmarks" / "data" / "lib_all_results.csv")

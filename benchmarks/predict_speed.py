@@ -91,6 +91,31 @@ def scalar_sample(pairs: list[tuple], k: int = 300) -> float:
     return (time.perf_counter() - t0) / k
 
 
+def render(data: dict, variant: str | None = None) -> str:
+    """docs' figures from predict_speed.json (benchmarks/docs_numbers.py): the table of
+    docs/benchmarks.md (default) or the paragraph of docs/roofline.md (``roofline``)."""
+    paper, grid = data["paper_s"] * 1e3, data["vectorised_s"] * 1e3
+    if variant == "roofline":
+        return (f"`python benchmarks/predict_speed.py` (2-core shared VM, best of 5; docs/benchmarks.md): the paper's\n"
+                f"{data['paper_cells']:,} cells ({data['paper_groups']} device/engine groups, each with its engine "
+                f"profile and calibration path) in\n**{paper:.0f} ms**; every zoo model on every described device "
+                f"over the paper's axes (batch 1/16/32/64 x\ninput and output 128-2048 x tp 1/2/4/8, vLLM's "
+                f"scheduling: {data['pairs']} pairs, {data['points']:,} points) in\n**{grid:.0f} ms**, "
+                f"{data['speedup']:.0f}x faster "
+                f"than point by point. Target: under 1 s.")
+    return "\n".join([
+        "| what | result |", "|---|---|",
+        f"| the paper's cells: LLM-Inference-Bench's {data['paper_cells']:,} published cells the zoo and catalog "
+        f"describe, {data['paper_groups']} (device, engine) groups, each with its engine's scheduling (KV capacity, "
+        f"waves, chunks, pipeline) | **{paper:.0f} ms** |",
+        f"| the paper's axes on every device: the zoo's models x the described devices with a bf16 rate "
+        f"({data['pairs']} pairs) x batch 1/16/32/64 x input 128-2048 x output 128-2048 x tp 1/2/4/8 = "
+        f"{data['points']:,} points, vLLM's scheduling | **{grid:.0f} ms** vectorised |",
+        f"| the same, point by point (300 sampled points, scaled) | ~{data['scalar_s_estimated']:.0f} s, so "
+        f"vectorised is {data['speedup']:.0f}x faster |",
+    ])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "predict_speed.json")
