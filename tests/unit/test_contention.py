@@ -127,3 +127,30 @@ def test_physics_check_names_the_neighbours():
                      metrics={"contention": {"other_cpu_cores": 1.7, "other_cpu_core_s": 2.0, "cpus": 2}})
     assert check_cell(res, None) == ["other processes used 1.70 cores during the cell (more than 0.1 of 2 CPUs; "
                                      "noisy neighbours slow the engine down)"]
+
+
+def test_own_tree_counts_a_child_and_agrees_with_psutil():
+    """The tree read from /proc (each thread's ``children`` file) holds a child that burned
+    about 0.3 s of CPU, and its total agrees with psutil's walk to a few ticks."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from infbench.measure.contention import _own_tree_psutil, own_tree_cpu_s
+
+    code = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    p = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            total, pids = own_tree_cpu_s(hz=os.sysconf("SC_CLK_TCK"))
+            if p.pid in pids and total >= 0.3:
+                break
+            time.sleep(0.05)
+        assert p.pid in pids and os.getpid() in pids
+        ref, ref_pids = _own_tree_psutil(os.getpid())
+        assert ref_pids == pids and abs(ref - total) <= 0.05
+    finally:
+        p.kill()
+        p.wait()

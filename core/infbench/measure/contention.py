@@ -9,8 +9,8 @@ measures:
   (``os.sched_getaffinity``): the busy time of those CPUs in ``/proc/stat`` (``user +
   nice + system``, in USER_HZ ticks; ``idle``, ``iowait``, ``irq``, ``softirq`` and
   ``steal`` left out) minus the CPU time of infbench's own process tree (this process and
-  every descendant: ``utime + stime`` and the reaped children's ``cutime + cstime``, via
-  psutil), over the cell's wall time: ``other_cpu_cores``. ``steal`` (the hypervisor
+  every descendant: ``utime + stime`` and the reaped children's ``cutime + cstime``, from
+  ``/proc/PID/stat``), over the cell's wall time: ``other_cpu_cores``. ``steal`` (the hypervisor
   running other guests on these CPUs) is recorded beside it (``steal_cores``), not counted.
 * **Other processes on the accelerator**, where the device's power sampler can list the
   processes using its devices (optional sampler method ``device_processes()``, plugin
@@ -85,15 +85,68 @@ def parse_proc_stat(text: str, cpus: set[int] | None = None) -> tuple[int, int, 
     return busy, steal, total
 
 
-def own_tree_cpu_s(root: int | None = None) -> tuple[float, set[int]]:
+def _proc_children(pid: int) -> list[int] | None:
+    """Children of ``pid`` from ``/proc/PID/task/*/children`` (every thread's; Linux 3.5+ with
+    CONFIG_PROC_CHILDREN), or None when the kernel does not provide the file."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _proc_cpu_s(pid: int, hz: float) -> float | None:
+    """utime + stime + cutime + cstime of ``pid`` (s) from ``/proc/PID/stat`` (proc(5) fields
+    14-17, after the parenthesised command name), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return sum(int(x) for x in fields[11:15]) / hz
+
+
+def own_tree_cpu_s(root: int | None = None, hz: float = 100.0) -> tuple[float, set[int]]:
     """CPU seconds used so far by the process ``root`` (default: this one) and every
     descendant (user + system, plus the reaped children's), and the tree's PIDs.
 
-    A descendant that exits between listing and reading is skipped (its time moves to its
-    parent's children counters once reaped)."""
+    Reads ``/proc`` directly (the tree through each thread's ``children`` file: a few reads
+    for a small tree, whatever runs beside it); falls back to psutil where the kernel lacks
+    those files. A descendant that exits between listing and reading is skipped (its time
+    moves to its parent's children counters once reaped)."""
+    root = root or os.getpid()
+    pids, i = [root], 0
+    while i < len(pids):
+        kids = _proc_children(pids[i])
+        if kids is None:
+            return _own_tree_psutil(root)
+        pids += kids
+        i += 1
+    total, seen = 0.0, set()
+    for pid in pids:
+        t = _proc_cpu_s(pid, hz)
+        if t is not None:
+            total += t
+            seen.add(pid)
+    return total, seen
+
+
+def _own_tree_psutil(root: int) -> tuple[float, set[int]]:
     import psutil
 
-    me = psutil.Process(root or os.getpid())
+    me = psutil.Process(root)
     procs = [me]
     try:
         procs += me.children(recursive=True)
@@ -168,7 +221,7 @@ class ContentionMonitor:
         with open(self.proc_stat) as f:
             text = f.read()
         busy, steal, _ = parse_proc_stat(text, self._cpus)
-        own, self._own_pids = own_tree_cpu_s()
+        own, self._own_pids = own_tree_cpu_s(hz=self._hz)
         return CpuSample(time.perf_counter(), busy, steal, own)
 
     def _read_device(self) -> None:
@@ -182,7 +235,7 @@ class ContentionMonitor:
         if pids is None:
             self._lister = None
             return
-        _, own = own_tree_cpu_s()
+        _, own = own_tree_cpu_s(hz=self._hz)
         for pid in pids:
             if pid in own:
                 continue
