@@ -96,6 +96,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
     bins = tools_dir()
     ib: dict[str, list[float]] = {}
     lb: dict[str, list[float]] = {}
+    others: list[float | None] = []  # other processes' cores during each infbench cell (noisy neighbours)
     first = infbench_cells(model, dtype, list(inputs), out_len, 1, work / "warm.db", env)  # writes the GGUF once
     gguf, threads = first[0]["engine"]["model_file"], first[0]["engine"]["n_threads"]
     t0 = time.time()
@@ -105,6 +106,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
             if tool == "infbench":
                 for c in infbench_cells(model, dtype, list(inputs), out_len, repeat, work / f"r{r}.db", env):
                     m, n = c["metrics"], c["spec"]["input_len"]
+                    others.append((m.get("contention") or {}).get("other_cpu_cores"))
                     ib.setdefault(f"pp{n}", []).append(n / m["ttft_s"]["mean"])
                     ib.setdefault(f"tg{out_len - 1}@d{n}", []).append(1.0 / m["tpot_s"]["mean"])
             else:
@@ -131,7 +133,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
     return {"setup": {"model": model, "dtype": dtype, "gguf": Path(gguf).name, "threads": threads, "batch": 1,
                       "input_lens": list(inputs), "output_len": out_len, "rounds": rounds, "repeat": repeat,
                       "llama_cpp_python": llama_cpp.__version__, "llama_bench": info, "cpus": os.cpu_count(),
-                      "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d")},
+                      "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
+                      "other_cpu_cores_during_infbench_cells": others},
             "tests": tests, "target": TARGET, "all_within_target": all(t["within_target"] for t in tests)}
 
 

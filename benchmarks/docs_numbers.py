@@ -127,6 +127,7 @@ def renderer(name: str, bench: Path = BENCH) -> Callable[[dict, str | None], str
         spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
         mod = importlib.util.module_from_spec(spec)
         assert spec.loader is not None
+        sys.modules[spec.name] = mod  # dataclasses and pickling look their module up
         spec.loader.exec_module(mod)
         _modules[key] = mod
     fn = getattr(_modules[key], "render", None)

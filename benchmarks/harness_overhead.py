@@ -121,7 +121,10 @@ def machine() -> dict:
             vers[d] = md.version(d)
         except md.PackageNotFoundError:
             vers[d] = None
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    accel = [str(p) for pat in ("nvidia[0-9]*", "kfd", "accel/accel*", "dri/renderD*") for p in Path("/dev").glob(pat)]
     return {"cpu": dev.model, "cpus": os.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30),
+            "virtual_machine": " hypervisor" in flags, "accelerator_devices": accel,
             "python": platform.python_version(), "versions": vers, "date": time.strftime("%Y-%m-%d")}
 
 
@@ -131,7 +134,9 @@ def render(data: dict, variant: str | None = None) -> str:
     if variant == "machine":
         m = data["machine"]
         v = m["versions"]
-        return (f"Machine: {m['cpus']}-core {m['cpu']} VM (shared), {m['memory_gib']} GiB, no GPU, Python "
+        kind = "VM" if m.get("virtual_machine") else "host"
+        gpu = "no GPU" if not m.get("accelerator_devices") else "accelerators " + ", ".join(m["accelerator_devices"])
+        return (f"Machine: {m['cpus']}-core {m['cpu']} {kind} (shared), {m['memory_gib']} GiB, {gpu}, Python "
                 f"{m['python']}, llama-cpp-python {v['llama_cpp_python']},\ntransformers {v['transformers']}, torch "
                 f"{v['torch']}; {m['date']}; medians of {data['reps']} repetitions:")
     if variant == "load_once":

