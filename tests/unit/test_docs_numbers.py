@@ -38,7 +38,7 @@ def tree(tmp_path):
     (tmp_path / "bench").mkdir()
     (tmp_path / "results").mkdir()
     (tmp_path / "bench" / "toy.py").write_text(BENCH)
-    (tmp_path / "results" / "toy.json").write_text(json.dumps({"x": 1.25, "rows": {"p": 3, "q": 4}}))
+    (tmp_path / "results" / "toy.json").write_text(json.dumps({"x": 1.26, "rows": {"p": 3, "q": 4}}))
     return tmp_path
 
 
@@ -56,7 +56,7 @@ def test_region_rendered_checked_and_rewritten(tree):
     assert len(problems) == 2 and "doc.md:3 toy differs" in problems[1] and "doc.md:10 toy:line" in problems[0]
     assert "-| q | 5 |" in problems[1] and "+| q | 4 |" in problems[1]
     doc, problems = run(tree, text, write=True)
-    assert problems == [] and "| q | 4 |" in doc.read_text() and "median 1.2 ms" in doc.read_text()
+    assert problems == [] and "| q | 4 |" in doc.read_text() and "median 1.3 ms" in doc.read_text()
     assert dn.process([doc], False, tree / "bench", tree / "results") == []
 
 
