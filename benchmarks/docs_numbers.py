@@ -20,7 +20,8 @@ time): the check runs in the unit tests.
 
 The check also looks for figures that escaped the markers: a markdown table with a cell
 that is only a number (``| 0.38 |``, ``| **92 ms** |``, ``| 1,319 |``), or a fenced block
-showing the output of ``$ python benchmarks/...``, outside every region. A table of numbers
+showing a terminal session (``$ command`` lines) whose output holds digits, outside every
+region. Figures in running prose are not detected: keep them inside regions too. A table of numbers
 that are not measurements (a worked example, a configuration) is marked with
 ``<!-- numbers: none (why) -->`` on the line before it.
 """
@@ -173,8 +174,8 @@ def unmarked_figures(path: Path, lines: list[str], regs: list[Region]) -> list[s
                 while j < len(lines) and not lines[j].lstrip().startswith("```"):
                     j += 1
                 body = lines[i + 1:j]
-                if any(b.startswith("$ python benchmarks/") for b in body) and not _exempt(lines, i):
-                    out.append(f"{rel}:{i + 1} output of a benchmark outside numbers markers")
+                if _captured_output(body) and not _exempt(lines, i):
+                    out.append(f"{rel}:{i + 1} captured output with figures outside numbers markers")
                 i = j + 1
                 continue
         if line.startswith("|") and i not in inside:
@@ -188,6 +189,21 @@ def unmarked_figures(path: Path, lines: list[str], regs: list[Region]) -> list[s
             continue
         i += 1
     return out
+
+
+def _captured_output(body: list[str]) -> bool:
+    """A fenced block showing a terminal session (a ``$ `` prompt line) whose output (the lines
+    that are not prompts, continuations or comments) holds a digit."""
+    if not any(b.startswith("$ ") for b in body):
+        return False
+    out, cont = [], False
+    for b in body:
+        if b.startswith("$ ") or cont:
+            cont = b.rstrip().endswith("\\")
+            continue
+        if b.strip() and not b.lstrip().startswith("#"):
+            out.append(b)
+    return any(re.search(r"\d", b) for b in out)
 
 
 def _exempt(lines: list[str], i: int) -> bool:

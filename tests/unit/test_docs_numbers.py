@@ -66,7 +66,7 @@ def test_unmarked_figures_are_found_and_can_be_exempted(tree):
            "| engine | memory |\n|---|---:|\n| vllm | 0.9 |\n"
     _, problems = run(tree, text)
     assert problems == ["doc.md:1 table of figures outside numbers markers",
-                        "doc.md:5 output of a benchmark outside numbers markers"]
+                        "doc.md:5 captured output with figures outside numbers markers"]
 
 
 @pytest.mark.parametrize("text, msg", [
