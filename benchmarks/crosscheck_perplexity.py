@@ -58,14 +58,16 @@ def license_text() -> str:
     return str(Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt")
 
 
-def llama_perplexity(binary: Path, gguf: str, text: str, n_ctx: int, threads: int) -> dict:
-    """Run llama.cpp's tool; its final estimate, uncertainty, chunks, batch and running estimates.
+def llama_perplexity(binary: Path, gguf: str, text: str, n_ctx: int, threads: int, batch: int | None = None) -> dict:
+    """Run llama.cpp's tool (``-b batch`` when given); its final estimate, uncertainty, chunks,
+    batch and running estimates.
 
     Raises:
         RuntimeError: it failed or printed no final estimate.
     """
     t0 = time.perf_counter()
-    p = subprocess.run([str(binary), "-m", gguf, "-f", text, "-c", str(n_ctx), "-t", str(threads)],
+    extra = ["-b", str(batch)] if batch else []
+    p = subprocess.run([str(binary), "-m", gguf, "-f", text, "-c", str(n_ctx), "-t", str(threads), *extra],
                        capture_output=True, text=True, timeout=3600)
     out = p.stdout + p.stderr
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
@@ -111,12 +113,14 @@ def measure(n_ctx: int = 512, home: Path | None = None) -> dict:
     env = {**os.environ, "INFBENCH_HOME": str(home or Path(tempfile.mkdtemp(prefix="infbench-xppl-")) / "home")}
     ib = infbench_perplexity(gguf, text, n_ctx, env)
     lp = llama_perplexity(tools_dir() / "llama-perplexity", gguf, text, n_ctx, ib["n_threads"] or 2)
+    one = llama_perplexity(tools_dir() / "llama-perplexity", gguf, text, n_ctx, ib["n_threads"] or 2, batch=n_ctx)
     if lp["n_chunks"] != ib["n_chunks"]:
         raise RuntimeError(f"chunks differ: llama-perplexity {lp['n_chunks']}, infbench {ib['n_chunks']}")
     diff = ib["perplexity"] / lp["perplexity"] - 1
     return {"gguf": Path(gguf).name, "text": f"CPython {sys.version.split()[0]} LICENSE.txt",
             "text_bytes": Path(text).stat().st_size, "n_ctx": n_ctx, "llama_cpp_python": md.version("llama_cpp_python"),
-            "infbench": ib, "llama_perplexity": lp, "diff": diff, "target": TARGET,
+            "infbench": ib, "llama_perplexity": lp, "llama_perplexity_one_chunk_per_call": one,
+            "diff_one_chunk_per_call": ib["perplexity"] / one["perplexity"] - 1, "diff": diff, "target": TARGET,
             "within_target": abs(diff) <= TARGET, "date": time.strftime("%Y-%m-%d")}
 
 
@@ -129,7 +133,10 @@ def render(data: dict, variant: str | None = None) -> str:
             f"`infbench perplexity` **{ib['perplexity']:.4f} +/- {ib['stderr']:.4f}**: "
             f"{100 * data['diff']:+.3f} % ({'within' if data['within_target'] else '**outside**'} the "
             f"{100 * data['target']:g} % target; {data['date']}).\n"
-            f"llama-perplexity ran {lp['n_seq']} chunks per decode call (batch {lp['batch_size']}), infbench one.")
+            f"llama-perplexity ran {lp['n_seq']} chunks per decode call (batch {lp['batch_size']}), infbench one;"
+            + (f" with `-b {data['n_ctx']}` (one chunk per call, as infbench) it says\n"
+               f"{data['llama_perplexity_one_chunk_per_call']['perplexity']:.4f} "
+               f"({100 * data['diff_one_chunk_per_call']:+.3f} %)." if "diff_one_chunk_per_call" in data else ""))
 
 
 def main() -> None:

@@ -60,14 +60,16 @@ def overhead(engine_name: str, model: str, dtype: str, cells: list[tuple[int, in
                 store.save_cell(run_id, r)
                 save_s = time.perf_counter() - t
                 assert r.status == "ok", r.error
-                per.append((r.wall_s, r.engine_s, save_s))
+                per.append((r.wall_s, r.engine_s, save_s, (r.metrics.get("contention") or {}).get("other_cpu_cores")))
             wall = statistics.median(p[0] for p in per)
             eng_s = statistics.median(p[1] for p in per)
             save = statistics.median(p[2] for p in per)
             over = wall - eng_s + save
+            others = [p[3] for p in per if p[3] is not None]
             rows.append({"engine": engine_name, "model": model, "batch": b, "input_len": i, "output_len": o,
                          "engine_s": eng_s, "harness_s": over, "store_write_s": save,
-                         "harness_pct_of_engine": 100 * over / eng_s})
+                         "harness_pct_of_engine": 100 * over / eng_s,
+                         "other_cpu_cores": statistics.median(others) if others else None})
     finally:
         eng.stop()
     return rows
@@ -145,11 +147,15 @@ def render(data: dict, variant: str | None = None) -> str:
         out += [f"| {r['engine']} | {r['model']} | {r['cells']} | {r['load_once_s']:.2f} | "
                 f"{r['load_per_cell_s']:.2f} | {r['speedup']:.2f}x |" for r in data["load_once"]]
         return "\n".join(out)
-    out = ["| engine | model | batch | in | out | engine s | harness ms | store write ms | harness / engine |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    out = ["| engine | model | batch | in | out | engine s | harness ms | store write ms | harness / engine | "
+           "other processes (cores) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def others(r: dict) -> str:
+        return "-" if r.get("other_cpu_cores") is None else f"{r['other_cpu_cores']:.2f}"
+
     out += [f"| {r['engine']} | {r['model']} | {r['batch']} | {r['input_len']} | {r['output_len']} | "
             f"{r['engine_s']:.3f} | {1e3 * r['harness_s']:.2f} | {1e3 * r['store_write_s']:.2f} | "
-            f"{r['harness_pct_of_engine']:.2f} % |" for r in data["overhead"]]
+            f"{r['harness_pct_of_engine']:.2f} % | {others(r)} |" for r in data["overhead"]]
     return "\n".join(out)
 
 

@@ -41,10 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 METRICS = [("ttft_p50_s", "ttft_s", "p50"), ("tpot_p50_s", "tpot_s", "p50"), ("itl_p99_s", "itl_s", "p99"),
            ("e2e_p50_s", "e2e_s", "p50"), ("output_tok_s", "output_tok_s", None), ("total_tok_s", "total_tok_s", None)]
 DIFFS = (0.01, 0.02, 0.05, 0.10)
+CAP = 10_000
 ALPHA, POWER = 0.05, 0.80
 
 
-def repeats_needed(cv: float, diff: float, alpha: float = ALPHA, power: float = POWER, cap: int = 10_000) -> int:
+def repeats_needed(cv: float, diff: float, alpha: float = ALPHA, power: float = POWER, cap: int = CAP) -> int:
     """Smallest n >= 2 per configuration with ``n >= 2 ((t_{1-alpha/2, 2n-2} + t_{power, 2n-2})
     cv / diff)^2`` (two-sided two-sample t-test; see the module doc). ``cap`` when not reached.
 
@@ -62,6 +63,45 @@ def repeats_needed(cv: float, diff: float, alpha: float = ALPHA, power: float = 
     return cap
 
 
+def cv_stats(xs: list[float]) -> dict | None:
+    """mean, sample std (ddof 1), CV = std / mean and n of ``xs``; None for fewer than 2."""
+    if len(xs) < 2:
+        return None
+    m, sd = statistics.fmean(xs), statistics.stdev(xs)
+    return {"mean": m, "std": sd, "cv": sd / m if m else None, "n": len(xs)}
+
+
+def analyse(res: dict) -> dict:
+    """Per cell and metric the CV over all runs (``metrics``) and over the runs in which the
+    cell was not flagged for noisy neighbours (``quiet``, when at least 3 remain); per metric
+    the median and worst CV over the cells and the repeats needed per difference
+    (:func:`repeats_needed`), from the quiet CVs of the cells that have them
+    (``summary_cells``), else from all runs of every cell (``summary_basis``). Works on the raw
+    values the run recorded; sets and returns ``res``."""
+    for c in res["cells"]:
+        noisy = set(c["noisy_runs"])
+        c["metrics"] = {n: cv_stats(xs) for n, xs in c["values"].items() if cv_stats(xs)}
+        c["quiet"] = {n: cv_stats([x for i, x in enumerate(xs) if i not in noisy]) for n, xs in c["values"].items()
+                      if len(xs) - len(noisy) >= 3}
+    with_quiet = [c for c in res["cells"] if c["quiet"] and len(c["quiet"]) == len(c["metrics"])]
+    quiet = len(with_quiet) > 0
+    res["summary_basis"] = "quiet runs" if quiet else "all runs"
+    res["summary_cells"] = [c["cell"] for c in (with_quiet if quiet else res["cells"])]
+    res["noisy_cells"] = sum(len(c["noisy_runs"]) for c in res["cells"])
+    summary = {}
+    for name, _, _ in METRICS:
+        cvs = [c["quiet"].get(name) if quiet else c["metrics"].get(name) for c in (with_quiet or res["cells"])]
+        cvs = [x["cv"] for x in cvs if x and x["cv"] is not None]
+        if not cvs:
+            continue
+        med, worst = statistics.median(cvs), max(cvs)
+        summary[name] = {"cv_median": med, "cv_max": worst, "cells": len(cvs),
+                         "repeats": {f"{100 * d:g}%": {"median_cell": repeats_needed(med, d),
+                                                      "worst_cell": repeats_needed(worst, d)} for d in DIFFS}}
+    res["summary"] = summary
+    return res
+
+
 def value(cell: dict, key: str, stat: str | None) -> float | None:
     v = cell["metrics"].get(key)
     return (v or {}).get(stat) if stat else v
@@ -71,7 +111,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "repeatability.json")
+    ap.add_argument("--reanalyse", type=Path, help="recompute the statistics of an earlier run's JSON (its raw "
+                                                    "values), write them to --out; measures nothing")
     a = ap.parse_args()
+    if a.reanalyse:
+        old = json.loads(a.reanalyse.read_text())
+        for c in old["cells"]:  # a JSON written before the raw values had their own key
+            c.setdefault("values", {n: m["values"] for n, m in c.get("metrics", {}).items()})
+        res = analyse(old)
+        a.out.write_text(json.dumps(res, indent=2) + "\n")
+        print(render(res))
+        print(render(res, "repeats"))
+        return
     if a.runs < 2:
         raise SystemExit("--runs must be at least 2")
     work = Path(tempfile.mkdtemp(prefix="infbench-repeat-"))
@@ -106,32 +157,16 @@ def main() -> None:
             if "other processes used" in suspect:
                 values[c["cell_id"]].setdefault("_noisy", []).append(i)
         print(f"run {i + 1}/{a.runs}: {walls[-1]:.1f} s", flush=True)
-    cells = []
-    for cid, per in sorted(values.items(), key=lambda kv: labels[kv[0]]):
-        stats = {}
-        for name, _, _ in METRICS:
-            xs = per.get(name) or []
-            if len(xs) >= 2:
-                m, sd = statistics.fmean(xs), statistics.stdev(xs)
-                stats[name] = {"mean": m, "std": sd, "cv": sd / m if m else None, "n": len(xs), "values": xs}
-        cells.append({"cell_id": cid, "cell": labels[cid], "metrics": stats, "noisy_runs": per.get("_noisy", [])})
-    summary = {}
-    for name, _, _ in METRICS:
-        cvs = [c["metrics"][name]["cv"] for c in cells if name in c["metrics"] and c["metrics"][name]["cv"] is not None]
-        if not cvs:
-            continue
-        med, worst = statistics.median(cvs), max(cvs)
-        summary[name] = {"cv_median": med, "cv_max": worst,
-                         "repeats": {f"{100 * d:g}%": {"median_cell": repeats_needed(med, d),
-                                                      "worst_cell": repeats_needed(worst, d)} for d in DIFFS}}
+    cells = [{"cell_id": cid, "cell": labels[cid], "values": {n: per.get(n, []) for n, _, _ in METRICS},
+              "noisy_runs": per.get("_noisy", [])} for cid, per in sorted(values.items(), key=lambda kv: labels[kv[0]])]
     import importlib.metadata as md
 
-    res = {"runs": a.runs, "sweep": "default (infbench run with no arguments)", "cells": cells, "summary": summary,
-           "alpha": ALPHA, "power": POWER, "wall_s_per_run": walls, "noisy_cells": sum(len(c["noisy_runs"])
-                                                                                       for c in cells),
+    res = {"runs": a.runs, "sweep": "default (infbench run with no arguments)", "cells": cells,
+           "alpha": ALPHA, "power": POWER, "wall_s_per_run": walls,
            "other_cpu_cores": {"median": statistics.median(others), "max": max(others)},
            "cpus": os.cpu_count(), "llama_cpp_python": md.version("llama_cpp_python"),
            "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d")}
+    analyse(res)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=2) + "\n")
     print(render(res))
@@ -142,28 +177,45 @@ NAMES = {"ttft_p50_s": "TTFT p50", "tpot_p50_s": "TPOT p50", "itl_p99_s": "ITL p
          "output_tok_s": "output tok/s", "total_tok_s": "total tok/s"}
 
 
+def _count(x: int) -> str:
+    return f"> {CAP - 1:,}" if x >= CAP else f"{x:,}"
+
+
 def render(data: dict, variant: str | None = None) -> str:
     """docs/metrics.md's figures from repeatability.json (benchmarks/docs_numbers.py): the CV
     per cell and metric (default) or the repeats needed per difference (``repeats``)."""
     names = [n for n in NAMES if n in data["summary"]]
     if variant == "repeats":
         diffs = list(next(iter(data["summary"].values()))["repeats"])
-        out = ["| metric | CV (median cell / worst cell) | " + " | ".join(f"{d} apart" for d in diffs) + " |",
+        out = [f"From the {data['summary_basis']} of {len(data['summary_cells'])} of the {len(data['cells'])} cells "
+               f"(repeats per configuration; median cell / worst cell):", "",
+               "| metric | CV (median cell / worst cell) | " + " | ".join(f"{d} apart" for d in diffs) + " |",
                "|---|---:|" + "---:|" * len(diffs)]
         for n in names:
             s = data["summary"][n]
-            reps = " | ".join(f"{r['median_cell']} / {r['worst_cell']}" for r in s["repeats"].values())
+            reps = " | ".join(f"{_count(r['median_cell'])} / {_count(r['worst_cell'])}" for r in s["repeats"].values())
             out.append(f"| {NAMES[n]} | {100 * s['cv_median']:.1f} % / {100 * s['cv_max']:.1f} % | {reps} |")
         return "\n".join(out)
     o = data["other_cpu_cores"]
+    quiet = data["summary_basis"] == "quiet runs"
     out = [f"{data['runs']} runs of the default sweep ({len(data['cells'])} cells, llama-cpp-python "
            f"{data['llama_cpp_python']}, {data['cpus']} CPUs, {data['date']}); other processes used a median of "
-           f"{o['median']:.2f} cores (max {o['max']:.2f}) during the cells, {data['noisy_cells']} of "
-           f"{data['runs'] * len(data['cells'])} cells flagged. CV = s / mean over the runs:", "",
+           f"{o['median']:.2f} cores (max {o['max']:.2f}) during the cells, and {data['noisy_cells']} of "
+           f"{data['runs'] * len(data['cells'])} cells were flagged for it. CV = s / mean over "
+           + ("the runs in which the cell was not flagged (all runs in brackets):" if quiet else "all runs:"), "",
            "| cell | " + " | ".join(NAMES[n] for n in names) + " |", "|---|" + "---:|" * len(names)]
+
+    def cv(c: dict, n: str) -> str:
+        a = (c["metrics"].get(n) or {}).get("cv")
+        q = (c["quiet"].get(n) or {}).get("cv") if quiet else None
+        if a is None:
+            return "-"
+        if not quiet:
+            return f"{100 * a:.1f} %"
+        return f"{100 * q:.1f} % ({100 * a:.1f} %)" if q is not None else f"too few ({100 * a:.1f} %)"
+
     for c in data["cells"]:
-        cv = [c["metrics"].get(n, {}).get("cv") for n in names]
-        out.append(f"| {c['cell']} | " + " | ".join("-" if v is None else f"{100 * v:.1f} %" for v in cv) + " |")
+        out.append(f"| {c['cell']} (flagged in {len(c['noisy_runs'])}) | " + " | ".join(cv(c, n) for n in names) + " |")
     return "\n".join(out)
 
 
