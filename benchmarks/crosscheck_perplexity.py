@@ -133,10 +133,10 @@ def render(data: dict, variant: str | None = None) -> str:
             f"`infbench perplexity` **{ib['perplexity']:.4f} +/- {ib['stderr']:.4f}**: "
             f"{100 * data['diff']:+.3f} % ({'within' if data['within_target'] else '**outside**'} the "
             f"{100 * data['target']:g} % target; {data['date']}).\n"
-            f"llama-perplexity ran {lp['n_seq']} chunks per decode call (batch {lp['batch_size']}), infbench one;"
-            + (f" with `-b {data['n_ctx']}` (one chunk per call, as infbench) it says\n"
+            f"llama-perplexity ran {lp['n_seq']} chunks per decode call (batch {lp['batch_size']}), infbench one"
+            + (f"; with `-b {data['n_ctx']}` (one chunk per call, as infbench) it says\n"
                f"{data['llama_perplexity_one_chunk_per_call']['perplexity']:.4f} "
-               f"({100 * data['diff_one_chunk_per_call']:+.3f} %)." if "diff_one_chunk_per_call" in data else ""))
+               f"({100 * data['diff_one_chunk_per_call']:+.3f} %)." if "diff_one_chunk_per_call" in data else "."))
 
 
 def main() -> None:

@@ -280,7 +280,7 @@ def render(data: dict, variant: str | None = None) -> str:
         if best:
             lag = best["release_lag"]
             text += (f"**{m['sustained']:,.0f}/s sustained** ({best['requests']:,} requests; release lag p50 "
-                     f"{lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms;\n{best['req_s']:,} req/s "
+                     f"{lag['p50_ms']} ms, p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms;\n{best['req_s']:,.0f} req/s "
                      f"completed)")
         else:
             text += f"no rate sustained (the first, {tr[0]['rate']:,.0f}/s, failed: {tr[0]['why_not']})"

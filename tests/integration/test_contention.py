@@ -14,7 +14,6 @@ import time
 import pytest
 
 from tests.integration.test_cli import infbench
-from tests.support.home import make_home
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +23,9 @@ CELL = ["run", "--model", "smollm2-135m", "--engine", "llama.cpp", "--dtype", "f
 
 
 @pytest.fixture()
-def env(tmp_path, gguf_cache, cpu_limits_file):
-    return {"INFBENCH_HOME": str(make_home(tmp_path / "home", gguf_cache, cpu_limits_file))}
+def env(infbench_home):
+    """The test's INFBENCH_HOME (tests/conftest.py: the session's GGUF cache and CPU limits)."""
+    return {"INFBENCH_HOME": str(infbench_home)}
 
 
 def one_cell(env, store):
