@@ -94,8 +94,11 @@ def llama_bench(binary: Path, gguf: str, threads: int, args: list[str], repeat: 
 
 
 def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, ...] = (128, 512), out_len: int = 64,
-            rounds: int = 3, repeat: int = 5, home: Path | None = None) -> dict:
+            rounds: int = 3, repeat: int = 5, home: Path | None = None, wait_quiet_s: float = 60.0,
+            min_quiet: int = MIN_QUIET) -> dict:
     """Run both tools ``rounds`` times (alternating) and compare; the result recorded in the JSON.
+    Each tool's run starts after a quiet second (others under 0.05 core; waiting at most
+    ``wait_quiet_s``); the comparison uses the quiet samples when each side has ``min_quiet``.
 
     Returns:
         ``{"setup": {...}, "tests": [{"test": "pp128" | "tg63@d128", "infbench_tok_s",
@@ -117,9 +120,12 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
     first = infbench_cells(model, dtype, list(inputs), out_len, 1, work / "warm.db", env)  # writes the GGUF once
     gguf, threads = first[0]["engine"]["model_file"], first[0]["engine"]["n_threads"]
     t0 = time.time()
+    from infbench.measure.contention import wait_for_quiet
+
     for r in range(rounds):
         order = ("infbench", "llama-bench") if r % 2 == 0 else ("llama-bench", "infbench")
         for tool in order:
+            wait_for_quiet(wait_quiet_s)
             if tool == "infbench":
                 for c in infbench_cells(model, dtype, list(inputs), out_len, repeat, work / f"r{r}.db", env):
                     m, n = c["metrics"], c["spec"]["input_len"]
@@ -149,7 +155,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
                                                    "model_size", "model_n_params", "poll")}
     tests = []
     for key in sorted(ib, key=lambda k: (k[:2], int(k.split("@d")[1]) if "@d" in k else int(k[2:]))):
-        quiet = len(ib_quiet[key]) >= MIN_QUIET and len(lb_quiet[key]) >= MIN_QUIET
+        quiet = len(ib_quiet[key]) >= min_quiet and len(lb_quiet[key]) >= min_quiet
         xa, xb = (ib_quiet[key], lb_quiet[key]) if quiet else (ib[key], lb[key])
         a, b = statistics.median(xa), statistics.median(xb)
         tests.append({"test": key, "infbench_tok_s": round(a, 2), "llama_bench_tok_s": round(b, 2),
@@ -165,7 +171,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
                       "llama_cpp_python": llama_cpp.__version__, "llama_bench": info, "cpus": os.cpu_count(),
                       "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
                       "other_cpu_cores_during_infbench_cells": others,
-                      "other_cpu_cores_during_llama_bench_runs": lb_others, "quiet_cores": QUIET},
+                      "other_cpu_cores_during_llama_bench_runs": lb_others, "quiet_cores": QUIET,
+                      "min_quiet": min_quiet},
             "tests": tests, "target": TARGET, "all_within_target": all(t["within_target"] for t in tests)}
 
 

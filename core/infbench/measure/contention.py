@@ -307,3 +307,19 @@ def contention_reasons(contention: dict[str, Any] | None, device_kind: str = "cp
         shown = ", ".join(str(p) for p in pids[:5]) + (" ..." if len(pids) > 5 else "")
         out.append(f"other processes on the device during the cell: {len(pids)} (PID {shown})")
     return out
+
+
+def wait_for_quiet(limit_s: float, cores: float = 0.05, window_s: float = 1.0) -> float | None:
+    """Wait until other processes used less than ``cores`` over a ``window_s`` window, for
+    at most ``limit_s`` seconds (benchmarks and tests that compare two tools start their
+    runs in a quiet moment). Returns the last window's ``other_cpu_cores``: below ``cores``
+    when a quiet window came, else the figure at the deadline (None where not measurable)."""
+    deadline = time.monotonic() + limit_s
+    last = None
+    while True:
+        m = ContentionMonitor()
+        m.start()
+        time.sleep(window_s)
+        last = m.stop().get("other_cpu_cores")
+        if last is None or last < cores or time.monotonic() >= deadline:
+            return last
