@@ -30,6 +30,7 @@ from pathlib import Path
 
 from infbench.engines.launch import launch
 from infbench.measure.cell import measure_cell
+from infbench.measure.contention import wait_for_quiet
 from infbench.measure.power import device_power_sampler as power_sampler
 from infbench.models import resolve
 from infbench.plan import Group
@@ -55,6 +56,7 @@ def overhead(engine_name: str, model: str, dtype: str, cells: list[tuple[int, in
             c = Cell(model=g.model.name, engine=engine_name, dtype=dtype, batch=b, input_len=i, output_len=o)
             per = []
             for _ in range(reps):
+                wait_for_quiet(30)  # start in a quiet second of the shared machine, where one comes
                 r = measure_cell(eng, g, c, dev, sampler, RunOptions())
                 t = time.perf_counter()
                 store.save_cell(run_id, r)
