@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from infbench.measure.contention import wait_for_quiet
 from tests.integration.test_cli import infbench
 
 pytestmark = pytest.mark.integration
@@ -58,26 +59,11 @@ def test_busy_neighbour_makes_the_cell_suspect_with_the_figure(env, tmp_path):
     assert "suspect" in p.stdout and "other processes used" in p.stdout
 
 
-def wait_until_quiet(limit_s: float = 300.0) -> bool:
-    """Wait (up to ``limit_s``) for a second in which other processes used under 0.05 core:
-    on a shared machine the quiet run should start in a quiet moment."""
-    from infbench.measure.contention import ContentionMonitor
-
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < limit_s:
-        m = ContentionMonitor()
-        m.start()
-        time.sleep(1.0)
-        if m.stop().get("other_cpu_cores", 1.0) < 0.05:
-            return True
-    return False
-
-
 def test_without_a_neighbour_no_flag(env, tmp_path):
     one_cell(env, tmp_path / "warm.db")
     seen = []
     for i in range(3):
-        wait_until_quiet()
+        wait_for_quiet(300)  # start in a quiet second of a shared machine
         m = one_cell(env, tmp_path / f"quiet{i}.db")
         seen.append(m["contention"])
         if not neighbour_reasons(m):
