@@ -48,6 +48,12 @@ MIN_QUIET = 2
 BENCH = ("import sys; from vllm.utils.argparse_utils import FlexibleArgumentParser; "
          "from vllm.benchmarks.throughput import add_cli_args, main; p = FlexibleArgumentParser(); "
          "add_cli_args(p); main(p.parse_args(sys.argv[1:]))")
+#: The same benchmark with its sampling made greedy (``temperature=0`` forced into the
+#: ``SamplingParams`` it builds, which it imports from ``vllm`` when it runs), to measure how
+#: much of the difference is vLLM's benchmark sampling at temperature 1.0 where infbench decodes
+#: greedily. Everything else is vLLM's code unchanged.
+BENCH_GREEDY = ("import vllm; _SP = vllm.SamplingParams; "
+                "vllm.SamplingParams = lambda *a, **k: _SP(*a, **{**k, 'temperature': 0.0}); " + BENCH)
 
 
 def infbench_cells(model: str, dtype: str, batches: list[int], n_in: int, n_out: int, repeat: int, store: Path,
@@ -84,7 +90,7 @@ def bench_args(engine_args: dict, batch: int, n_in: int, n_out: int, out: Path) 
     return argv
 
 
-def vllm_bench(argv: list[str], env: dict[str, str]) -> tuple[dict, float | None]:
+def vllm_bench(argv: list[str], env: dict[str, str], code: str = BENCH) -> tuple[dict, float | None]:
     """Run vLLM's throughput benchmark; its JSON (``elapsed_time``, ``num_requests``,
     ``total_num_tokens``...) and the cores other processes used meanwhile (infbench's
     noisy-neighbour check around the run, engine start-up included: the benchmark and its
@@ -97,7 +103,7 @@ def vllm_bench(argv: list[str], env: dict[str, str]) -> tuple[dict, float | None
 
     mon = ContentionMonitor()
     mon.start()
-    p = subprocess.run([sys.executable, "-c", BENCH, *argv], capture_output=True, text=True, env=env, timeout=3600)
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, timeout=3600)
     others = mon.stop().get("other_cpu_cores")
     out = Path(argv[argv.index("--output-json") + 1])
     if p.returncode != 0 or not out.exists():
@@ -107,8 +113,9 @@ def vllm_bench(argv: list[str], env: dict[str, str]) -> tuple[dict, float | None
 
 def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple[int, ...] = (8, 32),
             n_in: int = 128, n_out: int = 64, rounds: int = 3, repeat: int = 3, home: Path | None = None,
-            wait_quiet_s: float = 60.0, min_quiet: int = MIN_QUIET) -> dict:
-    """Both tools ``rounds`` times, alternating; the result recorded in the JSON. Each tool's
+            wait_quiet_s: float = 60.0, min_quiet: int = MIN_QUIET, greedy: bool = True) -> dict:
+    """Both tools ``rounds`` times, alternating; the result recorded in the JSON (with
+    ``greedy``, also vLLM's benchmark with greedy sampling: :data:`BENCH_GREEDY`). Each tool's
     run starts after a quiet second (others under 0.05 core; waiting at most ``wait_quiet_s``);
     the comparison uses the quiet samples when each side has ``min_quiet``.
 
@@ -125,6 +132,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
     vb_others: list[float | None] = []  # ... and during each vLLM benchmark run
     ib_quiet: dict[int, list[float]] = {}
     vb_quiet: dict[int, list[float]] = {}
+    vg: dict[int, list[tuple[float, float | None]]] = {}  # the greedy variant: (output tok/s, others' cores)
+    greedy_errors: list[str] = []
     engine_args: dict | None = None
     t0 = time.time()
     from infbench.measure.contention import wait_for_quiet
@@ -155,6 +164,14 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                     vb_quiet.setdefault(b, [])
                     if o is not None and o <= QUIET:
                         vb_quiet[b].append(v)
+                    if greedy:
+                        wait_for_quiet(wait_quiet_s)
+                        try:
+                            res, o = vllm_bench(bench_args(engine_args, b, n_in, n_out, work / f"g{r}-{b}.json"),
+                                                env, BENCH_GREEDY)
+                            vg.setdefault(b, []).append((b * n_out / res["elapsed_time"], o))
+                        except RuntimeError as exc:  # the explanation run is optional; the comparison is not
+                            greedy_errors.append(str(exc)[-500:])
     shapes = []
     for b in batches:
         quiet = len(ib_quiet[b]) >= min_quiet and len(vb_quiet[b]) >= min_quiet
@@ -168,6 +185,11 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                        "infbench_duration_s": ib_dur[b], "vllm_bench_samples": [round(x, 2) for x in vb[b]],
                        "vllm_bench_elapsed_s": [x["elapsed_time"] for x in vb_raw[b]],
                        "vllm_bench_total_num_tokens": [x.get("total_num_tokens") for x in vb_raw[b]]})
+        if vg.get(b):
+            gq = [v for v, o in vg[b] if o is not None and o <= QUIET]
+            g = statistics.median(gq if quiet and len(gq) >= min_quiet else [v for v, _ in vg[b]])
+            shapes[-1].update({"vllm_bench_greedy_output_tok_s": round(g, 2), "diff_greedy": round(a / g - 1, 4),
+                               "vllm_bench_greedy_samples": [round(v, 2) for v, _ in vg[b]]})
     import importlib.metadata as md
 
     return {"setup": {"model": model, "dtype": dtype, "engine_args": {k: engine_args.get(k) for k in (
@@ -176,7 +198,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                       "cpus": os.cpu_count(), "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
                       "other_cpu_cores_during_infbench_cells": others,
                       "other_cpu_cores_during_vllm_bench_runs": vb_others, "quiet_cores": QUIET,
-                      "min_quiet": min_quiet},
+                      "min_quiet": min_quiet, "greedy_errors": greedy_errors},
             "shapes": shapes, "target": TARGET, "all_within_target": all(s["within_target"] for s in shapes)}
 
 
@@ -189,13 +211,16 @@ def render(data: dict, variant: str | None = None) -> str:
            f"each); medians of the samples taken while other processes used at most {s['quiet_cores']:g} core "
            f"(\"quiet\"), else of all; {s['date']}:", "",
            "| batch x input / output | infbench output tok/s | vllm bench throughput output tok/s | "
-           "infbench / vLLM - 1 | within 3 % | samples (infbench / vLLM) | all samples: diff |",
-           "|---|---:|---:|---:|---|---|---:|"]
+           "infbench / vLLM - 1 | within 3 % | samples (infbench / vLLM) | all samples: diff | "
+           "vLLM's benchmark, greedy: tok/s | infbench / it - 1 |",
+           "|---|---:|---:|---:|---|---|---:|---:|---:|"]
     for x in data["shapes"]:
+        g = (f"{x['vllm_bench_greedy_output_tok_s']:,.1f} | {100 * x['diff_greedy']:+.1f} %"
+             if "diff_greedy" in x else "- | -")
         out.append(f"| {x['batch']} x {x['input_len']} / {x['output_len']} | {x['infbench_output_tok_s']:,.1f} | "
                    f"{x['vllm_bench_output_tok_s']:,.1f} | {100 * x['diff']:+.1f} % | "
                    f"{'yes' if x['within_target'] else '**no**'} | {x['samples_used']}: {x['n_infbench']} / "
-                   f"{x['n_vllm_bench']} | {100 * x['diff_all_samples']:+.1f} % |")
+                   f"{x['n_vllm_bench']} | {100 * x['diff_all_samples']:+.1f} % | {g} |")
     return "\n".join(out)
 
 

@@ -82,7 +82,7 @@ def test_vllm_bench_throughput_agrees_with_infbench_vllm_cells(tmp_path, infbenc
     in benchmarks/crosscheck_vllm.py's doc)."""
     m = bench("crosscheck_vllm")
     res = m.measure("smollm2-135m", "bfloat16", (8,), 128, 32, rounds=2, repeat=2, home=infbench_home,
-                    wait_quiet_s=120, min_quiet=2)
+                    wait_quiet_s=120, min_quiet=2, greedy=False)
     keep(tmp_path, "crosscheck_vllm", res)
     (s,) = res["shapes"]
     assert all(n == 8 * (128 + 32) for n in s["vllm_bench_total_num_tokens"]), s
