@@ -57,10 +57,12 @@ def test_llama_bench_agrees_with_infbench_llama_cpp_cells(tmp_path, infbench_hom
     batch-1 llama.cpp cells within 3 % of llama-bench's at the same GGUF, threads, micro-batch
     and lengths (medians over alternating rounds)."""
     m = bench("crosscheck_llama_bench")
-    res = m.measure("smollm2-135m", "f16", (128,), 32, rounds=3, repeat=3, home=infbench_home, wait_quiet_s=120,
+    # 64 output tokens as the benchmark: infbench's TPOT also holds the first decode step after the
+    # prefill (llama.cpp plans a new graph for it), a cost that fewer tokens share less
+    res = m.measure("smollm2-135m", "f16", (128,), 64, rounds=3, repeat=3, home=infbench_home, wait_quiet_s=120,
                     min_quiet=3)
     keep(tmp_path, "crosscheck_llama_bench", res)
-    assert {t["test"] for t in res["tests"]} == {"pp128", "tg31@d128"}
+    assert {t["test"] for t in res["tests"]} == {"pp128", "tg63@d128"}
     quiet_enough(res["tests"], res["setup"])
     for t in res["tests"]:
         assert abs(t["diff"]) <= m.TARGET, (t, res["setup"]["other_cpu_cores_during_infbench_cells"])
