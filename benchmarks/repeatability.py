@@ -1,7 +1,8 @@
 """Repeatability: the default CPU sweep run N times, each metric's coefficient of variation,
 and how many repeats a difference of X % needs (docs/metrics.md, "Repeatability").
 
-``--runs`` times, one after another, a fresh ``infbench run --force`` of the detected
+``--runs`` times, one after another (each started in a quiet second where one comes within
+``--wait-quiet`` s), a fresh ``infbench run --force`` of the detected
 device's default sweep (on a CPU: the ``quick`` preset, 6 cells of SmolLM2-135M f16 on
 llama.cpp) into one store; per cell and metric the N values give the mean, the sample
 standard deviation ``s`` (ddof 1) and ``CV = s / mean``. Each cell's ``contention`` record
@@ -111,6 +112,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "repeatability.json")
+    ap.add_argument("--wait-quiet", type=float, default=120.0,
+                    help="before each run, wait up to this many s for a second in which other processes used "
+                         "under 0.05 core")
     ap.add_argument("--reanalyse", type=Path, help="recompute the statistics of an earlier run's JSON (its raw "
                                                     "values), write them to --out; measures nothing")
     a = ap.parse_args()
@@ -136,7 +140,10 @@ def main() -> None:
     others: list[float] = []
     walls = []
     t0 = time.time()
+    from infbench.measure.contention import wait_for_quiet
+
     for i in range(a.runs):
+        wait_for_quiet(a.wait_quiet)  # each run starts in a quiet second of the shared machine, where one comes
         t = time.perf_counter()
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         walls.append(time.perf_counter() - t)
