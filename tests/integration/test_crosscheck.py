@@ -80,13 +80,16 @@ def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_hom
 @pytest.mark.vllm
 def test_vllm_bench_throughput_agrees_with_infbench_vllm_cells(tmp_path, infbench_home):
     """Output tokens/s of infbench's vLLM batch cell and vLLM's own throughput benchmark at the
-    same shape and engine arguments, within the stated margin (the definitional differences are
-    in benchmarks/crosscheck_vllm.py's doc)."""
+    same shape and engine arguments: within the stated 15 % as the benchmark is (it samples at
+    temperature 1.0 and clocks the whole ``LLM.generate``), within 3 % with its sampling made
+    greedy as infbench's (benchmarks/crosscheck_vllm.py)."""
     m = bench("crosscheck_vllm")
-    res = m.measure("smollm2-135m", "bfloat16", (8,), 128, 32, rounds=2, repeat=2, home=infbench_home,
-                    wait_quiet_s=120, min_quiet=2, greedy=False)
+    res = m.measure("smollm2-135m", "bfloat16", (8,), 128, 64, rounds=2, repeat=2, home=infbench_home,
+                    wait_quiet_s=120, min_quiet=2)
     keep(tmp_path, "crosscheck_vllm", res)
     (s,) = res["shapes"]
-    assert all(n == 8 * (128 + 32) for n in s["vllm_bench_total_num_tokens"]), s
+    assert all(n == 8 * (128 + 64) for n in s["vllm_bench_total_num_tokens"]), s
+    assert not res["setup"]["greedy_errors"], res["setup"]["greedy_errors"]
     quiet_enough(res["shapes"], res["setup"])
-    assert abs(s["diff"]) <= m.TARGET, s
+    assert abs(s["diff"]) <= m.TARGET_AS_IS, s           # vLLM's benchmark as it is: the stated bound
+    assert abs(s["diff_greedy"]) <= m.TARGET, s          # made greedy, as infbench decodes: 3 %
