@@ -49,6 +49,35 @@ def value(cell: dict, key: str) -> float:
     return v[stat] if stat else v
 
 
+def table(result: dict) -> str:
+    """What the script prints: per cell the ratios, their geometric means, the wall times."""
+    lines = [f"{'cell':<16}" + "".join(f"{k:>16}" for k in KEYS)]
+    for c in result["cells"]:
+        lines.append(f"{c['cell']:<16}" + "".join(f"{c['ratio_container_over_in_process'][k]:>16.3f}" for k in KEYS))
+    lines.append(f"{'geomean':<16}" + "".join(f"{result['geomean_ratio'][k]:>16.3f}" for k in KEYS))
+    lines.append(f"wall s (median of {result['repeat']}): in-process {result['wall_s_median']['none']:.1f}, "
+                 f"container {result['wall_s_median']['docker']:.1f}")
+    return "\n".join(lines)
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """docs/benchmarks.md's figures from container_overhead.json (benchmarks/docs_numbers.py):
+    the printed table (default) or the reading (``reading``)."""
+    if variant == "reading":
+        r = [v for c in data["cells"] for v in c["ratio_container_over_in_process"].values()]
+        g = data["geomean_ratio"]
+        spread = max(abs(v - 1) for v in g.values())
+        fixed = data["wall_s_median"]["docker"] - data["wall_s_median"]["none"]
+        return (f"- The per-cell ratios scatter between {min(r):.2f} and {max(r):.2f}, and the geometric\n"
+                f"  means are within {100 * spread:.0f} % of 1 (TTFT {g['ttft_p50_s']:.3f}, "
+                f"TPOT {g['tpot_p50_s']:.3f}, "
+                f"throughput {g['output_tok_s']:.3f}).\n"
+                f"- The container's fixed cost is about {fixed:.1f} s per `infbench run` (difference of the median "
+                f"wall times):\n  starting the container, the worker's Python start-up and plugin loading.")
+    return "\n".join(["```", f"$ python benchmarks/container_overhead.py --repeat {data['repeat']}", table(data),
+                      "```"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -79,13 +108,7 @@ def main() -> None:
               "wall_s": walls}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=2))
-    print(f"{'cell':<16}" + "".join(f"{k:>16}" for k in KEYS))
-    for c in cells_out:
-        print(f"{c['cell']:<16}" + "".join(f"{c['ratio_container_over_in_process'][k]:>16.3f}" for k in KEYS))
-    print(f"{'geomean':<16}" + "".join(f"{geo[k]:>16.3f}" for k in KEYS))
-    print(f"wall s (median of {a.repeat}): in-process {result['wall_s_median']['none']:.1f}, "
-          f"container {result['wall_s_median']['docker']:.1f}")
-
+    print(table(result))
 
 if __name__ == "__main__":
     main()

@@ -124,6 +124,54 @@ def one(nodes: int, outputs: int, pm, prov: dict) -> dict:
             "rss_growth_mib": (rss1 - rss0) / 1024}
 
 
+HEADER = (f"{'nodes':>6} {'cells':>7} {'groups':>6} {'fleet s':>8} {'plan s':>8} {'items s':>8} {'sched s':>8} "
+          f"{'total s':>8} {'nodes MiB':>9} {'peak MiB':>9} {'RSS+ MiB':>9}")
+
+
+def line(r: dict) -> str:
+    """One printed row (times in s, memory in MiB)."""
+    return (f"{r['nodes']:>6} {r['cells']:>7} {r['groups']:>6} {r['fleet_s']:>8.3f} {r['plan_s']:>8.3f} "
+            f"{r['items_s']:>8.3f} {r['schedule_s']:>8.3f} {r['driver_s']:>8.3f} {r['reports_mib']:>9.1f} "
+            f"{r['tracemalloc_peak_mib']:>9.1f} {r['rss_growth_mib']:>9.1f}")
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """docs/benchmarks.md's block from fleet_scheduling.json (benchmarks/docs_numbers.py), or
+    (``reading``) the figures read off it: the 1,000-node / ~10,000-cell row, the planning
+    cost per cell (slope between the smallest and largest sweep, averaged over fleets), the
+    grouping cost per node, the scheduling range, and memory per cell and per node."""
+    rows = data["rows"]
+    if variant == "reading":
+        mid = min(rows, key=lambda r: abs(r["nodes"] - 1000) + abs(r["cells"] - 10000))
+        lo, hi = min(r["cells"] for r in rows), max(r["cells"] for r in rows)
+
+        def mean(key: str, cells: int) -> float:
+            xs = [r[key] for r in rows if r["cells"] == cells]
+            return sum(xs) / len(xs)
+
+        per_cell_us = 1e6 * (mean("plan_s", hi) - mean("plan_s", lo)) / (hi - lo)
+        big = max(rows, key=lambda r: r["nodes"])
+        per_node_us = 1e6 * big["fleet_s"] / big["nodes"]
+        sched = [r["schedule_s"] * 1e3 for r in rows]
+        small = [r for r in rows if r["nodes"] == min(x["nodes"] for x in rows)]
+        kib_cell = 1024 * (max(small, key=lambda r: r["cells"])["tracemalloc_peak_mib"]
+                           - min(small, key=lambda r: r["cells"])["tracemalloc_peak_mib"]) / (hi - lo)
+        kib_node = 1024 * big["reports_mib"] / big["nodes"]
+        return (f"- **{mid['cells']:,} cells over {mid['nodes']:,} nodes**: {mid['driver_s']:.2f} s of driver time "
+                f"and a\n  {mid['tracemalloc_peak_mib']:.1f} MiB peak, of which {mid['reports_mib']:.1f} MiB are the "
+                f"{mid['nodes']:,} node reports.\n"
+                f"- Time grows with the cells, not the nodes: planning is ~{per_cell_us:.0f} us per cell (`plan()`: "
+                f"cell\n  models, ids, validation), linear ({mean('plan_s', lo):.2f} s for {lo:,} cells, "
+                f"{mean('plan_s', hi):.1f} s for {hi:,}, averaged over the fleets).\n"
+                f"  Grouping the reports into device types is ~{per_node_us:.1f} us per node "
+                f"({big['fleet_s'] * 1e3:.0f} ms for\n  {big['nodes']:,}). Scheduling {rows[0]['groups']} groups takes "
+                f"{min(sched):.0f} to {max(sched):.0f} ms at every fleet size.\n"
+                f"- Memory grows linearly with both: ~{kib_cell:.1f} KiB per planned cell and ~{kib_node:.0f} KiB per "
+                f"node;\n  the largest sweep over {big['nodes']:,} nodes peaks at "
+                f"{max(r['tracemalloc_peak_mib'] for r in rows):.1f} MiB.")
+    return "\n".join(["```", "$ python benchmarks/fleet_scheduling.py", HEADER, *map(line, data["rows"]), "```"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default="10,100,1000,4000")
@@ -133,15 +181,12 @@ def main() -> None:
     pm = build_plugin_manager()
     prov = provenance(detect(pm), pm)
     rows = []
-    print(f"{'nodes':>6} {'cells':>7} {'groups':>6} {'fleet s':>8} {'plan s':>8} {'items s':>8} {'sched s':>8} "
-          f"{'total s':>8} {'nodes MiB':>9} {'peak MiB':>9} {'RSS+ MiB':>9}")
+    print(HEADER)
     for n in [int(x) for x in a.nodes.split(",")]:
         for k in [int(x) for x in a.outputs.split(",")]:
             r = one(n, k, pm, prov)
             rows.append(r)
-            print(f"{r['nodes']:>6} {r['cells']:>7} {r['groups']:>6} {r['fleet_s']:>8.3f} {r['plan_s']:>8.3f} "
-                  f"{r['items_s']:>8.3f} {r['schedule_s']:>8.3f} {r['driver_s']:>8.3f} {r['reports_mib']:>9.1f} "
-                  f"{r['tracemalloc_peak_mib']:>9.1f} {r['rss_growth_mib']:>9.1f}", flush=True)
+            print(line(r), flush=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"rows": rows, "provenance_bytes": len(json.dumps(prov, default=str))}, indent=2))
 

@@ -66,6 +66,28 @@ def fake_rapl(root: Path) -> Path:
     return root
 
 
+#: What each sampler is, for the table in docs/benchmarks.md.
+DESCRIBE = {
+    "fixed": "`fixed` (declared W: the thread and reading objects only)",
+    "rapl-sysfs": "`rapl-sysfs` (the CPU plugin's RAPL reader on real sysfs-style files)",
+    "stream (tool at 10 lines/s)": "`stream` (a tool printing 10 lines/s, parsed on a reader thread: how xpu-smi "
+                                   "and hl-smi are read; includes the tool's own CPU)",
+    "command (echo 250)": "`command` (`--power-command \"echo 250\"`: one process per sample)",
+}
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """The table of docs/benchmarks.md (benchmarks/docs_numbers.py): per sampler, its CPU
+    share over the baseline (% of one core) and readings per second, cheapest first."""
+    rows = sorted(((k, v) for k, v in data["results"].items() if k in DESCRIBE),
+                  key=lambda kv: kv[1]["cpu_share_over_baseline_pct"])
+    out = [f"{data['seconds']:g} s per sampler at {1 / data['interval_s']:g} Hz, {data['cpus']} CPUs, "
+           f"Python {data['python']}:", "", "| sampler | CPU share over baseline | readings/s |", "|---|---|---|"]
+    out += [f"| {DESCRIBE[k]} | {v['cpu_share_over_baseline_pct']:.2f} % | {v['readings_per_s']:.1f} |"
+            for k, v in rows]
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)

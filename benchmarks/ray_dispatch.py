@@ -40,6 +40,29 @@ from infbench.store import Store  # noqa: E402
 DTYPES = ["f16", "q8_0", "f32", "q4_0", "bf16"]
 
 
+def summary(res: dict) -> str:
+    """The lines the script prints last (also docs/benchmarks.md's block)."""
+    m, g = res["median_run_s"], res["median_per_group_s"]
+    return "\n".join([
+        f"median wall per run:  in-process {m['inprocess']:.3f} s   ray {m['ray']:.2f} s   ({res['groups']} groups)",
+        f"per group:            in-process {g['inprocess']:.3f} s   ray {g['ray']:.2f} s",
+        f"overhead per group:   {res['overhead_per_group_s']:.2f} s",
+        f"fleet detection (one task per node, warm workers): {res['fleet_detect_s_median']:.2f} s"])
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """docs/benchmarks.md's block from ray_dispatch.json (benchmarks/docs_numbers.py); variant
+    ``reading``: the per-group overhead and the ratio in words."""
+    if variant == "reading":
+        return (f"- About {data['overhead_per_group_s']:.1f} s per group, almost all of it the `infbench worker` "
+                f"child process on the node:\n  a fresh Python, infbench's imports and every plugin's detection, "
+                f"before the group's\n  model loads. The fleet detection of a warm cluster took "
+                f"{data['fleet_detect_s_median'] * 1e3:.0f} ms.\n"
+                f"- The ratio of the two runs (about {data['ratio_ray_over_inprocess']:.0f}x) only says that this "
+                f"sweep does no work; it is not\n  a figure for real sweeps.")
+    return "\n".join(["```", f"$ python benchmarks/ray_dispatch.py --repeat {data['repeat']}", summary(data), "```"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3)
@@ -86,7 +109,7 @@ def main() -> None:
            "overhead_per_group_s": (med["ray"] - med["inprocess"]) / groups,
            "fleet_detect_s_median": statistics.median(detect_s),
            "ratio_ray_over_inprocess": med["ray"] / med["inprocess"]}
-    print(json.dumps(res, indent=2))
+    print(summary(res))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=2))
 

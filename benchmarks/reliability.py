@@ -55,13 +55,17 @@ from tests.support.faults import (  # noqa: E402
 )
 
 
-def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict[str, int]:
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=ROOT,
+def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run pytest on ``files``; counts by outcome and each test's outcome (``outcomes``:
+    node id -> PASSED/FAILED/XFAIL/XPASS/ERROR/SKIPPED, from ``-rA``)."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *files], cwd=ROOT,
                        capture_output=True, text=True, env={**os.environ, **(env or {})})
     tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|xfailed|xpassed|error)", tail)}
+    outcomes = dict((m[1], m[0]) for m in re.findall(r"^(PASSED|FAILED|XFAIL|XPASS|ERROR|SKIPPED) (\S+)",
+                                                       p.stdout, re.M))
     return {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0) + counts.get("error", 0),
-            "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0)}
+            "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0), "outcomes": outcomes}
 
 
 def fuzz(examples: int, work: Path) -> dict:
@@ -235,6 +239,79 @@ def two_processes(n: int, work: Path) -> dict:
     return out
 
 
+SSE = "SSE streams"
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """Figures from reliability.json (benchmarks/docs_numbers.py): the command and table of
+    docs/benchmarks.md (default) or the counts of docs/reliability.md (``counts``). Every
+    total is the sum of the rows it shows."""
+    t = data["totals"]
+    if variant == "counts":
+        return "\n".join(["| | |", "|---|---:|",
+                          f"| hostile input cases tried (deterministic + fuzz examples) | {_n(t['cases_tried'])} |",
+                          f"| faults injected into real runs | {_n(t['faults_injected'])} |",
+                          f"| measured cells lost | **{_n(t['cells_lost'])}** |",
+                          f"| runs left `running` after the next start | **{_n(t['runs_left_running'])}** |",
+                          f"| checks that failed | {_n(t['failed_checks'])} |"])
+    a = data["args"]
+    bad, fz = data["bad_input_cases"], data["fuzz"]
+    ex = fz["examples"]
+    others = {k: v for k, v in ex.items() if k != SSE}
+    sse_out = [o for node, o in fz.get("outcomes", {}).items() if "sse" in node]
+    sse_result = ("pass: a bad event is that request's error, the cell keeps the valid requests"
+                  if sse_out == ["PASSED"] else f"{', '.join(sse_out) or 'not run'}")
+    sizes = sorted(set(others.values()))
+    fuzz_n = " / ".join(str(x) for x in sizes)
+    fuzz_ok = all(o == "PASSED" for node, o in fz.get("outcomes", {}).items() if "sse" not in node)
+    sp, ss, fd, ks, tw = (data[k] for k in ("signals_in_process", "signals_to_infbench_run", "full_disk",
+                                            "killed_servers", "two_processes"))
+    by = ss["by_signal"]
+    rows = [
+        ("deterministic bad inputs (`test_hardening.py`, `test_secrets.py`, `test_reliability.py`)",
+         _n(bad["passed"] + bad["failed"]),
+         f"{bad['passed']} pass" + (f", {bad['failed']} fail" if bad["failed"] else "")),
+        ("hypothesis fuzz examples: " + ", ".join(others), f"{len(others)} x {fuzz_n}",
+         "no traceback, exit 2 with a message, store unchanged" if fuzz_ok else "see `fuzz.outcomes` in the JSON"),
+        ("fuzz: SSE streams (malformed events, negative or huge `completion_tokens`, split reads)", _n(ex.get(SSE, 0)),
+         sse_result),
+        ("SIGINT/SIGTERM at a random observer event of an in-process run (half there, half 0-50 ms later)",
+         _n(sp["faults"]), f"{sp['landed_during_run']} landed during the run, {sp['measured']} cells measured, "
+         f"**{sp['lost']} lost**, {sp['left_running']} runs left `running`"),
+        (f"SIGINT/SIGTERM/SIGKILL to `infbench run` (half at a random time of its {ss['run_s']:.1f} s life, half "
+         "after its k-th stored cell), then a resume",
+         f"{ss['faults']} ({', '.join(f'{v} {k}' for k, v in by.items())})",
+         f"{ss['landed_during_run']} landed; after the resume {ss['cells_incomplete_after_resume']} cells missing, "
+         f"{ss['measured_twice']} cells measured twice, {ss['left_running_after_next_start']} runs left `running`, "
+         f"{ss['said_vs_stored_mismatch']} mismatches between what the interrupted run printed and what it stored"),
+        ("full disk (400 KB tmpfs, 96-128 KB left)", _n(fd["faults"]),
+         f"skipped: {fd['skipped']}" if fd.get("skipped") else
+         f"{fd['measured']} cells measured, {fd['journaled']} went to the journal, **{fd['lost']} lost**"),
+        ("llama.cpp server killed, or infbench sent SIGTERM/SIGKILL while it serves", _n(ks["faults"]),
+         f"{ks['cells_not_stored']} cells without a stored attempt, {ks['servers_outliving_infbench']} servers outlive "
+         f"infbench, {ks['left_running']} runs left `running`"),
+        ("two processes on one store, same 6-cell sweep", _n(tw["trials"]),
+         f"{tw['cells']} cells, {tw['measured_twice']} measured twice"),
+    ]
+    total_cases = bad["passed"] + bad["failed"] + fz["total_examples"]
+    total_faults = sp["faults"] + ss["faults"] + fd["faults"] + ks["faults"] + tw["trials"]
+    assert (total_cases, total_faults) == (t["cases_tried"], t["faults_injected"]), "totals disagree with the rows"
+    cmd = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in a.items() if k != "seed")
+    out = ["    flock /tmp/infbench-heavy.lock timeout 1800 python benchmarks/reliability.py \\",
+           f"        {cmd} --seed {a['seed']}", "",
+           "| what | tried | outcome |", "|---|---:|---|"]
+    out += [f"| {w} | {n} | {o} |" for w, n, o in rows]
+    out.append(f"| **total** | **{_n(t['cases_tried'])} cases, {_n(t['faults_injected'])} faults** | "
+               f"**{_n(t['cells_lost'])} cells lost, {_n(t['runs_left_running'])} runs left `running`, "
+               f"{_n(t['failed_checks'])} checks failed** |")
+    out += ["", f"{data['wall_s']:.0f} s in all. Raw numbers: `benchmarks/results/reliability.json`."]
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fuzz", type=int, default=500, help="hypothesis examples per fuzz target")
@@ -250,7 +327,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="infbench-reliability-"))
     os.environ["INFBENCH_HOME"] = str(work / "home")
     t0 = time.time()
-    res: dict = {"seed": a.seed}
+    res: dict = {"seed": a.seed, "args": {k: v for k, v in vars(a).items() if k != "out"}}
     res["bad_input_cases"] = pytest_count(["tests/unit/test_hardening.py", "tests/unit/test_secrets.py",
                                            "tests/unit/test_reliability.py"])
     print("bad inputs", res["bad_input_cases"], flush=True)

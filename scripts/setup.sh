@@ -49,3 +49,10 @@ $PIP uninstall -q -y amdsmi 2>/dev/null || true
 # tests of their adapters (tests/integration/test_engine_signatures.py); rebuilt only when
 # their pins change.
 bash scripts/engine_venvs.sh
+
+# llama.cpp's own llama-bench and llama-perplexity, built from the llama.cpp sources the installed
+# llama-cpp-python vendors (its sdist, same version), for the cross-checks
+# (tests/integration/test_crosscheck.py, benchmarks/crosscheck_*.py). Only those two targets, 2 jobs:
+# about 6 minutes on 2 cores, once per llama-cpp-python version; cached in
+# ${INFBENCH_TOOLS_DIR:-~/.cache/infbench/tools}/llama.cpp-<version> (delete it to rebuild).
+bash scripts/llama_tools.sh >/dev/null

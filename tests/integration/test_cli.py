@@ -20,6 +20,11 @@ def infbench(*args, env=None, check=True):
     return p
 
 
+def physics_reasons(metrics):
+    """The cell's suspect reasons other than noisy neighbours."""
+    return [r for r in (metrics.get("suspect") or "").split("; ") if r and not r.startswith("other processes")]
+
+
 def check_cells(cells):
     assert cells
     for c in cells:
@@ -30,9 +35,11 @@ def check_cells(cells):
         assert m["output_tok_s"] > 0 and m["total_tok_s"] > 0 and m["n_completed"] == c["spec"]["batch"]
         # The CPU is a known device, so every cell has its roofline; its peaks are theoretical
         # (ISA x clock x cores, docs/roofline.md), so utilisations are at most 1, no measurement is
-        # below its floor and nothing is suspect.
+        # below its floor and nothing is suspect, but for neighbours on a shared machine (other
+        # processes using the CPUs: infbench.measure.contention), a fact about the host, not the cell.
         roof = m["roofline"]
-        assert 0 < m["mfu"] <= 1 and 0 < m["mbu"] <= 1 and "suspect" not in m, (roof, m.get("suspect"))
+        assert 0 < m["mfu"] <= 1 and 0 < m["mbu"] <= 1 and not physics_reasons(m), (roof, m.get("suspect"))
+        assert "other_cpu_cores" in m["contention"]
         assert roof["tpot_floor_s"] > 0 and roof["device_id"] == "cpu"
         assert m["ttft_s"]["max"] >= roof["ttft_floor_s"] and m["tpot_s"]["mean"] >= roof["tpot_floor_s"]
         assert m["e2e_s"]["max"] >= roof["e2e_floor_s"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import infbench
+from tests.integration.test_cli import infbench, physics_reasons
 from tests.support.home import make_home
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ def test_every_cell_has_roofline(measured):
     for c in cells:
         m = c["metrics"]
         assert m["roofline"]["device_id"] == "cpu" and "ISA x clock x cores" in m["roofline"]["source"]
-        assert m["roofline"]["attainable"]["bandwidth_bytes_s"] > 0 and "suspect" not in m
+        assert m["roofline"]["attainable"]["bandwidth_bytes_s"] > 0 and not physics_reasons(m)
         assert 0 < m["mbu"] and 0 < m["mfu"]
         # A floor is a floor: the engine can match it (within the measurement noise of the
         # limits on a shared VM) but not beat it by much.

@@ -19,7 +19,10 @@ and one that breaks a physical bound keeps its numbers but is stored with
 * **faster than the floor**: in batch mode, the slowest request's TTFT or E2E below the
   cell's prefill or end-to-end floor (every prompt of the batch must be prefilled before
   the last first token), or the mean TPOT below the decode floor; in serving mode, any
-  request's TTFT or TPOT below the floor of a batch of one.
+  request's TTFT or TPOT below the floor of a batch of one;
+* **noisy neighbours**: other processes used the cell's CPUs or its accelerator while it
+  ran (:mod:`infbench.measure.contention`: "other processes used 1.70 cores during the
+  cell"); the numbers are real but measured on a shared machine.
 
 Peaks are upper bounds (datasheets; ISA x clock x cores for CPUs:
 :mod:`infbench.platforms.cpu_isa`), so a sound cell is never suspect. Measured attainable
@@ -35,6 +38,7 @@ from typing import Any
 
 from infbench.analysis.roofline import Limits
 from infbench.data import metrics as M
+from infbench.measure.contention import contention_reasons
 
 #: A prompt this much shorter than asked makes the cell a smaller workload.
 PROMPT_SHORTFALL = 0.05
@@ -237,6 +241,7 @@ def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[st
         shape: the model shape (for the batch-of-one floors of serving cells).
     """
     reasons = token_reasons(result.cell, result.records)
+    reasons += contention_reasons(result.metrics.get("contention"), getattr(result.device, "kind", "cpu"))
     roof = result.metrics.get("roofline")
     if roof and limits is not None:
         reasons += utilisation_reasons(result.cell, roof, limits)

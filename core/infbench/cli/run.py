@@ -223,7 +223,8 @@ def run(
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
     repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
-                                      "95 % t-interval across repeats (`infbench results --repeats`).")] = None,
+                                      "95 % t-interval across repeats (`infbench results --repeats`). How many a "
+                                      "difference of X % needs: docs/metrics.md#repeatability.")] = None,
     price_per_hour: Annotated[float | None, Opt("--price-per-hour", help="USD per hour of the measured machine: "
                                                 "every cell gets usd_per_mtok (USD per million output "
                                                 "tokens).")] = None,

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from infbench.data import metrics as M
 from infbench.data.engine import Engine
 from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
+from infbench.measure.contention import ContentionMonitor
 from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
@@ -29,6 +30,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
     cell (the error is in the result); re-raises KeyboardInterrupt."""
     started = time.time()
     monitor = PowerMonitor(sampler, opts.power_interval_s)
+    neighbours = ContentionMonitor(sampler)
     scraper = server_scraper(engine, opts)
     base = dict(cell_id=cell.cell_id(device), spec_hash=cell.spec_hash(), cell=cell, device=device,
                 engine=describe_engine(engine), started_at=started)
@@ -39,11 +41,13 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         t0 = time.perf_counter()
         deadline = (time.perf_counter_ns() + int(opts.cell_timeout_s * 1e9)) if opts.cell_timeout_s else None
         monitor.start()
+        neighbours.start()
         if scraper is not None:
             scraper.start()
         try:
             out = engine.run(cell, prompts, deadline_ns=deadline)
         finally:
+            contention = neighbours.stop()
             readings = monitor.stop()
             if scraper is not None:
                 scraper.stop()
@@ -58,6 +62,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
                 metrics["energy_label"] = src["label"]
         metrics.update(out.metrics)
         metrics.update(summarize_channels(monitor.channels, window))
+        metrics["contention"] = contention
         if monitor.channel_error:
             metrics["telemetry_note"] = monitor.channel_error
         server = scraper.result() if scraper is not None else None

@@ -75,6 +75,21 @@ class PowerSampler(ABC):
         """
         return []
 
+    def device_processes(self) -> list[int] | None:
+        """PIDs of the processes using this sampler's devices now, in the host's PID
+        namespace (optional, for the noisy-neighbour check of
+        :mod:`infbench.measure.contention`; NVML: ``nvmlDeviceGetComputeRunningProcesses``).
+        Called at the start and end of each cell and every second in between, on the
+        contention monitor's thread.
+
+        Returns:
+            The PIDs, or None (the default) when the device cannot list them.
+
+        Raises:
+            Any exception: the check notes it and stops asking; the cell goes on.
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 - optional hook, most samplers hold nothing
         """Release handles (NVML, subprocesses). Default: nothing to do."""
 
@@ -538,6 +553,10 @@ class WithChannels(PowerSampler):
         """Drain both."""
         self.power.drain()
         self.channel_source.drain()
+
+    def device_processes(self) -> list[int] | None:
+        """The channel sampler's (the device's own) process list."""
+        return self.channel_source.device_processes()
 
     def close(self) -> None:
         """Close both."""

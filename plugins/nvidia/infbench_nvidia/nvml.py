@@ -1,7 +1,8 @@
 """NVML access: device groups, precisions by compute capability, and the power sampler.
 
 Every function takes the NVML module (``pynvml`` from ``nvidia-ml-py``) as an argument,
-so the logic runs the same against the real library and against a recorded one in tests.
+so the logic runs the same against the real library and against a stand-in in tests (written
+from NVML's documented API, not captured from a GPU).
 NVML references: NVML API Reference Guide, "Device Queries" (nvmlDeviceGetTotalEnergyConsumption,
 nvmlDeviceGetPowerUsage, nvmlDeviceGetFieldValues, nvmlDeviceGetUtilizationRates,
 nvmlDeviceGetClockInfo, nvmlDeviceGetTemperature, nvmlDeviceGetCurrentClocksEventReasons) and
@@ -264,6 +265,26 @@ class NvmlSampler(PowerSampler):
                     values[k] = float(v)
             out.append(ChannelReading(t_ns=t, device_index=i, values=values, throttle=throttle))
         return out
+
+    def device_processes(self) -> list[int]:
+        """PIDs of the processes using these GPUs now (host PID namespace), for the core's
+        noisy-neighbour check (:mod:`infbench.measure.contention`): every GPU's
+        ``nvmlDeviceGetComputeRunningProcesses`` and ``nvmlDeviceGetGraphicsRunningProcesses``
+        (NVML API Reference, "Device Queries"; a query the GPU does not support adds nothing).
+
+        Raises:
+            Nothing of its own; a failing call is skipped."""
+        pids: set[int] = set()
+        for h in self.handles:
+            for q in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                fn = getattr(self.nvml, q, None)
+                if fn is None:
+                    continue
+                try:
+                    pids.update(int(p.pid) for p in fn(h))
+                except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_SUPPORTED (some MIG/vGPU setups)
+                    continue
+        return sorted(pids)
 
     def close(self) -> None:
         """``nvmlShutdown`` (NVML reference-counts init/shutdown)."""

@@ -1,5 +1,7 @@
-"""The NVIDIA plugin: hooks against the contract, NVML logic against a stand-in NVML
-(pynvml's documented answers, written by hand), and the real nvidia-ml-py on this GPU-less machine."""
+"""The NVIDIA plugin: hooks against the contract, NVML logic against :class:`NvmlStandIn` (a
+hand-written stand-in that answers as NVML's documented API does: nvml.h and the NVML API
+Reference's "Device Queries"; no GPU was reached, nothing in it was captured from one), and the
+real nvidia-ml-py on this GPU-less machine."""
 
 from types import SimpleNamespace
 
@@ -44,9 +46,11 @@ def test_precision_hook_reads_the_device_group():
     assert hooks.infbench_supported_precisions(a100.model_copy(update={"vendor": "amd"})) is None
 
 
-class StandInNvml:
-    """NVML's answers for two H100s, as pynvml returns them (mW, mJ, bytes, ctypes-like
-    field values). ``energy_mj`` advances 350 J per read = 350 W at 1 read/s."""
+class NvmlStandIn:
+    """A stand-in for pynvml with the types and units NVML documents (mW, mJ, bytes,
+    ``nvmlFieldValue_t``-like field values, ``nvmlProcessInfo_t``-like process records),
+    answering for two H100s with made-up values: written from the documentation, not
+    captured from a GPU. ``energy_mj`` advances 350 J per read = 350 W at 1 read/s."""
 
     NVML_SUCCESS = 0
     NVML_VALUE_TYPE_DOUBLE, NVML_VALUE_TYPE_UNSIGNED_INT = 0, 1
@@ -129,9 +133,21 @@ class StandInNvml:
     def nvmlDeviceGetCurrentClocksEventReasons(self, h):
         return self.reasons[h]
 
+    # processes on each GPU (nvmlProcessInfo_t: pid, usedGpuMemory in bytes); GPU 1's graphics
+    # query is unsupported, as on GPUs without a display engine
+    processes = {0: [4242], 1: [4242, 777]}
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [SimpleNamespace(pid=p, usedGpuMemory=2**30) for p in self.processes[h]]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h):
+        if h == 1:
+            raise RuntimeError("NVMLError_NotSupported")
+        return [SimpleNamespace(pid=99, usedGpuMemory=2**20)]
+
 
 def test_device_groups_group_identical_gpus():
-    nv = StandInNvml(names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"))
+    nv = NvmlStandIn(names=("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"))
     groups = device_groups(nv)
     assert [(g.model, g.count) for g in groups] == [("NVIDIA H100 80GB HBM3", 2), ("NVIDIA A100-SXM4-40GB", 1)]
     h = groups[0]
@@ -141,31 +157,31 @@ def test_device_groups_group_identical_gpus():
 
 
 def test_sampler_prefers_the_energy_counter_and_converts_units():
-    s = NvmlSampler(StandInNvml(), [0, 1])
+    s = NvmlSampler(NvmlStandIn(), [0, 1])
     assert s.name == "nvml-energy" and s.source == "energy_counter"
     a, b = s.read(), s.read()  # the probe at construction read the counter once already
     assert a[0].energy_j == pytest.approx(1_000_700.0) and a[0].power_w == pytest.approx(351.0)
     assert b[1].energy_j - a[1].energy_j == pytest.approx(350.0)
-    # counters differenced per GPU (power stripped: the stand-in reads are microseconds apart)
+    # counters differenced per GPU (power stripped: the stand-in's reads are microseconds apart)
     e, method, _ = energy_summary([r.model_copy(update={"power_w": None}) for r in a + b])
     assert e == pytest.approx(700.0) and method == "counter"
 
 
 def test_sampler_falls_back_to_instant_power_then_the_1s_average():
-    s = NvmlSampler(StandInNvml(energy=False), [0])
+    s = NvmlSampler(NvmlStandIn(energy=False), [0])
     assert s.name == "nvml-power-instant" and s.read()[0].energy_j is None
-    s = NvmlSampler(StandInNvml(energy=False, instant=False), [0])
+    s = NvmlSampler(NvmlStandIn(energy=False, instant=False), [0])
     assert s.name == "nvml-power-avg" and s.read()[0].power_w == pytest.approx(349.5)
 
 
 def test_grace_hopper_reads_module_scope_power():
-    s = NvmlSampler(StandInNvml(names=("NVIDIA GH200 480GB",)), [0], module_scope=True)
+    s = NvmlSampler(NvmlStandIn(names=("NVIDIA GH200 480GB",)), [0], module_scope=True)
     assert s.name == "nvml-module-power" and "module" in s.label
     assert s.read()[0].power_w == pytest.approx(352.0)  # scope 1 answered
 
 
 def test_field_value_decodes_by_type_and_rejects_errors():
-    nv = StandInNvml()
+    nv = NvmlStandIn()
     fv = SimpleNamespace(fieldId=186, nvmlReturn=0, valueType=0, value=SimpleNamespace(dVal=12.5))
     assert field_value(nv, fv) == 12.5
     with pytest.raises(ValueError, match="not available"):
@@ -174,7 +190,7 @@ def test_field_value_decodes_by_type_and_rejects_errors():
 
 def test_container_spec_requests_gpus_host_ipc_and_trtllm_ulimits():
     dev = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
-    spec = hooks.infbench_container_spec(dev, "trtllm-serve").as_dict()
+    spec = hooks.infbench_container_spec(dev, "trtllm-serve")
     assert spec["image"].startswith("infbench/nvidia-trtllm:")
     assert spec["device_requests"][0]["Capabilities"] == [["gpu"]] and spec["ipc_mode"] == "host"
     lim = {u["Name"]: u["Soft"] for u in spec["ulimits"]}
@@ -197,7 +213,7 @@ def test_catalog_matches_driver_names():
 
 
 def test_sampler_reads_telemetry_channels_and_throttle_reasons():
-    nv = StandInNvml()
+    nv = NvmlStandIn()
     s = NvmlSampler(nv, [0, 1])
     a = s.read_channels()
     assert [c.device_index for c in a] == [0, 1]
@@ -210,7 +226,7 @@ def test_sampler_reads_telemetry_channels_and_throttle_reasons():
 
 def test_unsupported_channel_is_left_out():
     """MIG instances answer NVML_ERROR_NOT_SUPPORTED for utilisation: that channel is dropped."""
-    nv = StandInNvml()
+    nv = NvmlStandIn()
 
     def mig(h):
         raise RuntimeError("NVMLError_NotSupported")
@@ -220,8 +236,8 @@ def test_unsupported_channel_is_left_out():
     assert "util_pct" not in c.values and c.values["clock_mhz"] == 1980.0
 
 
-def test_stand_in_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
-    """Channels sampled by the core's monitor from a stand-in NVML, summarised, stored in the
+def test_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
+    """Channels sampled by the core's monitor from the NVML stand-in, summarised, stored in the
     results store and read back; the throttle reason flags the cell."""
     import time
 
@@ -231,7 +247,7 @@ def test_stand_in_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
     from infbench.store import Store
     from infbench.store.telemetry import telemetry
 
-    nv = StandInNvml()
+    nv = NvmlStandIn()
     nv.reasons = [0x0, 0x20]
     mon = PowerMonitor(NvmlSampler(nv, [0, 1]), interval_s=0.02)
     mon.start()
@@ -251,3 +267,22 @@ def test_stand_in_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
     back = telemetry(store, row)
     assert back == sorted(mon.channels, key=lambda c: (c.t_ns, c.device_index))
     assert store.results()[0]["metrics"]["throttled"] is True
+
+
+def test_device_processes_for_the_noisy_neighbour_check():
+    """Every GPU's compute and graphics processes, one PID once; an unsupported query adds
+    nothing (contract: PowerSampler.device_processes, infbench.measure.contention)."""
+    s = NvmlSampler(NvmlStandIn(), [0, 1])
+    assert s.device_processes() == [99, 777, 4242]
+    from infbench.measure.contention import ContentionMonitor, contention_reasons
+
+    m = ContentionMonitor(s, interval_s=0.01)
+    m.start()
+    rec = m.stop()
+    # none of these PIDs is this process; the ones this host has no /proc entry for are "unseen"
+    import os
+
+    seen = [p for p in (99, 777, 4242) if os.path.exists(f"/proc/{p}")]
+    assert rec["other_device_pids"] == seen
+    assert sorted(rec["other_device_pids"] + rec["unseen_device_pids"]) == [99, 777, 4242]
+    assert bool(contention_reasons(rec, "gpu")) is bool(seen)
