@@ -36,7 +36,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from infbench.engines.base import Engine, RunOutput
 from infbench.errors import ConfigError, EngineUnavailable
@@ -44,7 +43,7 @@ from infbench.measure.client import HttpClient, Response, endpoint_url
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
 from infbench.measure.metrics import failure_causes
 from infbench.schema import Cell, Load, RequestRecord
-from infbench.secrets import clean_text, redact_url
+from infbench.secrets import clean_text, redact_url, url_secrets
 from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
@@ -424,12 +423,7 @@ class OpenAIEngine(Engine):
 
     def _secrets(self) -> list[str]:
         """Everything that must never be stored: the API key, URL credentials and query values."""
-        out = [self._key] if self._key else []
-        if self.base_url:
-            u = urlsplit(self.base_url)
-            out += [s for s in (u.password, unquote(u.password or ""), u.username) if s]
-            out += [v for _, v in parse_qsl(u.query) if len(v) >= 4]
-        return out
+        return ([self._key] if self._key else []) + url_secrets(self.base_url)
 
     def _scrub(self, text: str | bytes, limit: int | None = 300) -> str:
         return clean_text(text, self._secrets(), limit)
