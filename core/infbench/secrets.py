@@ -50,11 +50,15 @@ REDACTED = "[redacted]"
 
 #: Words that make a ``KEY=VALUE`` key (``--engine-arg``, ``--build-arg``), a JSON key or a
 #: URL query parameter secret, when one of the key's words (split at ``_``, ``-``, ``.``
-#: and case changes) is one of them: ``hf_token``, ``api-key``, ``X-Amz-Signature``, but not
-#: ``max_num_batched_tokens`` or ``tokenizer``.
-SECRET_KEY_WORDS = ("token", "secret", "password", "passwd", "pwd", "passphrase", "key", "apikey", "auth",
-                    "authorization", "credential", "credentials", "cookie", "session", "sessionid", "sig",
-                    "signature", "bearer", "jwt")
+#: and case changes) is one of them: ``hf_token``, ``client_secret``, ``X-Amz-Signature``,
+#: but not ``max_num_batched_tokens`` or ``tokenizer``.
+SECRET_KEY_WORDS = ("token", "secret", "password", "passwd", "pwd", "passphrase", "apikey", "auth",
+                    "authorization", "credential", "credentials", "cookie", "sessionid", "sig", "signature",
+                    "bearer", "jwt")
+#: Words before ``key`` that make it a secret (``api_key``, ``X-Api-Key``, ``private_key``);
+#: ``key`` alone is one too, ``quality_key`` or ``cache_key`` are not.
+SECRET_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "client", "master", "subscription",
+                         "license", "signing", "encryption", "ssh", "account", "service", "user", "app")
 #: Last words of a key that names *where* a secret is, not the secret (``api_key_env``,
 #: ``ssl_key_file``, ``api_key_set``): such a key's value is kept.
 _NOT_SECRET_SUFFIXES = ("env", "var", "file", "path", "set", "name", "id_env", "source")
@@ -140,13 +144,17 @@ def _key_words(key: str) -> list[str]:
 
 def is_secret_key(key: str) -> bool:
     """True when a ``KEY=VALUE`` key, a JSON key or a query parameter names a secret: one of
-    its words is in :data:`SECRET_KEY_WORDS` (``hf_token``, ``api-key``, ``apiKey``,
-    ``client_secret``) and its last word does not say where the secret lives
-    (``api_key_env`` names an environment variable and is kept)."""
+    its words is in :data:`SECRET_KEY_WORDS` (``hf_token``, ``client_secret``) or is ``key``
+    after a word of :data:`SECRET_KEY_QUALIFIERS` (``api-key``, ``apiKey``), and its last
+    word does not say where the secret lives (``api_key_env`` names an environment variable
+    and is kept)."""
     words = _key_words(key)
     if not words or words[-1] in _NOT_SECRET_SUFFIXES:
         return False
-    return any(w in SECRET_KEY_WORDS for w in words)
+    if any(w in SECRET_KEY_WORDS for w in words):
+        return True
+    return words == ["key"] or any(w == "key" and i and words[i - 1] in SECRET_KEY_QUALIFIERS
+                                   for i, w in enumerate(words))
 
 
 def redact_key_value(item: str) -> str:

@@ -232,3 +232,9 @@ def test_redact_tree_redacts_values_and_urls_at_any_depth():
     out = redact_tree(tree)
     assert SECRET not in repr(out)
     assert out["device"]["properties"]["api_key_env"] == "K" and out["n"] == 3 and out["ok"] is True
+
+
+@pytest.mark.parametrize("key", ["quality_key", "cache_key", "session", "n_keys", "spec_hash"])
+def test_ordinary_keys_are_not_secret(key):
+    assert not is_secret_key(key)
+    assert redact_tree({key: "abc"}) == {key: "abc"}
