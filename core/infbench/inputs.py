@@ -166,29 +166,85 @@ def strict_json(text: str, where: str, max_depth: int = MAX_DEPTH) -> Any:
     return obj
 
 
-def jsonl(path: str | Path, what: str, max_bytes: int, hint: str | None = None) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` for every non-blank line of a JSON Lines file, each line
-    parsed by :func:`strict_json`.
+def check_size(path: str | Path, what: str, max_bytes: int, hint: str | None = None) -> Path:
+    """``path`` if it is a regular file of at most ``max_bytes`` (for readers that stream).
 
     Raises:
-        ConfigError: see :func:`read_bytes`; a line that is not UTF-8, not strict JSON,
+        ConfigError: missing, not a file, unreadable or too large.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"{what} {p} not found", hint=hint)
+    if not p.is_file():
+        raise ConfigError(f"{what} {p} is not a file", hint=hint)
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {p}: {exc.strerror or exc}", hint=hint) from None
+    if size > max_bytes:
+        raise ConfigError(f"{what} {p} is larger than {_size(max_bytes)}", hint=hint)
+    return p
+
+
+def check_utf8(path: str | Path, what: str, hint: str | None = None) -> None:
+    """Read ``path`` through once and check that it is UTF-8 throughout (for readers that
+    stream it afterwards).
+
+    Raises:
+        ConfigError: ``FILE:LINE: not UTF-8 text (byte 0x.. at column C)``.
+    """
+    import codecs
+
+    dec = codecs.getincrementaldecoder("utf-8")()
+    line, tail = 1, b""
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                try:
+                    dec.decode(chunk)
+                except UnicodeDecodeError as exc:
+                    buf = tail + chunk
+                    bad = len(tail) + exc.start
+                    ln, col = line_col(buf, bad)
+                    raise ConfigError(f"{path}:{line + ln - 1}: not UTF-8 text (byte 0x{buf[bad]:02x} at column "
+                                      f"{col})", hint=hint or "convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+                line += chunk.count(b"\n")
+                tail = chunk[chunk.rfind(b"\n") + 1:] if b"\n" in chunk else tail + chunk
+            dec.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (the file ends inside a character)", hint=hint) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror or exc}", hint=hint) from None
+
+
+def jsonl(path: str | Path, what: str, max_bytes: int, hint: str | None = None) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` for every non-blank line of a JSON Lines file (read line
+    by line), each parsed by :func:`strict_json`.
+
+    Raises:
+        ConfigError: see :func:`check_size`; a line that is not UTF-8, not strict JSON,
             nested too deep, or longer than :data:`MAX_LINE_BYTES` (``FILE:LINE: ...``).
     """
-    raw = read_bytes(path, what, max_bytes, hint)
-    for i, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{i}"
-        if len(line) > MAX_LINE_BYTES:
-            raise ConfigError(f"{where}: a line longer than {_size(MAX_LINE_BYTES)}", hint=hint)
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})",
-                              hint="convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
-        if i == 1:
-            text = text.removeprefix("\ufeff")
-        yield i, strict_json(text, where)
+    p = check_size(path, what, max_bytes, hint)
+    try:
+        f = open(p, "rb")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {p}: {exc.strerror or exc}", hint=hint) from None
+    with f:
+        for i, line in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if not line.strip():
+                continue
+            where = f"{p}:{i}"
+            if len(line) > MAX_LINE_BYTES:
+                raise ConfigError(f"{where}: a line longer than {_size(MAX_LINE_BYTES)}", hint=hint)
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"{where}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column "
+                                  f"{exc.start + 1})", hint="convert it to UTF-8 (e.g. iconv -t UTF-8)") from None
+            if i == 1:
+                text = text.removeprefix("\ufeff")
+            yield i, strict_json(text, where)
 
 
 # -- fields -----------------------------------------------------------------------------------
@@ -220,9 +276,13 @@ def number(value: Any, what: str, where: str, lo: float | None = None, hi: float
 
 
 def _bounds(v: float, what: str, where: str, lo: float | None, hi: float | None, lo_open: bool = False) -> None:
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise ConfigError(f"{where}: {what} {v:g} must be {'greater than' if lo_open else 'at least'} {lo:g}")
-    if hi is not None and v > hi:
+    low = lo is not None and (v <= lo if lo_open else v < lo)
+    if low or (hi is not None and v > hi):
+        if lo is not None and hi is not None:
+            span = f"({lo:g}, {hi:,g}]" if lo_open else f"{lo:g}..{hi:,g}"
+            raise ConfigError(f"{where}: {what} {v:g} is outside {span}")
+        if low:
+            raise ConfigError(f"{where}: {what} {v:g} must be {'greater than' if lo_open else 'at least'} {lo:g}")
         raise ConfigError(f"{where}: {what} {v:g} is more than {hi:,g}; no hardware or workload has that")
 
 
@@ -238,7 +298,8 @@ def integer_text(text: Any, what: str, where: str, lo: int | None = None, hi: in
     """
     m = _INT_TEXT.fullmatch(str(text)) if isinstance(text, str) else None
     if m is None:
-        raise ConfigError(f"{where}: {what} is {shown(text)}, not a whole number")
+        numeric = isinstance(text, str) and _NUM_TEXT.fullmatch(text) is not None
+        raise ConfigError(f"{where}: {what} is {shown(text)}, not a {'whole ' if numeric else ''}number")
     n = int(m.group(1))
     _bounds(n, what, where, lo, hi)
     return n
@@ -355,6 +416,38 @@ def strict_yaml(text: str, where: str, hint: str | None = None) -> Any:
         problem = getattr(exc, "problem", None) or (str(exc) if isinstance(exc, yaml.YAMLError) else
                                                     "nested too deeply")
         raise ConfigError(f"{where} is not valid YAML{at}: {str(problem)[:300]}", hint=hint) from None
+
+
+def strict_yaml_nodes(text: str, where: str, hint: str | None = None) -> tuple[Any, Any]:
+    """``(value, node)``: :func:`strict_yaml` plus the composed node tree, whose
+    ``start_mark.line`` places each entry for messages (``node.value[i]`` of a list).
+
+    Raises:
+        ConfigError: see :func:`strict_yaml`.
+    """
+    loader = StrictYamlLoader(text)
+    try:
+        node = loader.get_single_node()
+        value = loader.construct_document(node) if node is not None else None
+    except (yaml.YAMLError, RecursionError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or (str(exc) if isinstance(exc, yaml.YAMLError) else
+                                                    "nested too deeply")
+        raise ConfigError(f"{where} is not valid YAML{at}: {str(problem)[:300]}", hint=hint) from None
+    finally:
+        loader.dispose()
+    return value, node
+
+
+def node_line(node: Any, key: str | None = None) -> int:
+    """1-based line of a YAML node, or of ``key`` inside a mapping node (the node's own line
+    when the key is absent)."""
+    if key is not None and isinstance(node, yaml.MappingNode):
+        for k, _ in node.value:
+            if getattr(k, "value", None) == key:
+                return int(k.start_mark.line) + 1
+    return int(node.start_mark.line) + 1 if node is not None else 1
 
 
 # -- command flags --------------------------------------------------------------------------------
