@@ -340,7 +340,7 @@ def finite_tree(obj: Any, where: str, path: str = "") -> None:
 def key_line(text: str, key: str) -> int | None:
     """The 1-based line where ``key`` is assigned in TOML/YAML text (``key =`` or ``key:``),
     or None; for messages about a value the parser does not place."""
-    m = re.search(r"(?m)^\s*[\"']?" + re.escape(key) + r"[\"']?\s*[=:]", text)
+    m = re.search(r"(?m)^[ \t]*[\"']?" + re.escape(key) + r"[\"']?\s*[=:]", text)
     return text.count("\n", 0, m.start()) + 1 if m else None
 
 

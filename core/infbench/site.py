@@ -139,13 +139,13 @@ def site_location(table: str, key: str | None = None, path: str | Path | None = 
         text = read_bytes(p, "site config", MAX_SITE_BYTES).decode("utf-8", "replace")
     except ConfigError:
         return str(p)
-    m = re.search(r"(?m)^\s*\[\s*" + re.escape(table) + r"\s*\]", text)
+    m = re.search(r"(?m)^[ \t]*\[[ \t]*" + re.escape(table) + r"\s*\]", text)
     if m is None:
         return str(p)
     line = text.count("\n", 0, m.start()) + 1
     if key:
         rest = text[m.end():]
-        nxt = re.search(r"(?m)^\s*\[", rest)
+        nxt = re.search(r"(?m)^[ \t]*\[", rest)
         found = key_line(rest[:nxt.start()] if nxt else rest, key)
         if found:
             line += found - 1
