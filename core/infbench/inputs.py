@@ -425,8 +425,9 @@ def strict_yaml_nodes(text: str, where: str, hint: str | None = None) -> tuple[A
     Raises:
         ConfigError: see :func:`strict_yaml`.
     """
-    loader = StrictYamlLoader(text)
+    loader = None
     try:
+        loader = StrictYamlLoader(text)  # its reader refuses control characters here
         node = loader.get_single_node()
         value = loader.construct_document(node) if node is not None else None
     except (yaml.YAMLError, RecursionError) as exc:
@@ -436,7 +437,8 @@ def strict_yaml_nodes(text: str, where: str, hint: str | None = None) -> tuple[A
                                                     "nested too deeply")
         raise ConfigError(f"{where} is not valid YAML{at}: {str(problem)[:300]}", hint=hint) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return value, node
 
 
