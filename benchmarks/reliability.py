@@ -5,7 +5,12 @@ It runs, with many more examples and faults than CI does:
 
 1. the deterministic bad-input cases (``tests/unit/test_hardening.py``,
    ``tests/unit/test_secrets.py``, ``tests/unit/test_reliability.py``), counted by
-   pytest;
+   pytest, and apart from them the cases of issue 22's hostile review of the commands added
+   later (``tests/unit/test_boundaries.py``: inputs, outputs, secrets, waits, exit codes);
+1b. secrets planted in every path that carries one (``tests/integration/test_secrets_paths.py``:
+   sweep, find-max, import, site endpoint, engine argument, a server echoing its
+   Authorization header), each run for real against a server on 127.0.0.1 and the whole
+   store, stdout and stderr grepped;
 2. the hypothesis fuzz layer (``tests/unit/test_fuzz.py``) with ``--fuzz`` random
    examples per target;
 3. SIGINT/SIGTERM sent to an in-process run at random times (the exact set of measured
@@ -55,13 +60,17 @@ from tests.support.faults import (  # noqa: E402
 )
 
 
-def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict[str, int]:
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files], cwd=ROOT,
+def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run pytest on ``files``; counts by outcome and each test's outcome (``outcomes``:
+    node id -> PASSED/FAILED/XFAIL/XPASS/ERROR/SKIPPED, from ``-rA``)."""
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *files], cwd=ROOT,
                        capture_output=True, text=True, env={**os.environ, **(env or {})})
     tail = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
     counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|xfailed|xpassed|error)", tail)}
+    outcomes = dict((m[1], m[0]) for m in re.findall(r"^(PASSED|FAILED|XFAIL|XPASS|ERROR|SKIPPED) (\S+)",
+                                                       p.stdout, re.M))
     return {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0) + counts.get("error", 0),
-            "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0)}
+            "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0), "outcomes": outcomes}
 
 
 def fuzz(examples: int, work: Path) -> dict:
@@ -235,6 +244,88 @@ def two_processes(n: int, work: Path) -> dict:
     return out
 
 
+SSE = "SSE streams"
+#: A section missing from a JSON written before it existed.
+_NONE = {"passed": 0, "failed": 0}
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def render(data: dict, variant: str | None = None) -> str:
+    """Figures from reliability.json (benchmarks/docs_numbers.py): the command and table of
+    docs/benchmarks.md (default) or the counts of docs/reliability.md (``counts``). Every
+    total is the sum of the rows it shows."""
+    t = data["totals"]
+    if variant == "counts":
+        return "\n".join(["| | |", "|---|---:|",
+                          f"| hostile input cases tried (deterministic + fuzz examples) | {_n(t['cases_tried'])} |",
+                          f"| faults injected into real runs | {_n(t['faults_injected'])} |",
+                          f"| measured cells lost | **{_n(t['cells_lost'])}** |",
+                          f"| runs left `running` after the next start | **{_n(t['runs_left_running'])}** |",
+                          f"| checks that failed | {_n(t['failed_checks'])} |"])
+    a = data["args"]
+    bad, fz = data["bad_input_cases"], data["fuzz"]
+    ex = fz["examples"]
+    others = {k: v for k, v in ex.items() if k != SSE}
+    sse_out = [o for node, o in fz.get("outcomes", {}).items() if "sse" in node]
+    sse_result = ("pass: a bad event is that request's error, the cell keeps the valid requests"
+                  if sse_out == ["PASSED"] else f"{', '.join(sse_out) or 'not run'}")
+    sizes = sorted(set(others.values()))
+    fuzz_n = " / ".join(str(x) for x in sizes)
+    fuzz_ok = all(o == "PASSED" for node, o in fz.get("outcomes", {}).items() if "sse" not in node)
+    sp, ss, fd, ks, tw = (data[k] for k in ("signals_in_process", "signals_to_infbench_run", "full_disk",
+                                            "killed_servers", "two_processes"))
+    by = ss["by_signal"]
+    bnd, sec = data.get("boundary_cases", _NONE), data.get("secret_paths", _NONE)
+    rows = [
+        ("deterministic bad inputs (`test_hardening.py`, `test_secrets.py`, `test_reliability.py`)",
+         _n(bad["passed"] + bad["failed"]),
+         f"{bad['passed']} pass" + (f", {bad['failed']} fail" if bad["failed"] else "")),
+        ("issue 22's hostile review of the later commands (`test_boundaries.py`: inputs, outputs, secrets, waits, "
+         "exit codes)", _n(bnd["passed"] + bnd["failed"]),
+         f"{bnd['passed']} pass" + (f", {bnd['failed']} fail" if bnd["failed"] else "")),
+        ("secrets planted in sweep, find-max, import, site endpoint, engine argument, echoing server "
+         "(`test_secrets_paths.py`: whole store, stdout and stderr grepped)", _n(sec["passed"] + sec["failed"]),
+         (f"{sec['passed']} pass: no secret found" if not sec["failed"] else f"{sec['failed']} FAIL")),
+        ("hypothesis fuzz examples: " + ", ".join(others), f"{len(others)} x {fuzz_n}",
+         "no traceback, exit 2 with a message, store unchanged" if fuzz_ok else "see `fuzz.outcomes` in the JSON"),
+        ("fuzz: SSE streams (malformed events, negative or huge `completion_tokens`, split reads)", _n(ex.get(SSE, 0)),
+         sse_result),
+        ("SIGINT/SIGTERM at a random observer event of an in-process run (half there, half 0-50 ms later)",
+         _n(sp["faults"]), f"{sp['landed_during_run']} landed during the run, {sp['measured']} cells measured, "
+         f"**{sp['lost']} lost**, {sp['left_running']} runs left `running`"),
+        (f"SIGINT/SIGTERM/SIGKILL to `infbench run` (half at a random time of its {ss['run_s']:.1f} s life, half "
+         "after its k-th stored cell), then a resume",
+         f"{ss['faults']} ({', '.join(f'{v} {k}' for k, v in by.items())})",
+         f"{ss['landed_during_run']} landed; after the resume {ss['cells_incomplete_after_resume']} cells missing, "
+         f"{ss['measured_twice']} cells measured twice, {ss['left_running_after_next_start']} runs left `running`, "
+         f"{ss['said_vs_stored_mismatch']} mismatches between what the interrupted run printed and what it stored"),
+        ("full disk (400 KB tmpfs, 96-128 KB left)", _n(fd["faults"]),
+         f"skipped: {fd['skipped']}" if fd.get("skipped") else
+         f"{fd['measured']} cells measured, {fd['journaled']} went to the journal, **{fd['lost']} lost**"),
+        ("llama.cpp server killed, or infbench sent SIGTERM/SIGKILL while it serves", _n(ks["faults"]),
+         f"{ks['cells_not_stored']} cells without a stored attempt, {ks['servers_outliving_infbench']} servers outlive "
+         f"infbench, {ks['left_running']} runs left `running`"),
+        ("two processes on one store, same 6-cell sweep", _n(tw["trials"]),
+         f"{tw['cells']} cells, {tw['measured_twice']} measured twice"),
+    ]
+    total_cases = sum(x["passed"] + x["failed"] for x in (bad, bnd, sec)) + fz["total_examples"]
+    total_faults = sp["faults"] + ss["faults"] + fd["faults"] + ks["faults"] + tw["trials"]
+    assert (total_cases, total_faults) == (t["cases_tried"], t["faults_injected"]), "totals disagree with the rows"
+    cmd = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in a.items() if k != "seed")
+    out = ["    flock /tmp/infbench-heavy.lock timeout 1800 python benchmarks/reliability.py \\",
+           f"        {cmd} --seed {a['seed']}", "",
+           "| what | tried | outcome |", "|---|---:|---|"]
+    out += [f"| {w} | {n} | {o} |" for w, n, o in rows]
+    out.append(f"| **total** | **{_n(t['cases_tried'])} cases, {_n(t['faults_injected'])} faults** | "
+               f"**{_n(t['cells_lost'])} cells lost, {_n(t['runs_left_running'])} runs left `running`, "
+               f"{_n(t['failed_checks'])} checks failed** |")
+    out += ["", f"{data['wall_s']:.0f} s in all. Raw numbers: `benchmarks/results/reliability.json`."]
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fuzz", type=int, default=500, help="hypothesis examples per fuzz target")
@@ -250,10 +341,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="infbench-reliability-"))
     os.environ["INFBENCH_HOME"] = str(work / "home")
     t0 = time.time()
-    res: dict = {"seed": a.seed}
+    res: dict = {"seed": a.seed, "args": {k: v for k, v in vars(a).items() if k != "out"}}
     res["bad_input_cases"] = pytest_count(["tests/unit/test_hardening.py", "tests/unit/test_secrets.py",
                                            "tests/unit/test_reliability.py"])
     print("bad inputs", res["bad_input_cases"], flush=True)
+    res["boundary_cases"] = pytest_count(["tests/unit/test_boundaries.py"])
+    print("issue 22 boundary cases", {k: v for k, v in res["boundary_cases"].items() if k != "outcomes"}, flush=True)
+    res["secret_paths"] = pytest_count(["tests/integration/test_secrets_paths.py"])
+    print("planted secrets", {k: v for k, v in res["secret_paths"].items() if k != "outcomes"}, flush=True)
     res["fuzz"] = fuzz(a.fuzz, work)
     print("fuzz", res["fuzz"], flush=True)
     res["signals_in_process"] = in_process_signals(a.in_process, rng, work)
@@ -267,7 +362,8 @@ def main() -> None:
     res["two_processes"] = two_processes(a.two, work)
     print("two processes", res["two_processes"], flush=True)
     res["totals"] = {
-        "cases_tried": res["bad_input_cases"]["passed"] + res["bad_input_cases"]["failed"]
+        "cases_tried": sum(res[k]["passed"] + res[k]["failed"] for k in ("bad_input_cases", "boundary_cases",
+                                                                           "secret_paths"))
         + res["fuzz"]["total_examples"],
         "faults_injected": sum(res[k]["faults"] for k in ("signals_in_process", "signals_to_infbench_run",
                                                           "full_disk", "killed_servers"))
@@ -277,7 +373,7 @@ def main() -> None:
         "runs_left_running": res["signals_in_process"]["left_running"]
         + res["signals_to_infbench_run"]["left_running_after_next_start"] + res["full_disk"]["left_running"]
         + res["killed_servers"]["left_running"] + res["two_processes"]["left_running"],
-        "failed_checks": res["bad_input_cases"]["failed"] + res["fuzz"]["failed"],
+        "failed_checks": sum(res[k]["failed"] for k in ("bad_input_cases", "boundary_cases", "secret_paths", "fuzz")),
     }
     res["wall_s"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)
