@@ -48,6 +48,17 @@ def _main(
 ) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    for h in [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]:  # printed: cleaned
+        h.setFormatter(_CleanFormatter(h.formatter._fmt if h.formatter else None))
+
+
+class _CleanFormatter(logging.Formatter):
+    """A log formatter whose lines pass through :func:`infbench.outputs.terminal_text`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from infbench.outputs import terminal_text
+
+        return terminal_text(super().format(record))
 
 
 #: The command modules, in the order their commands appear in ``--help``.

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from infbench.errors import ConfigError, InfbenchError
-from infbench.outputs import SafeConsole, json_text
+from infbench.outputs import SafeConsole, json_text, terminal_text
 from infbench.secrets import printable
 from infbench.sweeps import split_values
 
@@ -185,10 +185,10 @@ class ProgressObserver:
 
         p = self.progress
         where = f" on {event.node}" if getattr(event, "node", None) else ""
-        if isinstance(event, ev.GroupLoading):
-            p.update(self.task, description=f"loading {event.group.label()}{where}")
+        if isinstance(event, ev.GroupLoading):  # progress descriptions bypass the console's cleaning
+            p.update(self.task, description=escape(terminal_text(f"loading {event.group.label()}{where}", False)))
         elif isinstance(event, ev.CellStarted):
-            p.update(self.task, description=f"{event.cell.label()}{where}")
+            p.update(self.task, description=escape(terminal_text(f"{event.cell.label()}{where}", False)))
         elif isinstance(event, ev.CellSkipped):
             p.advance(self.task)
         elif isinstance(event, ev.CellFinished):
