@@ -551,3 +551,18 @@ def test_worker_output_with_nan_is_refused(tmp_path):
     _ingest_refused(w, store, "NaN is not a JSON number", "line 1")
     (w / "provenance.json").write_text('{"schema_version": NaN}')
     _ingest_refused(w, store, "NaN")
+
+
+def test_no_command_waits_on_a_fifo_it_was_given(tmp_path):
+    """A named pipe given as a file would block a reader forever: every reader takes
+    regular files only."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for args in (["worker", "--spec", fifo, "--out", tmp_path / "w"], ["import", fifo, "--store", tmp_path / "s.db"],
+                 ["run", "--model", "tiny", "--sweep", fifo, "--dry-run"],
+                 [*TRACE_RUN, fifo], ["run", "--engine", "llama.cpp-server", "--model", "tiny", "--dataset", fifo,
+                                      "--dry-run"], ["predict", "-m", "llama-3-8b", "--device-file", fifo]):
+        r = cli(*args)
+        assert str(fifo) in r.output, (args, r.output)

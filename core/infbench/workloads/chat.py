@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.errors import ConfigError
-from infbench.inputs import jsonl
+from infbench.inputs import check_size, jsonl
 
 #: Largest conversation file read (ShareGPT's JSON is ~0.7 GB; LMSYS-Chat-1M ~2.4 GB as JSONL).
 MAX_DATASET_BYTES = 8 << 30
@@ -105,8 +105,13 @@ def read_conversations(path: str | Path) -> list[tuple[int, list[dict[str, str]]
 
 
 def file_digest(path: str | Path) -> str:
-    """First 16 hex digits of the file's SHA-256 (part of a dataset cell's identity)."""
-    with open(path, "rb") as f:
+    """First 16 hex digits of the file's SHA-256 (part of a dataset cell's identity).
+
+    Raises:
+        ConfigError: not a regular file, or larger than :data:`MAX_DATASET_BYTES`.
+    """
+    p = check_size(path, "input file", MAX_DATASET_BYTES)  # a regular file: a FIFO would block
+    with open(p, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()[:16]
 
 
