@@ -76,7 +76,7 @@ def load_device_specs(path: str | Path) -> list[DeviceSpec]:
     return out
 
 
-def _check_figures(entry: dict, item: Any, p: Path, ident: str) -> None:
+def _check_figures(entry: dict[str, Any], item: Any, p: Path, ident: str) -> None:
     """Every figure of a device entry finite, positive and within :data:`PHYSICAL_LIMITS`."""
     for key, hi in PHYSICAL_LIMITS.items():
         if entry.get(key) is not None:

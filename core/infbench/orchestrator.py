@@ -91,6 +91,7 @@ class PreparedRun:
         spec = make_spec(self.plan, self.options)
         doc = spec.model_dump(mode="json")
         doc.update(device=redact_tree(doc["device"]), options=redact_tree(doc["options"]))  # cells untouched: ids
+        assert self.request.write_spec is not None  # called only with --write-spec
         write_output(self.request.write_spec, json_text(doc, redacted=False), WORKER_SPEC,
                      [self.request.store_path, default_store_path()])
         return spec

@@ -91,8 +91,8 @@ def site_config(path: str | Path | None = None) -> dict[str, Any]:
         finite_tree(data, str(p))
     except ConfigError as exc:
         key = exc.message.split(": ", 1)[1].split(" is ")[0].split(".")[-1].split("[")[0]
-        line = key_line(text, key)
-        raise ConfigError(f"site config {p}" + (f":{line}" if line else "") + ": " + exc.message.split(": ", 1)[1],
+        at = key_line(text, key)
+        raise ConfigError(f"site config {p}" + (f":{at}" if at else "") + ": " + exc.message.split(": ", 1)[1],
                           hint="give a finite number (W, s, counts)") from None
     return data
 
@@ -147,6 +147,5 @@ def site_location(table: str, key: str | None = None, path: str | Path | None = 
         rest = text[m.end():]
         nxt = re.search(r"(?m)^[ \t]*\[", rest)
         found = key_line(rest[:nxt.start()] if nxt else rest, key)
-        if found:
-            line += found - 1
+        line += (found - 1) if found else 0
     return f"{p}:{line}"

@@ -164,7 +164,7 @@ def export(
     from infbench.report.data import LIB_CSV, lib_csv, lib_rows
     from infbench.report.tables import RESULTS_CSV, results_csv, results_json
 
-    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV}.get(fmt)
+    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV}.get(fmt, RESULTS_CSV)  # fmt checked next
     protect = store_paths(store_path)
     try:
         checked(ExportFlags, fmt=fmt)

@@ -168,7 +168,7 @@ def probe_address(addr: str, limit_s: float) -> None:
     if "://" in addr:
         return  # a Ray Client server, not a GCS: ray.init checks it
     try:
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
     except ImportError:  # pragma: no cover - a Ray without it: ray.init checks
         return
     left = max(1.0, limit_s - (time.monotonic() - t0))

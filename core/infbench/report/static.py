@@ -22,7 +22,7 @@ def _varying(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
 
 #: matplotlib settings of every figure: text is drawn as written (a model name
 #: ``m$\\x{$`` is not parsed as mathtext, and never given to TeX).
-LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
+LITERAL_TEXT: Any = {"text.parse_math": False, "text.usetex": False}
 
 
 def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str, ...] = ("png", "svg"),
