@@ -65,8 +65,9 @@ class OutputKind:
     Attributes:
         what: the output as messages name it (``export --format csv``).
         flag: the option that named the path (``--out``).
-        recognise: ``head bytes -> bool``: True when an existing file with these first
-            :data:`HEAD_BYTES` bytes is a previous output of this kind (it may be replaced).
+        recognise: ``bytes -> bool``: True when an existing file whose first (and, for a
+            larger file, last) :data:`HEAD_BYTES` bytes these are is a previous output of
+            this kind (it may be replaced).
     """
 
     what: str
@@ -102,10 +103,14 @@ def _json_cells(head: bytes) -> bool:
     return bool(re.match(rb"\[\s*(\]|\{\s*\"[A-Za-z_]+\"\s*:)", h)) and (h.startswith(b"[]") or b'"cell_id"' in h)
 
 
-REPORT_HTML = OutputKind("report page", "--out", contains(generator_meta("report").encode()))
-COMPARE_HTML = OutputKind("compare plot", "--out", contains(generator_meta("compare").encode()))
+#: Pages and figures name infbench in their first bytes; those written before the marker
+#: existed are recognised by what they always held (the report's header line, the compare
+#: plot's title, matplotlib's name in a figure of the report's ``figures/`` folder).
+REPORT_HTML = OutputKind("report page", "--out", contains(generator_meta("report").encode(),
+                                                          b"window.infbench = {"))
+COMPARE_HTML = OutputKind("compare plot", "--out", contains(generator_meta("compare").encode(), b"per-cell ratios"))
 #: Figures carry ``infbench`` in their metadata (PNG ``Software``, SVG ``Creator``/``dc:creator``).
-FIGURE = OutputKind("report figure", "--out", contains(b"infbench report"))
+FIGURE = OutputKind("report figure", "--out", contains(b"infbench report", b"Matplotlib"))
 EXPORT_JSON = OutputKind("export --format json", "--out", _json_cells)
 WORKER_SPEC = OutputKind("worker spec", "--write-spec",
                          lambda h: h.lstrip().startswith(b"{") and b'"schema_version"' in h and b'"cells"' in h)
@@ -156,6 +161,9 @@ def check_output(path: Path, kind: OutputKind, protect: Iterable[Path | str | No
         try:
             with open(target, "rb") as f:
                 head = f.read(HEAD_BYTES)
+                if len(head) == HEAD_BYTES:  # the recogniser sees the first and the last bytes
+                    f.seek(max(HEAD_BYTES, os.fstat(f.fileno()).st_size - HEAD_BYTES))
+                    head += b"\n" + f.read(HEAD_BYTES)
         except OSError as exc:
             raise OutputRefused(f"cannot read {path} ({kind.flag}) to check what it is: {exc.strerror or exc}",
                                 hint=hint) from None

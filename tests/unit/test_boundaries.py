@@ -566,3 +566,21 @@ def test_no_command_waits_on_a_fifo_it_was_given(tmp_path):
                                       "--dry-run"], ["predict", "-m", "llama-3-8b", "--device-file", fifo]):
         r = cli(*args)
         assert str(fifo) in r.output, (args, r.output)
+
+
+def test_outputs_written_before_the_markers_are_still_recognised(tmp_path):
+    """A report folder, compare plot or figure written by an infbench without the generator
+    marker is replaced by the next run, as before (no new refusal on upgrade)."""
+    store = make_store(tmp_path / "s.db")
+    rep = tmp_path / "rep"
+    (rep / "figures").mkdir(parents=True)
+    (rep / "index.html").write_bytes(b"<!DOCTYPE html><html><head><script>" + b"p" * 300_000 +
+                                     b"</script></head><body><script>window.infbench = {rows: rows};</script></html>")
+    (rep / "figures" / "throughput_vs_batch.svg").write_text('<svg><metadata><dc:title>Matplotlib v3</dc:title>'
+                                                             '</metadata></svg>')
+    cli("report", "--out", rep, "--store", store, code=0)
+    assert 'content="infbench report"' in (rep / "index.html").read_text()
+    old = tmp_path / "c.html"
+    old.write_text("<html><head>" + "x" * 100_000 + "</head><body>A / B: per-cell ratios (2 matched cells)</body>")
+    cli("compare", str(store), str(store), "--out", old, code=0)
+    assert 'content="infbench compare"' in old.read_text()
