@@ -5,7 +5,12 @@ It runs, with many more examples and faults than CI does:
 
 1. the deterministic bad-input cases (``tests/unit/test_hardening.py``,
    ``tests/unit/test_secrets.py``, ``tests/unit/test_reliability.py``), counted by
-   pytest;
+   pytest, and apart from them the cases of issue 22's hostile review of the commands added
+   later (``tests/unit/test_boundaries.py``: inputs, outputs, secrets, waits, exit codes);
+1b. secrets planted in every path that carries one (``tests/integration/test_secrets_paths.py``:
+   sweep, find-max, import, site endpoint, engine argument, a server echoing its
+   Authorization header), each run for real against a server on 127.0.0.1 and the whole
+   store, stdout and stderr grepped;
 2. the hypothesis fuzz layer (``tests/unit/test_fuzz.py``) with ``--fuzz`` random
    examples per target;
 3. SIGINT/SIGTERM sent to an in-process run at random times (the exact set of measured
@@ -240,6 +245,8 @@ def two_processes(n: int, work: Path) -> dict:
 
 
 SSE = "SSE streams"
+#: A section missing from a JSON written before it existed.
+_NONE = {"passed": 0, "failed": 0}
 
 
 def _n(x: int) -> str:
@@ -271,10 +278,17 @@ def render(data: dict, variant: str | None = None) -> str:
     sp, ss, fd, ks, tw = (data[k] for k in ("signals_in_process", "signals_to_infbench_run", "full_disk",
                                             "killed_servers", "two_processes"))
     by = ss["by_signal"]
+    bnd, sec = data.get("boundary_cases", _NONE), data.get("secret_paths", _NONE)
     rows = [
         ("deterministic bad inputs (`test_hardening.py`, `test_secrets.py`, `test_reliability.py`)",
          _n(bad["passed"] + bad["failed"]),
          f"{bad['passed']} pass" + (f", {bad['failed']} fail" if bad["failed"] else "")),
+        ("issue 22's hostile review of the later commands (`test_boundaries.py`: inputs, outputs, secrets, waits, "
+         "exit codes)", _n(bnd["passed"] + bnd["failed"]),
+         f"{bnd['passed']} pass" + (f", {bnd['failed']} fail" if bnd["failed"] else "")),
+        ("secrets planted in sweep, find-max, import, site endpoint, engine argument, echoing server "
+         "(`test_secrets_paths.py`: whole store, stdout and stderr grepped)", _n(sec["passed"] + sec["failed"]),
+         (f"{sec['passed']} pass: no secret found" if not sec["failed"] else f"{sec['failed']} FAIL")),
         ("hypothesis fuzz examples: " + ", ".join(others), f"{len(others)} x {fuzz_n}",
          "no traceback, exit 2 with a message, store unchanged" if fuzz_ok else "see `fuzz.outcomes` in the JSON"),
         ("fuzz: SSE streams (malformed events, negative or huge `completion_tokens`, split reads)", _n(ex.get(SSE, 0)),
@@ -297,7 +311,7 @@ def render(data: dict, variant: str | None = None) -> str:
         ("two processes on one store, same 6-cell sweep", _n(tw["trials"]),
          f"{tw['cells']} cells, {tw['measured_twice']} measured twice"),
     ]
-    total_cases = bad["passed"] + bad["failed"] + fz["total_examples"]
+    total_cases = sum(x["passed"] + x["failed"] for x in (bad, bnd, sec)) + fz["total_examples"]
     total_faults = sp["faults"] + ss["faults"] + fd["faults"] + ks["faults"] + tw["trials"]
     assert (total_cases, total_faults) == (t["cases_tried"], t["faults_injected"]), "totals disagree with the rows"
     cmd = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in a.items() if k != "seed")
@@ -331,6 +345,10 @@ def main() -> None:
     res["bad_input_cases"] = pytest_count(["tests/unit/test_hardening.py", "tests/unit/test_secrets.py",
                                            "tests/unit/test_reliability.py"])
     print("bad inputs", res["bad_input_cases"], flush=True)
+    res["boundary_cases"] = pytest_count(["tests/unit/test_boundaries.py"])
+    print("issue 22 boundary cases", {k: v for k, v in res["boundary_cases"].items() if k != "outcomes"}, flush=True)
+    res["secret_paths"] = pytest_count(["tests/integration/test_secrets_paths.py"])
+    print("planted secrets", {k: v for k, v in res["secret_paths"].items() if k != "outcomes"}, flush=True)
     res["fuzz"] = fuzz(a.fuzz, work)
     print("fuzz", res["fuzz"], flush=True)
     res["signals_in_process"] = in_process_signals(a.in_process, rng, work)
@@ -344,7 +362,8 @@ def main() -> None:
     res["two_processes"] = two_processes(a.two, work)
     print("two processes", res["two_processes"], flush=True)
     res["totals"] = {
-        "cases_tried": res["bad_input_cases"]["passed"] + res["bad_input_cases"]["failed"]
+        "cases_tried": sum(res[k]["passed"] + res[k]["failed"] for k in ("bad_input_cases", "boundary_cases",
+                                                                           "secret_paths"))
         + res["fuzz"]["total_examples"],
         "faults_injected": sum(res[k]["faults"] for k in ("signals_in_process", "signals_to_infbench_run",
                                                           "full_disk", "killed_servers"))
@@ -354,7 +373,7 @@ def main() -> None:
         "runs_left_running": res["signals_in_process"]["left_running"]
         + res["signals_to_infbench_run"]["left_running_after_next_start"] + res["full_disk"]["left_running"]
         + res["killed_servers"]["left_running"] + res["two_processes"]["left_running"],
-        "failed_checks": res["bad_input_cases"]["failed"] + res["fuzz"]["failed"],
+        "failed_checks": sum(res[k]["failed"] for k in ("bad_input_cases", "boundary_cases", "secret_paths", "fuzz")),
     }
     res["wall_s"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,34 +19,79 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from infbench.errors import ConfigError, suggest
+from infbench.inputs import integer, node_line, number, read_text, strict_yaml_nodes
 from infbench.plugins import PluginManager
 from infbench.schema import DeviceInfo, DeviceSpec
 
+#: Largest device file read (the catalog's files are a few KB).
+MAX_DEVICE_FILE_BYTES = 1 << 20
+#: What no device can exceed (per package): 1 PiB of memory, 100,000 TB/s of memory
+#: bandwidth (a wafer-scale chip's SRAM gives 21,000), 10^7 TFLOP/s, 1 MW, 100 TB/s between
+#: devices, 64 devices per package. Every figure is positive: a negative or zero bandwidth
+#: is a typo.
+PHYSICAL_LIMITS = {"memory_gib": 1e6, "bandwidth_tb_s": 1e5, "tdp_w": 1e6, "link_bandwidth_gb_s": 1e5}
+MAX_PEAK_TFLOPS = 1e7
+MAX_DEVICES_PER_PACKAGE = 64
+
 
 def load_device_specs(path: str | Path) -> list[DeviceSpec]:
-    """Read a ``devices.yaml`` (a list of :class:`DeviceSpec` mappings).
+    """Read a ``devices.yaml`` (a list of :class:`DeviceSpec` mappings) as
+    :mod:`infbench.inputs` reads every file: at most :data:`MAX_DEVICE_FILE_BYTES` of UTF-8
+    YAML (no duplicate keys, bounded depth and aliases), every figure a finite positive
+    number within :data:`PHYSICAL_LIMITS`.
 
     Raises:
-        ConfigError: unreadable YAML or an entry that fails validation (its id named).
+        ConfigError: an unreadable, binary or malformed file, a file that is not a list,
+            or an entry that fails validation (``FILE:LINE: device ID: ...``).
     """
     p = Path(path)
-    try:
-        raw = yaml.safe_load(p.read_text()) or []
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read device descriptions {p}: {exc}") from exc
+    hint = "a device file is a YAML list of devices (id, name, vendor, bandwidth_tb_s, peak_tflops...); see " \
+           "`infbench devices` and docs/roofline.md"
+    raw, node = strict_yaml_nodes(read_text(p, "device file", MAX_DEVICE_FILE_BYTES, hint), str(p), hint)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(f"{p}:{node_line(node)}: a device file holds a list of devices, got "
+                          f"{type(raw).__name__}", hint=hint)
     out = []
     for i, entry in enumerate(raw):
+        item = node.value[i]
+        where = f"{p}:{node_line(item)}"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: device {i + 1} is a {type(entry).__name__}, not a mapping", hint=hint)
+        ident = str(entry.get("id", f"entry {i + 1}"))[:60]
+        _check_figures(entry, item, p, ident)
         try:
             out.append(DeviceSpec(**entry))
         except (TypeError, ValidationError) as exc:
-            ident = entry.get("id", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
-            raise ConfigError(f"{p}: device {ident}: {exc}") from exc
+            e = exc.errors()[0] if isinstance(exc, ValidationError) else None
+            field = str(e["loc"][0]) if e and e["loc"] else None
+            why = f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e else str(exc)
+            raise ConfigError(f"{p}:{node_line(item, field)}: device {ident}: {why[:300]}", hint=hint) from None
     return out
+
+
+def _check_figures(entry: dict[str, Any], item: Any, p: Path, ident: str) -> None:
+    """Every figure of a device entry finite, positive and within :data:`PHYSICAL_LIMITS`."""
+    for key, hi in PHYSICAL_LIMITS.items():
+        if entry.get(key) is not None:
+            number(entry[key], key, f"{p}:{node_line(item, key)}: device {ident}", 0.0, hi, lo_open=True)
+    peaks = entry.get("peak_tflops")
+    if peaks is not None:
+        where = f"{p}:{node_line(item, 'peak_tflops')}: device {ident}"
+        if not isinstance(peaks, dict):
+            raise ConfigError(f"{where}: peak_tflops is a mapping of precision -> TFLOP/s, got "
+                              f"{type(peaks).__name__}")
+        for prec, v in peaks.items():
+            number(v, f"peak_tflops.{prec}", where, 0.0, MAX_PEAK_TFLOPS, lo_open=True)
+    if "devices_per_package" in entry:
+        integer(entry["devices_per_package"], "devices_per_package", f"{p}:{node_line(item, 'devices_per_package')}"
+                f": device {ident}", 1, MAX_DEVICES_PER_PACKAGE)
 
 
 def catalog(pm: PluginManager) -> list[DeviceSpec]:

@@ -80,14 +80,21 @@ class PreparedRun:
         Raises:
             ConfigError: a sweep planned for several device types.
         """
-        from infbench.data.worker import write_spec
+        from infbench.data.paths import default_store_path
+        from infbench.data.worker import make_spec
+        from infbench.outputs import WORKER_SPEC, json_text, write_output
+        from infbench.secrets import redact_tree
 
         if len(self.plans) > 1:
             raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
                               "device types", hint="pick one with --device")
-        if self.request.write_spec is None:
-            raise ConfigError("no --write-spec path given")
-        return write_spec(self.plan, self.request.write_spec, self.options)
+        spec = make_spec(self.plan, self.options)
+        doc = spec.model_dump(mode="json")
+        doc.update(device=redact_tree(doc["device"]), options=redact_tree(doc["options"]))  # cells untouched: ids
+        assert self.request.write_spec is not None  # called only with --write-spec
+        write_output(self.request.write_spec, json_text(doc, redacted=False), WORKER_SPEC,
+                     [self.request.store_path, default_store_path()])
+        return spec
 
     def executor(self) -> Any:
         """The executor (:func:`infbench.executors.choose_executor`), with the user's power

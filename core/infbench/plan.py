@@ -106,7 +106,7 @@ def _trace(sweep: Sweep, load: Load) -> tuple[Trace, int, int]:
     lengths: the first ``num_requests`` records (all by default) within ``duration_s`` of
     replayed time. Raises :class:`ConfigError` for a bad file or an empty selection."""
     from infbench.workloads.chat import file_digest
-    from infbench.workloads.trace import detect_format, read_trace, select
+    from infbench.workloads.trace import check_replay, detect_format, read_trace, select
 
     path = str(Path(str(sweep.trace)).resolve())
     fmt = detect_format(path)
@@ -114,6 +114,7 @@ def _trace(sweep: Sweep, load: Load) -> tuple[Trace, int, int]:
     if not recs:
         raise ConfigError(f"{path}: no trace record falls within --duration {load.duration_s:g} s at "
                           f"--trace-speed {load.trace_speed:g}", hint="raise --duration or --trace-speed")
+    check_replay(recs, load.trace_speed or 1.0, sweep.cell_timeout_s, path)  # none left unsent at the timeout
     data = Trace(path=path, sha256=file_digest(path), format=fmt, n=len(recs),
                  max_total_len=max(r.input_len + r.output_len for r in recs))
     mean_in = round(sum(r.input_len for r in recs) / len(recs))

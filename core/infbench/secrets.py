@@ -23,22 +23,45 @@ Three rules, each applied at the one place the data leaves infbench's hands:
 * **Text from a server is cleaned before it is stored** (:func:`clean_text`): control
   characters stripped, known secrets and credential-looking fragments scrubbed, *then* cut
   to a length, so no key prefix survives a cut.
+* **Every text that is stored or printed goes through one redaction** (:func:`redact`,
+  :func:`redact_tree`), whatever its origin: a URL anywhere in it loses its user info and
+  the values of secret query parameters (also inside ``KEY=VALUE`` items whose key names
+  no secret); ``Authorization`` values of any scheme, and ``Basic``/``Bearer`` credentials
+  anywhere (a ``Basic`` one's decoded ``user:password`` too); ``KEY=VALUE`` / ``"key":
+  "value"`` pairs whose key names a secret; and the shapes of well-known tokens (``sk-``,
+  ``hf_``, ``ghp_``, ``github_pat_``, ``glpat-``, ``xox?-``, AWS ``AKIA``, Google ``AIza``,
+  JWTs). The store applies it to every run, cell and measurement it writes, and the
+  terminal, JSON and CSV writers to everything they print.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import re
 import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 #: What a redacted value is replaced with.
 REDACTED = "[redacted]"
 
-#: Words that make a ``KEY=VALUE`` key (``--engine-arg``, ``--build-arg``) secret.
-SECRET_KEY_WORDS = ("token", "secret", "password", "passwd", "key", "auth", "credential", "cookie", "session")
+#: Words that make a ``KEY=VALUE`` key (``--engine-arg``, ``--build-arg``), a JSON key or a
+#: URL query parameter secret, when one of the key's words (split at ``_``, ``-``, ``.``
+#: and case changes) is one of them: ``hf_token``, ``client_secret``, ``X-Amz-Signature``,
+#: but not ``max_num_batched_tokens`` or ``tokenizer``.
+SECRET_KEY_WORDS = ("token", "secret", "password", "passwd", "pwd", "passphrase", "apikey", "auth",
+                    "authorization", "credential", "credentials", "cookie", "sessionid", "sig", "signature",
+                    "bearer", "jwt")
+#: Words before ``key`` that make it a secret (``api_key``, ``X-Api-Key``, ``private_key``);
+#: ``key`` alone is one too, ``quality_key`` or ``cache_key`` are not.
+SECRET_KEY_QUALIFIERS = ("api", "access", "secret", "private", "auth", "client", "master", "subscription",
+                         "license", "signing", "encryption", "ssh", "account", "service", "user", "app")
+#: Last words of a key that names *where* a secret is, not the secret (``api_key_env``,
+#: ``ssl_key_file``, ``api_key_set``): such a key's value is kept.
+_NOT_SECRET_SUFFIXES = ("env", "var", "file", "path", "set", "name", "id_env", "source")
 
 
 def command_label(command: str) -> str:
@@ -113,10 +136,25 @@ def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _key_words(key: str) -> list[str]:
+    """``"X-Amz-Signature"`` -> ``["x", "amz", "signature"]``; ``"apiKey"`` -> ``["api", "key"]``."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", key)
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
 def is_secret_key(key: str) -> bool:
-    """True when a ``KEY=VALUE`` key names a secret (see :data:`SECRET_KEY_WORDS`)."""
-    k = key.lower().replace("-", "_")
-    return any(w in k for w in SECRET_KEY_WORDS)
+    """True when a ``KEY=VALUE`` key, a JSON key or a query parameter names a secret: one of
+    its words is in :data:`SECRET_KEY_WORDS` (``hf_token``, ``client_secret``) or is ``key``
+    after a word of :data:`SECRET_KEY_QUALIFIERS` (``api-key``, ``apiKey``), and its last
+    word does not say where the secret lives (``api_key_env`` names an environment variable
+    and is kept)."""
+    words = _key_words(key)
+    if not words or words[-1] in _NOT_SECRET_SUFFIXES:
+        return False
+    if any(w in SECRET_KEY_WORDS for w in words):
+        return True
+    return words == ["key"] or any(w == "key" and i and words[i - 1] in SECRET_KEY_QUALIFIERS
+                                   for i, w in enumerate(words))
 
 
 def redact_key_value(item: str) -> str:
@@ -131,7 +169,7 @@ def redact_key_value(item: str) -> str:
 #: line and provenance ``argv`` redacts it.
 SECRET_OPTIONS: dict[str, Callable[[str], str | None]] = {
     "--power-command": redact_command,   # a shell command line: BMC passwords, tokens
-    "--base-url": redact_url,            # user:password@ and ?api_key=
+    "--base-url": lambda v: redact_url(v) or REDACTED,   # user:password@ and ?api_key=
     "--engine-arg": redact_key_value,    # hf_token=..., api_key=...
     "--build-arg": redact_key_value,     # `infbench containers build --build-arg HF_TOKEN=...`
 }
@@ -208,33 +246,119 @@ def printable(text: object, keep_newlines: bool = False) -> str:
     return _CONTROL_NO_NL.sub("", s.replace("\r\n", " ").replace("\n", " ").replace("\t", " "))
 
 
-#: Credential-looking fragments: URL userinfo, ``Authorization:`` header values, key-like
-#: query parameters and JSON fields.
-_CREDENTIALS = (
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@"), r"\1" + REDACTED + "@"),
-    (re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?:(bearer|basic|token)\s+)?"
-                r"[^\s\"',;]+"), lambda m: m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED),
-    (re.compile(r"(?i)\b((?:x-)?(?:api[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|password|passwd)[\"']?\s*[=:]\s*"
-                r"[\"']?)[^\s&\"',;}]+"), r"\1" + REDACTED),
-    (re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_-]{8,}"), r"\1-" + REDACTED),
+#: A URL anywhere in a text: scheme, ``://``, then everything up to whitespace, a quote or
+#: a bracket (user info, host, path, query and fragment).
+_URL_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,15}://)([^\s\"'<>`\\]+)")
+#: A query (or fragment) parameter: separator, name, value.
+_PARAM = re.compile(r"([?&;#])([^=&;#?]+)=([^&;#]*)")
+#: ``Authorization:`` / ``Proxy-Authorization=`` (header, JSON key, log field), an optional
+#: scheme word, and the credentials: up to the end of the token for token schemes, else to
+#: the end of the line or the closing quote (Digest and other schemes with parameters).
+_AUTH_HEADER = re.compile(r"(?i)\b((?:proxy-)?authorization[\"']?\s*[:=]\s*([\"'])?)"
+                          r"(?:(basic|bearer|token|apikey|api-key|key|sso-key|ssws|pat)\s+([^\s\"',;}\]]+)"
+                          r"|([A-Za-z][\w-]*\s+)?((?(2)[^\r\n\"'}\]]+|[^\r\n]+)))")
+#: ``Cookie:`` and ``Set-Cookie:`` header values, to the end of the line or quote.
+_COOKIE_HEADER = re.compile(r"(?i)\b((?:set-)?cookie[\"']?\s*[:=]\s*[\"']?)[^\r\n\"'}\]]+")
+#: A ``Basic`` credential anywhere (an echoed header without its name): base64 of ``user:password``.
+_BASIC = re.compile(r"\b(Basic)\s+([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])", re.IGNORECASE)
+#: A ``Bearer`` credential anywhere.
+_BEARER = re.compile(r"\b(Bearer)\s+([A-Za-z0-9._~+/-]{6,}=*)", re.IGNORECASE)
+#: ``KEY=VALUE`` / ``KEY: VALUE`` / ``"KEY": "VALUE"`` whose key's last word names a secret.
+_SECRET_PAIR = re.compile(
+    r"(?i)(?<![A-Za-z0-9])((?:[A-Za-z0-9]+[_.-])*(?:api[_-]?key|apikey|access[_-]?key|secret[_-]?key|private[_-]?key"
+    r"|token|secret|password|passwd|pwd|passphrase|credentials?|signature|sig)[\"']?\s*[=:]\s*[\"']?)"
+    r"(?!\[redacted\])([^\s&\"',;}\]]+)")
+#: Well-known token shapes, each kept as its prefix and :data:`REDACTED`.
+_TOKENS = (
+    (re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_-]{8,}"), r"\1-"),                 # OpenAI, Anthropic, Stripe-like
+    (re.compile(r"\b(hf)_[A-Za-z0-9]{30,}"), r"\1_"),                        # Hugging Face
+    (re.compile(r"\b(gh[pousr])_[A-Za-z0-9]{30,}"), r"\1_"),                 # GitHub
+    (re.compile(r"\b(github_pat)_[A-Za-z0-9_]{30,}"), r"\1_"),               # GitHub fine-grained
+    (re.compile(r"\b(glpat)-[A-Za-z0-9_-]{20,}"), r"\1-"),                   # GitLab
+    (re.compile(r"\b(xox[abposr])-[A-Za-z0-9-]{10,}"), r"\1-"),              # Slack
+    (re.compile(r"\b(npm)_[A-Za-z0-9]{36,}"), r"\1_"),                       # npm
+    (re.compile(r"\b(pypi)-[A-Za-z0-9_-]{50,}"), r"\1-"),                    # PyPI
+    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), r"\1"),                     # AWS access key id
+    (re.compile(r"\b(AIza)[0-9A-Za-z_-]{35}"), r"\1"),                       # Google API key
+    (re.compile(r"\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), r"\1"),  # JWT
 )
+#: What every pattern above needs somewhere in a text (a cheap test before running them).
+_MAYBE = re.compile(r"[:=]|basic|bearer|sk-|pk-|rk-|hf_|gh[pousr]_|github_pat_|glpat-|xox|npm_|pypi-|akia|asia|aiza|"
+                    r"eyj", re.IGNORECASE)
+#: Shortest known secret replaced wherever it occurs; shorter ones only as a whole word,
+#: and none shorter than :data:`_MIN_SECRET` (a one-letter user name is no secret, and
+#: replacing it would blank that letter in every word).
+_SUBSTRING_SECRET = 8
+_MIN_SECRET = 4
+
+
+def _url_in_text(m: re.Match[str]) -> str:
+    """One URL found in a text: user info and secret parameter values redacted."""
+    scheme, rest = m.group(1), m.group(2)
+    cut = re.search(r"[/?#]", rest)
+    authority, tail = (rest[:cut.start()], rest[cut.start():]) if cut else (rest, "")
+    if "@" in authority:
+        authority = REDACTED + "@" + authority.rsplit("@", 1)[1]
+    elif "@" in tail and re.match(r"[^:@]+:(?!\d+(?:/|$))[^@\s]*@", rest):
+        # a password holding an unencoded '/', '?' or '#': ``http://bob:p/w@host``
+        authority, tail = REDACTED + "@" + rest.split("@", 1)[1], ""
+        cut = re.search(r"[/?#]", authority[len(REDACTED) + 1:])
+        if cut:
+            k = len(REDACTED) + 1 + cut.start()
+            authority, tail = authority[:k], authority[k:]
+
+    def param(p: re.Match[str]) -> str:
+        name = unquote(p.group(2))
+        if p.group(3) and p.group(3) != REDACTED and is_secret_key(name):
+            return f"{p.group(1)}{p.group(2)}={REDACTED}"
+        return p.group(0)
+
+    return scheme + authority + _PARAM.sub(param, tail)
+
+
+def _basic_decoded(token: str) -> str | None:
+    """The ``user:password`` a Basic credential encodes, or None when it is not one."""
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return text if ":" in text and text.isprintable() else None
+
+
+def _auth_header(m: re.Match[str]) -> str:
+    head, scheme, simple = m.group(1), m.group(3), m.group(4)
+    if (simple or m.group(6) or "").startswith(REDACTED[:-1]):
+        return m.group(0)                  # already redacted (a Basic credential found first)
+    if scheme is not None:
+        return f"{head}{scheme} {REDACTED}"
+    word = m.group(5) or ""
+    known = word.strip().lower() in ("digest", "negotiate", "ntlm", "hoba", "mutual", "aws4-hmac-sha256", "dpop",
+                                     "vapid", "scram-sha-256", "gnap")
+    return f"{head}{word if known else ''}{REDACTED}"
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """``text`` with every known secret (e.g. the API key) replaced by :data:`REDACTED`, then
+    credential-looking fragments redacted (:func:`redact`).
+
+    A known secret of :data:`_SUBSTRING_SECRET` characters or more is replaced wherever it
+    occurs; a shorter one only where it stands as a whole word; one shorter than
+    :data:`_MIN_SECRET` is not searched for (it cannot be told apart from ordinary text:
+    a user name ``u`` must not blank every ``u`` of "Connection refused")."""
+    for s in secrets:
+        if not s or len(s) < _MIN_SECRET:
+            continue
+        if len(s) >= _SUBSTRING_SECRET:
+            text = text.replace(s, REDACTED)
+        else:
+            text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(s) + r"(?![A-Za-z0-9])", REDACTED, text)
+    return redact(text)
 
 
 def strip_control(text: str) -> str:
     """``text`` without ANSI/OSC escape sequences and control characters (tab and newline kept)."""
     return _CONTROL.sub("", _ESCAPES.sub("", text))
-
-
-def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """``text`` with every known secret (e.g. the API key) replaced by :data:`REDACTED`, then
-    credential-looking fragments (URL userinfo, ``Authorization`` values, ``api_key=``)
-    redacted."""
-    for s in secrets:
-        if s:
-            text = text.replace(s, REDACTED)
-    for pattern, repl in _CREDENTIALS:
-        text = pattern.sub(repl, text)
-    return text
 
 
 def clean_text(text: str | bytes, secrets: Iterable[str | None] = (), limit: int | None = 300) -> str:
@@ -251,10 +375,69 @@ def clean_text(text: str | bytes, secrets: Iterable[str | None] = (), limit: int
 
 def redact(text: str) -> str:
     """The one redaction of a text infbench stores or prints, whatever its origin (a command
-    line, provenance, a device property, an error, a note): credential-looking fragments
-    (URL user info, ``Authorization`` values, ``api_key=``/``token=``-like fields, ``sk-``
-    keys) replaced by :data:`REDACTED` (:func:`scrub`)."""
-    return scrub(text)
+    line, provenance, a device property, an error, a note), with every credential replaced
+    by :data:`REDACTED`:
+
+    * a URL anywhere in the text (also the value of a ``KEY=VALUE`` item whose key names no
+      secret, ``base_url=http://bob:pw@host/v1``): its user info, and the values of its
+      query and fragment parameters whose name is secret (:func:`is_secret_key`:
+      ``?api_key=``, ``&token=``, ``#access_token=``, ``X-Amz-Signature=``);
+    * ``Authorization`` / ``Proxy-Authorization`` values of any scheme (the scheme word is
+      kept), ``Cookie`` values, and ``Basic``/``Bearer`` credentials wherever they occur; a
+      ``Basic`` credential's decoded ``user:password`` (and the password alone) is removed
+      from the whole text too;
+    * ``KEY=VALUE``, ``KEY: VALUE`` and ``"KEY": "VALUE"`` pairs whose key ends with a secret
+      word (``api_key``, ``hf_token``, ``client_secret``, ``password``);
+    * well-known token shapes (``sk-...``, ``hf_...``, ``ghp_...``, ``github_pat_...``,
+      ``glpat-...``, Slack, npm, PyPI, AWS ``AKIA...``, Google ``AIza...``, JWTs).
+
+    Text without any of these is returned unchanged.
+    """
+    if not text or not _MAYBE.search(text):
+        return text
+    decoded: list[str] = []
+
+    def basic(m: re.Match[str]) -> str:
+        pair = _basic_decoded(m.group(2))
+        if pair is None:
+            return m.group(0)
+        decoded.append(pair)
+        return f"{m.group(1)} {REDACTED}"
+
+    text = _BASIC.sub(basic, text)
+    text = _AUTH_HEADER.sub(_auth_header, text)
+    text = _COOKIE_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
+    text = _BEARER.sub(lambda m: m.group(0) if m.group(2) == REDACTED else f"{m.group(1)} {REDACTED}", text)
+    text = _URL_IN_TEXT.sub(_url_in_text, text)
+    text = _SECRET_PAIR.sub(lambda m: m.group(1) + REDACTED, text)
+    for pattern, prefix in _TOKENS:
+        text = pattern.sub(prefix + REDACTED, text)
+    for pair in decoded:
+        user, _, password = pair.partition(":")
+        text = text.replace(pair, REDACTED)
+        if len(password) >= _MIN_SECRET:
+            text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(password) + r"(?![A-Za-z0-9])", REDACTED, text)
+    return text
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """What a URL carries that must never be stored, for :func:`scrub` and :func:`clean_text`:
+    its password (raw and percent-decoded), user name, query values of 4 characters or more,
+    and the ``Basic`` credential a client builds from its user info (base64 of
+    ``user:password``)."""
+    if not url:
+        return []
+    try:
+        u = urlsplit(url)
+        user, password = u.username, u.password
+        query = parse_qsl(u.query)
+    except ValueError:
+        return []
+    out = [s for s in (password, unquote(password or ""), user, unquote(user or "")) if s]
+    out += [v for _, v in query if len(v) >= _MIN_SECRET]
+    if user is not None:
+        out.append(base64.b64encode(f"{unquote(user)}:{unquote(password or '')}".encode()).decode())
+    return out
 
 
 def redact_tree(obj: Any) -> Any:

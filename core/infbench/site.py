@@ -26,12 +26,14 @@ A table that neither the core nor any installed plugin reads is an error
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from infbench.errors import ConfigError, suggest
+from infbench.inputs import depth, finite_tree, key_line, line_col, read_bytes
 
 #: Environment variable naming the site file (default ``$INFBENCH_HOME/site.toml``).
 SITE_ENV = "INFBENCH_SITE_CONFIG"
@@ -47,32 +49,52 @@ def site_config_path() -> Path:
     return Path(env).expanduser() if env else default_home() / "site.toml"
 
 
+#: Largest site file read (a site file is a few tables).
+MAX_SITE_BYTES = 1 << 20
+#: Deepest nesting of tables and arrays in a site file.
+MAX_SITE_DEPTH = 8
+
+
 def site_config(path: str | Path | None = None) -> dict[str, Any]:
-    """The whole site file as a dict (``{}`` when there is none).
+    """The whole site file as a dict (``{}`` when there is none), read as
+    :mod:`infbench.inputs` reads every file: at most :data:`MAX_SITE_BYTES` of UTF-8 TOML,
+    nesting at most :data:`MAX_SITE_DEPTH` deep, every number finite (TOML allows ``nan``
+    and ``inf``; no site figure can be either).
 
     Raises:
-        ConfigError: the file exists but is not valid TOML (the message names the file
-            and TOML's line/column), or ``$INFBENCH_SITE_CONFIG`` names a missing file.
+        ConfigError: the file exists but is unreadable, too large, not UTF-8 or not valid
+            TOML, or holds a non-finite number (the message names the file and line), or
+            ``$INFBENCH_SITE_CONFIG`` names a missing file.
     """
     p = Path(path) if path else site_config_path()
     if not p.is_file():
         if path or os.environ.get(SITE_ENV):
             raise ConfigError(f"site config {p} does not exist", hint=f"create it or unset {SITE_ENV}")
         return {}
+    hint = "a site config is a TOML text file; see docs/plugins.md#site-configuration"
+    raw = read_bytes(p, "site config", MAX_SITE_BYTES, hint)
     try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read site config {p}: {exc.strerror or exc}") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"site config {p} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
-                          f"{exc.start})", hint="a site config is a TOML text file; see "
-                                                "docs/plugins.md#site-configuration") from None
+        line, col = line_col(raw, exc.start)
+        raise ConfigError(f"site config {p} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, column "
+                          f"{col})", hint=hint) from None
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as exc:
         why = str(exc) if isinstance(exc, tomllib.TOMLDecodeError) else "nested too deeply"
         raise ConfigError(f"site config {p} is not valid TOML: {why[:300]}",
                           hint="see docs/plugins.md#site-configuration for the format") from None
+    if depth(data, MAX_SITE_DEPTH) > MAX_SITE_DEPTH:
+        raise ConfigError(f"site config {p}: tables and arrays nested deeper than {MAX_SITE_DEPTH} levels", hint=hint)
+    try:
+        finite_tree(data, str(p))
+    except ConfigError as exc:
+        key = exc.message.split(": ", 1)[1].split(" is ")[0].split(".")[-1].split("[")[0]
+        at = key_line(text, key)
+        raise ConfigError(f"site config {p}" + (f":{at}" if at else "") + ": " + exc.message.split(": ", 1)[1],
+                          hint="give a finite number (W, s, counts)") from None
+    return data
 
 
 def unknown_sections(known: Iterable[str], path: str | Path | None = None) -> list[str]:
@@ -107,3 +129,23 @@ def site_section(name: str, path: str | Path | None = None) -> dict[str, Any] | 
     if not isinstance(sec, dict):
         raise ConfigError(f"[{name}] in {path or site_config_path()} must be a table, got {type(sec).__name__}")
     return sec
+
+
+def site_location(table: str, key: str | None = None, path: str | Path | None = None) -> str:
+    """``FILE:LINE`` of ``key`` in ``[table]`` of the site file (``FILE`` alone when it
+    cannot be placed), for messages about a value a plugin refused."""
+    p = Path(path) if path else site_config_path()
+    try:
+        text = read_bytes(p, "site config", MAX_SITE_BYTES).decode("utf-8", "replace")
+    except ConfigError:
+        return str(p)
+    m = re.search(r"(?m)^[ \t]*\[[ \t]*" + re.escape(table) + r"\s*\]", text)
+    if m is None:
+        return str(p)
+    line = text.count("\n", 0, m.start()) + 1
+    if key:
+        rest = text[m.end():]
+        nxt = re.search(r"(?m)^[ \t]*\[", rest)
+        found = key_line(rest[:nxt.start()] if nxt else rest, key)
+        line += (found - 1) if found else 0
+    return f"{p}:{line}"

@@ -18,15 +18,11 @@ from pydantic import ValidationError
 
 from infbench.data.request import split_values  # noqa: F401 - re-exported
 from infbench.errors import ConfigError, suggest
+from infbench.inputs import MAX_DEPTH, MAX_NODES, StrictYamlLoader  # noqa: F401 - MAX_*: re-exported
 from infbench.schema import Sweep
 
 #: Largest sweep file read (a sweep is a few lines of YAML).
 MAX_SWEEP_BYTES = 1 << 20
-#: Deepest nesting of lists and mappings in a sweep file (a sweep needs 3).
-MAX_DEPTH = 32
-#: Most values a sweep file may expand to once YAML aliases are followed (a "billion
-#: laughs" file expands a few lines into billions).
-MAX_NODES = 100_000
 #: Longest error message built from a sweep's values.
 MAX_MESSAGE = 2000
 
@@ -68,61 +64,8 @@ def validation_message(exc: ValidationError, source: str) -> ConfigError:
     return ConfigError(f"invalid sweep in {source}: " + msg, hint="allowed fields: " + ", ".join(fields))
 
 
-class _SweepLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing what a sweep file never needs and a hostile one
-    uses: duplicate keys (the last would silently win), nesting deeper than
-    :data:`MAX_DEPTH` (a recursion error), and aliases expanding to more than
-    :data:`MAX_NODES` values (a "billion laughs" bomb)."""
-
-    _depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels"
-                                     f" at line {self.peek_event().start_mark.line + 1}")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def get_single_node(self) -> Any:
-        node = super().get_single_node()
-        if node is not None:
-            sizes: dict[int, int] = {}
-
-            def size(n: Any) -> int:
-                if id(n) in sizes:
-                    return sizes[id(n)]
-                total = 1
-                if isinstance(n, yaml.SequenceNode):
-                    total += sum(size(c) for c in n.value)
-                elif isinstance(n, yaml.MappingNode):
-                    total += sum(size(k) + size(v) for k, v in n.value)
-                sizes[id(n)] = min(total, MAX_NODES + 1)
-                return sizes[id(n)]
-
-            if size(node) > MAX_NODES:
-                raise yaml.YAMLError(f"it expands to more than {MAX_NODES:,} values through aliases "
-                                     "(a YAML alias bomb?); write the values out")
-        return node
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    dup = key in seen
-                except TypeError:
-                    raise yaml.constructor.ConstructorError(None, None, "a mapping key that is a list or mapping",
-                                                            key_node.start_mark) from None
-                if dup:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {_short.repr(key)} (the first value would be silently "
-                        "replaced)", key_node.start_mark)
-                seen.add(key)
-        return super().construct_mapping(node, deep)
+#: The sweep file's YAML loader (:class:`infbench.inputs.StrictYamlLoader`).
+_SweepLoader = StrictYamlLoader
 
 
 def load_sweep_file(path: Path) -> dict[str, Any]:

@@ -56,6 +56,7 @@ from infbench.data.worker import (
     write_spec,
 )
 from infbench.errors import ConfigError, VersionSkew
+from infbench.inputs import read_bytes, read_text, strict_json
 from infbench.schema import CellResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -184,6 +185,9 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
 WORKER_STATUSES = ("running", "completed", "completed_with_failures", "failed", "interrupted")
 #: Most problems listed in one ingest error.
 MAX_PROBLEMS = 5
+#: Largest ``provenance.json`` and ``cells.jsonl`` read back from a worker.
+MAX_PROVENANCE_BYTES = 64 << 20
+MAX_CELLS_BYTES = 8 << 30
 
 
 def _close(a: Any, b: Any) -> bool:
@@ -261,11 +265,10 @@ def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult],
     out_dir = Path(out_dir)
     pfile = out_dir / PROVENANCE_FILE
     try:
-        prov = json.loads(pfile.read_bytes().decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:200]
-        raise ConfigError(f"no worker output in {out_dir} ({PROVENANCE_FILE} missing or unreadable: {why})",
-                          hint="did the worker start? see its log") from None
+        prov = strict_json(read_text(pfile, PROVENANCE_FILE, MAX_PROVENANCE_BYTES), str(pfile))
+    except ConfigError as exc:
+        raise ConfigError(f"no worker output in {out_dir} ({PROVENANCE_FILE} missing or unreadable: "
+                          f"{exc.message[:300]})", hint="did the worker start? see its log") from None
     if not isinstance(prov, dict):
         raise ConfigError(f"{pfile} must hold a JSON object, got {type(prov).__name__}",
                           hint="is this a worker's --out folder? nothing was stored")
@@ -288,10 +291,7 @@ def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult],
         problems.append(f"{CELLS_FILE} is not a file")
         data = b""
     else:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+        data = read_bytes(path, CELLS_FILE, MAX_CELLS_BYTES)
     lines = data.split(b"\n")
     cut = lines.pop()  # the part after the last newline: empty, or a line cut short
     cells: list[CellResult] = []
@@ -300,7 +300,12 @@ def read_worker_output(out_dir: Path) -> tuple[dict[str, Any], list[CellResult],
             continue
         where = f"{CELLS_FILE} line {n}"
         try:
+            if b"NaN" in raw or b"Infinity" in raw:  # Python's and pydantic's JSON take them; JSON has none
+                strict_json(raw.decode("utf-8"), where)
             r = CellResult.model_validate_json(raw.decode("utf-8"))
+        except ConfigError as exc:
+            problems.append(exc.message[:200])
+            continue
         except UnicodeDecodeError as exc:
             problems.append(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})")
             continue

@@ -138,3 +138,40 @@ def tiny_tmpfs(tmp_path: Path, size: str = "200k") -> Iterator[Path]:
         yield d
     finally:
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def store_dump(path: Path) -> str:
+    """Every value of every column of every table of an SQLite store (and of its WAL, read
+    through SQLite), as one text: what a "secret never stored" test greps. Blobs are
+    decoded as Latin-1 so no byte is lost."""
+    import sqlite3
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        out = []
+        for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'"):
+            for row in db.execute(f'SELECT * FROM "{name}"'):
+                out += [v.decode("latin-1") if isinstance(v, bytes) else str(v) for v in row]
+        return "\n".join(out)
+    finally:
+        db.close()
+
+
+def secret_forms(*secrets: str) -> list[str]:
+    """Each secret, percent-decoded and in the base64 forms an ``Authorization: Basic``
+    header would carry it (``user:secret``)."""
+    import base64
+
+    out = []
+    for s in secrets:
+        out += [s, base64.b64encode(s.encode()).decode().rstrip("=")]
+        for user in ("bob", "u", "user"):
+            out.append(base64.b64encode(f"{user}:{s}".encode()).decode().rstrip("="))
+    return out
+
+
+def assert_no_secret(texts: dict[str, str], *secrets: str) -> None:
+    """Fail naming where a planted secret (or its base64 form) was found."""
+    for where, text in texts.items():
+        for form in secret_forms(*secrets):
+            assert form not in text, f"secret {form!r} found in {where}: ...{text[max(0, text.find(form) - 80):][:200]}"

@@ -257,3 +257,231 @@ def test_fuzz_sse_streams(chunks, chat):
     assert 0 <= rec.n_out <= 10**6 and rec.n_in >= 0
     assert rec.t_tokens_ns == sorted(rec.t_tokens_ns) and all(t >= 500 for t in rec.t_tokens_ns)
     assert rec.error is not None or rec.t_tokens_ns
+
+
+# ===========================================================================================
+# Issue 22: the readers and flags added since (traces, imports, device files, predict flags,
+# find-max flags, site config)
+# ===========================================================================================
+hostile_numbers = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1, 2**63, 10**300, 1e308, -0.0, 0.5, True, False, None, "4", "", "1e23", [], {}]))
+json_value = st.one_of(hostile_numbers, values)
+
+
+def _json_line(obj) -> bytes:
+    # json.dumps writes NaN/Infinity as Python does: exactly what a hostile file holds
+    return json.dumps(obj, default=str).encode()
+
+
+trace_line = st.one_of(
+    st.fixed_dictionaries({"timestamp": json_value, "input_length": json_value, "output_length": json_value},
+                          optional={"hash_ids": st.one_of(json_value, st.lists(hostile_numbers, max_size=4))}),
+    st.fixed_dictionaries({"timestamp": st.integers(0, 10**6), "input_length": st.integers(1, 64),
+                           "output_length": st.integers(1, 64)}),
+    json_value)
+
+
+@FUZZ
+@given(lines=st.lists(st.one_of(trace_line.map(_json_line), st.binary(max_size=40)), min_size=1, max_size=6),
+       azure=st.lists(st.lists(st.one_of(st.text(max_size=12), hostile_numbers.map(str)), min_size=1, max_size=4),
+                      max_size=4))
+def test_fuzz_traces(tmp_path_factory, lines, azure):
+    from infbench.workloads.trace import MAX_LEN, MAX_SPAN_S, read_trace
+
+    count("traces (Mooncake JSONL and Azure CSV)")
+    d = _tmp(tmp_path_factory, "tr")
+    files = [(d / "t.jsonl", b"\n".join(lines) + b"\n"),
+             (d / "a.csv", ("TIMESTAMP,ContextTokens,GeneratedTokens\n" +
+                            "\n".join(",".join(row) for row in azure) + "\n").encode("utf-8", "surrogatepass"))]
+    for f, content in files:
+        f.write_bytes(content)
+        try:
+            recs = read_trace(f)
+        except InfbenchError as exc:
+            assert exc.exit_code == 2 and str(f) in exc.message and len(exc.message) < 3000
+            continue
+        assert recs and recs[0].t_s == 0.0
+        for r in recs:
+            assert isinstance(r.input_len, int) and not isinstance(r.input_len, bool) and 1 <= r.input_len <= MAX_LEN
+            assert isinstance(r.output_len, int) and not isinstance(r.output_len, bool)
+            assert 1 <= r.output_len <= MAX_LEN and 0.0 <= r.t_s <= MAX_SPAN_S
+            assert all(isinstance(h, int) and not isinstance(h, bool) and h >= 0 for h in r.hash_ids)
+
+
+@FUZZ
+@given(lines=st.lists(st.one_of(trace_line.map(_json_line), st.binary(max_size=30)), min_size=1, max_size=4),
+       timeout=st.sampled_from([None, "0.5", "2", "1e9", "nan"]))
+def test_fuzz_trace_runs_never_start(tmp_path_factory, fixed_store, lines, timeout):
+    count("traces through `run --trace --dry-run`")
+    store, before = fixed_store
+    f = _tmp(tmp_path_factory, "trr") / "t.jsonl"
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    args = ["run", "--engine", "llama.cpp-server", "--model", "tiny", "--dry-run", "--trace", str(f), "--store",
+            str(store)] + (["--cell-timeout", timeout] if timeout else [])
+    r = cli(*args, code=None)
+    assert r.exit_code in (0, 2), r.output
+    assert digest(store) == before
+
+
+LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
+               "Throughput"]
+lib_cell = st.one_of(st.sampled_from(["Nvidia A100 GPU", "AMD MI250 GPU", "vLLM", "llama.cpp", "128", "16", "1",
+                                      "1.5", "154.8", "128/64", "-1", "0", "nan", "inf", "1e300", "true", "=cmd|x",
+                                      '"a,b"', '"two\nlines"', "\x1b[31m", "\x00", ""]),
+                     hostile_numbers.map(str), st.text(max_size=10))
+
+
+@FUZZ
+@given(rows=st.lists(st.lists(lib_cell, min_size=6, max_size=10), min_size=1, max_size=4),
+       header=st.sampled_from([LIB_COLUMNS, LIB_COLUMNS[:5], LIB_COLUMNS + ["avg_power"]]),
+       raw=st.binary(max_size=60), latin=st.booleans())
+def test_fuzz_imports(tmp_path_factory, fixed_store, rows, header, raw, latin):
+    count("imports (LLM-Inference-Bench CSV)")
+    d = _tmp(tmp_path_factory, "imp")
+    text = ",".join(header) + "\n" + "\n".join(",".join(r) for r in rows) + "\n"
+    f = d / "x.csv"
+    f.write_bytes(text.encode("latin-1", "replace") if latin else text.encode("utf-8", "surrogatepass") + raw)
+    store = d / "s.db"
+    store.write_bytes(fixed_store[0].read_bytes())
+    before = digest(store)
+    r = cli("import", str(f), "--store", str(store), "--json", code=None)
+    assert r.exit_code in (0, 2), r.output
+    if r.exit_code == 2:
+        assert digest(store) == before and len(r.output) < 5000
+        return
+    res = json.loads(r.stdout)
+    s = Store(store, readonly=True)
+    for row in s.results(run_id=res["run_id"]):
+        spec = row["spec"]
+        assert 1 <= spec["batch"] <= 1_000_000 and 1 <= spec["tensor_parallel_size"] <= 65_536
+        assert all(isinstance(v, (int, float)) and v == v and abs(v) != float("inf")
+                   for v in row["metrics"].values() if isinstance(v, float))
+    s.close()
+
+
+device_entry = st.fixed_dictionaries(
+    {"id": st.one_of(st.text(min_size=1, max_size=8), json_value), "name": st.just("X"), "vendor": st.just("v"),
+     "sources": st.just(["a"])},
+    optional={"bandwidth_tb_s": json_value, "memory_gib": json_value, "tdp_w": json_value,
+              "link_bandwidth_gb_s": json_value, "devices_per_package": json_value,
+              "peak_tflops": st.one_of(json_value, st.dictionaries(st.sampled_from(["bf16", "fp16", "fp64", ""]),
+                                                                   hostile_numbers, max_size=3)),
+              "bogus": json_value})
+
+
+@FUZZ
+@given(entries=st.one_of(st.lists(st.one_of(device_entry, json_value), max_size=3), json_value),
+       raw=st.one_of(st.none(), st.binary(max_size=80)))
+def test_fuzz_device_files(tmp_path_factory, entries, raw):
+    import math
+
+    from infbench.devices import MAX_PEAK_TFLOPS, PHYSICAL_LIMITS, load_device_specs
+
+    count("device files (--device-file)")
+    f = _tmp(tmp_path_factory, "dev") / "dev.yaml"
+    if raw is not None:
+        f.write_bytes(raw)
+    else:
+        try:
+            f.write_text(yaml.safe_dump(entries, allow_unicode=True))
+        except (yaml.YAMLError, UnicodeEncodeError):
+            return
+    try:
+        specs = load_device_specs(f)
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and str(f) in exc.message and len(exc.message) < 3000
+        return
+    for s in specs:
+        for k, hi in PHYSICAL_LIMITS.items():
+            v = getattr(s, k)
+            assert v is None or (math.isfinite(v) and 0 < v <= hi)
+        assert all(math.isfinite(v) and 0 < v <= MAX_PEAK_TFLOPS for v in s.peak_tflops.values())
+    r = cli("predict", "-m", "llama-3-8b", "--device-file", str(f), "--json", code=None)
+    assert r.exit_code in (0, 2), r.output
+
+
+predict_value = st.one_of(st.sampled_from(["0", "-4", "1", "8", "1,0", "nan", "inf", "-inf", "1e300", "0.5", "",
+                                           ",", "x"]), st.integers(-10, 10**7).map(str))
+PREDICT_FLAGS = ["-b", "--input", "--output", "--tp", "--pp", "--ep", "--moe-imbalance", "--spec-k", "--acceptance",
+                 "--eff-compute", "--eff-memory", "--overhead-ms", "--slo-ttft", "--slo-tpot"]
+set_value = st.tuples(st.sampled_from(["memory_bandwidth_tb_s", "memory_gib", "memory_gb", "link_bandwidth_gb_s",
+                                       "peak_bf16_tflops", "peak__tflops", "peak_fp64_tflops", "bogus", ""]),
+                      predict_value).map(lambda kv: f"{kv[0]}={kv[1]}")
+
+
+@FUZZ
+@given(flags=st.lists(st.tuples(st.sampled_from(PREDICT_FLAGS), predict_value), max_size=3),
+       sets=st.lists(set_value, max_size=2), device=st.sampled_from([["-d", "h100-sxm"], ["-d", "a100-40gb"], []]))
+def test_fuzz_predict_flags(flags, sets, device):
+    import math
+
+    count("predict flags")
+    args = ["predict", "-m", "llama-3-8b", "--json", *device] + [x for f, v in flags for x in (f, v)]
+    args += [x for s in sets for x in ("--set", s)]
+    r = cli(*args, code=None)
+    assert r.exit_code in (0, 2), r.output
+    if r.exit_code == 0:
+        for p in json.loads(r.stdout)["predictions"]:
+            for k in ("ttft_s", "tpot_s", "e2e_s", "output_tok_s", "total_tok_s"):
+                assert p[k] is None or (math.isfinite(p[k]) and p[k] >= 0), (args, k, p[k])
+
+
+@FUZZ
+@given(mode=st.sampled_from(["rate", "concurrency", "bogus", ""]),
+       flags=st.lists(st.tuples(st.sampled_from(["--find-max-probes", "--find-max-limit", "--goodput",
+                                                 "--slo-ttft-ms", "--slo-tpot-ms", "--concurrency", "--request-rate"]),
+                                predict_value), max_size=4))
+def test_fuzz_find_max_flags(fixed_store, mode, flags):
+    count("find-max flags (--dry-run)")
+    store, before = fixed_store
+    args = ["run", "--engine", "llama.cpp-server", "--model", "tiny", "--input-len", "8", "--output-len", "4",
+            "--dry-run", "--find-max", mode, "--store", str(store)] + [x for f, v in flags for x in (f, v)]
+    r = cli(*args, code=None)
+    assert r.exit_code in (0, 2), r.output
+    assert digest(store) == before
+
+
+toml_value = st.one_of(
+    st.sampled_from(["nan", "inf", "-inf", "+nan", "-5", "0", "1e308", "99999999999999999999", "true", '"x"',
+                     '"https://u:p@h/v1"', '"ftp://x"', '"http://127.0.0.1:8000/v1"', "[]", "[1, [2, [3]]]",
+                     "{a = 1}", '"\\u001b[2J"', "1979-05-27", '""']),
+    st.integers(-(2**40), 2**40).map(str), st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.text(alphabet=string.ascii_letters + "[]{}=,\"' .\\", max_size=12))
+toml_key = st.sampled_from(["base_url", "api_key_env", "system", "count", "power_w", "power_command", "power_label",
+                            "model", "mount_roots", "bogus", "max_clock_ghz"])
+
+
+@FUZZ
+@given(tables=st.lists(st.tuples(st.sampled_from(["cerebras", "sambanova", "containers", "cpu", "cerebas", "x.y"]),
+                                 st.lists(st.tuples(toml_key, toml_value), max_size=4)), max_size=3),
+       raw=st.one_of(st.none(), st.binary(max_size=60)))
+def test_fuzz_site_config(tmp_path_factory, monkeypatch_module, tables, raw):
+    from infbench.platforms.remote import RemotePlatform
+    from infbench.site import site_config, site_section
+
+    count("site config (site.toml)")
+    f = _tmp(tmp_path_factory, "site") / "site.toml"
+    if raw is not None:
+        f.write_bytes(raw)
+    else:
+        f.write_text("".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in kvs) for name, kvs in tables))
+    monkeypatch_module.setenv("INFBENCH_SITE_CONFIG", str(f))
+    try:
+        site_config()
+        for name in ("cerebras", "sambanova"):
+            cfg = RemotePlatform.from_site(name, site_section(name),
+                                           {"base_url": "https://api.example.com/v1", "api_key_env": "K",
+                                            "system": "S"})
+            if cfg is not None:
+                cfg.device(name)
+                cfg.power_description()
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and str(f) in exc.message and len(exc.message) < 3000
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()

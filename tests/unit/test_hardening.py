@@ -461,3 +461,4 @@ def test_piped_results_are_whole(tmp_path):
     r = cli("results", "--store", store, code=0)  # not a terminal: 160 columns, split if needed
     assert "…" not in r.stdout and "tiny-random-llama" in r.stdout
     assert f"{p['metrics']['output_tok_s']:,.1f}" in r.stdout
+

@@ -140,3 +140,101 @@ def test_control_characters_and_escapes_are_stripped():
     assert "red" in out and "link" in out and "title" not in out
     assert strip_control("line1\n\tline2") == "line1\n\tline2"
     assert clean_text(b"\xff\xfe bad utf8 \x1b[2J") == "\ufffd\ufffd bad utf8 "
+
+
+# -- issue 22: one redaction for every stored or printed text ------------------------------
+import base64  # noqa: E402
+
+from infbench.secrets import is_secret_key, redact, redact_tree, scrub, url_secrets  # noqa: E402
+
+BASIC = base64.b64encode(f"bob:{SECRET}".encode()).decode()
+
+
+@pytest.mark.parametrize("text", [
+    # a URL anywhere in a value, also behind a KEY= whose key names no secret
+    f"infbench run --engine-arg 'base_url=http://bob:{SECRET}@host/v1'",
+    f"infbench run --engine-arg base_url=http://bob:{SECRET}@host/v1 --model m",
+    f"connecting to https://{SECRET}@example.com/v1 failed",
+    f"http://bob:p/{SECRET}@host/v1",                                   # an unencoded '/' in the password
+    f"GET http://h/v1?token={SECRET}&x=1", f"http://h/?X-Amz-Signature={SECRET}", f"http://h/cb#access_token={SECRET}",
+    f'{{"base_url": "http://u:{SECRET}@10.0.0.1:8000/v1?api_key={SECRET}"}}',
+    # Authorization of any scheme, and Basic/Bearer wherever they are
+    f"Authorization: Basic {BASIC}", f"401: bad credentials Basic {BASIC}", f'{{"auth": "Basic {BASIC}"}}',
+    f"Authorization: Bearer {SECRET}xyz", f"Authorization: Digest username=\"bob\", response=\"{SECRET}\"",
+    f"Proxy-Authorization: {SECRET}", f"x-api-key: {SECRET}", f"Cookie: session={SECRET}",
+    f"header was Bearer {SECRET}abc", f"{{'Authorization': 'Token {SECRET}'}}",
+    # KEY=VALUE pairs whose key names a secret
+    f"password={SECRET}", f"HF_TOKEN={SECRET}", f'"client_secret": "{SECRET}"', f"api-key: {SECRET}",
+])
+def test_redact_finds_credentials_wherever_they_occur(text):
+    out = redact(text)
+    assert SECRET not in out and BASIC not in out, out
+    assert REDACTED in out
+
+
+def test_basic_credentials_are_redacted_with_their_decoded_form():
+    out = redact(f"server said: Basic {BASIC} is not valid for bob:{SECRET} ({SECRET})")
+    assert SECRET not in out and BASIC not in out and "bob:" not in out
+    assert redact("Basic settings are fine") == "Basic settings are fine"      # not base64 of user:password
+
+
+@pytest.mark.parametrize("token, kept", [
+    ("sk-proj-abcdefghij0123456789", "sk-"), ("hf_" + "a1B2" * 9, "hf_"), ("ghp_" + "x" * 36, "ghp_"),
+    ("gho_" + "y" * 36, "gho_"), ("github_pat_" + "z1_" * 20, "github_pat_"), ("glpat-" + "a" * 20, "glpat-"),
+    ("xoxb-1234567890-abcdef", "xoxb-"), ("AKIA" + "ABCDEFGHIJKLMNOP", "AKIA"), ("AIza" + "b" * 35, "AIza"),
+    ("eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.SflKxwRJSMeKKF2QT4", "eyJ"),
+])
+def test_token_shapes(token, kept):
+    out = redact(f"the key {token} leaked")
+    assert token not in out and f"{kept}{REDACTED}" in out
+
+
+@pytest.mark.parametrize("text", [
+    "Connection refused", "max_tokens=64 max_num_batched_tokens=2048 tokenizer=./tok api_key_env=OPENAI_KEY",
+    "https://api.example.com/v1?model=x&stream=true", "http://127.0.0.1:8000/v1/@user", "plain model name",
+    "Basic auth is not used", "session ended after 3 s", "scikit-learn sk-learn hf_transfer",
+])
+def test_redact_keeps_ordinary_text(text):
+    assert redact(text) == text
+
+
+def test_a_short_user_name_does_not_blank_that_letter_everywhere():
+    """Issue 22: user ``u`` made "Connection refused" read "Connection ref[redacted]sed"."""
+    assert scrub("Connection refused", ["u"]) == "Connection refused"
+    assert scrub("error from bob: Connection refused", ["bob"]) == "error from bob: Connection refused"
+    assert scrub("wrong pw hunt2 here, hunt2x stays", ["hunt2"]) == f"wrong pw {REDACTED} here, hunt2x stays"
+    assert scrub(f"x{SECRET}long{SECRET}", [SECRET + "long"]) == f"x{REDACTED}{SECRET}"
+    url = f"http://u:{SECRET}@127.0.0.1:1/v1"
+    text = f"cannot reach {url}: Connection refused"
+    assert scrub(text, url_secrets(url)) == f"cannot reach http://{REDACTED}@127.0.0.1:1/v1: Connection refused"
+
+
+def test_url_secrets_include_the_basic_credential_a_client_builds():
+    got = url_secrets(f"http://bob:{SECRET}@h/v1?api_key=abcd1234")
+    assert SECRET in got and "abcd1234" in got and BASIC in got
+    assert url_secrets("http://h/v1") == [] and url_secrets(None) == []
+
+
+@pytest.mark.parametrize("key, secret", [
+    ("hf_token", True), ("HF_TOKEN", True), ("api_key", True), ("apiKey", True), ("X-Amz-Signature", True),
+    ("client_secret", True), ("password", True), ("Authorization", True),
+    ("api_key_env", False), ("api_key_set", False), ("max_num_batched_tokens", False), ("tokenizer", False),
+    ("quantization", False), ("n_keys", False), ("keyfile", False),
+])
+def test_secret_key_names(key, secret):
+    assert is_secret_key(key) is secret
+
+
+def test_redact_tree_redacts_values_and_urls_at_any_depth():
+    tree = {"argv": ["infbench", "--engine-arg", f"base_url=http://bob:{SECRET}@h/v1"],
+            "device": {"properties": {"base_url": f"https://h/v1?token={SECRET}", "api_key_env": "K",
+                                      "api_key": SECRET}}, "n": 3, "ok": True}
+    out = redact_tree(tree)
+    assert SECRET not in repr(out)
+    assert out["device"]["properties"]["api_key_env"] == "K" and out["n"] == 3 and out["ok"] is True
+
+
+@pytest.mark.parametrize("key", ["quality_key", "cache_key", "session", "n_keys", "spec_hash"])
+def test_ordinary_keys_are_not_secret(key):
+    assert not is_secret_key(key)
+    assert redact_tree({key: "abc"}) == {key: "abc"}

@@ -48,6 +48,17 @@ def _main(
 ) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    for h in [h for h in logging.getLogger().handlers if type(h) is logging.StreamHandler]:  # printed: cleaned
+        h.setFormatter(_CleanFormatter(h.formatter._fmt if h.formatter else None))
+
+
+class _CleanFormatter(logging.Formatter):
+    """A log formatter whose lines pass through :func:`infbench.outputs.terminal_text`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from infbench.outputs import terminal_text
+
+        return terminal_text(super().format(record))
 
 
 #: The command modules, in the order their commands appear in ``--help``.
@@ -67,14 +78,15 @@ def main() -> None:
     import traceback
 
     from infbench.errors import InfbenchError
+    from infbench.outputs import terminal_text as clean
 
     try:
         app()
     except InfbenchError as exc:
-        sys.stderr.write(f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""))
+        sys.stderr.write(f"error: {clean(exc.message)}\n" + (f"hint: {clean(exc.hint)}\n" if exc.hint else ""))
         sys.exit(exc.exit_code)
     except sqlite3.Error as exc:
-        sys.stderr.write(f"error: the results store failed: {exc}\n"
+        sys.stderr.write(f"error: the results store failed: {clean(exc)}\n"
                          "hint: check the --store file (disk space, permissions, "
                          "`sqlite3 FILE 'PRAGMA integrity_check'`)\n")
         sys.exit(2)
@@ -83,7 +95,7 @@ def main() -> None:
             traceback.print_exc()
         tb = traceback.extract_tb(exc.__traceback__)
         where = f" at {tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else ""
-        sys.stderr.write(f"internal error: {type(exc).__name__}: {str(exc)[:500]}{where}\n"
+        sys.stderr.write(f"internal error: {type(exc).__name__}: {clean(str(exc)[:500])}{where}\n"
                          "hint: this is a bug in infbench; please report it with this line (add -v for the "
                          "traceback)\n")
         sys.exit(1)

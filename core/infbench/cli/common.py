@@ -8,7 +8,6 @@ errors are stored), 130 interrupted.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -22,12 +21,14 @@ from rich.markup import escape
 from rich.progress import Progress
 
 from infbench.errors import ConfigError, InfbenchError
+from infbench.outputs import SafeConsole, json_text, terminal_text
 from infbench.secrets import printable
 from infbench.sweeps import split_values
 
-# Wide tables when piped (rich falls back to 80 columns without a terminal).
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+# Wide tables when piped (rich falls back to 80 columns without a terminal). Every string
+# printed through them is stripped of escape sequences and redacted (infbench.outputs).
+out: Console = SafeConsole(width=None if sys.stdout.isatty() else 160)
+err: Console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 #: ``--json`` option shared by the commands that print tables.
 JSON_HELP = "Machine-readable output."
@@ -55,8 +56,9 @@ def plugin_manager():
 
 
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented JSON to stdout (``default=str`` for paths and times)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """Write ``obj`` as indented, strict JSON to stdout (:func:`infbench.outputs.json_text`:
+    strings redacted, no NaN or Infinity, ``str()`` for paths and times)."""
+    sys.stdout.write(json_text(obj) + "\n")
 
 
 def split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
@@ -133,12 +135,24 @@ def store_for_writing(store_path: Path | None):
 @contextlib.contextmanager
 def writing(path: Path, what: str = "--out") -> Iterator[None]:
     """Turn an OS error while writing ``path`` (read-only folder, a parent that cannot be
-    created, ``/proc``, a full disk) into ``error: cannot write ...`` and exit 2."""
+    created, ``/proc``, a full disk) into ``error: cannot write ...`` and exit 2, and a write
+    the output boundary refuses (:class:`infbench.outputs.OutputRefused`: the store, an
+    SQLite file, a file infbench did not write) into its error, exit 2."""
     try:
         yield
+    except InfbenchError as exc:
+        fail(exc)
     except OSError as exc:
         fail(ConfigError(f"cannot write {path} ({what}): {exc.strerror or exc}",
                          hint=f"choose a writable location for {what}"))
+
+
+def store_paths(*paths: Path | str | None) -> list[Path]:
+    """The stores a command's outputs must never overwrite: the given ``--store`` (and any
+    other store it reads), and the default one."""
+    from infbench.data.paths import default_store_path
+
+    return [Path(p) for p in paths if p] + [default_store_path()]
 
 
 @contextlib.contextmanager
@@ -171,10 +185,10 @@ class ProgressObserver:
 
         p = self.progress
         where = f" on {event.node}" if getattr(event, "node", None) else ""
-        if isinstance(event, ev.GroupLoading):
-            p.update(self.task, description=f"loading {event.group.label()}{where}")
+        if isinstance(event, ev.GroupLoading):  # progress descriptions bypass the console's cleaning
+            p.update(self.task, description=escape(terminal_text(f"loading {event.group.label()}{where}", False)))
         elif isinstance(event, ev.CellStarted):
-            p.update(self.task, description=f"{event.cell.label()}{where}")
+            p.update(self.task, description=escape(terminal_text(f"{event.cell.label()}{where}", False)))
         elif isinstance(event, ev.CellSkipped):
             p.advance(self.task)
         elif isinstance(event, ev.CellFinished):

@@ -116,7 +116,9 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
 
 
 def _exit_status(det) -> None:
-    if det.config_errors:
+    """2 for bad input (the site config, or a plugin's table of it: its ConfigError), 1 for a
+    plugin that failed otherwise."""
+    if det.config_errors or any(e.startswith(("ConfigError:", "StoreError:")) for _, e in det.errors):
         raise typer.Exit(2)
     if det.errors:
         raise typer.Exit(1)

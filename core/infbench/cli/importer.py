@@ -11,6 +11,7 @@ from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
 from infbench.errors import ConfigError, InfbenchError
+from infbench.inputs import ImportFlags, checked
 
 Opt = typer.Option
 
@@ -24,7 +25,8 @@ def import_(
     store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
     source: Annotated[str | None, Opt("--source", help="Name of the publication (default "
                                                         "LLM-Inference-Bench).")] = None,
-    url: Annotated[str | None, Opt("--url", help="Where the file comes from (repository or page).")] = None,
+    url: Annotated[str | None, Opt("--url", help="Where the file comes from (repository or page). Credentials in "
+                                              "it (user:token@, ?token=) are never stored or printed.")] = None,
     commit: Annotated[str | None, Opt("--commit", help="Version of the source (a git commit).")] = None,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
@@ -44,6 +46,7 @@ def import_(
     try:
         if fmt not in FORMATS:
             raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
+        checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit)
         rows = read_lib_csv(file)
         src = {**DEFAULT_SOURCE, "file": str(file.resolve()), "sha256": file_sha256(file), "format": fmt}
         if source:

@@ -56,7 +56,7 @@ def predict(
     device_file: Annotated[Path | None, Opt("--device-file", help="A devices.yaml-style file describing hardware "
                                             "that is not in the catalog (its first entry).")] = None,
     set_: Annotated[ListOpt, Opt("--set", help="What-if figure KEY=VALUE: memory_bandwidth_tb_s, memory_gib, "
-                                 "link_bandwidth_gb_s, peak_<precision>_tflops.")] = None,
+                                 "link_bandwidth_gb_s, peak_PRECISION_tflops (fp32 ... int4).")] = None,
     eff_compute: Annotated[float | None, Opt("--eff-compute", help="Override: fraction of peak FLOP/s reached "
                                              "(0-1].")] = None,
     eff_memory: Annotated[float | None, Opt("--eff-memory", help="Override: fraction of peak bandwidth reached "
@@ -90,9 +90,11 @@ def predict(
 
     `infbench predict -m llama-3-70b --set memory_bandwidth_tb_s=8 --set peak_bf16_tflops=2500`
     """
+    flags = dict(locals())  # issue 22: every flag checked first (infbench.analysis.predict_inputs)
     from infbench.analysis import predict as P
     from infbench.analysis.calibration import resolve_basis
     from infbench.analysis.profile import stack_of, vendor_of
+    from infbench.analysis.predict_inputs import check_predict_flags
     from infbench.analysis.requirements import custom_limits, parse_sets
     from infbench.data.paths import default_home
     from infbench.engines.options import parse_engine_args
@@ -103,6 +105,7 @@ def predict(
     report_cal: list[dict[str, Any]] = []
     profile_report: dict[str, Any] | None = None
     try:
+        check_predict_flags(flags)
         sets = parse_sets(split(set_, "--set"))
         profile_only = calibrate_ and engine != "generic" and not device and not sets and not device_file
         devices_ = split(device, "--device") or ([] if (sets or device_file or profile_only) else ["cpu"])

@@ -21,6 +21,7 @@ from infbench.cli.common import (
     store_for_writing,
 )
 from infbench.errors import ConfigError, InfbenchError
+from infbench.inputs import PerplexityFlags, QuantizeFlags, checked
 from infbench.secrets import printable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,6 +99,7 @@ def perplexity(
     from infbench.target import select_device
 
     try:
+        checked(PerplexityFlags, n_ctx=n_ctx, chunks=chunks, threads=threads)
         pm = plugin_manager()
         gate = parse_increase(max_ppl_increase)
         reqs = plan_perplexity(model, split(engine, "--engine") or ["llama.cpp"], split(dtype, "--dtype"), text,
@@ -239,6 +241,7 @@ def quantize(
     from infbench.quality.weights import weights_info
 
     try:
+        checked(QuantizeFlags, threads=threads)
         if model.suffix != ".gguf" or not model.is_file():
             raise ConfigError(f"--model {model} is not a .gguf file", hint="quantize works on GGUF files")
         targets = [d.lower() if d.lower() == "hf" else normalize_dtype(d) for d in split(to, "--to") or []]
@@ -259,6 +262,12 @@ def quantize(
                 done.append(hf_folder(model) if d == "hf" else derive(model, d, threads=threads))
             except InfbenchError as exc:
                 fail(exc)
+            except OSError as exc:  # an unwritable or full cache
+                from infbench.data.paths import cache_dir
+
+                fail(ConfigError(f"cannot write the {d} precision of {model.name} under {cache_dir()}: "
+                                 f"{exc.strerror or exc}", hint="free disk space, or set INFBENCH_HOME to a writable "
+                                                                "folder"))
     if as_json:
         print_json([{"dtype": x.dtype, "path": str(x.path), "created": x.created, "seconds": round(x.seconds, 3),
                      "provenance": x.provenance} for x in done])

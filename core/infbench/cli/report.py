@@ -3,7 +3,6 @@ and ``infbench compare`` (two runs, stores or sites, cell by cell)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -24,9 +23,11 @@ from infbench.cli.common import (
     print_json,
     read_results,
     split,
+    store_paths,
     writing,
 )
 from infbench.errors import ConfigError, InfbenchError
+from infbench.inputs import CompareFlags, ExportFlags, ReportFlags, checked
 from infbench.secrets import printable
 
 Opt = typer.Option
@@ -83,8 +84,15 @@ def report(
     filters (device, engine, model, precision, batch, lengths, tp, run) and axis
     selectors. Example: `infbench report --out report && xdg-open report/index.html`.
     """
+    from infbench.outputs import check_folder
     from infbench.report.data import flat_row, limits_resolver
 
+    try:
+        checked(ReportFlags, slo_ttft=slo_ttft, slo_tpot=slo_tpot, title=title)
+        protect = store_paths(store_path)
+        check_folder(out_dir, "--out", "a report", protect)
+    except InfbenchError as exc:
+        fail(exc)
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
     if not rows:
@@ -111,13 +119,13 @@ def report(
         with writing(out_dir):
             page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
                                 slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat),
-                                ppl_gate=gate)
+                                ppl_gate=gate, protect=protect)
             figs = []
             if static:
                 from infbench.report.static import write_figures
 
-                figs = (write_figures(flat, out_dir / "figures")
-                        + write_serving_figures(rows, flat, out_dir / "figures"))
+                figs = (write_figures(flat, out_dir / "figures", protect=protect)
+                        + write_serving_figures(rows, flat, out_dir / "figures", protect=protect))
     except ImportError as exc:
         need("report", exc)
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
@@ -152,15 +160,22 @@ def export(
     suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
     dashboard (InferenceGraphPlotter) and notebooks read infbench results.
     """
-    from infbench.report.data import lib_csv, lib_rows
-    from infbench.report.tables import results_csv, results_json
+    from infbench.outputs import EXPORT_JSON, check_output, json_text, write_output
+    from infbench.report.data import LIB_CSV, lib_csv, lib_rows
+    from infbench.report.tables import RESULTS_CSV, results_csv, results_json
 
-    if fmt not in ("lib-csv", "csv", "json"):
-        fail(ConfigError(f"unknown format {fmt!r}", hint="use lib-csv, csv or json"))
+    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV}.get(fmt, RESULTS_CSV)  # fmt checked next
+    protect = store_paths(store_path)
+    try:
+        checked(ExportFlags, fmt=fmt)
+        if out_file:
+            check_output(out_file, kind, protect)  # refused before the store is read
+    except InfbenchError as exc:
+        fail(exc)
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
     if fmt == "json":
-        text = json.dumps(results_json(rows), indent=2, default=str) + "\n"
+        text = json_text(results_json(rows)) + "\n"
     elif fmt == "csv":
         text = results_csv(rows) if rows else ""
     else:
@@ -179,8 +194,7 @@ def export(
             "labelled status predicted, with their 90 % intervals (csv: *_lo/*_hi; json: metrics.interval)"))
     if out_file:
         with writing(out_file):
-            out_file.parent.mkdir(parents=True, exist_ok=True)
-            out_file.write_text(text)
+            write_output(out_file, text, kind, protect)
         err.print(f"wrote {out_file}")
     else:
         sys.stdout.write(text)
@@ -210,7 +224,13 @@ def compare(
     from infbench.report.tables import print_table
 
     pair = None
+    protect = store_paths(store_path, *(s.split(":")[0] for s in (run_a, run_b) if s and ".db" in s))
     try:
+        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes)
+        if html_out:
+            from infbench.outputs import COMPARE_HTML, check_output
+
+            check_output(html_out, COMPARE_HTML, protect)
         if dtypes is not None:
             pair = split([dtypes], "--dtypes")
             if not pair or len(pair) != 2:
@@ -241,7 +261,7 @@ def compare(
     if html_out:
         try:
             with writing(html_out):
-                write_compare_html(res, la, lb, html_out)
+                write_compare_html(res, la, lb, html_out, protect)
         except ImportError as exc:
             need("report", exc)
     if as_json:

@@ -11,7 +11,8 @@ from rich.markup import escape
 
 from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
 from infbench.data import metrics as M
-from infbench.errors import ConfigError
+from infbench.errors import ConfigError, InfbenchError
+from infbench.inputs import ResultsFlags, checked
 
 Opt = typer.Option
 #: Values of ``--status``.
@@ -72,16 +73,16 @@ def results(
     from infbench.data.paths import default_store_path
     from infbench.report.tables import print_results, results_csv, results_json, suspect_notes
 
-    if fmt not in ("table", "json", "csv"):
-        fail(ConfigError(f"unknown format {escape(fmt)!r}", hint="use table, json or csv"))
     if status is not None and status not in STATUSES:
         fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
     check_run_id(run_id)
     try:
         from infbench.quality.gate import parse_increase
 
+        checked(ResultsFlags, fmt=fmt, status=status, max_ttft=max_ttft, max_tpot=max_tpot, max_e2e=max_e2e,
+                percentile=percentile)
         gate = parse_increase(max_ppl_increase)
-    except ConfigError as exc:
+    except InfbenchError as exc:
         fail(exc)
     if store_path is None and not default_store_path().exists():
         err.print(f"no results in {default_store_path()}; run `infbench run` first")
@@ -142,24 +143,15 @@ def results(
 
 def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
     """``results --quality``: the perplexity measurements as a table, JSON or CSV."""
-    import csv
-    import io
-
     from infbench.quality.gate import with_gate
-    from infbench.report.tables import quality_json, quality_table
+    from infbench.report.tables import dicts_csv, quality_json, quality_table
     from infbench.store.quality import quality_results
 
     rows = with_gate(quality_results(store, all_attempts=all_attempts, status=status), gate)
     if fmt == "json":
         print_json(quality_json(rows))
     elif fmt == "csv":
-        flat = [{k: v for k, v in r.items() if k != "result"} for r in quality_json(rows)]
-        if flat:
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=list(flat[0]))
-            w.writeheader()
-            w.writerows(flat)
-            sys.stdout.write(buf.getvalue())
+        sys.stdout.write(dicts_csv([{k: v for k, v in r.items() if k != "result"} for r in quality_json(rows)]))
     elif not rows:
         err.print(f"no perplexity measurements in {store.path}; run `infbench perplexity` first")
     else:

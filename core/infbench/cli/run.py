@@ -503,6 +503,7 @@ def worker(
     from an infbench with another store schema is refused (exit 2).
     """
     from infbench import signals
+    from infbench.outputs import check_folder
     from infbench.worker import event_line, run_worker
 
     def observer(event: Any) -> None:
@@ -511,6 +512,7 @@ def worker(
             print(line, file=sys.stderr, flush=True)
 
     try:
+        check_folder(out_dir, "--out", "a worker's results")  # never a store or another file
         with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
             prov = run_worker(spec, out_dir, observer)
     except InfbenchError as exc:

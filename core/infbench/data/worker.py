@@ -4,7 +4,6 @@ options, scenario), written by the host and read by ``infbench worker`` where it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +102,13 @@ def read_spec(path: Path) -> WorkerSpec:
         VersionSkew: the spec's schema version is not this infbench's.
         ConfigError: unreadable or invalid file.
     """
-    try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read worker spec {path}: {str(exc)[:200]}") from None
+    from infbench.inputs import read_text, strict_json
+
+    try:  # a regular file of bounded size (a FIFO would wait forever), strict JSON
+        raw = strict_json(read_text(path, "worker spec", 256 << 20), str(path))
+    except ConfigError as exc:
+        raise ConfigError(f"cannot read worker spec {path}: {exc.message[:300]}",
+                          hint="write one with `infbench run --write-spec FILE`") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"worker spec {path} must hold a JSON object, got {type(raw).__name__}",
                           hint="write one with `infbench run --write-spec FILE`")

@@ -36,7 +36,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from infbench.data import metrics as M
 from infbench.engines.base import Engine, RunOutput
@@ -45,7 +44,7 @@ from infbench.measure.client import HttpClient, Response, endpoint_url
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
 from infbench.measure.metrics import failure_causes
 from infbench.schema import Cell, Load, RequestRecord
-from infbench.secrets import clean_text, redact_url
+from infbench.secrets import clean_text, redact_url, url_secrets
 from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
@@ -344,6 +343,35 @@ def cell_prompt_seed(cell: Cell) -> int:
     return int(cell.spec_hash(), 16)
 
 
+def unsent_after_timeout(cell: Cell, load: Load, prompts: list[Any], records: list[RequestRecord],
+                         offered_s: float) -> list[str]:
+    """What a cell whose offering ``--cell-timeout`` cut to ``offered_s`` seconds left out.
+
+    Returns:
+        A warning when the load had no fixed request count (a ``--duration`` longer than the
+        time left), stored with the cell.
+
+    Raises:
+        CellTimeout: requests the cell was planned to send (``--num-requests``, a trace's
+            records, the batch) were never sent: the cell is stored failed, naming how many
+            and why, never ``ok`` with part of its requests.
+    """
+    from infbench.errors import CellTimeout
+
+    timed = len(prompts) - load.warmup_requests if load.mode == "trace" else (
+        cell.batch if load.mode == "batch" else load.num_requests)
+    sessions = {r.session for r in records if r.session is not None}
+    sent = len(sessions) if sessions else len(records)
+    if timed is not None and sent < timed:
+        raise CellTimeout(f"--cell-timeout left {offered_s:.1f} s to offer requests: {sent} of the cell's {timed} "
+                          f"requests were sent, {timed - sent} never were")
+    if timed is None:
+        asked = f"--duration {cell.load.duration_s:g} s" if cell.load and cell.load.duration_s else "no time limit"
+        return [f"--cell-timeout cut the offering to {offered_s:.1f} s (the cell asked for {asked}); "
+                f"{sent} request(s) were sent"]
+    return []
+
+
 class OpenAIEngine(Engine):
     """Drives an OpenAI-compatible server under a serving-mode load.
 
@@ -426,12 +454,7 @@ class OpenAIEngine(Engine):
 
     def _secrets(self) -> list[str]:
         """Everything that must never be stored: the API key, URL credentials and query values."""
-        out = [self._key] if self._key else []
-        if self.base_url:
-            u = urlsplit(self.base_url)
-            out += [s for s in (u.password, unquote(u.password or ""), u.username) if s]
-            out += [v for _, v in parse_qsl(u.query) if len(v) >= 4]
-        return out
+        return ([self._key] if self._key else []) + url_secrets(self.base_url)
 
     def _scrub(self, text: str | bytes, limit: int | None = 300) -> str:
         return clean_text(text, self._secrets(), limit)
@@ -602,8 +625,10 @@ class OpenAIEngine(Engine):
         """Offer ``cell.load`` to the server; one record per timed request (per turn for
         multi-turn sessions). ``RunOutput.metrics`` carries the client's health."""
         load = cell.load or Load(mode="batch")
+        cut_s = None  # the offering was cut short by --cell-timeout: the seconds it had
         if deadline_ns is not None:
             left = max(0.001, (deadline_ns - time.perf_counter_ns()) / 1e9)
+            cut_s = left if load.duration_s is None or left < load.duration_s else None
             load = load.model_copy(update={"duration_s": min(load.duration_s or left, left),
                                            "timeout_s": min(request_timeout_s(load), left)})
         t0 = time.perf_counter_ns()
@@ -615,6 +640,8 @@ class OpenAIEngine(Engine):
         records = runner(self._run(cell, load, prompts, stats))
         t1 = time.perf_counter_ns()
         warnings = self._warnings(cell, load, prompts, records, stats)
+        if cut_s is not None:
+            warnings += unsent_after_timeout(cell, load, prompts, records, cut_s)
         health = client_health(records, stats, load, loop_name)
         metrics = {M.CLIENT_LAG_P99.key: health["loop_lag_ms"]["p99"], "client": health}
         return RunOutput(records=records, engine_s=(t1 - t0) / 1e9, warnings=warnings, metrics=metrics)

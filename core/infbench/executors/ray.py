@@ -100,26 +100,108 @@ def ray_address(address: str | None) -> str:
     return addr
 
 
-def connect(address: str | None) -> bool:
+#: Longest wait (s) for a Ray cluster to answer at ``--ray-address`` before the command
+#: fails; ``INFBENCH_RAY_CONNECT_TIMEOUT`` changes it.
+CONNECT_TIMEOUT_S = 60.0
+
+
+def connect_timeout_s() -> float:
+    """``$INFBENCH_RAY_CONNECT_TIMEOUT`` (s) when set to a positive number, else
+    :data:`CONNECT_TIMEOUT_S`."""
+    try:
+        v = float(os.environ.get("INFBENCH_RAY_CONNECT_TIMEOUT") or CONNECT_TIMEOUT_S)
+    except ValueError:
+        return CONNECT_TIMEOUT_S
+    return v if 0 < v < 1e6 else CONNECT_TIMEOUT_S
+
+
+def _bounded(fn: Any, limit_s: float) -> tuple[bool, Any]:
+    """Run ``fn()`` in a daemon thread for at most ``limit_s``: ``(finished, result or
+    exception)``; a call that does not finish is left behind (it holds no lock of ours)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            box.append(exc)
+
+    t = threading.Thread(target=run, name="infbench-ray-probe", daemon=True)
+    t.start()
+    t.join(limit_s)
+    return (not t.is_alive()), (box[0] if box else None)
+
+
+def probe_address(addr: str, limit_s: float) -> None:
+    """Check within ``limit_s`` seconds that a Ray cluster answers at ``addr``: a TCP
+    connection to HOST:PORT, then (for a GCS address, not ``ray://``) the cluster's id
+    from its GCS. ``auto`` and ``local`` are not probed.
+
+    Raises:
+        ConfigError: a malformed address, nothing listening, no answer in time, or a
+            listener that is not a Ray GCS, naming the address and how to check it.
+    """
+    import socket
+
+    if addr in ("auto", "local"):
+        return
+    hint = (f"check the head is up and reachable from here: `ray status --address {addr}` (`ray start --head` "
+            "prints the address: the head's IP and GCS port, default 6379); infbench waits at most "
+            f"{limit_s:g} s (INFBENCH_RAY_CONNECT_TIMEOUT)")
+    hostport = addr.split("://", 1)[1] if "://" in addr else addr
+    host, _, port_s = hostport.rstrip("/").rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
+        raise ConfigError(f"--ray-address {addr!r} is not HOST:PORT", hint=hint)
+    t0 = time.monotonic()
+
+    def tcp() -> None:
+        with socket.create_connection((host, int(port_s)), timeout=limit_s):
+            pass
+
+    done, res = _bounded(tcp, limit_s)
+    if not done:
+        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: no answer within {limit_s:g} s", hint=hint)
+    if isinstance(res, BaseException):
+        why = res.strerror if isinstance(res, OSError) and res.strerror else str(res) or type(res).__name__
+        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: {why}", hint=hint)
+    if "://" in addr:
+        return  # a Ray Client server, not a GCS: ray.init checks it
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - a Ray without it: ray.init checks
+        return
+    left = max(1.0, limit_s - (time.monotonic() - t0))
+    done, res = _bounded(lambda: GcsClient(address=f"{host}:{port_s}").cluster_id, left)
+    if not done or isinstance(res, BaseException):
+        why = f"no Ray GCS answered within {limit_s:g} s" if not done else f"not a Ray GCS ({str(res)[:200]})"
+        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: something listens there, but {why}",
+                          hint=hint)
+
+
+def connect(address: str | None, timeout_s: float | None = None) -> bool:
     """Connect this process to the Ray cluster at ``address`` (see :func:`ray_address`)
-    unless it already is.
+    unless it already is, after :func:`probe_address` (so an address where nothing or no
+    Ray answers fails within ``timeout_s``, default :func:`connect_timeout_s`, instead of
+    Ray's own retries of minutes).
 
     Returns:
         True if this call connected (the caller then disconnects with ``ray.shutdown()``).
 
     Raises:
-        ConfigError: no address, or nothing answers there.
+        ConfigError: no address, or no Ray cluster answers there in time.
     """
     ray = import_ray()
     if ray.is_initialized():
         return False
     addr = ray_address(address)
+    probe_address(addr, timeout_s or connect_timeout_s())
     try:
         ray.init(address=addr, log_to_driver=False, logging_level="ERROR", configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"cannot connect to the Ray cluster at {addr}: {exc}",
-                          hint="is `ray start --head` running there? the address is the head's IP and GCS port "
-                               "(default 6379)") from exc
+                          hint=f"check with `ray status --address {addr}`; the address is the head's IP and GCS "
+                               "port (default 6379)") from exc
     return True
 
 

@@ -296,14 +296,9 @@ class ServerMetricsScraper:
 
     def _secrets(self) -> list[str]:
         """The URL's credentials and query values, scrubbed from anything stored."""
-        from urllib.parse import parse_qsl, unquote, urlsplit
+        from infbench.secrets import url_secrets
 
-        try:
-            u = urlsplit(self.url)
-            out = [x for x in (u.password, unquote(u.password or ""), u.username) if x]
-            return out + [v for _, v in parse_qsl(u.query) if len(v) >= 4]
-        except ValueError:
-            return []
+        return url_secrets(self.url)
 
     def _scrape(self) -> Scrape:
         t0 = time.perf_counter_ns()

@@ -38,14 +38,14 @@ class RemotePlatform(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str
-    api_key_env: str
-    system: str
-    count: int = Field(1, ge=1)
-    power_w: float | None = Field(None, gt=0)
-    power_command: str | None = None
-    power_label: str | None = None
-    model: str | None = None
+    base_url: str = Field(pattern=r"^https?://[^\s/?#]+\S*$", max_length=2000)
+    api_key_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    system: str = Field(min_length=1, max_length=200)
+    count: int = Field(1, ge=1, le=1_000_000)
+    power_w: float | None = Field(None, gt=0, le=1e8, allow_inf_nan=False)
+    power_command: str | None = Field(None, max_length=4000)
+    power_label: str | None = Field(None, max_length=300)
+    model: str | None = Field(None, max_length=300)
 
     @model_validator(mode="after")
     def _one_power_source(self) -> RemotePlatform:
@@ -68,8 +68,11 @@ class RemotePlatform(BaseModel):
         try:
             return cls(**{**defaults, **section})
         except ValidationError as exc:
+            from infbench.site import site_location
+
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in exc.errors())
-            raise ConfigError(f"[{name}] in {site_config_path()}: {problems}",
+            first = exc.errors()[0]["loc"]
+            raise ConfigError(f"[{name}] in {site_location(name, str(first[0]) if first else None)}: {problems}",
                               hint="keys: base_url, api_key_env, system, count, power_w | power_command, "
                                    "power_label, model") from exc
 

@@ -16,6 +16,7 @@ run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 from pathlib import Path
@@ -144,21 +145,46 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
             s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
 
 
-def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path: Path) -> Path:
+def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
     """A self-contained plotly page: one bar per matched cell of the B / A ratio of
-    output throughput, TTFT p50 and TPOT p50 (1 = equal)."""
+    output throughput, TTFT p50 and TPOT p50 (1 = equal). The figure travels as JSON in a
+    ``<script type="application/json">`` element (:func:`infbench.outputs.html_json`:
+    ``<``, ``>`` and ``&`` escaped), so no label can change how the page parses."""
+    import html
+
     import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs
+
+    from infbench.outputs import generator_meta, html_json
 
     pairs = result["pairs"]
     fig = go.Figure()
     for c in PLOTTED:
         fig.add_bar(name=c.header, x=[p["label"] for p in pairs], y=[p["ratio"][c.key] for p in pairs])
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
-    fig.update_layout(title=f"{label_b} / {label_a}: per-cell ratios ({len(pairs)} matched cells)",
-                      barmode="group", yaxis_title="ratio B / A", yaxis_type="log", height=600)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs=True, full_html=True)
-    return path
+    title = f"{label_b} / {label_a}: per-cell ratios ({len(pairs)} matched cells)"
+    fig.update_layout(title=title, barmode="group", yaxis_title="ratio B / A", yaxis_type="log", height=600)
+    payload = html_json(json.loads(fig.to_json()))
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{generator_meta("compare")}'
+            f"<title>{html.escape(title)}</title><script>{get_plotlyjs()}</script></head><body>"
+            f'<div id="ratios"></div><script type="application/json" id="infbench-figure">{payload}</script>'
+            "<script>const f = JSON.parse(document.getElementById('infbench-figure').textContent);"
+            "Plotly.newPlot('ratios', f.data, f.layout);</script></body></html>")
+
+
+def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path: Path,
+                       protect: Any = ()) -> Path:
+    """Write :func:`compare_html` to ``path`` through :func:`infbench.outputs.write_output`
+    (atomic; never over a store in ``protect``, an SQLite file or a file that is not an
+    earlier compare plot).
+
+    Raises:
+        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OSError: ``path`` cannot be written.
+    """
+    from infbench.outputs import COMPARE_HTML, write_output
+
+    return write_output(path, compare_html(result, label_a, label_b), COMPARE_HTML, protect)
 
 
 def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from infbench.analysis.roofline import effective_batch
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
 from infbench.data.metrics import Column
+from infbench.outputs import OutputKind, starts_with
 from infbench.registry import PERPLEXITY_TWIN
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -223,6 +224,8 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+#: ``export --format lib-csv --out``: how an earlier export is recognised (its first columns).
+LIB_CSV = OutputKind("export --format lib-csv", "--out", starts_with(b"Hardware,Num of Hardware,Framework,Model,"))
 #: The columns of LLM-Inference-Bench's CSV (``Plots/All_results.csv``), in its order.
 LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency",
                "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power", "suspect"]
@@ -230,17 +233,12 @@ LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Outpu
 
 def lib_csv(rows: list[dict[str, Any]]) -> str:
     """The CSV text of ``export --format lib-csv``: a header of :data:`LIB_COLUMNS` and one
-    line per ok batch-mode cell (:func:`lib_rows`)."""
-    import csv
-    import io
+    line per ok batch-mode cell (:func:`lib_rows`), text cells through
+    :func:`infbench.outputs.csv_cell` (a model name ``=HYPERLINK(...)`` is written
+    ``'=HYPERLINK(...)``; ``infbench import`` reads it back without the quote)."""
+    from infbench.outputs import csv_text
 
-    from infbench.secrets import printable
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=LIB_COLUMNS, lineterminator="\n")
-    w.writeheader()
-    w.writerows({k: printable(v) if isinstance(v, str) else v for k, v in r.items()} for r in lib_rows(rows))
-    return buf.getvalue()
+    return csv_text(lib_rows(rows), LIB_COLUMNS, lineterminator="\n")
 
 
 def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, devices: list[str] | None = None,

@@ -28,13 +28,14 @@ browser test can check what it shows.
 from __future__ import annotations
 
 import html
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.outputs import REPORT_HTML, generator_meta, html_json, write_output
 from infbench.report.data import DIMENSIONS, METRICS
+from infbench.secrets import printable, redact
 
 FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
 #: The metrics the first figure's Y axis selector offers (the first is the default).
@@ -90,7 +91,7 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     from plotly.offline import get_plotlyjs
 
     data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate}
-    payload = json.dumps(data, default=str).replace("</", "<\\/")
+    payload = html_json(data)  # <, > and & as \u003c...: no stored text can end the script or open a comment
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {c.key: c.label for c in Y_AXES}
     colors = {"config": "configuration (what varies)", **{k: DIMENSIONS[k] for k in
@@ -115,13 +116,14 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     n_pred = sum(1 for r in rows if r["status"] == "predicted")
     suspect = [r for r in rows if r["status"] == "ok" and r.get("suspect")]
     if suspect:
-        items = "".join(f"<li><b>{html.escape(r['label'])}</b> ({html.escape(r['cell_id'])}): "
-                        f"{html.escape(r['suspect'])}</li>" for r in suspect)
+        items = "".join(f"<li><b>{_text(r['label'])}</b> ({_text(r['cell_id'])}): "
+                        f"{_text(r['suspect'])}</li>" for r in suspect)
         sections += (f'<section id="suspect-cells"><h2>Suspect cells ({len(suspect)}): stored, but they break a '
                      f'physical bound</h2><ul style="font-size:12px">{items}</ul></section>')
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">{generator_meta('report')}"
+            f"<title>{_text(title)}</title>"
             f"<style>{_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<header><h1>{html.escape(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed"
+            f"<header><h1>{_text(title)}</h1><p>{n_ok} ok cells ({len(suspect)} suspect), {failed} failed"
             + (f", {n_pred} predicted (not measured: hollow markers with 90 % intervals)" if n_pred else "")
             + f"; generated {stamp} by "
             f"infbench. Formulas: docs/metrics.md; roofline: docs/roofline.md.</p></header>"
@@ -132,10 +134,20 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
 
 def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infbench report",
                  slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
-                 ppl_gate: float | None = None) -> Path:
-    """Write ``out_dir/index.html`` (self-contained); returns its path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+                 ppl_gate: float | None = None, protect: Any = ()) -> Path:
+    """Write ``out_dir/index.html`` (self-contained) through
+    :func:`infbench.outputs.write_output` (atomic; never over a store in ``protect``, an
+    SQLite file or a file that is not an earlier report page); returns its path.
+
+    Raises:
+        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OSError: the folder cannot be written.
+    """
     failed = sum(1 for r in rows if r["status"] not in ("ok", "predicted"))
-    p = out_dir / "index.html"
-    p.write_text(render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html, ppl_gate), encoding="utf-8")
-    return p
+    page = render_html(rows, title, failed, slo_ttft_ms, slo_tpot_ms, extra_html, ppl_gate)
+    return write_output(out_dir / "index.html", page, REPORT_HTML, protect)
+
+
+def _text(value: Any) -> str:
+    """Text from the store as HTML: redacted, control characters dropped, escaped."""
+    return html.escape(printable(redact(str(value))))

@@ -35,7 +35,7 @@ Mapping (:func:`published_cells`):
 from __future__ import annotations
 
 import csv
-import math
+import io
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.data import metrics as M
 from infbench.errors import ConfigError
+from infbench.inputs import integer_text, number_text, read_text
+from infbench.outputs import FORMULA_START
 from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
+from infbench.secrets import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.plugins import PluginManager
@@ -129,90 +132,127 @@ class LibRow:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _int(v: str, col: str, where: str) -> int:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a number",
-                          hint="fix or delete that row (the layout: LLM-Inference-Bench's Plots/All_results.csv)"
-                          ) from None
-    if not math.isfinite(x) or x != int(x) or x < 1:
-        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a positive whole number",
-                          hint="fix or delete that row")
-    return int(x)
+#: Largest CSV imported (the paper's All_results.csv is ~1 MB).
+MAX_IMPORT_BYTES = 256 << 20
+#: Physical bounds of a published row: units of hardware, tokens, seconds, tokens/s, mW.
+MAX_UNITS = 4096
+MAX_TOKENS = 10_000_000
+MAX_BATCH = 1_000_000
+MAX_SECONDS = 1e7
+MAX_TOK_S = 1e9
+MAX_POWER_MW = 1e10
+#: Longest text cell (hardware, framework, model names).
+MAX_TEXT = 300
 
 
-def _float(v: str | None, col: str, where: str, required: bool = False) -> float | None:
+def _int(v: str, col: str, where: str, hi: int = MAX_TOKENS) -> int:
+    return integer_text(v, f"column {col!r}", where, 1, hi)
+
+
+def _float(v: str | None, col: str, where: str, required: bool = False, hi: float = MAX_SECONDS) -> float | None:
     if v is None or str(v).strip() in ("", "nan", "NaN", "None"):
         if required:
             raise ConfigError(f"{where}: column {col!r} is empty", hint="every row needs Latency (s)")
         return None
-    try:
-        x = float(v)
-    except ValueError:
-        raise ConfigError(f"{where}: column {col!r} is {v!r}, not a number", hint="fix or delete that row") from None
-    if not math.isfinite(x) or x <= 0:
+    x = number_text(v, f"column {col!r}", where)
+    if x <= 0:
         raise ConfigError(f"{where}: column {col!r} is {v!r}; it must be a positive number",
                           hint="fix or delete that row")
+    if x > hi:
+        raise ConfigError(f"{where}: column {col!r} is {v!r}; more than {hi:g} is no measurement",
+                          hint="fix or delete that row")
     return x
+
+
+def _text(v: str, col: str, where: str) -> str:
+    """A text cell: no control characters, at most :data:`MAX_TEXT` characters, and a
+    formula guard written by ``export`` (``'=...``) taken off again."""
+    t = printable(v).strip()
+    if len(t) > 1 and t[0] == "'" and t[1] in FORMULA_START:
+        t = t[1:]
+    if not t:
+        raise ConfigError(f"{where}: column {col!r} is empty", hint="fix or delete that row")
+    if len(t) > MAX_TEXT:
+        raise ConfigError(f"{where}: column {col!r} is {len(t)} characters long (at most {MAX_TEXT})",
+                          hint="fix or delete that row")
+    return t
 
 
 def read_lib_csv(path: str | Path) -> list[LibRow]:
     """Parse a CSV in LLM-Inference-Bench's layout. Lines starting with ``#`` are
     comments (the fixtures record their source that way).
 
+    The file is read as :mod:`infbench.inputs` reads every file: at most
+    :data:`MAX_IMPORT_BYTES`, UTF-8 (a Latin-1 file is named with its line), every number
+    finite and physically possible (``Num of Hardware`` 1..:data:`MAX_UNITS`, lengths and
+    batch whole numbers, times and throughput positive), a row on one line.
+
     Raises:
-        ConfigError: unreadable file, a missing column, or a malformed row; the message
-            names the file and the line (``results.csv, line 7: column 'Batch Size' is
-            'abc', not a number``).
+        ConfigError: unreadable or too large file, not UTF-8, a missing column, or a
+            malformed row; the message names the file and the line (``results.csv, line 7:
+            column 'Batch Size' is 'abc', not a whole number``).
     """
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise ConfigError(f"cannot read {p}: {exc}") from exc
-    numbered = [(i, line) for i, line in enumerate(text.splitlines(), start=1)
-                if line.strip() and not line.lstrip().startswith("#")]
-    if not numbered:
-        raise ConfigError(f"{p} has no header and no rows", hint="expected LLM-Inference-Bench's CSV layout")
-    reader = csv.reader([line for _, line in numbered])
-    header = [h.strip() for h in next(reader)]
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise ConfigError(f"{p}, line {numbered[0][0]}: the header lacks {', '.join(missing)}",
-                          hint=f"LLM-Inference-Bench's layout starts with: {', '.join(REQUIRED)}, Throughput")
+    text = read_text(p, "import file", MAX_IMPORT_BYTES,
+                     hint="pass LLM-Inference-Bench's Plots/All_results.csv (UTF-8) or an `infbench export` file")
+    # comment lines become blank lines, so every row keeps its line number
+    text = "\n".join("" if line.lstrip().startswith("#") else line for line in text.split("\n"))
+    reader = csv.reader(io.StringIO(text, newline=""))
     rows = []
-    for (lineno, _), values in zip(numbered[1:], reader, strict=True):
-        where = f"{p}, line {lineno}"
-        if len(values) != len(header):
-            raise ConfigError(f"{where}: {len(values)} values for {len(header)} columns",
-                              hint="a quoted field or a stray comma; fix or delete that row")
-        r = dict(zip(header, (v.strip() for v in values), strict=True))
-        io_len = r["Input Output Length"]
-        if r.get("Input Length") and r.get("Output Length"):
-            n_in, n_out = _int(r["Input Length"], "Input Length", where), _int(r["Output Length"], "Output Length",
-                                                                               where)
-        elif "/" in io_len:
-            a, _, b = io_len.partition("/")
-            n_in, n_out = _int(a, "Input Output Length", where), _int(b, "Input Output Length", where)
-        else:
-            n_in = n_out = _int(io_len, "Input Output Length", where)
-        for col in ("Hardware", "Framework", "Model"):
-            if not r[col]:
-                raise ConfigError(f"{where}: column {col!r} is empty", hint="fix or delete that row")
-        power_mw = _float(r.get("avg_power"), "avg_power", where)
-        rows.append(LibRow(
-            line=lineno, hardware=r["Hardware"], units=_int(r["Num of Hardware"], "Num of Hardware", where),
-            framework=r["Framework"], model=r["Model"], n_in=n_in, n_out=n_out,
-            batch=_int(r["Batch Size"], "Batch Size", where),
-            latency_s=_float(r["Latency"], "Latency", where, required=True),
-            throughput_tok_s=_float(r.get("Throughput"), "Throughput", where),
-            ttft_s=_float(r.get("TTFT Latency"), "TTFT Latency", where),
-            e2e_s=_float(r.get("end_latency"), "end_latency", where),
-            avg_power_w=power_mw / 1e3 if power_mw else None,
-            extra={k: v for k, v in r.items() if k not in header[:8] and k not in (
-                "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power") and v}))
+    header: list[str] | None = None
+    last = 0
+    try:
+        for values in reader:
+            first, last = last + 1, reader.line_num
+            if not values or not any(v.strip() for v in values):
+                continue
+            where = f"{p}, line {first}"
+            if last > first:
+                raise ConfigError(f"{where}: a quoted field runs over lines {first}-{last}; every row of this "
+                                  "layout is one line", hint="fix or delete that row")
+            if header is None:
+                header = [h.strip() for h in values]
+                missing = [c for c in REQUIRED if c not in header]
+                if missing:
+                    raise ConfigError(f"{where}: the header lacks {', '.join(missing)}",
+                                      hint=f"LLM-Inference-Bench's layout starts with: {', '.join(REQUIRED)}, "
+                                           "Throughput")
+                continue
+            rows.append(_row(values, header, first, where))
+    except csv.Error as exc:
+        raise ConfigError(f"{p}, line {reader.line_num}: not a CSV row ({exc})", hint="fix or delete that row") \
+            from None
+    if header is None:
+        raise ConfigError(f"{p} has no header and no rows", hint="expected LLM-Inference-Bench's CSV layout")
     return rows
+
+
+def _row(values: list[str], header: list[str], lineno: int, where: str) -> LibRow:
+    if len(values) != len(header):
+        raise ConfigError(f"{where}: {len(values)} values for {len(header)} columns",
+                          hint="a quoted field or a stray comma; fix or delete that row")
+    r = dict(zip(header, (v.strip() for v in values), strict=True))
+    io_len = r["Input Output Length"]
+    if r.get("Input Length") and r.get("Output Length"):
+        n_in, n_out = _int(r["Input Length"], "Input Length", where), _int(r["Output Length"], "Output Length", where)
+    elif "/" in io_len:
+        a, _, b = io_len.partition("/")
+        n_in, n_out = _int(a, "Input Output Length", where), _int(b, "Input Output Length", where)
+    else:
+        n_in = n_out = _int(io_len, "Input Output Length", where)
+    texts = {col: _text(r[col], col, where) for col in ("Hardware", "Framework", "Model")}
+    power_mw = _float(r.get("avg_power"), "avg_power", where, hi=MAX_POWER_MW)
+    return LibRow(
+        line=lineno, hardware=texts["Hardware"], units=_int(r["Num of Hardware"], "Num of Hardware", where, MAX_UNITS),
+        framework=texts["Framework"], model=texts["Model"], n_in=n_in, n_out=n_out,
+        batch=_int(r["Batch Size"], "Batch Size", where, MAX_BATCH),
+        latency_s=_float(r["Latency"], "Latency", where, required=True),
+        throughput_tok_s=_float(r.get("Throughput"), "Throughput", where, hi=MAX_TOK_S),
+        ttft_s=_float(r.get("TTFT Latency"), "TTFT Latency", where),
+        e2e_s=_float(r.get("end_latency"), "end_latency", where),
+        avg_power_w=power_mw / 1e3 if power_mw else None,
+        extra={k: printable(v)[:MAX_TEXT] for k, v in r.items() if k not in header[:8] and k not in (
+            "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power") and v})
 
 
 def published_device(name: str, units: int, pm: PluginManager | None = None) -> tuple[DeviceInfo, int]:

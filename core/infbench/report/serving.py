@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.outputs import html_json
+from infbench.secrets import printable, redact
 
 #: Ids of the HTML figures, when their data exists.
 SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")
@@ -111,7 +113,7 @@ def _table(head: list[str], body: list[list[Any]]) -> str:
             return "-"
         if isinstance(v, float):
             return f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
-        return html.escape(str(v))
+        return html.escape(printable(redact(str(v))))
 
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     tr = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>" for row in body)
@@ -131,7 +133,7 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
     parts, scripts = [], []
     for fid, fig in figs.items():
         parts.append(f'<section><h2>{titles[fid]}</h2><div id="{fid}" class="fig"></div></section>')
-        payload = fig.to_json().replace("</", "<\\/")
+        payload = html_json(json.loads(fig.to_json()))  # <, > and & escaped: no label ends the script
         scripts.append(f"(function(){{const f={payload};Plotly.newPlot('{fid}',f.data,f.layout,"
                        "{responsive:true});})();")
     srv = _server_rows(flat)
@@ -166,26 +168,35 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
 
 
 def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
-                          formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150) -> list[Path]:
+                          formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150, protect: Any = ()) -> list[Path]:
     """PNG/SVG versions of :func:`serving_figures` (matplotlib): ``goodput_vs_load``,
-    ``server_vs_client_ttft``, ``repeats_spread``; returns the files written.
+    ``server_vs_client_ttft``, ``repeats_spread``, labels drawn literally; returns the files
+    written (:func:`infbench.report.static.save_figure`).
 
     Raises:
         ImportError: matplotlib is missing.
+        OutputRefused: a figure's path holds something else.
     """
     import matplotlib
 
+    from infbench.report.static import LITERAL_TEXT
+
     matplotlib.use("Agg")
+    with matplotlib.rc_context(LITERAL_TEXT):
+        return _write_serving_figures(rows, flat, out_dir, formats, dpi, protect)
+
+
+def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
+                           formats: tuple[str, ...], dpi: int, protect: Any) -> list[Path]:
     import matplotlib.pyplot as plt
 
     from infbench.analysis.slo_search import searches
     from infbench.report.static import save_figure
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        written.extend(save_figure(fig, out_dir, name, formats, dpi))
+        written.extend(save_figure(fig, out_dir, name, formats, dpi, protect))
 
     found = searches(rows)
     if found:

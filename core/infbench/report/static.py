@@ -22,29 +22,41 @@ def _varying(rows: list[dict[str, Any]], keys: list[str]) -> list[str]:
     return [k for k in keys if len({r[k] for r in rows}) > 1]
 
 
+#: matplotlib settings of every figure: text is drawn as written (a model name
+#: ``m$\\x{$`` is not parsed as mathtext, and never given to TeX).
+LITERAL_TEXT: Any = {"text.parse_math": False, "text.usetex": False}
+
+
 def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str, ...] = ("png", "svg"),
-                  dpi: int = 150) -> list[Path]:
-    """Draw the figures of ok ``rows`` (flat rows) into ``out_dir``.
+                  dpi: int = 150, protect: Any = ()) -> list[Path]:
+    """Draw the figures of ok ``rows`` (flat rows) into ``out_dir``, every label literal
+    (:data:`LITERAL_TEXT`), each file written by :func:`save_figure`.
 
     Returns:
         The files written (a figure without data is skipped).
 
     Raises:
         ImportError: matplotlib is not installed (``pip install 'infbench[report]'``).
+        OutputRefused: a figure's path holds something else (see :func:`save_figure`).
     """
     import matplotlib
 
     matplotlib.use("Agg")
+    with matplotlib.rc_context(LITERAL_TEXT):
+        return _write_figures(rows, out_dir, formats, dpi, protect)
+
+
+def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str, ...], dpi: int,
+                   protect: Any) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     ok = [r for r in rows if r["status"] == "ok"]
     predicted = [r for r in rows if r["status"] == "predicted" and r["output_tok_s"] is not None
                  and r["batch"] is not None]
     written: list[Path] = []
 
     def save(fig: Any, name: str) -> None:
-        written.extend(save_figure(fig, out_dir, name, formats, dpi))
+        written.extend(save_figure(fig, out_dir, name, formats, dpi, protect))
 
     # 1. throughput vs batch size, one line per configuration
     pts = [r for r in ok if r["output_tok_s"] is not None and r["batch"] is not None]
@@ -195,16 +207,34 @@ def write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str,
     return written
 
 
-def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int) -> list[Path]:
+#: Metadata naming infbench in each figure format (how an earlier figure is recognised).
+FIGURE_METADATA = {"png": {"Software": "infbench report"}, "svg": {"Creator": "infbench report"},
+                   "pdf": {"Creator": "infbench report"}}
+
+
+def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int, protect: Any = ()) -> list[Path]:
     """Write a matplotlib figure as ``out_dir/<name>.<fmt>`` for each format (tight layout)
-    and close it. Returns the paths written."""
+    through :func:`infbench.outputs.write_output` (atomic; never over a store in
+    ``protect``, an SQLite file or a file that is not an earlier infbench figure) and close
+    it. Returns the paths written.
+
+    Raises:
+        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OSError: the folder cannot be written.
+    """
+    import io
+
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
-    paths = []
-    for fmt in formats:
-        p = out_dir / f"{name}.{fmt}"
-        fig.savefig(p, dpi=dpi)
-        paths.append(p)
-    plt.close(fig)
-    return paths
+    from infbench.outputs import FIGURE, write_output
+
+    try:
+        fig.tight_layout()
+        paths = []
+        for fmt in formats:
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=dpi, metadata=FIGURE_METADATA.get(fmt))
+            paths.append(write_output(out_dir / f"{name}.{fmt}", buf.getvalue(), FIGURE, protect))
+        return paths
+    finally:
+        plt.close(fig)

@@ -10,8 +10,6 @@ a server) is printed and written to CSV without control characters
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from rich.console import Console
@@ -21,6 +19,7 @@ from rich.text import Text
 
 from infbench.data import metrics as M
 from infbench.measure.metrics import flatten
+from infbench.outputs import OutputKind, csv_text, starts_with
 from infbench.schema import load_label
 from infbench.secrets import printable
 
@@ -56,17 +55,28 @@ def results_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: r[k] for k in keep} for r in rows]
 
 
+#: ``export --format csv --out``: how an earlier export is recognised (its first columns).
+RESULTS_CSV = OutputKind("export --format csv", "--out", starts_with(b"cell_id,spec_hash,run_id,status"))
+
+
 def results_csv(rows: list[dict[str, Any]]) -> str:
-    """Stored cells as CSV, one flattened row per cell (:func:`result_row`)."""
-    flat = [{k: printable(v) if isinstance(v, str) else v for k, v in result_row(r).items()} for r in rows]
+    """Stored cells as CSV, one flattened row per cell (:func:`result_row`); every text cell
+    cleaned and neutralised (:func:`infbench.outputs.csv_cell`: no control characters, no
+    credentials, no formula a spreadsheet would run)."""
+    flat = [result_row(r) for r in rows]
     cols: list[str] = []
     for f in flat:
         cols += [k for k in f if k not in cols]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols)
-    w.writeheader()
-    w.writerows(flat)
-    return buf.getvalue()
+    return csv_text(flat, cols)
+
+
+def dicts_csv(rows: list[dict[str, Any]]) -> str:
+    """Any list of flat dicts as CSV (columns in order of first appearance), through
+    :func:`infbench.outputs.csv_text`; empty text for no rows."""
+    cols: list[str] = []
+    for f in rows:
+        cols += [k for k in f if k not in cols]
+    return csv_text(rows, cols) if rows else ""
 
 
 #: The metric columns of :func:`results_table`, in order (the server's own TTFT is put after

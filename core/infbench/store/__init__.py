@@ -116,6 +116,26 @@ def checked_metrics(metrics: Any) -> dict[str, Any]:
     return out
 
 
+def redacted_cell(r: CellResult) -> CellResult:
+    """A copy of ``r`` with every stored text redacted (:func:`infbench.secrets.redact_tree`);
+    the spec, ids and numbers are kept as they are."""
+    from infbench.secrets import redact, redact_tree
+
+    def text(v: str | None) -> str | None:
+        return redact(v) if v else v
+
+    records = [q if q.error is None and not q.server else
+               q.model_copy(update={"error": text(q.error), "server": redact_tree(q.server) if q.server else q.server})
+               for q in r.records]
+    sm = redact_tree(r.server_metrics) if r.server_metrics else r.server_metrics
+    return r.model_copy(update={
+        "error": text(r.error), "power_note": text(r.power_note), "engine": redact_tree(r.engine),
+        "metrics": redact_tree(r.metrics), "records": records, "server_metrics": sm,
+        "device": r.device.model_copy(update={"properties": redact_tree(r.device.properties),
+                                              "model": redact(r.device.model)}),
+    })
+
+
 class StoreVersionError(InfbenchError):
     """The store was written by a newer infbench with an incompatible layout."""
 
@@ -357,10 +377,15 @@ class Store:
 
     def save_cell(self, run_id: str, r: CellResult) -> int:
         """Store one cell attempt with its records and power readings in one transaction.
+        Every text that is not part of the cell's identity is stored redacted
+        (:func:`infbench.secrets.redact`): the error, the device (its properties: a site's
+        endpoint URL), the engine description, the metrics' notes, the power note, each
+        request's error and server fields, the /metrics URL.
 
         Returns:
             The row id of the attempt.
         """
+        r = redacted_cell(r)
         with self.transaction():
             cur = self.db.execute(
                 "INSERT INTO cells (cell_id, spec_hash, run_id, status, error, spec, device, metrics, engine,"

@@ -17,7 +17,12 @@ from infbench.store import Store
 
 
 def save_quality(store: Store, r: PerplexityResult) -> int:
-    """Store one measurement (ok or failed); returns its row id."""
+    """Store one measurement (ok or failed), its error redacted
+    (:func:`infbench.secrets.redact`); returns its row id."""
+    from infbench.secrets import redact
+
+    if r.error:
+        r = r.model_copy(update={"error": redact(r.error)})
     with store.transaction():
         cur = store.db.execute(
             "INSERT INTO quality (quality_key, metric, model, weights_sha256, engine, dtype, text_path, text_sha256,"

@@ -26,7 +26,6 @@ length the server really saw is taken from its ``usage`` and stored with each re
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from infbench.errors import ConfigError
+from infbench.inputs import check_size, jsonl
+
+#: Largest conversation file read (ShareGPT's JSON is ~0.7 GB; LMSYS-Chat-1M ~2.4 GB as JSONL).
+MAX_DATASET_BYTES = 8 << 30
 
 #: Speaker names of the formats above -> OpenAI roles.
 ROLES = {"user": "user", "human": "user", "assistant": "assistant", "gpt": "assistant", "chatgpt": "assistant",
@@ -85,37 +88,31 @@ def _messages(obj: Any, line: int, path: Path) -> list[dict[str, str]]:
 
 
 def read_conversations(path: str | Path) -> list[tuple[int, list[dict[str, str]]]]:
-    """``(line number, messages)`` for every non-empty line of a JSONL file.
+    """``(line number, messages)`` for every non-empty line of a JSONL file, read as
+    :mod:`infbench.inputs` reads every file: at most :data:`MAX_DATASET_BYTES`, UTF-8,
+    strict JSON (no ``NaN``, no duplicate keys, nesting at most 32 deep).
 
     Raises:
-        ConfigError: the file is missing, a line is not UTF-8 or not JSON, or a turn is
-            malformed (the message names the line).
+        ConfigError: the file is missing or too large, a line is not UTF-8 or not strict
+            JSON, or a turn is malformed (the message names the line).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"conversation file {p} not found", hint="pass a JSONL file to --dataset")
     out = []
-    with p.open("rb") as f:
-        for i, line in enumerate(f, 1):
-            try:
-                raw = line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ConfigError(f"{p}:{i}: not UTF-8 text (byte 0x{line[exc.start]:02x} at column {exc.start + 1})",
-                                  hint="a conversation file is UTF-8 JSONL; convert it (e.g. iconv -t UTF-8)") from None
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                raise ConfigError(f"{p}:{i}: not valid JSON ({str(exc)[:200]})",
-                                  hint="one JSON object per line") from None
-            out.append((i, _messages(obj, i, p)))
+    for i, obj in jsonl(p, "conversation file", MAX_DATASET_BYTES,
+                        hint="pass a JSONL file of conversations to --dataset (one JSON object per line)"):
+        out.append((i, _messages(obj, i, p)))
     return out
 
 
 def file_digest(path: str | Path) -> str:
-    """First 16 hex digits of the file's SHA-256 (part of a dataset cell's identity)."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    """First 16 hex digits of the file's SHA-256 (part of a dataset cell's identity).
+
+    Raises:
+        ConfigError: not a regular file, or larger than :data:`MAX_DATASET_BYTES`.
+    """
+    p = check_size(path, "input file", MAX_DATASET_BYTES)  # a regular file: a FIFO would block
+    with open(p, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
 
 
 def word_count(text: str) -> int:
