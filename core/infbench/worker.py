@@ -164,8 +164,17 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
 
     status = "failed"
     summary = None
+    take = None
+    if getattr(spec.scenario, "handoff", None):  # the host may hand cells to another worker
+        from infbench.data.handoff import take as take_marker
+
+        def take(cell: Any) -> bool:
+            try:
+                return take_marker(out_dir, cell.spec_hash())
+            except OSError:  # an unwritable folder: the host cannot hand cells off there either
+                return True
     try:
-        summary = InProcessExecutor(pm, prov["provenance"]).run(plan, store, opts, event)
+        summary = InProcessExecutor(pm, prov["provenance"], take=take).run(plan, store, opts, event)
         status = summary.status
     finally:
         store.close()

@@ -3,6 +3,8 @@ Ray so it runs and is tested as plain Python.
 
 * :func:`detect_here`: the node's devices, resources-independent facts and provenance
   (the fleet detection task).
+* :func:`hand_off_here`: cells of a running worker on this node handed to another
+  worker (the driver splitting its group, :mod:`infbench.data.handoff`).
 * :func:`group_events`: one group's cells through the worker contract
   (:mod:`infbench.worker`) on this node, as a stream of plain dicts the driver turns into
   stored cells and run events. The worker is ``infbench worker --spec --out`` in a child
@@ -105,6 +107,21 @@ class ProcessWorker:
         self.kill()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def hand_off_here(job_name: str, spec_hashes: list[str]) -> list[str]:
+    """Hand the cells ``spec_hashes`` of the worker of job ``job_name`` on this node to
+    another worker (:func:`infbench.data.handoff.hand_off`): the ones it had not taken, in
+    order. Works before the worker started too (it then finds them taken).
+
+    Raises:
+        ValueError: a job name with a path separator, or a malformed spec hash.
+    """
+    from infbench.data.handoff import hand_off
+
+    if not job_name or "/" in job_name or job_name in (".", ".."):
+        raise ValueError(f"not a job name: {job_name!r}")
+    return hand_off(default_home() / "jobs" / job_name / "out", spec_hashes)
 
 
 def _missing_models(cells: list[Any]) -> list[str]:
