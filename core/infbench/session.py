@@ -90,6 +90,10 @@ class RunContext:
         take: asked before each cell is claimed; False: another worker took the cell (a
             worker whose cells the Ray driver may hand to another node,
             :mod:`infbench.data.handoff`), and it is skipped. None: every cell is this run's.
+        spread: where serving load is sent from when not from this process: its
+            ``runner(engine, cell)`` returns the function that runs a cell's load instead of
+            the engine's own client, or None for a cell it does not take
+            (:class:`infbench.executors.spread.LoadSpread`, ``--load-nodes``).
     """
 
     pm: PluginManager
@@ -106,6 +110,7 @@ class RunContext:
     node: str | None = None
     stamp: Callable[[CellResult], CellResult] | None = None
     take: Callable[[Cell], bool] | None = None
+    spread: Any = None
 
     @property
     def run_id(self) -> str:
@@ -229,8 +234,9 @@ class EngineSession:
             return None
         self.ctx.observer(CellStarted(cell, self.ctx.node))
         r = None
+        run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
         try:
-            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts)
+            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run)
             add_roofline(r, self.group.model, self.ctx.limits, self.ctx.limits_reason)
             if annotate is not None:
                 annotate(r)

@@ -62,9 +62,15 @@ class InProcessExecutor:
         with started_run(store, self.provenance, run_command()) as summary:
             ctx = measuring_context(self.pm, plan.device, store, summary, opts, observer)
             ctx.take = self.take
+            if opts.load_nodes is not None:  # serving load sent from nodes of a Ray cluster
+                from infbench.executors.spread import LoadSpread
+
+                ctx.spread = LoadSpread(opts.load_nodes, opts.ray_address)
             try:
                 scenario.run(ctx)
             finally:
                 ctx.sampler.close()
+                if ctx.spread is not None:
+                    ctx.spread.close()
                 conclude(store, summary, scenario.outcome(), self.provenance)
         return summary

@@ -433,8 +433,16 @@ class RayExecutor:
                                                         f"{it.tensor_parallel_size} device(s) and engine "
                                                         f"{it.group.engine}", True, node_ctx(it, None))
                 self._est = self.estimates or self._estimates(store, items)
-                sched = Scheduler(fleet, longest_first(runnable, self._est) if self.split else runnable, eligible)
+                sched = Scheduler(fleet, [], eligible)
                 splitter = Splitter(sched, self._est, splits)
+                if self.split:  # shares as far as the estimates go, longest first
+                    while (s0 := splitter.initial(runnable)) is not None:
+                        new0 = self._apply_split(s0, s0.cells, len(items), contexts, observer)
+                        items.append(new0)
+                        runnable.append(new0)
+                    runnable = longest_first(runnable, self._est)
+                for it in runnable:
+                    sched.add(it)
                 while sched.pending() or tasks:
                     fresh = sched.assign()
                     if self.split:
@@ -477,7 +485,8 @@ class RayExecutor:
         new.group, new.part = part.group, part
         s.item.group = s.item.part.group
         contexts[key] = contexts[s.item.key]
-        observer(Note(f"{part.group.label()}: {len(cells)} cell(s) split off to node {s.node.name()} "
+        where = f"node {s.node.name()}" if s.node is not None else "a node of its type"
+        observer(Note(f"{part.group.label()}: {len(cells)} cell(s) split off to {where} "
                       f"(estimated finish {s.before_s:.0f} s -> {s.after_s:.0f} s)"))
         return new
 
