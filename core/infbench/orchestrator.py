@@ -215,9 +215,10 @@ def spread_nodes(r: RunRequest, executor: str, sweep: Sweep, pm: PluginManager, 
         raise ConfigError("--load-nodes sends load from nodes of a Ray cluster, and none was given",
                           hint="add --ray-address HOST:PORT (or set RAY_ADDRESS); docs/cluster.md shows how to start "
                                "one")
-    if executor == "container":
-        raise ConfigError("--load-nodes runs its clients from the process that measures; the container executor "
-                          "measures inside the image", hint="use --executor inprocess or --executor ray")
+    if executor == "container" or (executor == "ray" and r.container_runtime):
+        raise ConfigError("--load-nodes starts its clients from the process that measures, which then needs Ray; "
+                          "a worker image does not have it", hint="drop --container-runtime, or use --executor "
+                                                                  "inprocess")
     return r.load_nodes
 
 

@@ -145,7 +145,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     o = spec.options
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
                       engine_options=dict(o.engine_options), slo=o.slo,
-                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour)
+                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour,
+                      load_nodes=o.load_nodes, ray_address=o.ray_address)
     store = Store(out_dir / DB_FILE)
 
     def append(path: Path, line: str) -> None:

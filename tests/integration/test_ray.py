@@ -336,6 +336,26 @@ def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
         assert all(q.client_node for q in store.records(r["id"]))
 
 
+def test_ray_executor_server_group_with_spread_load(ray_cluster, tmp_path):
+    """--executor ray with a server engine and --load-nodes 2: the group's worker starts the
+    llama.cpp server on its node and sends the cell's load from both nodes (its own last);
+    the driver stores one cell naming the server's node, with both client nodes."""
+    db = tmp_path / "r.db"
+    out = json.loads(infbench("run", "--executor", "ray", "--ray-address", ray_cluster.address, "--device", "cpu",
+                              "--store", str(db), "--json", "--model", "tiny-random-llama", "--engine",
+                              "llama.cpp-server", "--input-len", "16", "--output-len", "16", "--concurrency", "2",
+                              "--num-requests", "8", "--load-nodes", "2", env=ray_cluster.env()).stdout)
+    assert out["ok"] == 1 and out["failed"] == 0
+    store, row, recs = _served(db)
+    server = cell_node(store, row)["node_id"]
+    nodes = row["metrics"]["client"]["nodes"]
+    ids = {n.node_id for n in ray_cluster.nodes}
+    assert server in ids and {n["node_id"] for n in nodes} <= ids and len(nodes) == 2
+    assert nodes[-1]["node_id"] == server                                    # the server's own node last
+    assert row["metrics"]["n_completed"] == 8 and sorted(n["requests"] for n in nodes) == [4, 4]
+    assert {r.client_node for r in recs} == {n["label"] for n in nodes}
+
+
 def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
     """A worker raylet dies after finishing a cell: its finished cells are kept, the rest
     of its group runs on the surviving node, every cell is stored once. Runs last: it

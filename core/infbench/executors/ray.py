@@ -341,6 +341,8 @@ class RayExecutor:
     def _run(self, ray: Any, plans: list[Plan], store: Store, opts: RunOptions, observer: Observer) -> RunSummary:
         fleet = self.fleet or detect_fleet(self.address)
         self._check(fleet, plans)
+        if opts.load_nodes is not None and not opts.ray_address:  # the workers' spread clients join this cluster
+            opts = replace(opts, ray_address=fleet.address or ray.get_runtime_context().gcs_address)
         nodes_prov = {n.node_id: {"hostname": n.hostname, "ip": n.ip, "provenance": n.provenance}
                       for n in fleet.nodes}
         ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,

@@ -30,6 +30,9 @@ from typing import Any
 
 from infbench.data.paths import default_home
 
+#: The environment variable naming the Ray node a worker runs on (node id, hex).
+NODE_ENV = "INFBENCH_RAY_NODE"
+
 
 def detect_here() -> dict[str, Any]:
     """Detect this node's devices (every plugin) and describe the node.
@@ -72,14 +75,17 @@ class ProcessWorker:
     one, with the handle interface of a container runtime's worker (``lines``, ``wait``,
     ``kill``, ``cleanup``, ``description``, ``notes``).
 
-    The child has its own process group (killed whole) and dies with this process.
+    The child has its own process group (killed whole) and dies with this process; it gets
+    the Ray node it runs on in ``$INFBENCH_RAY_NODE`` (its spread load's clients go to the
+    other nodes first, :mod:`infbench.executors.spread`).
     """
 
-    def __init__(self, job: Path):
+    def __init__(self, job: Path, node_id: str | None = None):
         cmd = [sys.executable, "-m", "infbench.cli", "worker", "--spec", str(job / "spec.json"),
                "--out", str(job / "out")]
+        env = {**os.environ, **({NODE_ENV: node_id} if node_id else {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, start_new_session=True,
+                                     text=True, bufsize=1, start_new_session=True, env=env,
                                      preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.description = {"runtime": "process", "pid": self.proc.pid, "python": sys.executable}
         self.notes: list[str] = []
@@ -193,7 +199,7 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
             handle = rt.start(container["spec"], job, home / "worker-home", home / "cache", f"infbench-{job_name}",
                               extra_mounts=_local_paths(spec.cells, scenario_paths(spec.scenario)))
         else:
-            handle = ProcessWorker(job)
+            handle = ProcessWorker(job, node.get("node_id"))
     except InfbenchError as exc:
         yield {"event": "refused", "error": f"on node {host}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")}
         return

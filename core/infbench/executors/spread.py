@@ -129,7 +129,9 @@ class LoadSpread:
         nodes: client nodes per cell (>= 1; 0: every alive node of the cluster).
         address: the cluster (``--ray-address``, else ``RAY_ADDRESS``; ignored when this
             process is connected already).
-        exclude: a node id to use last (the node of the measuring process).
+        exclude: a node id to use last (the node of the measuring process; default
+            ``$INFBENCH_RAY_NODE``, set for a worker on a Ray node, else the node this
+            process's Ray connection reports).
 
     Raises:
         ConfigError: ``nodes`` < 1.
@@ -138,7 +140,11 @@ class LoadSpread:
     def __init__(self, nodes: int, address: str | None = None, exclude: str | None = None):
         if nodes < 0:
             raise ConfigError(f"--load-nodes must be at least 1, got {nodes}")
-        self.n, self.address, self.exclude = nodes, address, exclude
+        import os
+
+        from infbench.executors.raynode import NODE_ENV
+
+        self.n, self.address, self.exclude = nodes, address, exclude or os.environ.get(NODE_ENV)
         self.ray: Any = None
         self.connected = False
         self.actors: list[tuple[dict[str, Any], Any]] = []
