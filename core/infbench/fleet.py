@@ -208,7 +208,7 @@ def gpu_slots(device: DeviceInfo, node: NodeReport) -> int:
     """How many devices of ``node`` the scheduler shares out: its Ray ``GPU`` count for a
     GPU device group, else 0 (the node runs one group at a time)."""
     if device.kind == "gpu":
-        return int(node.resources.get("GPU", 0))
+        return int(node.resources.get("GPU", 0) or 0)
     return 0
 
 
@@ -316,14 +316,14 @@ class Scheduler:
         self.eligible = eligible
         self.nodes = {n.node_id: n for n in fleet.nodes}
         self.types = {t.key: t for t in fleet.types}
-        self.queues: dict[tuple, deque[WorkItem]] = {}
+        self.queues: dict[tuple[Any, ...], deque[WorkItem]] = {}
         for it in items:
             self.queues.setdefault(self._bucket(it), deque()).append(it)
         self.busy: dict[str, int] = {}  # node id -> GPU slots used, or 1 for a whole-node item
         self.running: dict[int, str] = {}  # item key -> node id
 
     @staticmethod
-    def _bucket(item: WorkItem) -> tuple:
+    def _bucket(item: WorkItem) -> tuple[Any, ...]:
         return (item.type_key, item.tensor_parallel_size, item.group.engine)
 
     def _need(self, item: WorkItem, node: NodeReport) -> int:
@@ -371,7 +371,7 @@ class Scheduler:
                 best, left = n, free
         return best
 
-    def bucket(self, item: WorkItem) -> tuple:
+    def bucket(self, item: WorkItem) -> tuple[Any, ...]:
         """The bucket of equal needs ``item`` waits in: (device type, TP degree, engine)."""
         return self._bucket(item)
 
@@ -803,7 +803,7 @@ class Splitter:
             return None
         dur = {it.key: self.finish_s(it, 0.0) for it in cands}
         area: dict[tuple[str, str, int], float] = {}
-        caps: dict[tuple, float] = {}
+        caps: dict[tuple[Any, ...], float] = {}
         for it in cands:
             b = self.sched.bucket(it)
             if b not in caps:
@@ -830,7 +830,7 @@ class Splitter:
         with a part to split."""
         now = self.clock()
         cands = [it for it in items if not it.progress.hold and (self.can_split is None or self.can_split(it))]
-        free: dict[tuple, tuple[NodeReport | None, int]] = {}
+        free: dict[tuple[Any, ...], tuple[NodeReport | None, int]] = {}
         for it in cands:
             b = self.sched.bucket(it)
             if b not in free:
@@ -841,7 +841,7 @@ class Splitter:
         if not cands:
             return None
         fin = {it.key: self.finish_s(it, now) for it in cands}
-        work: dict[tuple, float] = {}
+        work: dict[tuple[Any, ...], float] = {}
         for it in cands:
             b = self.sched.bucket(it)
             work[b] = work.get(b, 0.0) + fin[it.key]
@@ -977,7 +977,7 @@ def simulate(fleet: Fleet, items: list[WorkItem], cell_s: Callable[[WorkItem, Ce
         pairs = sched.assign()
         if splitter is not None:
             active = [it for it, _ in pairs] + [it for it, _, _ in running.values()]
-            while (s := splitter.propose(active)) is not None:
+            while (s := splitter.propose(active)) is not None and s.node is not None:
                 new = split_item(s.item, s.cells, next(keys))
                 sched.place(new, s.node)
                 pairs.append((new, s.node))

@@ -412,7 +412,7 @@ class RayExecutor:
                 """Split parts (``fresh``: about to start; or running) onto nodes left free."""
                 out: list[tuple[WorkItem, NodeReport]] = []
                 active = [it for it, _ in fresh] + [t.item for t in tasks.values() if t.item.part is not None]
-                while (s := splitter.propose(active)) is not None:
+                while (s := splitter.propose(active)) is not None and s.node is not None:
                     cells = hand_off(s.item, s.cells) if s.started else s.cells
                     if not cells:
                         s.item.progress.hold = True   # it started them meanwhile: until it reports again
@@ -497,7 +497,8 @@ class RayExecutor:
         (newest ok attempt, warm-up included) and the calibrated prediction."""
         stored: dict[str, float] = {}
         try:
-            for cid, t0, t1 in store.db.execute(
+            db: Any = store.db
+            for cid, t0, t1 in db.execute(
                     "SELECT cell_id, started_at, finished_at FROM cells WHERE status='ok' ORDER BY id"):
                 if t0 is not None and t1 is not None and t1 > t0:
                     stored[cid] = t1 - t0

@@ -89,7 +89,7 @@ def run_share(job: dict[str, Any]) -> dict[str, Any]:
     """
     from infbench.engines.openai import OpenAIEngine
 
-    engine = OpenAIEngine(job["device"], {**job["options"], "base_url": job["base_url"]})
+    engine = OpenAIEngine(job["device"], {**job["options"], "base_url": job["base_url"]})  # type: ignore[no-untyped-call]
     engine._key = job["key"]
     engine._check_server()
     deadline = None
@@ -250,8 +250,8 @@ class LoadSpread:
                                     hint="every client node must reach the server's URL (see docs/cluster.md)") \
                 from exc
         outs = [NodeOutput(node, g["records"], g["anchor_perf_ns"], g["anchor_wall_ns"], off, rtt, g["late_ns"],
-                           g["metrics"], g["warnings"], g["engine_s"], s.cell.load.model_dump(exclude_none=True),
-                           s.method)
+                           g["metrics"], g["warnings"], g["engine_s"],
+                           s.cell.load.model_dump(exclude_none=True) if s.cell.load is not None else {}, s.method)
                 for (node, _), (off, rtt), g, s in zip(used, offsets, got, shares, strict=True)]
         records, metrics, warnings, engine_s = merge(outs, anchor_perf, anchor_wall)
         return RunOutput(records=records, engine_s=engine_s, warnings=warnings, metrics=metrics)

@@ -142,12 +142,13 @@ def partition(cell: Cell, prompts: Sequence[Any], n: int) -> list[Share]:
         update: dict[str, Any] = {"num_requests": counts[k] if load.num_requests or counts[k] else None,
                                   "warmup_requests": warms[k] or 0, "concurrency": caps[k]}
         seed, method = cell.seed, "concurrency shares"
+        rate = load.request_rate or 0.0
         if load.mode == "rate" and load.burstiness == 1.0:
-            update["request_rate"] = load.request_rate / n
+            update["request_rate"] = rate / n
             seed, method = stream_seed(cell.seed, k, n), "poisson streams"
         elif load.mode == "rate":
-            count = total or int(load.request_rate * (load.duration_s or 0) * 2 + 16)
-            offsets = arrival_offsets_s(count, load.request_rate, load.burstiness, cell.seed).tolist()
+            count = total or int(rate * (load.duration_s or 0) * 2 + 16)
+            offsets = arrival_offsets_s(count, rate, load.burstiness, cell.seed).tolist()
             mine = [Timed(timed[i % len(timed)], _At(offsets[i])) for i in range(k, count, n)]
             update.update(mode="trace", request_rate=None, burstiness=1.0, num_requests=len(mine))
             method = "dealt schedule"
