@@ -97,3 +97,29 @@ def test_merge_shifts_whole_records_so_clock_skew_never_enters_ttft():
     assert [n["requests"] for n in c["nodes"]] == [3, 2] and c["nodes"][1]["clock_offset_s"] == 2.5
     assert c["nodes"][1]["clock_error_s"] == 2e-4 and c["spread"]["clock_error_s"] == 2e-4
     assert c["nodes"][1]["start_late_s"] == 0.003
+
+
+def test_load_nodes_needs_a_cluster_and_a_measuring_process_with_ray(pm, monkeypatch):
+    from infbench.data.request import checked_request
+    from infbench.errors import ConfigError
+    from infbench.orchestrator import spread_nodes
+    from infbench.schema import Sweep
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    serving_sweep = Sweep(models=["tiny-random-llama"], engines=["llama.cpp-server"], dtypes=["f16"], batch=[1],
+                          input_len=[8], output_len=[4])
+    endpoint = Sweep(models=["m"], engines=["openai"], dtypes=["auto"], batch=[1], input_len=[8], output_len=[4])
+    notes: list[str] = []
+    with pytest.raises(ConfigError, match="none was given"):
+        spread_nodes(checked_request(load_nodes=2), "inprocess", serving_sweep, pm, notes)
+    with pytest.raises(ConfigError, match="worker image"):
+        spread_nodes(checked_request(load_nodes=2, ray_address="h:1"), "container", serving_sweep, pm, notes)
+    with pytest.raises(ConfigError, match="worker image"):
+        spread_nodes(checked_request(load_nodes=2, ray_address="h:1", container_runtime="docker"), "ray",
+                     serving_sweep, pm, notes)
+    assert spread_nodes(checked_request(load_nodes=3, ray_address="h:1"), "inprocess", serving_sweep, pm, notes) == 3
+    assert spread_nodes(checked_request(), "inprocess", serving_sweep, pm, notes) is None and not notes
+    # --executor ray with only an endpoint: its load from every node (0), said in a note
+    assert spread_nodes(checked_request(ray_address="h:1"), "ray", endpoint, pm, notes) == 0
+    assert "every node of the cluster" in notes[0]
+    assert spread_nodes(checked_request(ray_address="h:1"), "ray", serving_sweep, pm, []) is None
