@@ -790,33 +790,49 @@ class Splitter:
         return n
 
     def initial(self, items: list[WorkItem]) -> Split | None:
-        """Before anything runs: the split of the longest part not started, if it lasts longer
-        than its type's balanced finish ``F = sum(work x share of a node) / nodes`` (its work:
-        load plus cells; its share: ``tp / GPUs`` on a GPU node, else the whole node) and
-        cutting it pays; shared ``ceil(work / F)`` ways. Splitting up front, as far as the
-        estimates go, spares the running workers later hand-offs; :meth:`propose` corrects
-        what the estimates got wrong as the run goes. The split has no node: the new part
-        waits in the queue (``Split.node`` is None)."""
+        """Before anything runs: the next split that shares the parts not started over their
+        type's capacity, as far as the estimates go (the new part waits in the queue:
+        ``Split.node`` is None).
+
+        Each part ``i`` (cells ``c_i`` s after a load) is to become ``p_i = ceil(c_i / x)``
+        parts, ``x`` the smallest cell time per part for which all of a type's parts fit its
+        nodes at once (``sum(p_i / capacity_i) <= 1``, :meth:`capacity`; found by bisection):
+        every node gets about one part and they end together. Where the parts outnumber what
+        the nodes hold at once, ``x`` is the balanced share ``sum(c_i / capacity_i)`` (the
+        type's cell time per node) and only the parts longer than it are cut. The longest
+        part with ``p_i >= 2`` gives up its tail share (:func:`best_tail` with ``p_i`` ways)
+        if that pays. Splitting
+        up front spares running workers later hand-offs; :meth:`propose` corrects what the
+        estimates got wrong as the run goes."""
         cands = [it for it in items if it.progress.started_at is None and not it.progress.hold
                  and (self.can_split is None or self.can_split(it))]
-        if not cands:
-            return None
-        dur = {it.key: self.finish_s(it, 0.0) for it in cands}
-        area: dict[tuple[str, str, int], float] = {}
+        by_type: dict[tuple[str, str, int], list[tuple[WorkItem, float, float]]] = {}
         caps: dict[tuple[Any, ...], float] = {}
         for it in cands:
             b = self.sched.bucket(it)
             if b not in caps:
                 caps[b] = self.capacity(it)
-            cap = caps[b]
-            if cap <= 0:
+            if caps[b] > 0:
+                cells = self.finish_s(it, 0.0) - self.estimates.load_s(it)
+                by_type.setdefault(it.type_key, []).append((it, max(cells, 0.0), caps[b]))
+        want: list[tuple[float, WorkItem, int]] = []
+        for parts in by_type.values():
+            def fits(x: float, parts: list[tuple[WorkItem, float, float]] = parts) -> bool:
+                return sum(math.ceil(c / x) / cap for _, c, cap in parts if c > 0) <= 1.0
+
+            hi = max(c for _, c, _ in parts)
+            if hi <= 0:
                 continue
-            area[it.type_key] = area.get(it.type_key, 0.0) + dur[it.key] / cap
-        for it in sorted(cands, key=lambda x: -dur[x.key]):
-            f = area.get(it.type_key)
-            if f is None or dur[it.key] <= f:
-                continue
-            s = self.plan_for(it, None, 0.0, max(2, math.ceil(dur[it.key] / f)))  # type: ignore[arg-type]
+            if fits(hi):
+                lo = hi / 1e6
+                for _ in range(60):
+                    mid = (lo + hi) / 2
+                    lo, hi = (lo, mid) if fits(mid) else (mid, hi)
+            else:  # more parts than the nodes hold at once: cut only those longer than the balanced share
+                hi = sum(c / cap for _, c, cap in parts)
+            want += [(c, it, math.ceil(c / hi - 1e-9)) for it, c, _ in parts if c > hi * (1 + 1e-9)]
+        for _, it, ways in sorted(want, key=lambda w: -w[0]):
+            s = self.plan_for(it, None, 0.0, max(2, ways))  # type: ignore[arg-type]
             if s is not None:
                 return s
         return None
