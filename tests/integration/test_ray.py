@@ -206,20 +206,21 @@ def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
     assert set(claims.live_claims(store)) == {cells[1].cell_id(dev)}     # only the other run's claim is left
 
 
-SPLIT_SWEEP = dict(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16"], batch=[1, 2, 3, 4, 5, 6],
-                   input_len=[16], output_len=[512])
-
-
 def _split_run(ray_cluster, pm, tmp_path, observer):
+    """Six cells of one group (the real SmolLM2-135M Q4_1 GGUF on llama.cpp: cells of a few
+    seconds each here, each node loads it from the same path) through the Ray executor."""
     from infbench.detect import detect
     from infbench.executors.ray import RayExecutor
     from infbench.plan import plan
     from infbench.run import RunOptions, provenance
     from infbench.schema import Sweep
+    from tests.integration.test_real_weights import _smollm2
 
     det = detect(pm)
     dev = det.devices[0]
-    p = plan(Sweep(**SPLIT_SWEEP), dev, pm)
+    sweep = Sweep(models=[str(_smollm2())], engines=["llama.cpp"], dtypes=["q4_1"], batch=[1, 2, 3, 4, 5, 6],
+                  input_len=[16], output_len=[192])
+    p = plan(sweep, dev, pm)
     assert len(p.groups) == 1 and len(p.cells) == 6
     store = Store(tmp_path / "r.db")
     s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(), observer)
@@ -229,8 +230,7 @@ def _split_run(ray_cluster, pm, tmp_path, observer):
 def test_one_group_is_split_over_both_nodes(ray_cluster, pm, tmp_path):
     """One group of six cells on a two-node CPU type: the driver splits it (the first cell
     shows the cells outweigh a second model load), the idle node loads the same model and
-    measures a share; every cell is stored once, with the node that measured it, under the
-    id an in-process run gives it."""
+    measures a share; every cell is stored once, with the node that measured it."""
     seen = ev.Collector()
     p, dev, store, s = _split_run(ray_cluster, pm, tmp_path, seen)
     splits = [e.message for e in seen.of(ev.Note) if "split off" in e.message]
@@ -326,7 +326,7 @@ def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
                               ray_cluster.address, "--store", str(db), "--json", "--model", "tiny-random-llama",
                               "--engine", "llama.cpp-server", "--input-len", "16", "--output-len", "16",
                               "--num-requests", "8", "--find-max", "concurrency", "--find-max-probes", "2",
-                              "--slo-ttft-ms", "60000", env=ray_cluster.env()).stdout)
+                              "--find-max-limit", "4", "--slo-ttft-ms", "60000", env=ray_cluster.env()).stdout)
     store = Store(db)
     rows = store.results()
     assert len(rows) == 2 and out["ok"] == 2
