@@ -193,10 +193,45 @@ def fleet_plans(sweep: Sweep, pm: PluginManager, device: str | None, ray_address
 
     specs = engine_specs(pm)
     if any(e in specs and specs[e].any_model for e in sweep.engines):
-        raise ConfigError("a remote endpoint (--engine openai) is measured from one place, not from a Ray cluster",
-                          hint="use --executor inprocess")
+        raise ConfigError("a remote endpoint (--engine openai) is driven from the Ray cluster's nodes on its own, "
+                          "not in a sweep with engines that run on the nodes",
+                          hint="run the endpoint's cells in their own `infbench run --executor ray --engine openai`")
     fleet = detect_fleet(ray_address)
     return fleet, plan_fleet(sweep, fleet.select(device), pm)
+
+
+def _endpoints_only(sweep: Sweep, pm: PluginManager) -> bool:
+    from infbench.registry import engine_specs
+
+    specs = engine_specs(pm)
+    return all(e in specs and specs[e].any_model for e in sweep.engines)
+
+
+def spread_nodes(r: RunRequest, executor: str, sweep: Sweep, pm: PluginManager, notes: list[str]) -> int | None:
+    """The client nodes serving cells' load is sent from (:attr:`RunOptions.load_nodes`):
+    ``--load-nodes N``; with ``--executor ray`` and only remote endpoints (``--engine
+    openai``), 0 (every alive node) when not given; else None (this process).
+
+    Raises:
+        ConfigError: ``--load-nodes`` without a Ray cluster address, or with a container executor.
+    """
+    import os
+
+    if r.load_nodes is None:
+        if executor == "ray" and _endpoints_only(sweep, pm):
+            notes.append("--executor ray with an endpoint: its load is sent from every node of the cluster "
+                         "(--load-nodes N for fewer)")
+            return 0
+        return None
+    if not (r.ray_address or os.environ.get("RAY_ADDRESS")):
+        raise ConfigError("--load-nodes sends load from nodes of a Ray cluster, and none was given",
+                          hint="add --ray-address HOST:PORT (or set RAY_ADDRESS); docs/cluster.md shows how to start "
+                               "one")
+    if executor == "container" or (executor == "ray" and r.container_runtime):
+        raise ConfigError("--load-nodes starts its clients from the process that measures, which then needs Ray; "
+                          "a worker image does not have it", hint="drop --container-runtime, or use --executor "
+                                                                  "inprocess")
+    return r.load_nodes
 
 
 def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
@@ -234,6 +269,9 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         read_text(r.perplexity)
     sweep = build_request_sweep(r, default)
     fleet = None
+    load_nodes = spread_nodes(r, name, sweep, pm, notes)
+    if load_nodes is not None and name == "ray" and _endpoints_only(sweep, pm):
+        name = "inprocess"      # the endpoint is measured from here, its load sent from the nodes
     if name == "ray":
         fleet, plans = fleet_plans(sweep, pm, r.device, r.ray_address)
         endpoint_opts: dict[str, Any] = {"base_url": None, "api_key_env": None}
@@ -256,6 +294,6 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         unknown_engine_args(engine_specs(pm), sweep.engines, list(parse_engine_args(r.engine_arg)))
     opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
                       engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
-                      price_per_hour=r.price_per_hour)
+                      price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address)
     warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
     return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)

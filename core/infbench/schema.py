@@ -554,6 +554,9 @@ class RequestRecord(BaseModel):
         session, turn: multi-turn replay: the session's index and the turn's (1-based).
         n_in_client: prompt tokens by the client's tokenizer (``--tokenizer``, or the
             exact length of synthetic token-id prompts), to compare with ``n_in``.
+        client_node: the client node that sent it when a cell's load is spread over
+            several nodes (``--load-nodes``; the node id's first 12 hex digits, the node
+            listed in the cell's ``metrics["client"]["nodes"]``); None: this process.
     """
 
     t_send_ns: int
@@ -572,6 +575,7 @@ class RequestRecord(BaseModel):
     session: int | None = None
     turn: int | None = None
     n_in_client: int | None = None
+    client_node: str | None = None
 
     def client(self) -> dict[str, Any] | None:
         """The client-side details that differ from their defaults (what the store keeps
@@ -582,7 +586,7 @@ class RequestRecord(BaseModel):
 
 #: The :class:`RequestRecord` fields stored together as ``requests.client`` (JSON).
 CLIENT_FIELDS = ("streamed", "t_first_reasoning_ns", "t_first_answer_ns", "n_reasoning", "n_reasoning_source",
-                 "session", "turn", "n_in_client")
+                 "session", "turn", "n_in_client", "client_node")
 CLIENT_DEFAULTS = {k: RequestRecord.model_fields[k].default for k in CLIENT_FIELDS}
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from infbench import signals
 from infbench.analysis.floor import add_roofline
 from infbench.data.events import (
+    CellSkipped,
     CellStarted,
     GroupLoading,
     Note,
@@ -86,6 +87,13 @@ class RunContext:
         node: where the units run (a Ray node), for events; None: this host.
         stamp: applied to every cell result before it is stored (the Ray executor adds the
             node to the result's device); None: stored as measured.
+        take: asked before each cell is claimed; False: another worker took the cell (a
+            worker whose cells the Ray driver may hand to another node,
+            :mod:`infbench.data.handoff`), and it is skipped. None: every cell is this run's.
+        spread: where serving load is sent from when not from this process: its
+            ``runner(engine, cell)`` returns the function that runs a cell's load instead of
+            the engine's own client, or None for a cell it does not take
+            (:class:`infbench.executors.spread.LoadSpread`, ``--load-nodes``).
     """
 
     pm: PluginManager
@@ -101,6 +109,8 @@ class RunContext:
     done: set[str] = field(default_factory=set)
     node: str | None = None
     stamp: Callable[[CellResult], CellResult] | None = None
+    take: Callable[[Cell], bool] | None = None
+    spread: Any = None
 
     @property
     def run_id(self) -> str:
@@ -109,7 +119,11 @@ class RunContext:
 
     def claim(self, cell: Cell, force: bool | None = None) -> bool:
         """Claim ``cell`` for this run (:func:`infbench.run.take_cell`); False (announced as
-        skipped) when another live process measures it or stored it ok meanwhile."""
+        skipped) when another live process measures it or stored it ok meanwhile, or when
+        :attr:`take` says another worker took it."""
+        if self.take is not None and not self.take(cell):
+            self.observer(CellSkipped(cell, "handed to another worker"))
+            return False
         return take_cell(self.store, self.run_id, cell, self.device, self.summary, self.observer,
                          self.options.force if force is None else force)
 
@@ -220,8 +234,9 @@ class EngineSession:
             return None
         self.ctx.observer(CellStarted(cell, self.ctx.node))
         r = None
+        run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
         try:
-            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts)
+            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run)
             add_roofline(r, self.group.model, self.ctx.limits, self.ctx.limits_reason)
             if annotate is not None:
                 annotate(r)

@@ -150,7 +150,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     o = spec.options
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
                       engine_options=dict(o.engine_options), slo=o.slo,
-                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour)
+                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour,
+                      load_nodes=o.load_nodes, ray_address=o.ray_address)
     store = Store(out_dir / DB_FILE)
 
     def append(path: Path, line: str) -> None:
@@ -169,8 +170,17 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
 
     status = "failed"
     summary = None
+    take = None
+    if getattr(spec.scenario, "handoff", None):  # the host may hand cells to another worker
+        from infbench.data.handoff import take as take_marker
+
+        def take(cell: Any) -> bool:
+            try:
+                return take_marker(out_dir, cell.spec_hash())
+            except OSError:  # an unwritable folder: the host cannot hand cells off there either
+                return True
     try:
-        summary = InProcessExecutor(pm, prov["provenance"]).run(plan, store, opts, event)
+        summary = InProcessExecutor(pm, prov["provenance"], take=take).run(plan, store, opts, event)
         status = summary.status
     finally:
         store.close()

@@ -206,6 +206,157 @@ def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
     assert set(claims.live_claims(store)) == {cells[1].cell_id(dev)}     # only the other run's claim is left
 
 
+def _split_run(ray_cluster, pm, tmp_path, observer):
+    """Six cells of one group (the real SmolLM2-135M Q4_1 GGUF on llama.cpp: cells of a few
+    seconds each here, each node loads it from the same path) through the Ray executor."""
+    from infbench.detect import detect
+    from infbench.executors.ray import RayExecutor
+    from infbench.plan import plan
+    from infbench.run import RunOptions, provenance
+    from infbench.schema import Sweep
+    from tests.integration.test_real_weights import _smollm2
+
+    det = detect(pm)
+    dev = det.devices[0]
+    sweep = Sweep(models=[str(_smollm2())], engines=["llama.cpp"], dtypes=["q4_1"], batch=[1, 2, 3, 4, 5, 6],
+                  input_len=[16], output_len=[192])
+    p = plan(sweep, dev, pm)
+    assert len(p.groups) == 1 and len(p.cells) == 6
+    store = Store(tmp_path / "r.db")
+    s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(), observer)
+    return p, dev, store, s
+
+
+def test_one_group_is_split_over_both_nodes(ray_cluster, pm, tmp_path):
+    """One group of six cells on a two-node CPU type: the driver splits it (the first cell
+    shows the cells outweigh a second model load), the idle node loads the same model and
+    measures a share; every cell is stored once, with the node that measured it."""
+    seen = ev.Collector()
+    p, dev, store, s = _split_run(ray_cluster, pm, tmp_path, seen)
+    splits = [e.message for e in seen.of(ev.Note) if "split off" in e.message]
+    assert splits, [e.message for e in seen.of(ev.Note)]
+    assert s.status == "completed" and len(s.ok) == 6 and not s.failed
+    rows = store.results(all_attempts=True)
+    assert sorted(r["cell_id"] for r in rows) == sorted(c.cell_id(dev) for c in p.cells)   # each once
+    on = {r["cell_id"]: cell_node(store, r)["node_id"] for r in rows}
+    assert all(r["status"] == "ok" for r in rows) and set(on.values()) <= {n.node_id for n in ray_cluster.nodes}
+    assert len(set(on.values())) >= 2                                                        # both nodes measured
+    assert len(seen.of(ev.GroupLoading)) >= 2                                                # the model loaded twice
+
+
+def test_node_killed_mid_split(ray_cluster, pm, tmp_path):
+    """The worker raylet dies while the group is split over both nodes: what it finished is
+    kept, the rest of its part runs on the surviving node; no cell lost, none stored twice."""
+    worker = ray_cluster.nodes[1]
+    seen = ev.Collector()
+    killed: list = []
+
+    def observer(e):
+        seen(e)
+        split = any("split off" in n.message for n in seen.of(ev.Note))
+        on_worker = bool(e.__dict__.get("node")) and worker.node_id[:8] in e.node
+        if isinstance(e, ev.CellStarted) and on_worker and split and not killed:
+            killed.append(e.cell)
+            ray_cluster.kill(worker)
+
+    try:
+        p, dev, store, s = _split_run(ray_cluster, pm, tmp_path, observer)
+    finally:
+        if worker in ray_cluster.nodes:
+            ray_cluster.kill(worker)
+        ray_cluster.add_node({"INFBENCH_RAYTEST_DEVICE": "beta"})
+    assert killed, "the group was not split onto the worker node while it ran"
+    assert [e.node for e in seen.of(ev.NodeLost)] and worker.node_id[:8] in seen.of(ev.NodeLost)[0].node
+    rows = store.results(all_attempts=True)
+    ids = [r["cell_id"] for r in rows]
+    assert sorted(ids) == sorted(c.cell_id(dev) for c in p.cells)            # every cell once: none lost or doubled
+    assert all(r["status"] == "ok" for r in rows), [r["error"] for r in rows]
+    assert s.status == "completed" and len(s.ok) == 6
+
+
+SERVE = ["--model", "tiny-random-llama", "--engine", "llama.cpp-server", "--input-len", "16", "--output-len", "32",
+         "--concurrency", "4", "--num-requests", "24", "--warmup-requests", "2"]
+
+
+def _served(db):
+    store = Store(db)
+    [row] = store.results()
+    return store, row, store.records(row["id"])
+
+
+def test_spread_serving_cell_on_two_client_nodes(ray_cluster, tmp_path):
+    """One serving cell against a local llama.cpp server, its load sent from two client
+    raylets (--load-nodes 2): stored as one cell holding both nodes' requests, each record
+    naming its node, both nodes' health and clock offsets; its throughput matches one client
+    sending the same load (the server is the bottleneck), within the noise of a shared machine."""
+    spread = json.loads(infbench("run", "--executor", "inprocess", "--load-nodes", "2", "--ray-address",
+                                 ray_cluster.address, "--store", str(tmp_path / "spread.db"), "--json", *SERVE,
+                                 env=ray_cluster.env()).stdout)
+    assert spread["ok"] == 1 and spread["failed"] == 0
+    single = [json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / f"one{i}.db"), "--json",
+                                  *SERVE, env=ray_cluster.env()).stdout) for i in range(2)]
+    assert all(o["ok"] == 1 for o in single)
+    store, row, recs = _served(tmp_path / "spread.db")
+    m = row["metrics"]
+    assert m["n_requests"] == 24 and m["n_completed"] == 24 and len(recs) == 24
+    nodes = m["client"]["nodes"]
+    cluster_ids = {n.node_id for n in ray_cluster.nodes}
+    assert len(nodes) == 2 and {n["node_id"] for n in nodes} <= cluster_ids
+    assert [n["requests"] for n in nodes] == [12, 12] and sum(n["requests"] for n in nodes) == m["n_requests"]
+    assert all(n["load"]["concurrency"] == 2 and n["health"]["loop_lag_ms"]["count"] > 0 for n in nodes)
+    labels = {n["label"] for n in nodes}
+    assert {r.client_node for r in recs} == labels and all(r.error is None for r in recs)
+    assert sorted(sum(r.client_node == lb for r in recs) for lb in labels) == [12, 12]
+    assert m["client"]["spread"]["nodes"] == 2 and m["client"]["spread"]["method"] == "concurrency shares"
+    assert 0 <= m["client"]["spread"]["clock_error_s"] < 0.05                  # one host: a round trip is short
+    # every record's tokens arrived after it was sent, on the merged clock
+    assert all(r.t_tokens_ns[0] > r.t_send_ns for r in recs)
+    ones = [_served(tmp_path / f"one{i}.db")[1]["metrics"] for i in range(2)]
+    assert all(o["n_requests"] == 24 and "nodes" not in o["client"] for o in ones)
+    lo = min(o["output_tok_s"] for o in ones)
+    hi = max(o["output_tok_s"] for o in ones)
+    print(f"output tok/s: spread over 2 client nodes {m['output_tok_s']:.1f}, one client {lo:.1f} and {hi:.1f}")
+    assert 0.75 * lo <= m["output_tok_s"] <= 1.33 * hi, (m["output_tok_s"], lo, hi)
+
+
+def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
+    """--find-max measures each probe through the engine session, so its probes' load is
+    spread too: every probe cell holds both client nodes."""
+    db = tmp_path / "fm.db"
+    out = json.loads(infbench("run", "--executor", "inprocess", "--load-nodes", "2", "--ray-address",
+                              ray_cluster.address, "--store", str(db), "--json", "--model", "tiny-random-llama",
+                              "--engine", "llama.cpp-server", "--input-len", "16", "--output-len", "16",
+                              "--num-requests", "8", "--find-max", "concurrency", "--find-max-probes", "2",
+                              "--find-max-limit", "4", "--slo-ttft-ms", "60000", env=ray_cluster.env()).stdout)
+    store = Store(db)
+    rows = store.results()
+    assert len(rows) == 2 and out["ok"] == 2
+    for r in rows:
+        assert r["metrics"]["find_max"]["probe"] in (1, 2)
+        assert len(r["metrics"]["client"]["nodes"]) == min(2, r["spec"]["load"]["concurrency"])
+        assert all(q.client_node for q in store.records(r["id"]))
+
+
+def test_ray_executor_server_group_with_spread_load(ray_cluster, tmp_path):
+    """--executor ray with a server engine and --load-nodes 2: the group's worker starts the
+    llama.cpp server on its node and sends the cell's load from both nodes (its own last);
+    the driver stores one cell naming the server's node, with both client nodes."""
+    db = tmp_path / "r.db"
+    out = json.loads(infbench("run", "--executor", "ray", "--ray-address", ray_cluster.address, "--device", "cpu",
+                              "--store", str(db), "--json", "--model", "tiny-random-llama", "--engine",
+                              "llama.cpp-server", "--input-len", "16", "--output-len", "16", "--concurrency", "2",
+                              "--num-requests", "8", "--load-nodes", "2", env=ray_cluster.env()).stdout)
+    assert out["ok"] == 1 and out["failed"] == 0
+    store, row, recs = _served(db)
+    server = cell_node(store, row)["node_id"]
+    nodes = row["metrics"]["client"]["nodes"]
+    ids = {n.node_id for n in ray_cluster.nodes}
+    assert server in ids and {n["node_id"] for n in nodes} <= ids and len(nodes) == 2
+    assert nodes[-1]["node_id"] == server                                    # the server's own node last
+    assert row["metrics"]["n_completed"] == 8 and sorted(n["requests"] for n in nodes) == [4, 4]
+    assert {r.client_node for r in recs} == {n["label"] for n in nodes}
+
+
 def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
     """A worker raylet dies after finishing a cell: its finished cells are kept, the rest
     of its group runs on the surviving node, every cell is stored once. Runs last: it

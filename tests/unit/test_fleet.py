@@ -136,3 +136,140 @@ def test_sigterm_becomes_an_interrupt_and_composes():
         signal.raise_signal(signal.SIGTERM)
     assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is theirs
     signal.signal(signal.SIGTERM, before)
+
+
+# -- splitting a group over free nodes (simulated fleets) --------------------------------------------------
+
+from infbench.fleet import Estimates, Splitter, best_tail, simulate, split_item  # noqa: E402
+
+
+def group_item(key, device, n, engine="llama.cpp", tp=1, output_len=16):
+    """One group of ``n`` cells (batch 1..n) as a work item."""
+    cells = [Cell(model="m", engine=engine, dtype="f16", batch=b, input_len=8, output_len=output_len,
+                  tensor_parallel_size=tp) for b in range(1, n + 1)]
+    return WorkItem(key, device, Group(None, engine, "f16", tp, cells), list(cells))
+
+
+def fixed(cell_s, load_s):
+    """Estimates that know every cell takes ``cell_s`` and every load ``load_s``."""
+    return Estimates(predict=lambda it, c: cell_s, load=lambda it: load_s)
+
+
+def test_best_tail_balances_the_two_parts():
+    # 6 cells of 10 s, a new part loads for 4 s: cut after 3 or 4 cells; both finish by 34 s instead of 64 s
+    k, before, after = best_tail(4.0, [10.0] * 6, 4.0, keep=1)
+    assert before == 64.0 and after == 34.0 and k == 3
+    # a part mid-cell may give away every cell it has not started (keep=0)
+    assert best_tail(5.0, [10.0], 1.0, keep=0)[:2] == (0, 15.0)
+    assert best_tail(0.0, [10.0], 1.0, keep=1) is None  # a part about to start keeps its only cell
+
+
+def test_splits_a_lone_group_over_free_nodes_when_it_pays():
+    f = Fleet.from_reports([node(1), node(2), node(3)])
+    item = group_item(0, CPU, 6)
+    sched = Scheduler(f, [item])
+    [(it, n1)] = sched.assign()
+    sp = Splitter(sched, fixed(10.0, 4.0), clock=lambda: 0.0)
+    s = sp.propose([it])
+    # two free nodes: shared three ways, each part finishing at (64 + 2 x 4) / 3 = 24 s: the tail 5, 6 first
+    assert s is not None and not s.started and s.node.hostname != n1.hostname
+    assert [c.batch for c in s.cells] == [5, 6] and s.before_s == 64.0 and s.after_s == 44.0
+    new = split_item(it, s.cells, 1)
+    sched.place(new, s.node)
+    assert [c.batch for c in it.cells] == [1, 2, 3, 4] and new.split_from == 0 and new.key == 1
+    # the third node takes the next share of the longest part; then every part ends by 24 s and no node is free
+    s2 = sp.propose([it, new])
+    assert s2.item is it and [c.batch for c in s2.cells] == [3, 4] and s2.after_s == 24.0
+    assert s2.node.hostname not in (n1.hostname, s.node.hostname)
+    sched.place(split_item(s2.item, s2.cells, 2), s2.node)
+    assert sched.fit(it) is None and sp.propose([it, new]) is None
+    # with one free node it is halved: 34 s each
+    two = Scheduler(Fleet.from_reports([node(1), node(2)]), [group_item(0, CPU, 6)])
+    [(it2, _)] = two.assign()
+    h = Splitter(two, fixed(10.0, 4.0), clock=lambda: 0.0).propose([it2])
+    assert [c.batch for c in h.cells] == [4, 5, 6] and h.after_s == 34.0
+
+
+def test_no_split_when_the_load_outweighs_the_cells():
+    f = Fleet.from_reports([node(1), node(2)])
+    item = group_item(0, CPU, 6)
+    sched = Scheduler(f, [item])
+    [(it, _)] = sched.assign()
+    # 6 cells of 0.5 s: a second copy of the model (10 s) never pays
+    assert Splitter(sched, fixed(0.5, 10.0), clock=lambda: 0.0).propose([it]) is None
+    # 6 cells of 2 s against a 3 s load: it pays (finish 15 s -> 9 s)
+    assert Splitter(sched, fixed(2.0, 3.0), clock=lambda: 0.0).propose([it]) is not None
+    # unknown cell times: no split (nothing to judge it by)
+    assert Splitter(sched, Estimates(load=lambda it: 1.0), clock=lambda: 0.0).propose([it]) is None
+
+
+def test_running_part_is_split_from_its_tail_and_held_after_an_empty_hand_off():
+    f = Fleet.from_reports([node(1), node(2)])
+    item = group_item(0, CPU, 6)
+    sched = Scheduler(f, [item])
+    [(it, _)] = sched.assign()
+    p = it.progress
+    p.started_at, p.cell, p.cell_at, p.done = 0.0, it.cells[1], 14.0, {it.cells[0].spec_hash()}
+    sp = Splitter(sched, fixed(10.0, 4.0), clock=lambda: 15.0)
+    s = sp.propose([it])
+    # on cell 2 for 1 s (9 s left), 4 cells pending: the tail 5, 6 goes (9 + 20 = 29 s vs 4 + 20 = 24 s)
+    assert s.started and [c.batch for c in s.cells] == [5, 6] and s.before_s == 49.0 and s.after_s == 29.0
+    p.hold = True
+    assert sp.propose([it]) is None
+
+
+def test_parts_that_stay_whole_and_gpu_slots():
+    f = Fleet.from_reports([node(1), node(2)])
+    item = group_item(0, CPU, 6)
+    sched = Scheduler(f, [item])
+    sched.assign()
+    assert Splitter(sched, fixed(10.0, 1.0), can_split=lambda it: False, clock=lambda: 0.0).propose([item]) is None
+    # a GPU node with 4 GPUs holds a tp=2 part and its split on the same node; a tp=4 part needs another node
+    g = Fleet.from_reports([node(1, H100, gpus=4)])
+    two = group_item(0, H100, 6, engine="vllm", tp=2)
+    sg = Scheduler(g, [two])
+    sg.assign()
+    s = Splitter(sg, fixed(10.0, 1.0), clock=lambda: 0.0).propose([two])
+    assert s is not None and s.node.hostname == "n1"
+    sg.place(split_item(two, s.cells, 1), s.node)
+    assert sg.busy == {g.nodes[0].node_id: 4} and sg.fit(two) is None
+    four = group_item(0, H100, 6, engine="vllm", tp=4)
+    s4 = Scheduler(g, [four])
+    s4.assign()
+    assert Splitter(s4, fixed(10.0, 1.0), clock=lambda: 0.0).propose([four]) is None
+
+
+def test_estimates_learn_from_the_run_and_prefer_stored_durations():
+    item = group_item(0, CPU, 3)
+    a, b, c = item.cells
+    e = Estimates(predict=lambda it, x: 1.0 * x.batch, load=lambda it: 7.0)
+    assert e.cell_s(item, b) == 2.0 and e.load_s(item) == 7.0
+    e.observe_cell(item, a, 3.0)            # 3x slower than predicted: the group's other cells scale
+    e.observe_load(item, 5.0)
+    assert e.cell_s(item, c) == 9.0 and e.load_s(item) == 5.0
+    stored = Estimates(predict=lambda it, x: 1.0, stored=lambda it, x: 42.0 if x is b else None)
+    assert stored.cell_s(item, b) == 42.0 and stored.cell_s(item, c) == 1.0
+    bare = Estimates(load=lambda it: 1.0)    # no prediction: the group's observed cells by their weight
+    assert bare.cell_s(item, b) is None
+    bare.observe_cell(item, a, 2.0)
+    assert bare.cell_s(item, a) == 2.0 and bare.cell_s(item, c) > 2.0
+
+
+def test_simulated_fleet_runs_every_cell_once_and_splitting_shortens_it():
+    def run(split, n_nodes=4, cell=10.0, load=5.0):
+        f = Fleet.from_reports([node(i) for i in range(1, n_nodes + 1)])
+        work = [group_item(0, CPU, 12), group_item(1, CPU, 3)]
+        planned = sorted(c.spec_hash() for it in work for c in it.cells)
+        r = simulate(f, work, lambda it, c: cell, lambda it: load, split=split)
+        assert sorted(h for h, _ in r.ran) == planned          # every cell measured once
+        return r
+
+    whole, split = run(False), run(True)
+    assert whole.makespan_s == 5.0 + 12 * 10.0 and whole.loads == 2 and whole.splits == 0
+    # 150 s of cells in 10 s steps over 4 nodes: at best 4 cells per node after one 5 s load (45 s); the
+    # greedy splitter gets within one cell of it
+    assert split.splits >= 2 and 45.0 <= split.makespan_s <= 45.0 + 10.0 and split.loads == 2 + split.splits
+    assert split.cell_s == whole.cell_s == 150.0
+    # cells far cheaper than a load: nothing is split
+    tiny = run(True, cell=0.1, load=30.0)
+    assert tiny.splits == 0

@@ -220,6 +220,10 @@ def run(
     ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the Ray cluster (HOST:PORT of "
                                            "the head; default $RAY_ADDRESS). With it, --device takes device types "
                                            "of the fleet: a comma list, or all.")] = None,
+    load_nodes: Annotated[int | None, Opt("--load-nodes", help="Send each serving cell's load from N nodes of the "
+                                          "Ray cluster (--ray-address or $RAY_ADDRESS), merged into one cell: a "
+                                          "rate as N Poisson streams, a concurrency in N shares, a trace by request "
+                                          "(docs/cluster.md).")] = None,
     runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
                                        "inprocess, docker/apptainer = container).")] = None,
     repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
@@ -270,7 +274,8 @@ def run(
         trace_speed=trace_speed, multi_turn=multi_turn, think_time=think_time, prefix_len=prefix_len,
         num_prefixes=num_prefixes, no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
         slo_e2e=slo_e2e, dry_run=dry_run, write_spec=write_spec, executor=executor,
-        container_runtime=container_runtime, ray_address=ray_address, runtime=runtime, repeat=repeat,
+        container_runtime=container_runtime, ray_address=ray_address, load_nodes=load_nodes, runtime=runtime,
+        repeat=repeat,
         price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
         adaptive=adaptive, perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)

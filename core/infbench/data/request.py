@@ -131,6 +131,7 @@ class RunRequest(BaseModel):
     executor: Literal["auto", "inprocess", "container", "ray"] | None = None
     container_runtime: Literal["docker", "apptainer"] | None = None
     ray_address: str | None = None
+    load_nodes: int | None = Field(None, ge=1, le=100_000)
     runtime: str | None = None
     repeat: int | None = Field(None, ge=1, le=1000)
     price_per_hour: float | None = _finite(default=None, ge=0)

@@ -26,6 +26,10 @@ class RunOptions:
             Prometheus ``/metrics`` (0: no scraping).
         price_per_hour: USD per hour of the measured machine (``--price-per-hour``);
             every cell then gets ``usd_per_mtok``.
+        load_nodes: send each serving cell's load from this many nodes of a Ray cluster
+            (``--load-nodes``; :mod:`infbench.executors.spread`); None: from this process.
+        ray_address: the Ray cluster of ``load_nodes`` (``--ray-address``; default
+            ``RAY_ADDRESS``).
     """
 
     force: bool = False
@@ -36,6 +40,8 @@ class RunOptions:
     power_override: Any = None
     server_metrics_interval_s: float = 1.0
     price_per_hour: float | None = None
+    load_nodes: int | None = None
+    ray_address: str | None = None
 
 
 @dataclass

@@ -23,10 +23,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class SweepScenario(BaseModel):
-    """Measure every planned cell once (cells stored ok are skipped unless forced)."""
+    """Measure every planned cell once (cells stored ok are skipped unless forced).
+
+    Attributes:
+        handoff: the host may hand cells of this worker's part to another worker while it
+            runs (the Ray executor's group splitting): the worker takes each cell through
+            :mod:`infbench.data.handoff` before measuring it, and skips a cell handed off.
+            None (the default): every cell is this worker's.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["sweep"] = "sweep"
+    handoff: bool | None = None
 
 
 class KnownProbe(BaseModel):

@@ -28,6 +28,8 @@ class WorkerOptions(BaseModel):
     slo: dict[str, float] | None = None
     server_metrics_interval_s: float = 1.0
     price_per_hour: float | None = None
+    load_nodes: int | None = Field(default=None, ge=0)
+    ray_address: str | None = None
 
 
 class WorkerSpec(BaseModel):
@@ -75,7 +77,8 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
         o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
                           engine_options=redact_options(opts.engine_options), slo=opts.slo,
                           server_metrics_interval_s=opts.server_metrics_interval_s,
-                          price_per_hour=opts.price_per_hour)
+                          price_per_hour=opts.price_per_hour, load_nodes=getattr(opts, "load_nodes", None),
+                          ray_address=getattr(opts, "ray_address", None))
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, options=o, scenario=plan.scenario)
 

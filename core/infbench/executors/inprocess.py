@@ -26,13 +26,16 @@ class InProcessExecutor:
     Args:
         pm: the plugin manager (engines, power sampler, device limits).
         provenance: the run's provenance (:func:`infbench.run.provenance`).
+        take: asked before each cell (:attr:`infbench.session.RunContext.take`): a worker
+            whose cells may be handed to another node; None: every cell is this run's.
     """
 
     name = "inprocess"
 
-    def __init__(self, pm: PluginManager, provenance: dict[str, Any]):
+    def __init__(self, pm: PluginManager, provenance: dict[str, Any], take: Any = None):
         self.pm = pm
         self.provenance = provenance
+        self.take = take
 
     def run(self, plan: Plan, store: Store, options: RunOptions | None = None,
             observer: Observer = ignore) -> RunSummary:
@@ -58,9 +61,16 @@ class InProcessExecutor:
         scenario = make_scenario(plan)
         with started_run(store, self.provenance, run_command()) as summary:
             ctx = measuring_context(self.pm, plan.device, store, summary, opts, observer)
+            ctx.take = self.take
+            if opts.load_nodes is not None:  # serving load sent from nodes of a Ray cluster
+                from infbench.executors.spread import LoadSpread
+
+                ctx.spread = LoadSpread(opts.load_nodes, opts.ray_address)
             try:
                 scenario.run(ctx)
             finally:
                 ctx.sampler.close()
+                if ctx.spread is not None:
+                    ctx.spread.close()
                 conclude(store, summary, scenario.outcome(), self.provenance)
         return summary

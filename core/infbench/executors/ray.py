@@ -13,6 +13,13 @@ cluster (``--ray-address ADDR`` or ``RAY_ADDRESS``; it never starts one), then:
    ``num_gpus`` = ``tensor_parallel_size`` on GPU nodes and for all CPUs elsewhere
    (:func:`~infbench.fleet.task_resources`); the driver's
    :class:`~infbench.fleet.Scheduler` hands groups to free nodes as others finish.
+   **Splitting**: a node of a type left free while a sweep's part of that type still has
+   cells not started takes the tail of those cells as a new part (the same model loaded
+   there, the same cell ids and claims), when the cells' estimated time exceeds the extra
+   load (:class:`~infbench.fleet.Splitter`). A part not started yet just loses the cells;
+   a running worker first hands them off (:func:`~infbench.executors.raynode.hand_off_here`,
+   a task on its node: each cell goes to whichever of the two takes it first,
+   :mod:`infbench.data.handoff`), so every cell is measured by one worker.
 4. **On the node**: the task runs the worker contract there
    (:func:`~infbench.executors.raynode.group_events`: ``infbench worker`` in a child
    process, or the plugin's image through the node's container runtime) and streams
@@ -45,12 +52,24 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from infbench.data.events import CellStarted, GroupLoading, NodeLost, Observer, ScoreStarted, ignore
+from infbench.data.events import CellStarted, GroupLoading, NodeLost, Note, Observer, ScoreStarted, ignore
 from infbench.data.plan import Plan
 from infbench.data.quality import PerplexityResult
 from infbench.data.run import RunOptions, RunSummary
 from infbench.errors import ConfigError, EngineUnavailable
-from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, task_resources
+from infbench.fleet import (
+    Estimates,
+    Fleet,
+    NodeReport,
+    Scheduler,
+    Split,
+    Splitter,
+    WorkItem,
+    longest_first,
+    prediction,
+    split_item,
+    task_resources,
+)
 from infbench.run import conclude, run_command, started_run
 from infbench.scenarios import Scenario, make_scenario
 from infbench.schema import Cell, CellResult
@@ -63,6 +82,8 @@ CANCEL_GRACE_S = 15.0
 NODE_CHECK_S = 60.0
 #: Tasks started for one group before its remaining cells are stored failed.
 MAX_ATTEMPTS = 4
+#: Seconds the driver waits for a hand-off task on a worker's node (splitting a running part).
+HANDOFF_TIMEOUT_S = 120.0
 
 
 def import_ray() -> Any:
@@ -227,6 +248,21 @@ def _tasks() -> tuple[Any, Any]:
     return detect_node, run_group
 
 
+@functools.cache
+def _handoff_task() -> Any:
+    """The remote function handing a running worker's cells to another one (a task pinned
+    to the worker's node that reserves nothing; :func:`~infbench.executors.raynode.hand_off_here`)."""
+    ray = import_ray()
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def hand_off(job_name: str, spec_hashes: list[str]) -> list[str]:
+        from infbench.executors.raynode import hand_off_here
+
+        return hand_off_here(job_name, spec_hashes)
+
+    return hand_off
+
+
 def _affinity(node_id: str) -> Any:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -293,13 +329,14 @@ def _sigterm_interrupts(before: Any) -> Iterator[None]:
 
 
 class _Task:
-    """One running group task: its item, node, stream and what it has reported."""
+    """One running group task: its item, node, job folder name, stream and what it has reported."""
 
-    def __init__(self, item: WorkItem, node: NodeReport, gen: Any):
-        self.item, self.node, self.gen = item, node, gen
+    def __init__(self, item: WorkItem, node: NodeReport, gen: Any, job: str = ""):
+        self.item, self.node, self.gen, self.job = item, node, gen, job
         self.running: Cell | str | None = None
         self.exited: dict[str, Any] | None = None
         self.ended = False
+        self.loaded = False
 
 
 class RayExecutor:
@@ -315,14 +352,22 @@ class RayExecutor:
             plugin's image with that runtime on its node; None: ``infbench worker`` in a
             child process on the node.
         job_prefix: prefix of the job folders on the nodes.
+        split: split a sweep's groups over nodes left free (see the module doc); False:
+            one task per group.
+        estimates: the cell and load estimates splitting decides with (default: this
+            run's observations, the store's durations, the calibrated prediction;
+            :class:`~infbench.fleet.Estimates`).
     """
 
     name = "ray"
 
     def __init__(self, pm: Any, provenance: dict[str, Any], ray_address: str | None = None,
-                 fleet: Fleet | None = None, container_runtime: str | None = None, job_prefix: str = "ray"):
+                 fleet: Fleet | None = None, container_runtime: str | None = None, job_prefix: str = "ray",
+                 split: bool = True, estimates: Estimates | None = None):
         self.pm, self.provenance, self.address = pm, provenance, ray_address
         self.fleet, self.container_runtime, self.job_prefix = fleet, container_runtime, job_prefix
+        self.split, self.estimates = split, estimates
+        self._est: Estimates | None = None
 
     # -- the run -------------------------------------------------------------------------
     def run(self, plan: Plan | list[Plan], store: Store, options: RunOptions | None = None,
@@ -378,6 +423,8 @@ class RayExecutor:
     def _run(self, ray: Any, plans: list[Plan], store: Store, opts: RunOptions, observer: Observer) -> RunSummary:
         fleet = self.fleet or detect_fleet(self.address)
         self._check(fleet, plans)
+        if opts.load_nodes is not None and not opts.ray_address:  # the workers' spread clients join this cluster
+            opts = replace(opts, ray_address=fleet.address or ray.get_runtime_context().gcs_address)
         nodes_prov = {n.node_id: {"hostname": n.hostname, "ip": n.ip, "provenance": n.provenance}
                       for n in fleet.nodes}
         ray_prov = {"address": fleet.address, "ray_version": ray.__version__, "nodes": nodes_prov,
@@ -412,18 +459,51 @@ class RayExecutor:
                 return replace(ctx, node=node.name(),
                                stamp=lambda r: r.model_copy(update={"device": _on_node(r.device, node)}))
 
+            def splits(item: WorkItem) -> bool:
+                return (self.split and item.part is not None and contexts[item.key][0].splits
+                        and bool(item.part.expected))
+
             def start(item: WorkItem, node: NodeReport) -> None:
-                spec = _spec_json(item, opts)
+                spec = _spec_json(item, opts, handoff=splits(item))
                 container = self._container(item) if self.container_runtime else None
                 res = task_resources(item.device, item.tensor_parallel_size, node, _uses_ray(opts))
                 _, run_group = _tasks()
                 item.part.attempts += 1
+                job = f"{self.job_prefix}-{summary.run_id}-{item.key}-{item.attempts}"
                 gen = run_group.options(scheduling_strategy=_affinity(node.node_id), **res).remote(
-                    spec, f"{self.job_prefix}-{summary.run_id}-{item.key}-{item.attempts}", container,
-                    {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
-                t = _Task(item, node, gen)
+                    spec, job, container, {"node_id": node.node_id, "hostname": node.hostname, "ip": node.ip})
+                t = _Task(item, node, gen, job)
+                item.progress.reset()
+                item.progress.started_at = time.monotonic()
                 tasks[item.key] = t
                 threading.Thread(target=_pump, args=(ray, t, events), daemon=True).start()
+
+            def hand_off(item: WorkItem, cells: list[Cell]) -> list[Cell]:
+                """Take ``cells`` from ``item``'s running worker: the ones it had not started."""
+                t = tasks.get(item.key)
+                if t is None:
+                    return []
+                try:
+                    got = set(ray.get(_handoff_task().options(scheduling_strategy=_affinity(t.node.node_id)).remote(
+                        t.job, [c.spec_hash() for c in cells]), timeout=HANDOFF_TIMEOUT_S))
+                except Exception:  # noqa: BLE001 - the node is gone or slow: no split now
+                    return []
+                return [c for c in cells if c.spec_hash() in got]
+
+            def split_now(fresh: list[tuple[WorkItem, NodeReport]]) -> list[tuple[WorkItem, NodeReport]]:
+                """Split parts (``fresh``: about to start; or running) onto nodes left free."""
+                out: list[tuple[WorkItem, NodeReport]] = []
+                active = [it for it, _ in fresh] + [t.item for t in tasks.values() if t.item.part is not None]
+                while (s := splitter.propose(active)) is not None and s.node is not None:
+                    cells = hand_off(s.item, s.cells) if s.started else s.cells
+                    if not cells:
+                        s.item.progress.hold = True   # it started them meanwhile: until it reports again
+                        continue
+                    new = self._apply_split(s, cells, len(items) + len(out), contexts, observer)
+                    sched.place(new, s.node)
+                    out.append((new, s.node))
+                    active.append(new)
+                return out
 
             sched = Scheduler(fleet, [], eligible)
             try:
@@ -436,9 +516,24 @@ class RayExecutor:
                     scenario.after_crash(it.part, None, f"no node with {it.device.vendor} {it.device.model} has "
                                                         f"{it.tensor_parallel_size} device(s) and engine "
                                                         f"{it.group.engine}", True, node_ctx(it, None))
-                sched = Scheduler(fleet, runnable, eligible)
+                self._est = self.estimates or self._estimates(store, items)
+                sched = Scheduler(fleet, [], eligible)
+                splitter = Splitter(sched, self._est, splits)
+                if self.split:  # shares as far as the estimates go, longest first
+                    while (s0 := splitter.initial(runnable)) is not None:
+                        new0 = self._apply_split(s0, s0.cells, len(items), contexts, observer)
+                        items.append(new0)
+                        runnable.append(new0)
+                    runnable = longest_first(runnable, self._est)
+                for it in runnable:
+                    sched.add(it)
                 while sched.pending() or tasks:
-                    for item, node in sched.assign():
+                    fresh = sched.assign()
+                    if self.split:
+                        new = split_now(fresh)
+                        items += [it for it, _ in new]
+                        fresh += new
+                    for item, node in fresh:
                         start(item, node)
                     try:
                         t, kind, payload = events.get(timeout=0.5)
@@ -465,6 +560,34 @@ class RayExecutor:
 
         return {"runtime": self.container_runtime, "spec": container_spec(self.pm, item.device, item.group.engine)}
 
+    def _apply_split(self, s: Split, cells: list[Cell], key: int, contexts: dict[int, Any],
+                     observer: Observer) -> WorkItem:
+        """Move ``cells`` of ``s.item`` into a new work item (the scenario's split of its part)."""
+        scenario, _ = contexts[s.item.key]
+        part = scenario.split(s.item.part, cells)
+        new = split_item(s.item, cells, key)
+        new.group, new.part = part.group, part
+        s.item.group = s.item.part.group
+        contexts[key] = contexts[s.item.key]
+        where = f"node {s.node.name()}" if s.node is not None else "a node of its type"
+        observer(Note(f"{part.group.label()}: {len(cells)} cell(s) split off to {where} "
+                      f"(estimated finish {s.before_s:.0f} s -> {s.after_s:.0f} s)"))
+        return new
+
+    def _estimates(self, store: Store, items: list[WorkItem]) -> Estimates:
+        """This run's :class:`~infbench.fleet.Estimates`: the durations stored for its cells
+        (newest ok attempt, warm-up included) and the calibrated prediction."""
+        stored: dict[str, float] = {}
+        try:
+            db: Any = store.db
+            for cid, t0, t1 in db.execute(
+                    "SELECT cell_id, started_at, finished_at FROM cells WHERE status='ok' ORDER BY id"):
+                if t0 is not None and t1 is not None and t1 > t0:
+                    stored[cid] = t1 - t0
+        except Exception:  # noqa: BLE001 - estimates are optional
+            stored = {}
+        return Estimates(prediction(self.pm), lambda it, c: stored.get(c.cell_id(it.device)))
+
     # -- events ---------------------------------------------------------------------------
     def _handle(self, ray: Any, t: _Task, kind: str, payload: Any, sched: Scheduler, tasks: dict[int, _Task],
                 contexts: dict[int, Any], node_ctx: Any, observer: Observer, nodes_prov: dict[str, Any],
@@ -482,6 +605,7 @@ class RayExecutor:
                 cell = Cell.model_validate_json(ev["cell"]) if ev.get("cell") else next(
                     (c for c in item.part.group.cells if c.spec_hash() == ev.get("spec_hash")), None)
                 t.running = cell
+                self._progress(t, cell)
                 if cell is not None:
                     observer(CellStarted(cell, where))
             elif e == "score":
@@ -491,6 +615,7 @@ class RayExecutor:
                 if e == "result":
                     r: Any = CellResult.model_validate_json(ev["result"])
                     ctx.record(r)
+                    self._finished(t, r)
                 else:
                     r = PerplexityResult.model_validate_json(ev["result"])
                     ctx.record_quality(r)
@@ -513,6 +638,7 @@ class RayExecutor:
         t.ended = True
         tasks.pop(item.key, None)
         sched.release(item)
+        item.progress.reset()
         if item.part is None:
             return
         if payload is None:  # what a worker that died left (``_exited``), or all of it when no exit came
@@ -528,7 +654,7 @@ class RayExecutor:
             if rest is None:
                 item.part = None
                 return
-            item.part = rest
+            item.part, item.cells = rest, list(rest.group.cells)
             if not sched.can_run(item):
                 scenario.after_crash(rest, None, err + f"; no other alive node has {item.device.vendor} "
                                                        f"{item.device.model}", True, ctx)
@@ -540,6 +666,23 @@ class RayExecutor:
         item.part = scenario.after_crash(item.part, t.running, err, False, ctx) if t.running is not None \
             else item.part
         self._again(item, sched, scenario, ctx, err)
+
+    def _progress(self, t: _Task, cell: Cell | None) -> None:
+        """A cell started on ``t``'s worker; its first one ends the part's model load, whose
+        time (from the task's start) feeds the estimates."""
+        p, now = t.item.progress, time.monotonic()
+        if not t.loaded and p.started_at is not None and self._est is not None:
+            self._est.observe_load(t.item, now - p.started_at)
+        t.loaded = True
+        p.cell, p.cell_at, p.hold = cell, now, False
+
+    def _finished(self, t: _Task, r: CellResult) -> None:
+        """A cell came back from ``t``'s worker: its time (warm-up included) feeds the estimates."""
+        p = t.item.progress
+        p.done.add(r.spec_hash)
+        p.cell, p.cell_at, p.hold = None, None, False
+        if r.status == "ok" and self._est is not None:
+            self._est.observe_cell(t.item, r.cell, r.finished_at - r.started_at)
 
     @staticmethod
     def _exited(item: WorkItem, ev: dict[str, Any], t: _Task, scenario: Scenario, ctx: RunContext,
@@ -621,12 +764,17 @@ def _pump(ray: Any, t: _Task, events: queue.Queue) -> None:
     events.put((t, "end", None))
 
 
-def _spec_json(item: WorkItem, opts: RunOptions) -> str:
-    """The worker spec of what is left of ``item``'s part (its cells and scenario), as JSON."""
+def _spec_json(item: WorkItem, opts: RunOptions, handoff: bool = False) -> str:
+    """The worker spec of what is left of ``item``'s part (its cells and scenario), as JSON;
+    ``handoff``: the worker takes each cell through :mod:`infbench.data.handoff` (its part
+    may be split while it runs)."""
     from infbench.data.worker import make_spec
 
     part = item.part
-    return make_spec(Plan(item.device, [part.group], scenario=part.spec), opts).model_dump_json()
+    spec = part.spec
+    if handoff and getattr(spec, "kind", None) == "sweep":
+        spec = spec.model_copy(update={"handoff": True})
+    return make_spec(Plan(item.device, [part.group], scenario=spec), opts).model_dump_json()
 
 
 def _uses_ray(opts: RunOptions) -> bool:

@@ -3,6 +3,8 @@ Ray so it runs and is tested as plain Python.
 
 * :func:`detect_here`: the node's devices, resources-independent facts and provenance
   (the fleet detection task).
+* :func:`hand_off_here`: cells of a running worker on this node handed to another
+  worker (the driver splitting its group, :mod:`infbench.data.handoff`).
 * :func:`group_events`: one group's cells through the worker contract
   (:mod:`infbench.worker`) on this node, as a stream of plain dicts the driver turns into
   stored cells and run events. The worker is ``infbench worker --spec --out`` in a child
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data.paths import default_home
+
+#: The environment variable naming the Ray node a worker runs on (node id, hex).
+NODE_ENV = "INFBENCH_RAY_NODE"
 
 
 def detect_here() -> dict[str, Any]:
@@ -70,14 +75,17 @@ class ProcessWorker:
     one, with the handle interface of a container runtime's worker (``lines``, ``wait``,
     ``kill``, ``cleanup``, ``description``, ``notes``).
 
-    The child has its own process group (killed whole) and dies with this process.
+    The child has its own process group (killed whole) and dies with this process; it gets
+    the Ray node it runs on in ``$INFBENCH_RAY_NODE`` (its spread load's clients go to the
+    other nodes first, :mod:`infbench.executors.spread`).
     """
 
-    def __init__(self, job: Path):
+    def __init__(self, job: Path, node_id: str | None = None):
         cmd = [sys.executable, "-m", "infbench.cli", "worker", "--spec", str(job / "spec.json"),
                "--out", str(job / "out")]
+        env = {**os.environ, **({NODE_ENV: node_id} if node_id else {})}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     text=True, bufsize=1, start_new_session=True,
+                                     text=True, bufsize=1, start_new_session=True, env=env,
                                      preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.description = {"runtime": "process", "pid": self.proc.pid, "python": sys.executable}
         self.notes: list[str] = []
@@ -105,6 +113,21 @@ class ProcessWorker:
         self.kill()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+
+
+def hand_off_here(job_name: str, spec_hashes: list[str]) -> list[str]:
+    """Hand the cells ``spec_hashes`` of the worker of job ``job_name`` on this node to
+    another worker (:func:`infbench.data.handoff.hand_off`): the ones it had not taken, in
+    order. Works before the worker started too (it then finds them taken).
+
+    Raises:
+        ValueError: a job name with a path separator, or a malformed spec hash.
+    """
+    from infbench.data.handoff import hand_off
+
+    if not job_name or "/" in job_name or job_name in (".", ".."):
+        raise ValueError(f"not a job name: {job_name!r}")
+    return hand_off(default_home() / "jobs" / job_name / "out", spec_hashes)
 
 
 def _missing_models(cells: list[Any]) -> list[str]:
@@ -176,7 +199,7 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
             handle = rt.start(container["spec"], job, home / "worker-home", home / "cache", f"infbench-{job_name}",
                               extra_mounts=_local_paths(spec.cells, scenario_paths(spec.scenario)))
         else:
-            handle = ProcessWorker(job)
+            handle = ProcessWorker(job, node.get("node_id"))
     except InfbenchError as exc:
         yield {"event": "refused", "error": f"on node {host}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")}
         return

@@ -5,10 +5,11 @@ metrics from the raw records, docs/metrics.md)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from infbench.data import metrics as M
-from infbench.data.engine import Engine
+from infbench.data.engine import Engine, RunOutput
 from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
 from infbench.measure.contention import ContentionMonitor
 from infbench.measure.metrics import cell_metrics, failure_summary
@@ -24,10 +25,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
-                 opts: RunOptions) -> CellResult:
+                 opts: RunOptions, run: Callable[..., RunOutput] | None = None) -> CellResult:
     """Warm up, run the timed part with power and telemetry sampling (and a scrape of the
     server's ``/metrics`` for server engines), derive metrics. Never raises for a failed
-    cell (the error is in the result); re-raises KeyboardInterrupt."""
+    cell (the error is in the result); re-raises KeyboardInterrupt.
+
+    ``run(cell, prompts, deadline_ns=...)`` replaces ``engine.run`` for the timed part (serving
+    load sent from other nodes, :mod:`infbench.executors.spread`); its records must be on
+    this process's ``perf_counter_ns`` clock."""
     started = time.time()
     monitor = PowerMonitor(sampler, opts.power_interval_s)
     neighbours = ContentionMonitor(sampler)
@@ -45,7 +50,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         if scraper is not None:
             scraper.start()
         try:
-            out = engine.run(cell, prompts, deadline_ns=deadline)
+            out = (run or engine.run)(cell, prompts, deadline_ns=deadline)
         finally:
             contention = neighbours.stop()
             readings = monitor.stop()

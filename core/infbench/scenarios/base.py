@@ -78,6 +78,10 @@ class Scenario(ABC):
     """
 
     kind: ClassVar[str]
+    #: Whether a part's cells may be shared out between workers (:meth:`split`): a sweep's
+    #: may; a search or a perplexity measurement decides its next unit from the last, and
+    #: stays whole.
+    splits: ClassVar[bool] = False
 
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -149,6 +153,16 @@ class Scenario(ABC):
         if isinstance(running, Cell):
             return not part.expected or running.spec_hash() in {c.spec_hash() for c in part.group.cells}
         return False
+
+    def split(self, part: Part, cells: list[Cell]) -> Part:
+        """Move ``cells`` (cells of ``part`` not started and not back) into a new part of the
+        same group, which another worker measures: same cells, same ids, same claims. ``part``
+        keeps the rest. Only scenarios with :attr:`splits` implement it.
+
+        Raises:
+            NotImplementedError: a scenario whose parts stay whole.
+        """
+        raise NotImplementedError(f"a {self.kind} part stays whole")
 
     def accept(self, part: Part, result: CellResult | PerplexityResult) -> None:
         """A result of ``part`` came back (stored by the caller)."""

@@ -22,6 +22,7 @@ class Sweep(Scenario):
     """Measure every pending cell of the plan, group by group (see the module doc)."""
 
     kind = "sweep"
+    splits = True
 
     def groups(self, ctx: RunContext) -> Iterator[Group]:
         """Each group with its pending cells; groups with none, or whose pending cells all
@@ -60,6 +61,14 @@ class Sweep(Scenario):
     def spec_for(self, parts: list[Part]) -> ScenarioSpec:
         """A sweep of the parts' cells."""
         return SweepScenario()
+
+    def split(self, part: Part, cells: list[Cell]) -> Part:
+        """``cells`` go to a new part (the same group, already claimed by this run); ``part``
+        keeps its other cells (see :meth:`Scenario.split`)."""
+        moving = {c.spec_hash() for c in cells}
+        part.group = part.group.with_cells([c for c in part.group.cells if c.spec_hash() not in moving])
+        part.expected = [c for c in part.expected if c.spec_hash() not in moving]
+        return Part(part.group.with_cells(list(cells)), part.spec, expected=list(cells))
 
     def resume(self, part: Part) -> Part | None:
         """The part's cells that did not come back."""
