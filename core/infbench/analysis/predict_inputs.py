@@ -114,4 +114,4 @@ def check_predict_flags(flags: dict[str, Any]) -> PredictFlags:
         ConfigError: the first bad value, naming its flag.
     """
     given = {k: flags[k] for k in PredictFlags.model_fields if flags.get(k) is not None}
-    return checked(PredictFlags, **given)  # type: ignore[no-any-return]
+    return checked(PredictFlags, **given)

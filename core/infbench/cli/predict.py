@@ -93,8 +93,8 @@ def predict(
     flags = dict(locals())  # issue 22: every flag checked first (infbench.analysis.predict_inputs)
     from infbench.analysis import predict as P
     from infbench.analysis.calibration import resolve_basis
-    from infbench.analysis.profile import stack_of, vendor_of
     from infbench.analysis.predict_inputs import check_predict_flags
+    from infbench.analysis.profile import stack_of, vendor_of
     from infbench.analysis.requirements import custom_limits, parse_sets
     from infbench.data.paths import default_home
     from infbench.engines.options import parse_engine_args

@@ -257,6 +257,7 @@ def compare(
         res = compare_precisions(a, b, pair[0], pair[1], quality_results(store, status="ok"), gate)
         la, lb = f"{la} {pair[0]}", f"{lb} {pair[1]}"
     else:
+        assert a is not None and b is not None  # two sides were required above
         res = compare_rows(a, b)
     if html_out:
         try:
@@ -267,7 +268,7 @@ def compare(
     if as_json:
         print_json({"a": la, "b": lb, **res})
         return
-    if res.get("perplexity"):
+    if res.get("perplexity") and pair is not None:
         _print_ppl_change(res["perplexity"], pair, gate)
     if not res["pairs"]:
         err.print(f"no cell is ok on both sides ({res['only_a']} only in A, {res['only_b']} only in B)")
@@ -305,7 +306,7 @@ def _print_ppl_change(rows: list[dict], pair: list[str], gate: float | None) -> 
         t.add_column(c, justify="right" if c.startswith(("PPL", "change")) else "left")
     for r in rows:
         ch = f"{r['change'] * 100:+.2f} %"
-        if r["beyond_gate"]:
+        if r["beyond_gate"] and gate is not None:
             ch = f"[red]{ch} > {gate * 100:g} %[/]"
         elif r["beyond_gate"] is False:
             ch = f"[green]{ch}[/]"

@@ -397,7 +397,7 @@ class OpenAIEngine(Engine):
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
-        self.base_url: str | None = self.options.get("base_url")
+        self.base_url: str = self.options.get("base_url") or ""
         self._key: str | None = None
         self._model: Any = None
 
@@ -552,6 +552,7 @@ class OpenAIEngine(Engine):
         from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
 
         d = cell.dataset
+        assert d is not None  # called for a dataset cell only
         if file_digest(d.path) != d.sha256:
             raise ConfigError(f"{d.path} changed since this cell was planned (sha256 {d.sha256})",
                               hint="plan again: the file's hash is part of the cell's identity")
@@ -572,6 +573,7 @@ class OpenAIEngine(Engine):
         from infbench.workloads.trace import TraceRequest, read_trace, select
 
         tr = cell.trace
+        assert tr is not None  # called for a trace cell only
         if file_digest(tr.path) != tr.sha256:
             raise ConfigError(f"{tr.path} changed since this cell was planned (sha256 {tr.sha256})",
                               hint="plan again: the file's hash is part of the cell's identity")
@@ -729,7 +731,7 @@ class OpenAIEngine(Engine):
             # The response is parsed after the cell (no parsing while others stream: a burst
             # of requests finishing together would stall the loop), unless the raw responses
             # kept so far exceed RAW_BUDGET_BYTES.
-            req, max_tokens, n_in = prepared.pop(i, None) or build(i)
+            req, max_tokens, n_in = prepared.pop(i) if i in prepared else build(i)
             raw = _Raw(await client.send(req), t_sched, n_in, max_tokens)
             buffered[0] += sum(len(d) for _, d in raw.resp.reads)
             return raw if buffered[0] <= RAW_BUDGET_BYTES else finish(raw)[0]
@@ -874,7 +876,7 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
     lag = summarize(stats.loop_lag_ms)
     rel = summarize([x * 1e3 for x in release_lags_s(records)])
     behind = []
-    if lag["count"] >= BEHIND_MIN_SAMPLES and lag["p99"] > BEHIND_LAG_MS:
+    if (lag["count"] or 0) >= BEHIND_MIN_SAMPLES and lag["p99"] is not None and lag["p99"] > BEHIND_LAG_MS:
         behind.append(f"event-loop lag p99 {lag['p99']:.1f} ms > {BEHIND_LAG_MS:g} ms (reads waited)")
     if (load.mode in ("rate", "trace") and not load.concurrency and rel["p99"] is not None
             and rel["p99"] > BEHIND_RELEASE_MS):

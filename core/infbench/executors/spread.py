@@ -89,7 +89,7 @@ def run_share(job: dict[str, Any]) -> dict[str, Any]:
     """
     from infbench.engines.openai import OpenAIEngine
 
-    engine = OpenAIEngine(job["device"], {**job["options"], "base_url": job["base_url"]})  # type: ignore[no-untyped-call]
+    engine = OpenAIEngine(job["device"], {**job["options"], "base_url": job["base_url"]})
     engine._key = job["key"]
     engine._check_server()
     deadline = None

@@ -29,12 +29,15 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from infbench.schema import Load, RequestRecord
 
-Send = Callable[[int, int], Awaitable["RequestRecord | list[RequestRecord]"]]
+#: Sends unit ``index`` at scheduled ``t_sched_ns``; its awaitable gives a record, a list of them
+#: (a session), or an engine-private raw object that the engine turns into records later.
+Send = Callable[[int, int], Awaitable[Any]]
 
 #: Per-request limit (s) when ``Load.timeout_s`` (``--request-timeout``) is not given:
 #: long enough for thousands of tokens on a slow CPU server, short enough that a server
@@ -170,8 +173,11 @@ async def run_load(send: Send, load: Load, n_prompts: int, batch: int = 1, seed:
             c = load.concurrency or 1
             idx = range(w, w + n) if n else itertools.count(w)
             return await _concurrent(run, idx, c, load.duration_s, n)
-        count = n or int(load.request_rate * load.duration_s * 2 + 16)
-        offsets = arrival_offsets_s(count, load.request_rate, load.burstiness, seed)
+        rate = load.request_rate
+        if rate is None:
+            raise ValueError("a rate load needs request_rate (Load validates it)")
+        count = n or int(rate * (load.duration_s or 0.0) * 2 + 16)
+        offsets = arrival_offsets_s(count, rate, load.burstiness, seed)
         return await _scheduled(run, load, w, offsets.tolist(), prepare)
     finally:
         lag.cancel()
@@ -218,6 +224,7 @@ async def _scheduled(run: _Run, load: Load, first: int, offsets: list[float],
     tasks = []
 
     async def capped(i: int, t_sched: int) -> list[RequestRecord]:
+        assert cap is not None  # only used with a concurrency cap
         async with cap:
             return await run.one(i, t_sched)
 

@@ -48,7 +48,8 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     """
     from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
 
-    path, run = None, arg
+    path: str | None = None
+    run: str | None = arg
     if ":" in arg and arg.rsplit(":", 1)[0].endswith(".db"):
         path, run = arg.rsplit(":", 1)
     elif arg.endswith(".db"):
@@ -90,23 +91,23 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
     # normalised workload and keyed under A's hash.
     ka = {workload_key(r): r for r in a if r["status"] == "ok" and r["spec_hash"] not in fb}
     for r in b:
-        k = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
-        ra = ka.get(k) if k is not None else None
+        wk = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
+        ra = ka.get(wk) if wk is not None else None
         if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)
                                                              or ra["spec"]["engine"] != r["spec"]["engine"]):
             fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
     pairs = []
     for h in [h for h in fa if h in fb]:
-        ra, rb = fa[h], fb[h]
+        xa, xb = fa[h], fb[h]
         ratio = {}
-        for k in COMPARED:
-            va, vb = ra.get(k), rb.get(k)
-            ratio[k] = vb / va if va and vb is not None and va > 0 else None
-        label = ra["label"].split(" | ")
-        other = f" vs {rb['engine']}" if rb.get("engine") and rb.get("engine") != ra.get("engine") else ""
-        pairs.append({"label": f"{label[0]}{other} | {label[-1]}", "spec_hash": h, "cell_id_a": ra["cell_id"],
-                      "cell_id_b": rb["cell_id"], "device_a": ra["device"], "device_b": rb["device"],
-                      "a": {k: ra.get(k) for k in COMPARED}, "b": {k: rb.get(k) for k in COMPARED},
+        for key in COMPARED:
+            va, vb = xa.get(key), xb.get(key)
+            ratio[key] = vb / va if va and vb is not None and va > 0 else None
+        label = xa["label"].split(" | ")
+        other = f" vs {xb['engine']}" if xb.get("engine") and xb.get("engine") != xa.get("engine") else ""
+        pairs.append({"label": f"{label[0]}{other} | {label[-1]}", "spec_hash": h, "cell_id_a": xa["cell_id"],
+                      "cell_id_b": xb["cell_id"], "device_a": xa["device"], "device_b": xb["device"],
+                      "a": {c: xa.get(c) for c in COMPARED}, "b": {c: xb.get(c) for c in COMPARED},
                       "ratio": ratio})
     geo = {}
     for k in COMPARED:

@@ -126,7 +126,8 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
     }
     # A predicted cell (an adaptive sweep's unmeasured cell) carries its 90 % intervals.
-    iv = m.get("interval") if isinstance(m.get("interval"), dict) else {}
+    iv_raw = m.get("interval")
+    iv: dict[str, Any] = iv_raw if isinstance(iv_raw, dict) else {}
     for k, scale, name in (("output_tok_s", 1, "output_tok_s"), ("total_tok_s", 1, "total_tok_s"),
                            ("e2e_s", 1, "e2e_s_p50"), ("ttft_s", 1e3, "ttft_ms_p50"), ("tpot_s", 1e3, "tpot_ms_p50")):
         lo, hi = (iv.get(k) or [None, None])[:2] if isinstance(iv.get(k), list) else (None, None)
@@ -284,13 +285,13 @@ def attach_perplexity(flat: list[dict[str, Any]], quality: list[dict[str, Any]])
     for f in flat:
         engine = PERPLEXITY_TWIN.get(f["engine"], f["engine"])
         # By the weights' hash where the cell recorded it (any spelling of the path), else by name.
-        q = best.get((f.get("weights_sha256") or f["model"], engine, f["dtype"]))
-        f["perplexity"] = q["value"] if q else None
-        f["perplexity_stderr"] = q["stderr"] if q else None
-        f["ppl_baseline_dtype"] = q.get("baseline_dtype") if q else None
-        f["ppl_increase"] = q.get("ppl_increase") if q else None
-        f["beyond_gate"] = q.get("beyond_gate") if q else None
-        n += q is not None
+        qr = best.get((f.get("weights_sha256") or f["model"], engine, f["dtype"]))
+        f["perplexity"] = qr["value"] if qr else None
+        f["perplexity_stderr"] = qr["stderr"] if qr else None
+        f["ppl_baseline_dtype"] = qr.get("baseline_dtype") if qr else None
+        f["ppl_increase"] = qr.get("ppl_increase") if qr else None
+        f["beyond_gate"] = qr.get("beyond_gate") if qr else None
+        n += qr is not None
     return n
 
 

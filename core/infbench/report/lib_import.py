@@ -149,6 +149,12 @@ def _int(v: str, col: str, where: str, hi: int = MAX_TOKENS) -> int:
     return integer_text(v, f"column {col!r}", where, 1, hi)
 
 
+def _required_float(v: str | None, col: str, where: str) -> float:
+    x = _float(v, col, where, required=True)
+    assert x is not None  # required: an empty value raised
+    return x
+
+
 def _float(v: str | None, col: str, where: str, required: bool = False, hi: float = MAX_SECONDS) -> float | None:
     if v is None or str(v).strip() in ("", "nan", "NaN", "None"):
         if required:
@@ -246,7 +252,7 @@ def _row(values: list[str], header: list[str], lineno: int, where: str) -> LibRo
         line=lineno, hardware=texts["Hardware"], units=_int(r["Num of Hardware"], "Num of Hardware", where, MAX_UNITS),
         framework=texts["Framework"], model=texts["Model"], n_in=n_in, n_out=n_out,
         batch=_int(r["Batch Size"], "Batch Size", where, MAX_BATCH),
-        latency_s=_float(r["Latency"], "Latency", where, required=True),
+        latency_s=_required_float(r["Latency"], "Latency", where),
         throughput_tok_s=_float(r.get("Throughput"), "Throughput", where, hi=MAX_TOK_S),
         ttft_s=_float(r.get("TTFT Latency"), "TTFT Latency", where),
         e2e_s=_float(r.get("end_latency"), "end_latency", where),

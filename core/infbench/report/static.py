@@ -120,8 +120,10 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         for off, metric in zip((-0.2, 0.2), (M.TTFT, M.ITL)):
             p50, p99 = metric.col("p50").key, metric.col("p99").key
             y = [r[p50] or 0 for r in lat]
-            err = [max((r[p99] or r[p50] or 0) - (r[p50] or 0), 0) for r in lat]
-            ax.bar(x + off, y, 0.4, yerr=[[0] * len(lat), err], label=f"{metric.label} p50 (whisker p99)", capsize=2)
+            spread = [float((r[p99] or r[p50] or 0) - (r[p50] or 0)) for r in lat]
+            whisker = [e if e > 0 else 0.0 for e in spread]
+            ax.bar(x + off, y, 0.4, yerr=[[0.0] * len(lat), whisker],
+                   label=f"{metric.label} p50 (whisker p99)", capsize=2)
         ax.set_xticks(x, [r["label"] for r in lat], rotation=75, ha="right", fontsize=6)
         ax.set_yscale("log")
         ax.set_ylabel(M.TTFT.shown)
@@ -157,7 +159,7 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         for dev in sorted({r["device"] for r in tr}):
             d = [r for r in tr if r["device"] == dev]
             xy = [(r["tpot_ms_p50"], r["output_tok_s_per_device"]) for r in d]
-            ax.scatter(*zip(*xy), label=dev, s=18)
+            ax.scatter([x for x, _ in xy], [y for _, y in xy], label=dev, s=18)
             front = [xy[i] for i in pareto_front(xy)]
             ax.plot(*zip(*front), linestyle=":", linewidth=1)
         ax.set_xscale("log")
@@ -193,12 +195,12 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name in sorted({p["series"] for p in qp}):
             ps = [p for p in qp if p["series"] == name]
-            line = ax.errorbar([p["output_tok_s"] for p in ps], [p["perplexity"] for p in ps],
+            bars = ax.errorbar([p["output_tok_s"] for p in ps], [p["perplexity"] for p in ps],
                                yerr=[p["perplexity_stderr"] or 0 for p in ps], marker="o", capsize=2, label=name)
             for p in ps:
                 ax.annotate(p["dtype"] + (" (beyond gate)" if p["beyond_gate"] else ""),
                             (p["output_tok_s"], p["perplexity"]), textcoords="offset points", xytext=(4, 4),
-                            fontsize=7, color="tab:red" if p["beyond_gate"] else line[0].get_color())
+                            fontsize=7, color="tab:red" if p["beyond_gate"] else bars[0].get_color())
         ax.set_xlabel(M.OUTPUT_TOK_S.col().label)
         ax.set_ylabel(M.PERPLEXITY.col().label)
         ax.grid(alpha=0.3)

@@ -10,7 +10,10 @@ a server) is printed and written to CSV without control characters
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from rich.text import JustifyMethod
 
 from rich.console import Console
 from rich.markup import escape
@@ -100,7 +103,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
                       *((c.header, "right") for c in cols), (M.N_COMPLETED.col().header, "right")]:
-        t.add_column(col, justify=just, no_wrap=col in ("model",))
+        t.add_column(col, justify=cast("JustifyMethod", just), no_wrap=col in ("model",))
     for r in rows:
         s, m = r["spec"], r["metrics"] or {}
         if r["status"] == "predicted":
@@ -270,7 +273,7 @@ def quality_table(rows: list[dict[str, Any]], title: str = "perplexity",
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("PPL", "right"),
                       ("+/-", "right"), ("tokens", "right"), ("chunks x n_ctx", "right"), ("vs baseline", "right"),
                       ("weights", "left"), ("text", "left"), ("status", "left")]:
-        t.add_column(col, justify=just, no_wrap=col == "model")
+        t.add_column(col, justify=cast("JustifyMethod", just), no_wrap=col == "model")
     for r in rows:
         inc = r.get("ppl_increase")
         if inc is None:

@@ -261,7 +261,8 @@ class TraceRequest:
     def materialize(self) -> Prompt:
         """The prompt: one block per hash id (the same block for the same id), then a unique
         tail if the hash ids cover fewer tokens than ``input_len``, cut to ``input_len``."""
-        r, units = self.record, []
+        r = self.record
+        units: list[int] = []
         for h in r.hash_ids:
             if len(units) >= r.input_len:
                 break
