@@ -20,7 +20,7 @@ sides have MIN_QUIET of them, else over all. Target: within 3 %.
 The tools are built by ``scripts/llama_tools.sh`` from the llama.cpp sources
 llama-cpp-python vendors (same version). Run under the shared lock:
 
-    flock /tmp/infbench-heavy.lock python benchmarks/crosscheck_llama_bench.py \\
+    python benchmarks/crosscheck_llama_bench.py \\
         [--model smollm2-135m --dtype f16 --input-len 128,512 --output-len 64 --rounds 5 --repeat 5] \\
         [--out benchmarks/results/crosscheck_llama_bench.json]
 """

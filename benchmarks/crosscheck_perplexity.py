@@ -15,7 +15,7 @@ difference: llama-perplexity evaluates ``n_batch / n_ctx`` = 4 chunks per ``llam
 (its default ``-b 2048``), infbench one chunk per call; the kernels then see other matrix
 shapes, which can change the last bits of the logits.
 
-    flock /tmp/infbench-heavy.lock python benchmarks/crosscheck_perplexity.py \\
+    python benchmarks/crosscheck_perplexity.py \\
         [--out benchmarks/results/crosscheck_perplexity.json]
 """
 

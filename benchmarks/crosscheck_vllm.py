@@ -20,7 +20,7 @@ decodes greedily (temperature 0); both force exactly M tokens (``ignore_eos``). 
 alternate the tools (a fresh ``vllm bench`` process per shape and round; one ``infbench run``
 with all shapes per round, as one engine).
 
-    flock /tmp/infbench-heavy.lock python benchmarks/crosscheck_vllm.py \\
+    python benchmarks/crosscheck_vllm.py \\
         [--batch 8,32 --input-len 128 --output-len 64 --rounds 3 --repeat 3] \\
         [--out benchmarks/results/crosscheck_vllm.json]
 """

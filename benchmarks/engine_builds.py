@@ -24,7 +24,7 @@ Runs on a quiet CPU: under the shared lock, nothing else measuring
 (``core/infbench/data/engine_builds.json``, read by ``infbench detect``); a part not run keeps
 its figures from the existing file.
 
-    flock /tmp/infbench-heavy.lock python benchmarks/engine_builds.py [--rounds 2] [--compile]
+    python benchmarks/engine_builds.py [--rounds 2] [--compile]
 """
 
 from __future__ import annotations
@@ -198,7 +198,7 @@ def main() -> None:
         data["machine"] = machine()
         data["versions"] = {"llama_cpp_python": llama_cpp.__version__, "xllamacpp": xllamacpp.__version__}
         data["date"] = datetime.date.today().isoformat()
-        data["command"] = "flock /tmp/infbench-heavy.lock python benchmarks/engine_builds.py --rounds " \
+        data["command"] = "python benchmarks/engine_builds.py --rounds " \
                           f"{a.rounds}" + (" --compile" if a.compile else "")
     if a.compile:
         from infbench.engines.builds import LLAMA_CPP_CMAKE_ARGS
@@ -208,7 +208,7 @@ def main() -> None:
         after = time_compile(v, LLAMA_CPP_CMAKE_ARGS)
         data["compile"] = {"version": v, "before": before, "after": after, "cores": os.cpu_count(),
                            "date": datetime.date.today().isoformat(), "machine": machine(),
-                           "command": "flock /tmp/infbench-heavy.lock python benchmarks/engine_builds.py --compile"}
+                           "command": "python benchmarks/engine_builds.py --compile"}
     text = json.dumps(data, indent=2) + "\n"
     for path in (a.out, PACKAGE_COPY):
         path.parent.mkdir(parents=True, exist_ok=True)

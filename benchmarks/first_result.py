@@ -10,7 +10,7 @@ and records each step's wall time, the first result's time (all three), the stor
 (issue 25): the first result in at most 120 s on a 2-core machine. PyPI must be reachable
 (the machine's pip configuration is used as it is: its index, no cache).
 
-    flock /tmp/infbench-heavy.lock python benchmarks/first_result.py [--out benchmarks/results/first_result.json]
+    python benchmarks/first_result.py [--out benchmarks/results/first_result.json]
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def main() -> None:
     data = measure()
     data.update(date=datetime.date.today().isoformat(), cores=os.cpu_count(), python=sys.version.split()[0],
                 load_avg_before=load_before, load_avg_after=os.getloadavg(),
-                command="flock /tmp/infbench-heavy.lock python benchmarks/first_result.py")
+                command="python benchmarks/first_result.py")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(data, indent=2) + "\n")
     print(render(data))

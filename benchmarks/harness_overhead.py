@@ -14,7 +14,7 @@ once per group.
 Ratios are compared within one run (the machine is shared and noisy). Run it under the
 shared lock:
 
-    flock /tmp/infbench-heavy.lock python benchmarks/harness_overhead.py --reps 3 \
+    python benchmarks/harness_overhead.py --reps 3 \
         --out benchmarks/results/harness_overhead.json
 """
 

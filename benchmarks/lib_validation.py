@@ -15,7 +15,7 @@ residual quantiles as the built-in engine profiles (core/infbench/analysis/engin
 
 Heavy (about half an hour on 2 shared cores): run it under the shared lock.
 
-    flock /tmp/infbench-heavy.lock timeout 3600 python benchmarks/lib_validation.py --write-profiles \\
+    python benchmarks/lib_validation.py --write-profiles \\
         [--csv benchmarks/data/lib_all_results.csv] [--out benchmarks/results/lib_validation.json] [--splits ...]
 
 `render(data, variant)` turns the JSON into the markdown tables of docs/roofline.md

@@ -2,7 +2,7 @@
 (``scripts/llama_tools.sh``, run by ``scripts/setup.sh``): seconds to fetch and configure,
 seconds to build the two targets, jobs, flags, source version.
 
-    flock /tmp/infbench-heavy.lock python benchmarks/llama_tools_build.py      # a fresh build in a temp folder
+    python benchmarks/llama_tools_build.py      # a fresh build in a temp folder
     python benchmarks/llama_tools_build.py --from-cache                         # the cached build's own record
 
 Either way the figures are those ``scripts/llama_tools.sh`` recorded (``build.json``) when it

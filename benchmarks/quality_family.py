@@ -8,7 +8,7 @@ Hugging Face folder `infbench quantize --to hf` writes from the Q4_1 GGUF (vLLM'
 cannot load the GGUF itself; see docs/quality.md). Every command is printed; the results go to
 ``benchmarks/results/quality_family.json``.
 
-    flock /tmp/infbench-heavy.lock timeout 3000 python benchmarks/quality_family.py [--no-vllm] [--chunks N]
+    python benchmarks/quality_family.py [--no-vllm] [--chunks N]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Each in a fresh ``INFBENCH_HOME`` (the dummy GGUF and the CPU limits are made be
 timed run by an untimed one), with ``COLUMNS`` wide enough for the tables. Run it under the
 shared lock (it measures):
 
-    flock /tmp/infbench-heavy.lock python benchmarks/readme_example.py [--out benchmarks/results/readme_example.json]
+    python benchmarks/readme_example.py [--out benchmarks/results/readme_example.json]
 """
 
 from __future__ import annotations

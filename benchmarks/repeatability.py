@@ -10,7 +10,7 @@ standard deviation ``s`` (ddof 1) and ``CV = s / mean``. Each cell's ``contentio
 noisy neighbours are kept and counted (``noisy_cells``), so the CVs are those of the
 machine as it was. Run it under the shared lock (a quiet machine is the point):
 
-    flock /tmp/infbench-heavy.lock python benchmarks/repeatability.py --runs 10 \\
+    python benchmarks/repeatability.py --runs 10 \\
         [--out benchmarks/results/repeatability.json]
 
 **Repeats needed.** To tell two configurations apart whose true means differ by a fraction
