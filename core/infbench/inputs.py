@@ -499,7 +499,7 @@ class ResultsFlags(Flags):
 
     COMMAND: ClassVar[str] = "results"
     fmt: Literal["table", "json", "csv"] = "table"
-    status: Literal["ok", "failed"] | None = None
+    status: Literal["ok", "failed", "predicted"] | None = None
     max_ttft: Seconds | None = None
     max_tpot: Seconds | None = None
     max_e2e: Seconds | None = None

@@ -408,6 +408,8 @@ METRICS: Mapping[str, MetricDef] = MappingProxyType({d.key: d for d in _ALL})
 #: What else a cell's ``metrics`` may hold that is not a metric: key -> what it is.
 FIELDS: Mapping[str, str] = MappingProxyType({
     "slo": "the per-request limits goodput was judged against ({ttft_s, tpot_s, e2e_s}, s)",
+    "contention": "noisy neighbours during the cell's timed part (measure/contention.py): other processes' "
+                  "CPU time in cores and processes on the device",
     "streamed": "False when no request was streamed (TTFT, TPOT, ITL then absent)",
     "token_counts_estimated": "True if a token count came from a client-side estimate",
     "reasoning_tokens_estimated": "True if a reasoning count came from counting chunks",

@@ -190,7 +190,7 @@ def test_field_value_decodes_by_type_and_rejects_errors():
 
 def test_container_spec_requests_gpus_host_ipc_and_trtllm_ulimits():
     dev = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
-    spec = hooks.infbench_container_spec(dev, "trtllm-serve")
+    spec = hooks.infbench_container_spec(dev, "trtllm-serve").as_dict()
     assert spec["image"].startswith("infbench/nvidia-trtllm:")
     assert spec["device_requests"][0]["Capabilities"] == [["gpu"]] and spec["ipc_mode"] == "host"
     lim = {u["Name"]: u["Soft"] for u in spec["ulimits"]}
