@@ -80,6 +80,7 @@ from infbench.analysis.roofline import (
     operators,
     weight_bytes,
 )
+from infbench.data import metrics as M
 from infbench.data.engine import precision_of
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
@@ -258,7 +259,8 @@ ENGINE_PROFILES: dict[str, Serving] = {
 #: Engine names that share a profile (same engine, another front end). LLM-Inference-Bench's
 #: "Deepspeed" on Gaudi2 is optimum-habana's generation script under DeepSpeed.
 ENGINE_FAMILY = {"vllm-server": "vllm", "llama.cpp-server": "llama.cpp", "trtllm": "trtllm-serve",
-                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "deepspeed": "optimum-habana",
+                 "tensorrt-llm": "trtllm-serve", "mii": "deepspeed-mii", "deepspeed-mii-server": "deepspeed-mii",
+                 "deepspeed": "optimum-habana",
                  "sglang": "sglang-server"}
 
 
@@ -591,7 +593,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         fits = (one_fits & ((sv.kv_policy != "static") | (conc >= B))).astype(float)
     else:
         fits = np.full(B.shape, np.nan)
-    return {"ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "duration_s": duration, "output_tok_s": out_tps,
+    return {M.TTFT.key: ttft, M.TPOT.key: tpot, M.E2E.key: e2e, "duration_s": duration, M.OUTPUT_TOK_S.key: out_tps,
             "total_tok_s": B * (I + O) / duration, "output_tok_s_per_device": out_tps / devices,
             "memory_bytes": mem, "kv_capacity_tokens": cap, "concurrency": conc,
             "waves": n_full + has_rest, "fits_memory": fits}
@@ -617,9 +619,9 @@ def _decode_step(m: ModelShape, precision: str, dtype: str, seqs: Any, n_in: Any
 # -- measured points and calibration -------------------------------------------------------
 
 #: The measurements a prediction is compared with (each cell has some of them).
-METRICS = ("ttft_s", "tpot_s", "e2e_s", "duration_s", "output_tok_s")
+METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key, "duration_s", M.OUTPUT_TOK_S.key)
 #: The ones the fit minimises (throughput follows from the duration).
-FIT_METRICS = ("ttft_s", "tpot_s", "e2e_s", "duration_s")
+FIT_METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key, "duration_s")
 
 
 def cell_options(r: dict[str, Any]) -> dict[str, Any]:
@@ -646,9 +648,9 @@ def measured_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         b = effective_batch(s, m)
         mode = (s.get("load") or {}).get("mode") or "batch"
-        vals = {k: (m.get(k) or {}).get("mean") for k in ("ttft_s", "tpot_s", "e2e_s")}
+        vals = {k: (m.get(k) or {}).get("mean") for k in (M.TTFT.key, M.TPOT.key, M.E2E.key)}
         vals["duration_s"] = m.get("duration_s") if mode == "batch" else None
-        vals["output_tok_s"] = m.get("output_tok_s")
+        vals[M.OUTPUT_TOK_S.key] = m.get(M.OUTPUT_TOK_S.key)
         if b is None or not any(vals[k] for k in FIT_METRICS):
             continue
         pts.append({"cell_id": r["cell_id"], "model": s["model"], "dtype": s["dtype"],

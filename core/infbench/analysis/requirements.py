@@ -35,6 +35,7 @@ import numpy as np
 
 from infbench.analysis.predict import Efficiency, default_efficiency, predict, serving_for
 from infbench.analysis.roofline import Limits, act_bytes, decode_ops, pass_totals, prefill_ops, weight_bytes
+from infbench.data import metrics as M
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
 
@@ -175,8 +176,8 @@ def requirements(m: ModelShape, batch: int, n_in: int, n_out: int, slo_ttft_s: f
     lim = Limits("required", bandwidth, {precision_key: compute, precision: compute})
     sv = replace(serving_for(engine), memory_fraction=1.0, reserve_bytes=0.0, max_num_seqs=None)
     # TPOT is checked at the last step (the longest context), as the bandwidth was sized.
-    ttft = float(predict(m, lim, batch, n_in, n_out, 1, dtype, eff, serving=sv)["ttft_s"])
-    tpot = float(predict(m, lim, batch, n_in + n_out - 1, 2, 1, dtype, eff, serving=sv)["tpot_s"])
+    ttft = float(predict(m, lim, batch, n_in, n_out, 1, dtype, eff, serving=sv)[M.TTFT.key])
+    tpot = float(predict(m, lim, batch, n_in + n_out - 1, 2, 1, dtype, eff, serving=sv)[M.TPOT.key])
     scale = 1.0
     for _ in range(60):
         if ttft <= slo_ttft_s * (1 + 1e-9) and tpot <= slo_tpot_s * (1 + 1e-9):
@@ -184,10 +185,10 @@ def requirements(m: ModelShape, batch: int, n_in: int, n_out: int, slo_ttft_s: f
         scale *= max(ttft / slo_ttft_s, tpot / slo_tpot_s, 1.01)
         big = replace(lim, bandwidth_bytes_s=bandwidth * scale, peak_flops={k: v * scale for k, v in
                                                                             lim.peak_flops.items()})
-        ttft = float(predict(m, big, batch, n_in, n_out, 1, dtype, eff, serving=sv)["ttft_s"])
-        tpot = float(predict(m, big, batch, n_in + n_out - 1, 2, 1, dtype, eff, serving=sv)["tpot_s"])
-    out["check"] = {"ttft_s": ttft, "tpot_s": tpot, "meets_slo": bool(np.isfinite(ttft) and ttft <= slo_ttft_s * 1.001
-                                                                      and tpot <= slo_tpot_s * 1.001)}
+        ttft = float(predict(m, big, batch, n_in, n_out, 1, dtype, eff, serving=sv)[M.TTFT.key])
+        tpot = float(predict(m, big, batch, n_in + n_out - 1, 2, 1, dtype, eff, serving=sv)[M.TPOT.key])
+    meets = bool(np.isfinite(ttft) and ttft <= slo_ttft_s * 1.001 and tpot <= slo_tpot_s * 1.001)
+    out["check"] = {M.TTFT.key: ttft, M.TPOT.key: tpot, "meets_slo": meets}
     out["scale"] = scale
     return out
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.errors import ConfigError
 from infbench.measure.metrics import tpot_s, ttft_s
 from infbench.schema import Cell, CellResult, Load, RequestRecord
@@ -70,7 +71,7 @@ class SloTarget:
 
     def as_dict(self) -> dict[str, float]:
         """``{"ttft_s", "tpot_s"}`` (the given ones), as ``RunOptions.slo`` takes them."""
-        return {k: v for k, v in (("ttft_s", self.ttft_s), ("tpot_s", self.tpot_s)) if v is not None}
+        return {k: v for k, v in ((M.TTFT.key, self.ttft_s), (M.TPOT.key, self.tpot_s)) if v is not None}
 
 
 def goodput_fraction(records: Sequence[RequestRecord], slo: SloTarget) -> float:
@@ -351,7 +352,7 @@ def searches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for sid, rs in by.items():
         pts = sorted(({**{k: r["metrics"]["find_max"][k] for k in ("load", "fraction", "passed", "saturated")},
                        "goodput_req_s": r["metrics"].get("goodput_req_s"),
-                       "output_tok_s": r["metrics"].get("output_tok_s"), "cell_id": r["cell_id"],
+                       M.OUTPUT_TOK_S.key: r["metrics"].get(M.OUTPUT_TOK_S.key), "cell_id": r["cell_id"],
                        "server_waiting_max": (r["metrics"].get("server_waiting") or {}).get("max")}
                       for r in rs), key=lambda p: p["load"])
         fm = rs[0]["metrics"]["find_max"]

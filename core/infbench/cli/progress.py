@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from infbench.data import metrics as M
 from infbench.executors import events as ev
 from infbench.secrets import printable
 
@@ -196,13 +197,13 @@ def cell_line(r: Any, i: int, n: int) -> str:
         return f"[{i}/{n}] [red]failed[/] {label}: {escape(printable(r.error or '?'))}"
     m = r.metrics or {}
     parts = []
-    e2e = (m.get("e2e_s") or {}).get("p50")
-    ttft = (m.get("ttft_s") or {}).get("p50")
+    e2e = (m.get(M.E2E.key) or {}).get("p50")
+    ttft = (m.get(M.TTFT.key) or {}).get("p50")
     if e2e is not None:
         parts.append(f"E2E p50 {e2e:.2f} s")
     if ttft is not None:
         parts.append(f"TTFT p50 {ttft * 1e3:,.0f} ms")
-    if m.get("output_tok_s") is not None:
+    if m.get(M.OUTPUT_TOK_S.key) is not None:
         parts.append(f"{m['output_tok_s']:,.1f} out tok/s")
     took = f" ({r.wall_s:.1f} s)" if r.wall_s is not None else ""
     return f"[{i}/{n}] [green]ok[/] {label}: {', '.join(parts)}{took}"

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from infbench.cli.common import err, fail, out, print_json, stdout_to_stderr
+from infbench.data import metrics as M
 from infbench.errors import ConfigError, InfbenchError
 from infbench.secrets import printable
 
@@ -74,7 +75,7 @@ def run_find_max(the_plan: Any, store: Store, opts: Any, executor: Any, mode: st
                 return "-" if v is None else f"{v * 1e3:,.1f}"
 
             t.add_row(f"{fm['load']:g}", f"{100 * fm['fraction']:.0f} %", "[green]yes[/]" if fm["passed"] else
-                      "[red]no[/]", ms("ttft_s", "p99"), ms("tpot_s", "p99"), ms("server_ttft_s", "p50"),
+                      "[red]no[/]", ms(M.TTFT.key, "p99"), ms(M.TPOT.key, "p99"), ms("server_ttft_s", "p50"),
                       escape(printable(fm.get("saturated") or r.get("error") or "")))
         out.print(t)
         out.print(f"[bold]{escape(knee_text(res if res.get('probes') else (found or res)))}[/]  run "

@@ -128,8 +128,9 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
     # A predicted cell (an adaptive sweep's unmeasured cell) carries its 90 % intervals.
     iv_raw = m.get("interval")
     iv: dict[str, Any] = iv_raw if isinstance(iv_raw, dict) else {}
-    for k, scale, name in (("output_tok_s", 1, "output_tok_s"), ("total_tok_s", 1, "total_tok_s"),
-                           ("e2e_s", 1, "e2e_s_p50"), ("ttft_s", 1e3, "ttft_ms_p50"), ("tpot_s", 1e3, "tpot_ms_p50")):
+    for k, scale, name in ((M.OUTPUT_TOK_S.key, 1, M.OUTPUT_TOK_S.key), (M.TOTAL_TOK_S.key, 1, M.TOTAL_TOK_S.key),
+                           (M.E2E.key, 1, "e2e_s_p50"), (M.TTFT.key, 1e3, "ttft_ms_p50"),
+                           (M.TPOT.key, 1e3, "tpot_ms_p50")):
         lo, hi = (iv.get(k) or [None, None])[:2] if isinstance(iv.get(k), list) else (None, None)
         row[f"{name}_lo"] = lo * scale if lo is not None else None
         row[f"{name}_hi"] = hi * scale if hi is not None else None
@@ -302,12 +303,12 @@ def quality_points(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``label``, ``series`` (model engine device) and the gate fields."""
     pts: dict[tuple, dict[str, Any]] = {}
     for f in flat:
-        if f["status"] != "ok" or f.get("perplexity") is None or f.get("output_tok_s") is None:
+        if f["status"] != "ok" or f.get("perplexity") is None or f.get(M.OUTPUT_TOK_S.key) is None:
             continue
         k = (f["model"], f["engine"], f["device"], f["dtype"])
-        if k not in pts or f["output_tok_s"] > pts[k]["output_tok_s"]:
+        if k not in pts or f[M.OUTPUT_TOK_S.key] > pts[k][M.OUTPUT_TOK_S.key]:
             pts[k] = {"series": f"{f['model'].rsplit('/', 1)[-1]} {f['engine']} | {f['device']}",
-                      "dtype": f["dtype"], "precision": f["precision"], "output_tok_s": f["output_tok_s"],
+                      "dtype": f["dtype"], "precision": f["precision"], M.OUTPUT_TOK_S.key: f[M.OUTPUT_TOK_S.key],
                       "perplexity": f["perplexity"], "perplexity_stderr": f.get("perplexity_stderr"),
                       "ppl_increase": f.get("ppl_increase"), "beyond_gate": f.get("beyond_gate"),
                       "label": f["label"]}

@@ -51,7 +51,7 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
     import matplotlib.pyplot as plt
 
     ok = [r for r in rows if r["status"] == "ok"]
-    predicted = [r for r in rows if r["status"] == "predicted" and r["output_tok_s"] is not None
+    predicted = [r for r in rows if r["status"] == "predicted" and r[M.OUTPUT_TOK_S.key] is not None
                  and r["batch"] is not None]
     written: list[Path] = []
 
@@ -59,7 +59,7 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         written.extend(save_figure(fig, out_dir, name, formats, dpi, protect))
 
     # 1. throughput vs batch size, one line per configuration
-    pts = [r for r in ok if r["output_tok_s"] is not None and r["batch"] is not None]
+    pts = [r for r in ok if r[M.OUTPUT_TOK_S.key] is not None and r["batch"] is not None]
     if pts or predicted:
         keys = _varying(pts + predicted, ["device", "engine", "model", "dtype", "tp", "input_len", "output_len"])
         series: dict[str, list] = defaultdict(list)
@@ -69,11 +69,11 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         for name, rs in sorted(series.items()):
             rs.sort(key=lambda r: r["batch"])
             meas = [r for r in rs if r["status"] == "ok"]
-            line = ax.plot([r["batch"] for r in meas], [r["output_tok_s"] for r in meas], marker="o", label=name)
+            line = ax.plot([r["batch"] for r in meas], [r[M.OUTPUT_TOK_S.key] for r in meas], marker="o", label=name)
             pred = [r for r in rs if r["status"] == "predicted"]
             if pred:
                 # Predicted (not measured) cells: hollow markers with their 90 % interval.
-                y = [r["output_tok_s"] for r in pred]
+                y = [r[M.OUTPUT_TOK_S.key] for r in pred]
                 err = [[max(v - (r["output_tok_s_lo"] or v), 0) for v, r in zip(y, pred, strict=True)],
                        [max((r["output_tok_s_hi"] or v) - v, 0) for v, r in zip(y, pred, strict=True)]]
                 color = line[0].get_color() if meas else None
@@ -96,7 +96,7 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         z = np.full((len(outs), len(ins)), np.nan)
         for r in pts:
             i, o = ins.index(r["input_len"]), outs.index(r["output_len"])
-            z[o, i] = np.nanmax([z[o, i], r["output_tok_s"]])
+            z[o, i] = np.nanmax([z[o, i], r[M.OUTPUT_TOK_S.key]])
         fig, ax = plt.subplots(figsize=(6, 4.5))
         im = ax.imshow(z, origin="lower", cmap="viridis", aspect="auto")
         ax.set_xticks(range(len(ins)), [str(v) for v in ins])
@@ -195,11 +195,11 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         fig, ax = plt.subplots(figsize=(7, 4.5))
         for name in sorted({p["series"] for p in qp}):
             ps = [p for p in qp if p["series"] == name]
-            bars = ax.errorbar([p["output_tok_s"] for p in ps], [p["perplexity"] for p in ps],
+            bars = ax.errorbar([p[M.OUTPUT_TOK_S.key] for p in ps], [p["perplexity"] for p in ps],
                                yerr=[p["perplexity_stderr"] or 0 for p in ps], marker="o", capsize=2, label=name)
             for p in ps:
                 ax.annotate(p["dtype"] + (" (beyond gate)" if p["beyond_gate"] else ""),
-                            (p["output_tok_s"], p["perplexity"]), textcoords="offset points", xytext=(4, 4),
+                            (p[M.OUTPUT_TOK_S.key], p["perplexity"]), textcoords="offset points", xytext=(4, 4),
                             fontsize=7, color="tab:red" if p["beyond_gate"] else bars[0].get_color())
         ax.set_xlabel(M.OUTPUT_TOK_S.col().label)
         ax.set_ylabel(M.PERPLEXITY.col().label)
