@@ -32,10 +32,14 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.errors import ConfigError
 from infbench.schema import Cell, DeviceInfo
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
+
 
 
 @dataclass
@@ -181,7 +185,7 @@ class Fleet:
         return out
 
 
-def plan_fleet(sweep: Any, types: list[DeviceType], pm: Any) -> list[Any]:
+def plan_fleet(sweep: Any, types: list[DeviceType], pm: PluginManager) -> list[Any]:
     """Plan ``sweep`` once per device type (:func:`infbench.plan.plan` on the type's device).
 
     Returns:
@@ -507,7 +511,7 @@ def default_load_s(item: WorkItem) -> float:
     return WORKER_START_S + (b / DISK_BYTES_S if b else 0.0)
 
 
-def prediction(pm: Any) -> Callable[[WorkItem, Cell], float | None]:
+def prediction(pm: PluginManager) -> Callable[[WorkItem, Cell], float | None]:
     """The calibrated prediction of a batch-mode cell's time on its device type
     (:func:`infbench.analysis.predict.predict`: the timed batch plus ``cell.warmup`` passes
     of 2 output tokens), with the device's roofline limits and the calibration saved for

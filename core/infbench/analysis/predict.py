@@ -69,7 +69,7 @@ import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -84,6 +84,10 @@ from infbench.data import metrics as M
 from infbench.data.engine import precision_of
 from infbench.errors import ConfigError
 from infbench.models import ModelShape
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
+
 
 #: Link bandwidth assumed for collectives when a device description gives none (B/s):
 #: PCIe 4.0 x16, one direction. Said in the prediction's ``notes``.
@@ -861,7 +865,7 @@ def finite(x: float | None) -> float | None:
 
 # -- devices -------------------------------------------------------------------------------
 
-def limits_for_id(pm: Any, ident: str) -> Limits:
+def limits_for_id(pm: PluginManager, ident: str) -> Limits:
     """The :class:`Limits` of a described device id (``h100-sxm``; ``infbench devices``),
     or of this host's CPU for ``cpu``.
 
@@ -885,7 +889,7 @@ def limits_for_id(pm: Any, ident: str) -> Limits:
         raise ConfigError(f"cannot predict on {ident}: {exc}", hint="see `infbench devices --json`") from exc
 
 
-def device_catalog_id(pm: Any, device: dict[str, Any], specs: list[Any] | None = None) -> str | None:
+def device_catalog_id(pm: PluginManager, device: dict[str, Any], specs: list[Any] | None = None) -> str | None:
     """The catalog id a stored device maps to: ``properties.catalog_id`` (set by
     ``infbench import``), else the description whose ``match`` fits its model name; None
     for CPUs and undescribed devices."""
@@ -899,7 +903,7 @@ def device_catalog_id(pm: Any, device: dict[str, Any], specs: list[Any] | None =
     return s.id if s is not None else None
 
 
-def rows_of_device(pm: Any, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
+def rows_of_device(pm: PluginManager, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
     """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
     matched through the catalog as the roofline matches them (published cells through
     the catalog id their import recorded)."""

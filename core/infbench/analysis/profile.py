@@ -44,7 +44,7 @@ has never seen gets no model term.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -64,6 +64,10 @@ from infbench.analysis.predict import (
 from infbench.analysis.roofline import Limits
 from infbench.errors import ConfigError
 from infbench.models import ModelShape, resolve
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
+
 
 
 @dataclass(frozen=True)
@@ -728,7 +732,7 @@ def predict_group(fit: FleetFit, g: Group, seen: bool = True) -> dict[str, np.nd
 
 # -- groups from stored cells -------------------------------------------------------------
 
-def vendor_of(pm: Any, device_id: str) -> str | None:
+def vendor_of(pm: PluginManager, device_id: str) -> str | None:
     """The catalog vendor of a described device id (``cpu`` for ``cpu``), None if unknown."""
     from infbench.devices import catalog
 
@@ -740,7 +744,7 @@ def vendor_of(pm: Any, device_id: str) -> str | None:
     return None
 
 
-def build_groups(pm: Any, rows: list[dict[str, Any]], engines: set[str] | None = None,
+def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str] | None = None,
                  min_cells: int = 1) -> tuple[list[Group], list[dict[str, Any]]]:
     """:class:`Group` s of stored rows (``Store.results()`` items), one per (device,
     engine family): the device is the published hardware name of imported cells (two

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +49,9 @@ from infbench.analysis.profile import (
     predict_group,
     subset,
 )
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
 
 #: The split kinds and the interval kind their held-out cells need.
 SPLITS = {"random": "random", "length": "length", "lomo": "model", "lodo": "device"}
@@ -232,7 +235,7 @@ def default_residuals(groups: list[Group], metric: str = "duration_s") -> list[f
     return out
 
 
-def validate(pm: Any, rows: list[dict[str, Any]], min_cells: int = 8, metric: str = "duration_s",
+def validate(pm: PluginManager, rows: list[dict[str, Any]], min_cells: int = 8, metric: str = "duration_s",
              priors: Priors | None = None) -> list[dict[str, Any]]:
     """The random split per group: each engine fitted hierarchically on a deterministic
     70 % of every group's cells, the error measured on the other 30 %.

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, read_results, split
 from infbench.errors import ConfigError, InfbenchError
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
+
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -201,7 +205,7 @@ def add_intervals(rows: list[dict[str, Any]], bases: dict[str, Any], engine: str
         r["interval"] = {m: interval(r.get(m), b.quantile(engine, kinds, m)) for m in INTERVAL_METRICS}
 
 
-def _calibrate(pm: Any, home: Path, limits: dict[str, Any], stacks: dict[str, str | None], engine: str,
+def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: dict[str, str | None], engine: str,
                store_path: Path | None, run_id: str | None) -> list[dict[str, Any]]:
     """One calibration per (device, engine family) found among the stored cells (only
     ``engine``'s unless it is ``generic``), against the engine's profile; saved, and
@@ -232,7 +236,7 @@ def _calibrate(pm: Any, home: Path, limits: dict[str, Any], stacks: dict[str, st
     return report
 
 
-def _calibrate_profile(pm: Any, home: Path, engine: str, store_path: Path | None,
+def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: Path | None,
                        run_id: str | None) -> dict[str, Any]:
     """Fit ``engine``'s profile over every device with stored cells of it
     (:func:`infbench.analysis.profile.fit_engine_profile`); saved beside the per-device
@@ -256,7 +260,8 @@ def _calibrate_profile(pm: Any, home: Path, engine: str, store_path: Path | None
             "n_params": fit.n_params, "dof": fit.dof, "intervals": table.to_dict(), "left_out": skipped}
 
 
-def _requirements(pm: Any, home: Path, shapes: list[Any], limits: dict[str, Any], stacks: dict[str, str | None],
+def _requirements(pm: PluginManager, home: Path, shapes: list[Any], limits: dict[str, Any],
+                  stacks: dict[str, str | None],
                   preset: str | None, slo_ttft: float | None, slo_tpot: float | None, batches: list[int], dtype: str,
                   engine: str, as_json: bool) -> None:
     """``--requirements``: what one model instance needs to meet a preset's SLOs, with the

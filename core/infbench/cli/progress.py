@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -30,6 +30,10 @@ from rich.text import Text
 from infbench.data import metrics as M
 from infbench.executors import events as ev
 from infbench.secrets import printable
+
+if TYPE_CHECKING:
+    from infbench.store import Store
+
 
 #: Relative costs of :func:`cell_weight`, in units of a decode step's fixed cost: a prompt
 #: token (prefill) and each sequence of a batched decode step. Fitted to the quick sweep's six
@@ -209,7 +213,7 @@ def cell_line(r: Any, i: int, n: int) -> str:
     return f"[{i}/{n}] [green]ok[/] {label}: {', '.join(parts)}{took}"
 
 
-def first_run_note(store: Any, summary: Any, console: Console, as_json: bool = False) -> bool:
+def first_run_note(store: Store, summary: Any, console: Console, as_json: bool = False) -> bool:
     """After the first run stored in ``store``: where the results went and the three commands
     that look at them, as they work on this install (``infbench report`` names the ``report``
     extra when plotly/matplotlib are missing). Printed on ``console`` (stderr) unless

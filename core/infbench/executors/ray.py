@@ -50,7 +50,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infbench.data.events import CellStarted, GroupLoading, NodeLost, Note, Observer, ScoreStarted, ignore
 from infbench.data.plan import Plan
@@ -75,6 +75,10 @@ from infbench.scenarios import Scenario, make_scenario
 from infbench.schema import Cell, CellResult
 from infbench.session import RunContext
 from infbench.store import Store
+
+if TYPE_CHECKING:
+    from infbench.plugins import PluginManager
+
 
 #: Seconds the driver waits for cancelled tasks to stop before force-killing them.
 CANCEL_GRACE_S = 15.0
@@ -361,7 +365,7 @@ class RayExecutor:
 
     name = "ray"
 
-    def __init__(self, pm: Any, provenance: dict[str, Any], ray_address: str | None = None,
+    def __init__(self, pm: PluginManager, provenance: dict[str, Any], ray_address: str | None = None,
                  fleet: Fleet | None = None, container_runtime: str | None = None, job_prefix: str = "ray",
                  split: bool = True, estimates: Estimates | None = None):
         self.pm, self.provenance, self.address = pm, provenance, ray_address
