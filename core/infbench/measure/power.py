@@ -593,7 +593,7 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
     return None
 
 
-def device_power_sampler(pm: Any, device: Any) -> PowerSampler:  # Any: the plugin manager and DeviceInfo sit above measure
+def device_power_sampler(pm: Any, device: Any) -> PowerSampler:  # Any: pm and DeviceInfo sit above measure
     """The device plugin's sampler, or :class:`NoPower` with the reason (the core's default
     answer when no plugin reads the device, :mod:`infbench.platforms.defaults`)."""
     try:
