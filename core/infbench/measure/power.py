@@ -23,7 +23,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from infbench.schema import ChannelReading, PowerReading
+from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: Counter energy and integrated power disagreeing by more than this fraction means one
 #: of them is wrong (AMD: some GPUs report bad counters; MI250's second GCD reads 0 W).
@@ -593,7 +593,7 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
     return None
 
 
-def device_power_sampler(pm: Any, device: Any) -> PowerSampler:  # Any: pm and DeviceInfo sit above measure
+def device_power_sampler(pm: Any, device: DeviceInfo) -> PowerSampler:  # Any: the plugin manager sits above measure
     """The device plugin's sampler, or :class:`NoPower` with the reason (the core's default
     answer when no plugin reads the device, :mod:`infbench.platforms.defaults`)."""
     try:
