@@ -97,7 +97,7 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
         ("cells measured / planned", f"{data['measured']} / {data['cells']} ({data['budget']})"),
         ("wall time, adaptive / full", f"{data['adaptive_wall_s']:.1f} s / {data['full_wall_s']:.1f} s "
                                        f"({100 * data['wall_saved']:.0f} % saved)"),
-        ("median error of the predicted cells", " | ".join(f"{m} {100 * v:.1f} %" for m, v in me.items()
+        ("median error of the predicted cells", ", ".join(f"{m} {100 * v:.1f} %" for m, v in me.items()
                                                            if v is not None)),
         ("median error, all metrics", f"{100 * data['median_error_all']:.1f} %"
          if data["median_error_all"] is not None else "-"),
