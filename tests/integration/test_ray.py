@@ -233,8 +233,8 @@ def test_one_group_is_split_over_both_nodes(ray_cluster, pm, tmp_path):
     measures a share; every cell is stored once, with the node that measured it."""
     seen = ev.Collector()
     p, dev, store, s = _split_run(ray_cluster, pm, tmp_path, seen)
-    splits = [e.message for e in seen.of(ev.Note) if "split off" in e.message]
-    assert splits, [e.message for e in seen.of(ev.Note)]
+    splits = [e.text for e in seen.of(ev.Note) if "split off" in e.text]
+    assert splits, [e.text for e in seen.of(ev.Note)]
     assert s.status == "completed" and len(s.ok) == 6 and not s.failed
     rows = store.results(all_attempts=True)
     assert sorted(r["cell_id"] for r in rows) == sorted(c.cell_id(dev) for c in p.cells)   # each once
@@ -253,7 +253,7 @@ def test_node_killed_mid_split(ray_cluster, pm, tmp_path):
 
     def observer(e):
         seen(e)
-        split = any("split off" in n.message for n in seen.of(ev.Note))
+        split = any("split off" in n.text for n in seen.of(ev.Note))
         on_worker = bool(e.__dict__.get("node")) and worker.node_id[:8] in e.node
         if isinstance(e, ev.CellStarted) and on_worker and split and not killed:
             killed.append(e.cell)
