@@ -104,7 +104,7 @@ def test_timeout_cells_stored_failed_with_exit_3(tmp_path):
     (["run", "--engine", "transformers", "--dtype", "q4_0"], "dtype 'q4_0' is not available on engine"),
     (["run", "--batch", "one"], "--batch takes integers"),
     (["run", "--device", "tpu"], "no detected device matches 'tpu'"),
-    (["results", "--format", "xml"], "unknown format"),
+    (["results", "--format", "xml"], "--format: input should be"),
 ])
 def test_bad_input_messages(args, message):
     p = infbench(*args, check=False)

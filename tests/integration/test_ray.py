@@ -330,7 +330,7 @@ def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
                               "--find-max-limit", "4", "--slo-ttft-ms", "60000", env=ray_cluster.env()).stdout)
     store = Store(db)
     rows = store.results()
-    assert len(rows) == 2 and out["ok"] == 2
+    assert len(rows) == 2 and out["status"] == "completed" and len(out["find_max"]["probes"]) == 2, out
     for r in rows:
         assert r["metrics"]["find_max"]["probe"] in (1, 2)
         assert len(r["metrics"]["client"]["nodes"]) == min(2, r["spec"]["load"]["concurrency"])

@@ -42,7 +42,10 @@ def test_every_cell_has_roofline(measured):
     for c in cells:
         m = c["metrics"]
         assert m["roofline"]["device_id"] == "cpu" and "ISA x clock x cores" in m["roofline"]["source"]
-        assert m["roofline"]["attainable"]["bandwidth_bytes_s"] > 0 and not physics_reasons(m)
+        # Every physics bound holds; a noisy-neighbour flag (other processes on this shared
+        # machine) says nothing about the roofline and is left out here.
+        bounds = [r for r in physics_reasons(m) if "noisy neighbours" not in r]
+        assert m["roofline"]["attainable"]["bandwidth_bytes_s"] > 0 and not bounds, bounds
         assert 0 < m["mbu"] and 0 < m["mfu"]
         # A floor is a floor: the engine can match it (within the measurement noise of the
         # limits on a shared VM) but not beat it by much.

@@ -50,7 +50,7 @@ engine proves it runs on the device before its first timed request.
     infbench run --dry-run                                         # its cells, engine, build and why
     infbench run --engine llama.cpp-server --batch 1,8 --input-len 128 --output-len 32
     infbench run --engine llama.cpp-server --concurrency 1,4 --num-requests 16
-    infbench run --engine llama.cpp-server --request-rate 1 --find-max rate --slo-ttft-ms 300 --goodput 0.95
+    infbench run --engine llama.cpp-server --input-len 128 --request-rate 1 --find-max rate --slo-ttft-ms 300
     infbench run --preset genz-qa --engine llama.cpp-server --batch 1 --dry-run
 
 **More examples** (some need another engine: `pip install 'infbench[llamacpp]'`, `'infbench[transformers]'`,

@@ -204,6 +204,22 @@ def probe_address(addr: str, limit_s: float) -> None:
                           hint=hint)
 
 
+def _connected_address(ray: Any) -> str | None:
+    """The GCS address (HOST:PORT) this process's Ray connection uses, or None if unknown."""
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001 - an older Ray or a client connection: unknown
+        return None
+
+
+def _same_address(asked: str, current: str) -> bool:
+    """Whether ``--ray-address`` ``asked`` names the cluster at GCS ``current`` (HOST:PORT);
+    ``auto``/``local`` and ``ray://`` addresses count as the same (they cannot be compared)."""
+    if asked in ("auto", "local") or "://" in asked:
+        return True
+    return asked.strip().rstrip("/") == current.strip()
+
+
 def connect(address: str | None, timeout_s: float | None = None) -> bool:
     """Connect this process to the Ray cluster at ``address`` (see :func:`ray_address`)
     unless it already is, after :func:`probe_address` (so an address where nothing or no
@@ -218,7 +234,13 @@ def connect(address: str | None, timeout_s: float | None = None) -> bool:
     """
     ray = import_ray()
     if ray.is_initialized():
-        return False
+        current = _connected_address(ray)
+        if address is None or current is None or _same_address(address, current):
+            return False
+        # Connected elsewhere (a library user's earlier cluster): the address asked for is
+        # probed and connected to, never silently replaced by the one already open.
+        probe_address(address, timeout_s or connect_timeout_s())
+        ray.shutdown()
     addr = ray_address(address)
     probe_address(addr, timeout_s or connect_timeout_s())
     try:
