@@ -208,7 +208,9 @@ def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
 
 def _split_run(ray_cluster, pm, tmp_path, observer):
     """Six cells of one group (the real SmolLM2-135M Q4_1 GGUF on llama.cpp: cells of a few
-    seconds each here, each node loads it from the same path) through the Ray executor."""
+    seconds each here, so the cells outweigh a second part's start on this busy 2-core host: about
+    17 s from the task's start to its first cell), each node loading it from the same path, through
+    the Ray executor."""
     from infbench.detect import detect
     from infbench.executors.ray import RayExecutor
     from infbench.plan import plan
@@ -219,11 +221,13 @@ def _split_run(ray_cluster, pm, tmp_path, observer):
     det = detect(pm)
     dev = det.devices[0]
     sweep = Sweep(models=[str(_smollm2())], engines=["llama.cpp"], dtypes=["q4_1"], batch=[1, 2, 3, 4, 5, 6],
-                  input_len=[16], output_len=[192])
+                  input_len=[16], output_len=[384])
     p = plan(sweep, dev, pm)
     assert len(p.groups) == 1 and len(p.cells) == 6
     store = Store(tmp_path / "r.db")
-    s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(), observer)
+    # One llama.cpp thread per worker: both raylets share this host's 2 cores, and two workers
+    # of 2 spinning threads each on 2 cores slow each other down by orders of magnitude.
+    s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(engine_options={"n_threads": 1}), observer)
     return p, dev, store, s
 
 
