@@ -173,6 +173,22 @@ def stdout_to_stderr(active: bool) -> Iterator[None]:
         os.close(saved)
 
 
+def print_side_event(console: Any, event: Any) -> bool:
+    """Print what every run observer shows the same way (a lost node, a note, a worker's log
+    line at debug level), cleaned of control characters; False for any other event."""
+    from infbench.data import events as ev
+
+    if isinstance(event, ev.NodeLost):
+        console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
+    elif isinstance(event, ev.Note):
+        console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
+    elif isinstance(event, ev.LogLine):
+        logging.getLogger("infbench.worker").debug("%s", printable(event.line))
+    else:
+        return False
+    return True
+
+
 class ProgressObserver:
     """The run's observer on the terminal: moves the progress bar, prints failures, notes
     and lost nodes, and logs worker lines at debug level (``-v``)."""
@@ -197,9 +213,5 @@ class ProgressObserver:
             if r.status != "ok":
                 p.console.print(f"[red]failed[/] {escape(printable(r.cell.label()))}{where}: "
                                 f"{escape(printable(r.error))}")
-        elif isinstance(event, ev.NodeLost):
-            p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
-        elif isinstance(event, ev.Note):
-            p.console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
-        elif isinstance(event, ev.LogLine):
-            logging.getLogger("infbench.worker").debug("%s", printable(event.line))
+        else:
+            print_side_event(p.console, event)

@@ -27,6 +27,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from infbench.cli.common import print_side_event
 from infbench.data import metrics as M
 from infbench.executors import events as ev
 from infbench.secrets import printable
@@ -185,12 +186,8 @@ class SweepProgress:
             r = event.result
             self._advance(r.cell, measured=True)
             p.console.print(cell_line(r, self.count, self.n) + where)
-        elif isinstance(event, ev.NodeLost):
-            p.console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
-        elif isinstance(event, ev.Note):
-            p.console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
-        elif isinstance(event, ev.LogLine):
-            logging.getLogger("infbench.worker").debug("%s", printable(event.line))
+        else:
+            print_side_event(p.console, event)
 
 
 def cell_line(r: Any, i: int, n: int) -> str:
