@@ -190,8 +190,12 @@ def test_corrupt_page(tmp_path):
     assert len(st["ok"]) == N_CELLS and st["attempts"] == N_CELLS and "running" not in st["runs"].values()
 
 
-SERVER_SWEEP = ["--model", "tiny", "--engine", "llama.cpp-server", "--dtype", "f16", "--batch", "1,2,4,8",
-                "--input-len", "16", "--output-len", "512"]
+# Six cells whose sizes grow: the first is stored after ~0.5 s, the five after it take ~11 s
+# more on 2 cores, so a signal sent once the first is stored lands while the sweep runs (with
+# 4 cells of 512 tokens the whole rest took ~1.5 s and a run could end before the signal came).
+SERVER_SWEEP = ["--model", "tiny", "--engine", "llama.cpp-server", "--dtype", "f16", "--batch", "1,2,4,8,16,32",
+                "--input-len", "16", "--output-len", "1024"]
+SERVER_CELLS = 6
 
 
 def _first_cell_stored(store: Path) -> bool:
@@ -220,10 +224,10 @@ def test_killed_server(tmp_path):
     said = json.loads(out)
     st = store_state(store)
     assert p.returncode == 3 and said["failed"] >= 1, errs          # the server's death is each cell's error
-    assert said["ok"] + said["failed"] == 4 == st["attempts"]          # every cell has its stored attempt
+    assert said["ok"] + said["failed"] == SERVER_CELLS == st["attempts"]  # every cell has its stored attempt
     assert "running" not in st["runs"].values()
     p = infbench("run", *SERVER_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
-    assert p.returncode == 0 and len(store_state(store)["ok"]) == 4
+    assert p.returncode == 0 and len(store_state(store)["ok"]) == SERVER_CELLS
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
@@ -234,8 +238,8 @@ def test_no_server_outlives_infbench(tmp_path, signum):
     [server] = children_matching(p.pid, "xllamacpp_serve")
     assert wait_for(lambda: _first_cell_stored(store), 300)
     p.send_signal(signum)
-    p.communicate(timeout=120)
-    assert p.returncode == (143 if signum == signal.SIGTERM else -9)
+    _, errs = p.communicate(timeout=120)
+    assert p.returncode == (143 if signum == signal.SIGTERM else -9), errs[-2000:]
     assert wait_for(lambda: not _alive(server), 30), "the llama.cpp server outlived infbench"
     if signum == signal.SIGKILL:
         q = infbench("run", *SERVER_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})

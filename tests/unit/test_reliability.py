@@ -256,6 +256,67 @@ def test_a_signal_inside_a_c_callback_is_not_lost(signum, exc):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+async def _read_until_sigterm(received):
+    """Open a TCP connection to a server on 127.0.0.1 that streams bytes; SIGTERM is raised
+    inside the client protocol's ``data_received`` (where a signal lands while a served
+    cell streams); then keep reading for 1 s."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    async def serve(reader, writer):
+        try:
+            for _ in range(200):
+                writer.write(b"x" * 64)
+                await writer.drain()
+                await asyncio.sleep(0.005)
+        except ConnectionError:
+            pass                                      # the client went away: expected here
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+
+    class Reader(asyncio.Protocol):
+        def data_received(self, data):
+            received.append(len(data))
+            if len(received) == 1:
+                signal.raise_signal(signal.SIGTERM)   # its handler runs here, in the callback
+
+    transport, _ = await loop.create_connection(Reader, "127.0.0.1", port)
+    try:
+        await asyncio.sleep(1.0)
+    finally:
+        transport.close()
+        server.close()
+    return "finished"
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_sigterm_inside_a_protocol_callback_is_not_lost(loop):
+    """uvloop catches an exception raised in ``data_received`` as "Fatal error on
+    transport" and goes on: SIGTERM landing there while a served cell streamed was lost and
+    ``infbench run`` exited 0 (CI's fault injection caught it). Under
+    :func:`signals.run_event_loop` the signal cancels the load and :class:`Terminated` is
+    raised after the loop ended, on both event loops."""
+    import asyncio
+
+    runner = asyncio.run
+    if loop == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        runner = uvloop.run
+        received: list[int] = []
+        with signals.terminate_as_interrupt():  # the failure this guards against: the signal is lost
+            assert runner(_read_until_sigterm(received)) == "finished" and received
+    received = []
+    t0 = time.monotonic()
+    with signals.terminate_as_interrupt(), pytest.raises(signals.Terminated):
+        signals.run_event_loop(runner, _read_until_sigterm(received))
+    assert time.monotonic() - t0 < 0.9            # cancelled, not read to the end
+    assert signal.getsignal(signal.SIGTERM) is not signals._raise_terminated  # restored after the block
+    assert signals.run_event_loop(runner, asyncio.sleep(0, result=7)) == 7  # no handler of ours: plain run
+
+
 def test_server_group_is_killed_even_after_its_leader_exited(tmp_path):
     from infbench.engines.server_process import ServerProcess, _group_alive
 

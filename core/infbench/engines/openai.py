@@ -45,6 +45,7 @@ from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
 from infbench.measure.metrics import failure_causes
 from infbench.schema import Cell, Load, RequestRecord
 from infbench.secrets import clean_text, redact_url, url_secrets
+from infbench.signals import run_event_loop
 from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
@@ -639,7 +640,7 @@ class OpenAIEngine(Engine):
         runner, loop_name = event_loop_runner()
         if self.options.get("event_loop") == "asyncio":
             runner, loop_name = asyncio.run, "asyncio"
-        records = runner(self._run(cell, load, prompts, stats))
+        records = run_event_loop(runner, self._run(cell, load, prompts, stats))
         t1 = time.perf_counter_ns()
         warnings = self._warnings(cell, load, prompts, records, stats)
         if cut_s is not None:
