@@ -146,7 +146,24 @@ class LocalRayCluster:
             self.ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
 
     def kill(self, node: Any) -> None:
-        """Kill every process of a worker node at once (SIGKILL): a node lost."""
+        """Kill every process of a worker node at once (SIGKILL): a node lost.
+
+        Ray's ``remove_node`` kills the node's own processes (raylet, object store, ...) but
+        not the Ray workers they started, which notice the raylet's death only later: a task
+        streaming its results straight to the driver measured and sent two more cells after
+        its raylet was gone (CI saw it). A lost machine takes them all, so they are killed
+        first, with every process under them (infbench's worker subprocess)."""
+        import psutil
+
+        doomed: list[psutil.Process] = []
+        for infos in node.all_processes.values():
+            for info in infos:
+                with contextlib.suppress(psutil.Error, AttributeError):
+                    top = psutil.Process(info.process.pid)
+                    doomed += [top, *top.children(recursive=True)]
+        for proc in doomed:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         self.cluster.remove_node(node, allow_graceful=False)
         self.nodes.remove(node)
 
