@@ -149,10 +149,12 @@ class LocalRayCluster:
         """Kill every process of a worker node at once (SIGKILL): a node lost.
 
         Ray's ``remove_node`` kills the node's own processes (raylet, object store, ...) but
-        not the Ray workers they started, which notice the raylet's death only later: a task
-        streaming its results straight to the driver measured and sent two more cells after
-        its raylet was gone (CI saw it). A lost machine takes them all, so they are killed
-        first, with every process under them (infbench's worker subprocess)."""
+        not the Ray workers they started, which notice the raylet's death only later. Seen
+        here: a task pinned to the node streamed one more item to the driver after its raylet
+        was killed, and its process was alive 1.7 s later; a worker still measuring cells
+        could send them on (the likely cause of the node-loss test's two CI failures). A lost
+        machine takes them all, so they are killed first, with every process under them
+        (infbench's worker subprocess)."""
         import psutil
 
         doomed: list[psutil.Process] = []
