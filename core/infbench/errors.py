@@ -30,6 +30,20 @@ class InfbenchError(Exception):
     def __str__(self) -> str:  # pragma: no cover - trivial
         return self.message if not self.hint else f"{self.message}\n  hint: {self.hint}"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled with its attributes, whatever the subclass's ``__init__`` takes, so an
+        error raised in an engine's own process (:mod:`infbench.engines.process`) arrives
+        whole: its type, message, hint and fields (``DeviceMismatch.fix``...)."""
+        return (_rebuild_error, (type(self), dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type[InfbenchError], state: dict[str, object]) -> InfbenchError:
+    """An :class:`InfbenchError` of type ``cls`` from its pickled attributes (see ``__reduce__``)."""
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, state.get("message", ""))
+    exc.__dict__.update(state)
+    return exc
+
 
 class ConfigError(InfbenchError):
     """Bad user input: an unknown model, engine or precision, a malformed sweep file."""
@@ -98,7 +112,13 @@ def suggest(name: str, choices: Iterable[str], n: int = 3) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such)."""
+    """``Type: message`` with the innermost frame, for a stored failed cell (OOM is named as such).
+
+    An error raised in an engine's own process carries the description made there, where
+    its traceback was (``remote_description``, :mod:`infbench.engines.process`)."""
+    remote = getattr(exc, "remote_description", None)
+    if isinstance(remote, str):
+        return remote
     if isinstance(exc, MemoryError):
         return f"OOM: MemoryError: {exc}"
     tb = traceback.extract_tb(exc.__traceback__)

@@ -294,6 +294,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         unknown_engine_args(engine_specs(pm), sweep.engines, list(parse_engine_args(r.engine_arg)))
     opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
                       engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
-                      price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address)
+                      price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address,
+                      engine_process=r.engine_process)
     warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
     return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)

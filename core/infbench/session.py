@@ -36,6 +36,7 @@ from infbench.analysis.floor import add_roofline
 from infbench.data.events import (
     CellSkipped,
     CellStarted,
+    CellTimed,
     GroupLoading,
     Note,
     Observer,
@@ -50,6 +51,7 @@ from infbench.data.run import RunOptions, RunSummary
 from infbench.engines.base import Engine
 from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
+from infbench.engines.process import EngineProcess
 from infbench.errors import describe_error
 from infbench.measure.cell import measure_cell
 from infbench.plugins import PluginManager
@@ -196,6 +198,8 @@ class EngineSession:
         t0 = time.perf_counter()
         try:
             engine = launch(ctx.pm, group.engine, ctx.device, ctx.options.engine_options)
+            if ctx.options.engine_process and engine.isolate:  # nothing of infbench beside the engine's host thread
+                engine = EngineProcess(engine)
             start_on_device(engine, load or group, ctx.backends)  # refuses a device it is not on
         except BaseException as exc:
             if engine is not None:
@@ -236,7 +240,8 @@ class EngineSession:
         r = None
         run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
         try:
-            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run)
+            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run,
+                             on_timed=lambda: self.ctx.observer(CellTimed(cell, self.ctx.node)))
             add_roofline(r, self.group.model, self.ctx.limits, self.ctx.limits_reason)
             if annotate is not None:
                 annotate(r)
@@ -265,9 +270,14 @@ class EngineSession:
         res = new_result(req, self.ctx.device)
         res.load_s = self.load_s
         self.ctx.observer(ScoreStarted(req.label(), req.key(), self.ctx.node))
+        def on_chunks(n: int) -> None:
+            self.ctx.observer(ScoreProgress(req.key(), n, req.n_ctx, self.ctx.node))
+
         try:
-            score_loaded(self.engine, req, res,
-                         on_chunks=lambda n: self.ctx.observer(ScoreProgress(req.key(), n, req.n_ctx, self.ctx.node)))
+            if isinstance(self.engine, EngineProcess):  # scored where the model is
+                res = self.engine.score(req, res, on_chunks)
+            else:
+                score_loaded(self.engine, req, res, on_chunks=on_chunks)
         except (KeyboardInterrupt, ConfigError, EngineUnavailable):
             raise
         except Exception as exc:  # noqa: BLE001 - a failed measurement is a result

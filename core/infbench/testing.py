@@ -43,6 +43,9 @@ class FakeEngine(Engine):
     """
 
     name = "fake"
+    #: Measured in this process (milliseconds per test); a test that needs the engine's own
+    #: process wraps it in :class:`infbench.engines.process.EngineProcess` itself.
+    isolate = False
 
     def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
         super().__init__(device, options)

@@ -73,16 +73,19 @@ def event_line(event: Any) -> str | None:
     One plain, never-wrapped line per event, parsed by a host's launcher
     (:func:`infbench.executors.container.follow_worker`) to move its progress display and
     store finished results: ``infbench-worker: loading <group>``, ``infbench-worker: cell
-    <spec_hash> <cell JSON>``, ``infbench-worker: done <spec_hash> <cell_id> ok|failed
+    <spec_hash> <cell JSON>``, ``infbench-worker: timed <spec_hash>`` (warm-up done),
+    ``infbench-worker: done <spec_hash> <cell_id> ok|failed
     [error]``, ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
     scored <quality key> ok|failed [error]``.
     """
-    from infbench.data.events import CellFinished, CellStarted, GroupLoading, ScoreFinished, ScoreStarted
+    from infbench.data.events import CellFinished, CellStarted, CellTimed, GroupLoading, ScoreFinished, ScoreStarted
 
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
     elif isinstance(event, CellStarted):
         line = f"cell {event.cell.spec_hash()} {event.cell.model_dump_json()}"
+    elif isinstance(event, CellTimed):
+        line = f"timed {event.cell.spec_hash()}"
     elif isinstance(event, CellFinished):
         r = event.result
         line = f"done {r.spec_hash} {r.cell_id} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
@@ -151,7 +154,7 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
                       engine_options=dict(o.engine_options), slo=o.slo,
                       server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour,
-                      load_nodes=o.load_nodes, ray_address=o.ray_address)
+                      load_nodes=o.load_nodes, ray_address=o.ray_address, engine_process=o.engine_process)
     store = Store(out_dir / DB_FILE)
 
     def append(path: Path, line: str) -> None:

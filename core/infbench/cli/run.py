@@ -142,6 +142,11 @@ def run(
                                              "declared constant power in W (not measured; labelled so).")] = None,
     power_label: Annotated[str | None, Opt("--power-label", help="What --power-command/--power-watts covers, "
                                            "stored with the energy (e.g. 'rack PDU, 8 nodes').")] = None,
+    engine_process: Annotated[bool, Opt("--engine-process/--no-engine-process", help="Run in-process engines "
+                                        "(transformers, llama.cpp, vLLM's LLM...) in a process of their own, apart "
+                                        "from infbench's samplers and display (default). --no-engine-process "
+                                        "measures them beside infbench's threads, as before, and flags their cells "
+                                        "suspect: for diagnosis only.")] = True,
     concurrency: Annotated[ListOpt, Opt("--concurrency", "-c", help="Serving mode: requests kept in flight "
                                         "(server engines).")] = None,
     request_rate: Annotated[ListOpt, Opt("--request-rate", "-r", help="Serving mode: mean arrivals per s "
@@ -266,7 +271,8 @@ def run(
         model=model, engine=engine, dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, tp=tp,
         sweep_file=sweep_file, preset=preset, device=device, store_path=store_path, force=force, warmup=warmup,
         seed=seed, cell_timeout=cell_timeout, threads=threads, power_interval=power_interval,
-        power_command=power_command, power_watts=power_watts, power_label=power_label, concurrency=concurrency,
+        power_command=power_command, power_watts=power_watts, power_label=power_label, engine_process=engine_process,
+        concurrency=concurrency,
         request_rate=request_rate, burstiness=burstiness, num_requests=num_requests, duration=duration,
         warmup_requests=warmup_requests, request_timeout=request_timeout, base_url=base_url, api_key_env=api_key_env,
         endpoint=endpoint, served_model_name=served_model_name, prompt_format=prompt_format, engine_arg=engine_arg,
@@ -345,7 +351,8 @@ def _run(req: RunRequest) -> None:
                       f"store {store.path}")
     from infbench.cli.progress import SweepProgress, first_run_note
 
-    observer = SweepProgress(cells, err, disable=as_json)  # one bar over the sweep, its ETA, a line per cell
+    kind = "cpu" if all(p.device.kind == "cpu" for p in prep.plans) else "accelerator"
+    observer = SweepProgress(cells, err, disable=as_json, device_kind=kind)  # one bar, its ETA, a line per cell
     try:
         with observer, stdout_to_stderr(as_json):
             summary = ex.run(prep.plans if prep.fleet is not None else prep.plan, store, opts, observer)

@@ -59,12 +59,19 @@ class RunOutput:
             the serving client's health (``client_lag_p99_ms``, ``client``: loop lag,
             release lag, whether it fell behind); server-side data can join them under
             their own keys (e.g. ``server``).
+        process: the engine process's own account of the timed part, when the engine ran
+            in a process of its own (:class:`infbench.engines.process.EngineProcess`):
+            ``{"pid", "cpu_s", "thread_cpu_s", "wall_s", "python_threads", "infbench_threads"}``
+            (CPU seconds of that whole process and of its engine thread, the call's wall
+            seconds, and the Python threads other than the engine's that were alive in it);
+            None for an engine that ran in the measuring process.
     """
 
     records: list[RequestRecord]
     engine_s: float
     warnings: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    process: dict[str, Any] | None = None
 
 
 @dataclass
@@ -152,6 +159,13 @@ class Engine(ABC):
     #: Evidence that the engine runs on :attr:`device`, from :meth:`verify_device`; stored
     #: with every cell as ``engine["device_proof"]``.
     device_proof: dict[str, Any] | None = None
+    #: True (the default): :meth:`run` does the engine's work in the calling Python process
+    #: (transformers, llama.cpp's bindings, vLLM's ``LLM``...), so the engine session moves
+    #: the adapter into a process of its own (:class:`infbench.engines.process.EngineProcess`),
+    #: where no infbench thread competes with the engine's host thread for the interpreter.
+    #: False for adapters whose engine already runs elsewhere (servers driven by the serving
+    #: client) and for the test stand-ins of :mod:`infbench.testing`.
+    isolate: bool = True
 
     def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
         self.device = device

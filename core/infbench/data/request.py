@@ -97,6 +97,7 @@ class RunRequest(BaseModel):
     power_command: str | None = None
     power_watts: float | None = _finite(default=None, gt=0, le=1e7)
     power_label: str | None = None
+    engine_process: bool = True
     # -- serving -----------------------------------------------------------------------------
     concurrency: list[str] | None = None
     request_rate: list[str] | None = None

@@ -30,6 +30,11 @@ class RunOptions:
             (``--load-nodes``; :mod:`infbench.executors.spread`); None: from this process.
         ray_address: the Ray cluster of ``load_nodes`` (``--ray-address``; default
             ``RAY_ADDRESS``).
+        engine_process: run each in-process engine (an adapter whose ``isolate`` is True:
+            transformers, llama.cpp's bindings, vLLM's ``LLM``...) in a process of its own
+            (:class:`infbench.engines.process.EngineProcess`), apart from infbench's
+            samplers and display (default). False (``--no-engine-process``) measures it in
+            this process, beside them, and flags its cells ``suspect``.
     """
 
     force: bool = False
@@ -42,6 +47,7 @@ class RunOptions:
     price_per_hour: float | None = None
     load_nodes: int | None = None
     ray_address: str | None = None
+    engine_process: bool = True
 
 
 @dataclass

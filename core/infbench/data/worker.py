@@ -30,6 +30,7 @@ class WorkerOptions(BaseModel):
     price_per_hour: float | None = None
     load_nodes: int | None = Field(default=None, ge=0)
     ray_address: str | None = None
+    engine_process: bool = True
 
 
 class WorkerSpec(BaseModel):
@@ -78,7 +79,8 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
                           engine_options=redact_options(opts.engine_options), slo=opts.slo,
                           server_metrics_interval_s=opts.server_metrics_interval_s,
                           price_per_hour=opts.price_per_hour, load_nodes=getattr(opts, "load_nodes", None),
-                          ray_address=getattr(opts, "ray_address", None))
+                          ray_address=getattr(opts, "ray_address", None),
+                          engine_process=getattr(opts, "engine_process", True))
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, options=o, scenario=plan.scenario)
 

@@ -394,6 +394,9 @@ class OpenAIEngine(Engine):
     """
 
     name = "openai"
+    #: The engine is a server (remote, or started by a subclass in a process of its own):
+    #: :meth:`run` is the serving client, which stays in the measuring process.
+    isolate = False
     default_prompt_format = "text"
 
     def __init__(self, device, options=None):
