@@ -39,6 +39,7 @@ from typing import Any
 from infbench.analysis.roofline import Limits
 from infbench.data import metrics as M
 from infbench.measure.contention import contention_reasons
+from infbench.measure.harness import harness_reasons
 
 #: A prompt this much shorter than asked makes the cell a smaller workload.
 PROMPT_SHORTFALL = 0.05
@@ -242,6 +243,7 @@ def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[st
     """
     reasons = token_reasons(result.cell, result.records)
     reasons += contention_reasons(result.metrics.get("contention"), getattr(result.device, "kind", "cpu"))
+    reasons += harness_reasons(result.metrics, getattr(result.device, "kind", "cpu"))
     roof = result.metrics.get("roofline")
     if roof and limits is not None:
         reasons += utilisation_reasons(result.cell, roof, limits)

@@ -308,6 +308,17 @@ USD_PER_MTOK = MetricDef("usd_per_mtok", "cost per million output tokens", "USD/
 CLIENT_LAG_P99 = MetricDef("client_lag_p99_ms", "client event-loop lag p99", "ms", "lower",
                            f"{_MD} Serving mode: p99 of the event loop's lag sampled every 10 ms",
                            short="client lag p99")
+HARNESS_SHARE = MetricDef("harness_share", "harness share", "", "lower",
+                          f"{_MD} Per cell: harness_cpu_s / (harness_cpu_s + engine_cpu_s) over the timed part "
+                          "(measure/harness.py)", short="harness", shown_unit="%", scale=100.0, digits=1,
+                          description="the share of the cell's CPU time that was infbench's own")
+WARMUP = MetricDef("warmup_s", "warm-up time", "s", None,
+                   f"{_MD} Per cell: wall seconds of the warm-up passes before the timed part (compilation included)",
+                   short="warm-up")
+COMPILE = MetricDef("compile_s", "compile time", "s", None,
+                    f"{_MD} Per cell: wall seconds of the first warm-up pass at this cell's shape when the engine "
+                    "compiles for it (transformers' static cache with torch.compile), outside the timed part",
+                    short="compile")
 
 # -- roofline (analysis/roofline.py, docs/roofline.md) --------------------------------------
 _ROOF = "docs/roofline.md"
@@ -397,8 +408,9 @@ PPL_INCREASE = MetricDef("ppl_increase", "perplexity increase", "", "lower",
 _ALL = (TTFT, TPOT, ITL, E2E, TTFRT, TTFAT, RELEASE_LAG, QUEUE_WAIT, TTFT_BY_TURN, REASONING_TOKENS, ANSWER_TOKENS,
         N_REQUESTS, N_COMPLETED, N_FAILED, N_IN_TOTAL, N_OUT_TOTAL, DEVICES_USED, DURATION, OUTPUT_TOK_S,
         TOTAL_TOK_S, OUTPUT_TOK_S_PER_DEVICE, REQUEST_S, LIB_ITL, GOODPUT, ENERGY, AVG_POWER, TOKENS_PER_J,
-        OUTPUT_TOKENS_PER_J, USD_PER_MTOK, CLIENT_LAG_P99, MBU, MFU, MBU_ATTAINABLE, MFU_ATTAINABLE_FP32, TTFT_FLOOR,
-        TPOT_FLOOR, SERVER_TTFT, SERVER_TPOT, SERVER_QUEUE_TIME, SERVER_RUNNING, SERVER_WAITING, SERVER_KV_CACHE_USAGE,
+        OUTPUT_TOKENS_PER_J, USD_PER_MTOK, CLIENT_LAG_P99, HARNESS_SHARE, WARMUP, COMPILE, MBU, MFU, MBU_ATTAINABLE,
+        MFU_ATTAINABLE_FP32, TTFT_FLOOR, TPOT_FLOOR, SERVER_TTFT, SERVER_TPOT, SERVER_QUEUE_TIME, SERVER_RUNNING,
+        SERVER_WAITING, SERVER_KV_CACHE_USAGE,
         SERVER_PREEMPTIONS, SERVER_PREFIX_CACHE_HIT_RATE, SERVER_SPEC_ACCEPTANCE_RATE, UTIL_PCT, MEM_UTIL_PCT,
         CLOCK_MHZ, MEM_CLOCK_MHZ, TEMP_C, MEM_TEMP_C, PERPLEXITY, PPL_INCREASE)
 
@@ -426,6 +438,8 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "throttle_reasons": "the throttle reasons seen",
     "server_name": "the server recognised by its metric prefix",
     "server_latency_source": "histogram or timings: where server_ttft_s/server_tpot_s came from",
+    "harness": "what infbench itself used during the timed part (measure/harness.py): where the engine ran "
+               "(mode), harness and engine CPU seconds, and infbench's threads beside the engine",
     "client": "the serving client's own health (loop and release lag, reasons it fell behind)",
     "find_max": "a --find-max probe's judgement (analysis/slo_search.py)",
     "published": "True for a cell imported from published results",

@@ -12,6 +12,7 @@ from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
 from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
 from infbench.measure.contention import ContentionMonitor
+from infbench.measure.harness import HarnessMonitor, harness_metrics
 from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
@@ -25,14 +26,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
-                 opts: RunOptions, run: Callable[..., RunOutput] | None = None) -> CellResult:
+                 opts: RunOptions, run: Callable[..., RunOutput] | None = None,
+                 on_timed: Callable[[], None] | None = None) -> CellResult:
     """Warm up, run the timed part with power and telemetry sampling (and a scrape of the
     server's ``/metrics`` for server engines), derive metrics. Never raises for a failed
     cell (the error is in the result); re-raises KeyboardInterrupt.
 
     ``run(cell, prompts, deadline_ns=...)`` replaces ``engine.run`` for the timed part (serving
     load sent from other nodes, :mod:`infbench.executors.spread`); its records must be on
-    this process's ``perf_counter_ns`` clock."""
+    this process's ``perf_counter_ns`` clock. ``on_timed()`` is called when the warm-up is done,
+    right before the timed part (the session announces it as
+    :class:`~infbench.data.events.CellTimed`)."""
     started = time.time()
     monitor = PowerMonitor(sampler, opts.power_interval_s)
     neighbours = ContentionMonitor(sampler)
@@ -41,16 +45,23 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
                 engine=describe_engine(engine), started_at=started)
     try:
         prompts = engine.make_prompts(cell, group.model)
+        w0 = time.perf_counter()
         for _ in range(cell.warmup):
             engine.warmup(cell, prompts)
+        warmup_s = time.perf_counter() - w0
+        if on_timed is not None:
+            on_timed()
         t0 = time.perf_counter()
         deadline = (time.perf_counter_ns() + int(opts.cell_timeout_s * 1e9)) if opts.cell_timeout_s else None
         monitor.start()
         neighbours.start()
         if scraper is not None:
             scraper.start()
+        harness = HarnessMonitor()
         try:
+            harness.start()
             out = (run or engine.run)(cell, prompts, deadline_ns=deadline)
+            harness.stop()
         finally:
             contention = neighbours.stop()
             readings = monitor.stop()
@@ -68,6 +79,9 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         metrics.update(out.metrics)
         metrics.update(summarize_channels(monitor.channels, window))
         metrics["contention"] = contention
+        metrics.update(harness_metrics(harness, out.process, serving="client" in out.metrics))
+        if cell.warmup:
+            metrics[M.WARMUP.key] = round(warmup_s, 4)
         if monitor.channel_error:
             metrics["telemetry_note"] = monitor.channel_error
         server = scraper.result() if scraper is not None else None
