@@ -124,7 +124,7 @@ def infbench_engines() -> list[EngineSpec]:
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
                    check=av.check_transformers,
                    description="Hugging Face transformers generate(), the reference implementation",
-                   options=COMMON_OPTIONS),
+                   options=(*COMMON_OPTIONS, "cache_implementation")),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "httpx", "prometheus_client", "gguf"],
                    install="pip install xllamacpp (an infbench dependency)", serving=True,

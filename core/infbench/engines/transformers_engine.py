@@ -1,7 +1,8 @@
 """Hugging Face transformers engine (the reference implementation): ``generate()`` in
 process, with per-token times taken by a streamer.
 
-Dummy weights: ``AutoModelForCausalLM.from_config`` on the zoo config (random init).
+Dummy weights: ``AutoModelForCausalLM.from_config`` on the zoo config, built on the device
+without the library's initialisation and filled there (:mod:`infbench.engines.dummy_weights`).
 Real weights: a local HF folder passed as ``--model``, or a ``.gguf`` file (loaded with
 ``from_pretrained(folder, gguf_file=name)``, dequantized to the dtype). Output length is forced with
 ``min_new_tokens = max_new_tokens`` and greedy decoding. ``generate`` hands each step's
@@ -15,6 +16,7 @@ import time
 from typing import Any
 
 from infbench.engines.base import Engine, RunOutput
+from infbench.engines.dummy_weights import build_hf_model
 from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.schema import Cell, RequestRecord
 
@@ -49,7 +51,13 @@ class TransformersEngine(Engine):
     """Batch-mode generation with ``transformers`` on the CPU or the device's torch backend
     (CUDA, ROCm, XPU, HPU), refused rather than run on the CPU when torch lacks it.
 
-    Options: ``n_threads`` (torch intra-op threads; default torch's choice).
+    Options: ``n_threads`` (torch intra-op threads; default torch's choice);
+    ``cache_implementation=static`` (a static KV cache, the setting Hugging Face documents for
+    fast generation; transformers then compiles the forward with ``torch.compile``,
+    mode ``reduce-overhead``, on CUDA and XPU devices, not on the CPU). With a static cache
+    each warm-up pass runs the cell's full length, so compilation and graph capture happen
+    at the timed part's shape and outside it; the first warm-up's wall time at a shape is
+    stored as ``compile_s``.
     """
 
     name = "transformers"
@@ -58,6 +66,8 @@ class TransformersEngine(Engine):
         super().__init__(device, options)
         self.model = None
         self.torch = None
+        self.static = False
+        self.compile_s: dict[tuple[int, int], float] = {}
 
     def start(self, group) -> None:
         """Build or load the model at ``group.dtype`` on the device.
@@ -83,18 +93,27 @@ class TransformersEngine(Engine):
         self.dev = self._torch_device()
         from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
 
+        t0 = time.perf_counter()
         if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
             model = transformers.AutoModelForCausalLM.from_pretrained(**hf_source(m.path), dtype=dtype)
-        else:
+            self.model = model.to(self.dev).eval()  # type: ignore[arg-type]  # torch device string
+        else:  # random weights built on the device itself, without the library's initialisation
             cfg = dict(m.config)
             cfg.pop("architectures", None)
             config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-            torch.manual_seed(0)
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-        self.model = model.to(self.dev).eval()  # type: ignore[arg-type]  # torch device string
+            self.model = build_hf_model(transformers, torch, config, dtype, self.dev, seed=0)
+        self.build_s = time.perf_counter() - t0
+        ci = self.options.get("cache_implementation")
+        if ci not in (None, "", "dynamic", "static"):
+            raise ConfigError(f"transformers cache_implementation {ci!r} is not supported by infbench",
+                              hint="use --engine-arg cache_implementation=static (or leave it out for the dynamic "
+                                   "cache)")
+        self.static = ci == "static"
         gc = self.model.generation_config
         if gc.pad_token_id is None:
             gc.pad_token_id = 0
+        if self.static:
+            gc.cache_implementation = "static"
         self.weights = with_sample(weights_record(m), lambda: hf_sample(self.model, hf_tokenizer(m.path), self.dev))
 
     def _torch_device(self) -> str:
@@ -148,6 +167,18 @@ class TransformersEngine(Engine):
                                      "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK)")
         return proof
 
+    def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
+        """One untimed pass: 2 output tokens (the default), or with a static cache the cell's
+        full length, so the forward is compiled for the timed part's cache shape; the first
+        pass at a shape is kept as that shape's ``compile_s``."""
+        if not self.static:
+            super().warmup(cell, prompts)
+            return
+        shape = (len(prompts), cell.input_len + cell.output_len)
+        t0 = time.perf_counter()
+        self.run(cell, prompts)
+        self.compile_s.setdefault(shape, time.perf_counter() - t0)
+
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Generate ``cell.output_len`` tokens for the batch of ``prompts`` (one generate call)."""
         torch = self.torch
@@ -162,7 +193,15 @@ class TransformersEngine(Engine):
         n_out = int(out.shape[1] - ids.shape[1])
         records = [RequestRecord(t_send_ns=t_send, t_tokens_ns=list(streamer.times), n_in=len(p), n_out=n_out)
                    for p in prompts]
-        return RunOutput(records=records, engine_s=(t_end - t_send) / 1e9)
+        out = RunOutput(records=records, engine_s=(t_end - t_send) / 1e9)
+        if self.static:
+            shape = (len(prompts), cell.input_len + cell.output_len)
+            if shape in self.compile_s:
+                out.metrics["compile_s"] = round(self.compile_s[shape], 4)
+            elif deadline_ns is not None or cell.warmup == 0:
+                out.warnings.append("static cache without a warm-up: the first generate at this shape compiled "
+                                    "inside the timed part")
+        return out
 
     def stop(self) -> None:
         """Drop the model and empty the CUDA cache if one was used."""
@@ -177,4 +216,7 @@ class TransformersEngine(Engine):
 
         return {"name": self.name, "versions": {"transformers": transformers.__version__, "torch": torch.__version__},
                 "torch_device": getattr(self, "dev", None), "torch_threads": torch.get_num_threads(),
+                "cache_implementation": "static" if self.static else "dynamic",
+                "compiled": bool(self.static and getattr(self, "dev", "cpu").split(":")[0] in ("cuda", "xpu")),
+                "build_s": round(getattr(self, "build_s", 0.0), 3),
                 "weights": getattr(self, "weights", None)}
