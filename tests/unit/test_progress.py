@@ -107,3 +107,97 @@ def test_first_run_note_names_the_store_and_three_commands(tmp_path, monkeypatch
     store.begin_run({"host": "h"}, "infbench run")               # a second run: no note any more
     assert not first_run_note(store, summary, Console(file=io.StringIO()))
     store.close()
+
+
+# -- issue 30: model load and warm-up are phases of their own; the H100 replay -----------------
+
+H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
+
+
+def h100_cell(b, i, o):
+    return Cell(model="llama-3-8b", engine="transformers", dtype="bfloat16", batch=b, input_len=i, output_len=o)
+
+
+#: The default sweep of the first H100 run, in its run order (lib-corner: batch 1/16/64,
+#: input = output 128/1024; ../shared/hardware/h100-2026-11-26/run1-log.txt).
+H100_SWEEP = [h100_cell(1, 128, 128), h100_cell(1, 1024, 1024), h100_cell(16, 128, 128), h100_cell(16, 1024, 1024),
+              h100_cell(64, 128, 128), h100_cell(64, 1024, 1024)]
+#: What the five cells after the first would have taken on that GPU at the rate of those runs
+#: (s): the 128/128 cells as measured in run 2 (finished_at - started_at of
+#: run2-results-device-init.json); the 1024/1024 cells from run 2's TTFT and TPOT of the same
+#: batch and input (TTFT + 1023 x TPOT, plus a warm-up of about one 128/128 cell's prefill and 2 steps).
+H100_TRUE_REST_S = [0.034 + 1023 * 0.0746 + 1.0, 10.19, 0.475 + 1023 * 0.0693 + 1.0, 8.38, 1.90 + 1023 * 0.0669 + 2.0]
+
+
+def test_eta_replays_the_first_h100_run_within_2x():
+    """Run 1: the model load took 268 s, then the first cell (b1 128/128) 11.45 s (its warm-up
+    and a 9.3 s timed part). The old ETA divided 279 s by the first cell's weight on the CPU's
+    costs and printed 27:59:08; the ETA now leaves the load out of the rate, weighs cells for an
+    accelerator and must be within 2x of what was really left."""
+    clock = Clock()
+    obs = SweepProgress(H100_SWEEP, Console(file=io.StringIO(), width=200), clock=clock, device_kind="accelerator")
+    group = SimpleNamespace(label=lambda: "llama-3-8b on transformers (bfloat16)",
+                            key=lambda: ("llama-3-8b", "transformers", "bfloat16", 1))
+    with obs:
+        obs(ev.GroupLoading(group))
+        clock.t += 268.0                                 # building the dummy weights on the host
+        obs(ev.CellStarted(H100_SWEEP[0]))
+        assert obs.eta_s() is None                       # no ETA before a timed cell finished
+        clock.t += 2.15
+        obs(ev.CellTimed(H100_SWEEP[0]))
+        assert obs.eta_s() is None
+        clock.t += 9.3
+        obs(ev.CellFinished(result(H100_SWEEP[0], wall=9.3)))
+        eta, true = obs.eta_s(), sum(H100_TRUE_REST_S)
+    print(f"ETA {eta:.0f} s for a true remainder of {true:.0f} s")
+    assert eta is not None and true / 2 <= eta <= 2 * true, (eta, true)
+    assert obs.loads == [268.0] and not obs.groups_left    # the one load, seen and done
+
+
+def test_the_cpu_weights_would_have_missed_it_by_far():
+    """The same replay weighed as CPU cells (the old behaviour on a GPU): the ETA is off by more
+    than 10x, which is why the weights depend on the kind of device."""
+    w = [cell_weight(c, "cpu") for c in H100_SWEEP]
+    old = sum(w[1:]) / w[0] * 11.45
+    assert old > 10 * sum(H100_TRUE_REST_S)
+
+
+def test_warm_up_and_load_are_left_out_of_the_timed_rate():
+    cells = [cell(1, 128), cell(1, 128, o=128), Cell(model="tinyllama-1.1b", engine="llama.cpp", dtype="f16",
+                                                       batch=1, input_len=128, output_len=64)]
+    buf = io.StringIO()
+    clock = Clock()
+    obs = SweepProgress(cells, Console(file=buf, width=200, force_terminal=False), clock=clock)
+    g1 = SimpleNamespace(label=lambda: "smollm2-135m on llama.cpp (f16)",
+                         key=lambda: ("smollm2-135m", "llama.cpp", "f16", 1))
+    with obs:
+        obs(ev.GroupLoading(g1))
+        assert "(model load)" in obs.progress.tasks[0].description
+        clock.t += 50.0                                   # load: 50 s
+        obs(ev.CellStarted(cells[0]))
+        assert obs.progress.tasks[0].description.endswith(": warm-up")
+        clock.t += 4.0                                    # warm-up: 4 s
+        obs(ev.CellTimed(cells[0]))
+        assert obs.progress.tasks[0].description.endswith(": timed")
+        clock.t += 6.0                                    # timed part: 6 s
+        obs(ev.CellFinished(result(cells[0])))
+        from infbench.cli.progress import timed_weight, warmup_weight
+        rate = 6.0 / timed_weight(cells[0])
+        warm_rate = 4.0 / warmup_weight(cells[0])
+        expect = (timed_weight(cells[1]) + timed_weight(cells[2])) * rate \
+            + (warmup_weight(cells[1]) + warmup_weight(cells[2])) * warm_rate + 50.0   # one more model to load
+        assert obs.eta_s() == pytest.approx(expect)
+
+
+def test_predicted_cells_are_named_predicted_not_failed():
+    """Issue 33, item 7: an adaptive sweep's predicted cell is a prediction, never a failure."""
+    c = cell(4, 512)
+    r = CellResult(cell_id=c.cell_id(DEV), spec_hash=c.spec_hash(), cell=c, device=DEV, status="predicted",
+                   metrics={"e2e_s": {"p50": 3.2}, "predicted": True}, started_at=0.0, finished_at=0.0)
+    line = cell_line(r, 2, 4)
+    assert "predicted" in line and "failed" not in line and "3.20 s" in line
+    buf = io.StringIO()
+    with SweepProgress([c], Console(file=buf, width=200, force_terminal=False)) as obs:
+        obs(ev.CellFinished(r))
+    assert "predicted" in buf.getvalue() and "failed" not in buf.getvalue()
+    assert obs.eta_s() is None                            # a prediction took no time: no rate from it

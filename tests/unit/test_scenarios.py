@@ -51,7 +51,7 @@ def test_sweep_stores_each_cell_once_then_resumes(fpm, cpu, store):
     rows = store.results(all_attempts=True)
     assert sorted(r["cell_id"] for r in rows) == sorted(c.cell_id(cpu) for c in p.cells)
     assert all(r["engine"]["device_proof"]["device"] == "cpu" for r in rows)       # proven by the session
-    assert [type(e).__name__ for e in seen.events][:3] == ["GroupLoading", "CellStarted", "CellFinished"]
+    assert [type(e).__name__ for e in seen.events][:4] == ["GroupLoading", "CellStarted", "CellTimed", "CellFinished"]
     again = _run(fpm, p, store)                                                   # resume: nothing left
     assert not again.ok and len(again.skipped) == 3
     forced = _run(fpm, p, store, force=True)

@@ -8,11 +8,26 @@
   results went and the three commands that look at them (``results``, ``report``,
   ``compare``), each as it works on this install.
 
-The ETA weighs cells by their expected cost, not their count: a cell of batch 8 and 512
-prompt tokens takes about ten times one of batch 1 and 128 tokens. :func:`cell_weight`
-gives the relative cost; the seconds per unit of weight are measured as the sweep goes
-(the time since the first cell started, model loads included, over the weight finished),
-so the ETA is the weight still to run times that rate, counted down between events.
+The ETA weighs cells by their expected cost, not their count: on a CPU a cell of batch 8
+and 512 prompt tokens takes about ten times one of batch 1 and 128 tokens, while on an
+accelerator a decode step costs nearly the same at batch 1 and 64. :func:`cell_weight`
+gives the relative cost of a cell's timed part and of its warm-up on the run's kind of
+device. Three phases are timed apart, from the run's events:
+
+* **model load** (:class:`~infbench.data.events.GroupLoading` to the group's first cell):
+  shown as ``loading ...``; never part of a rate; each group still to load adds the mean
+  load seen so far;
+* **warm-up** (:class:`~infbench.data.events.CellStarted` to
+  :class:`~infbench.data.events.CellTimed`): shown as ``warm-up``; its own rate;
+* **timed part** (:class:`~infbench.data.events.CellTimed` to
+  :class:`~infbench.data.events.CellFinished`): the rate of seconds per unit of weight.
+
+No ETA is shown before one measured cell has finished; then the ETA is the timed weight
+still to run times the timed rate, plus the warm-up weight times the warm-up rate, plus the
+loads, counted down between events. (Where no ``CellTimed`` arrives, the warm-up counts
+with its cell.) On the first H100 run the old rate, which divided the time since the start,
+a 268 s model load included, by the first cell's weight, printed ``ETA 27:59:08`` for a
+sweep that had minutes left (``tests/unit/test_progress.py`` replays it).
 """
 
 from __future__ import annotations
@@ -43,14 +58,22 @@ if TYPE_CHECKING:
 #: wrong ratio only slows the ETA's convergence, since the rate itself is measured.
 PREFILL_TOKEN_COST = 0.24
 BATCH_SEQUENCE_COST = 0.49
+#: The same costs on an accelerator, read off the first H100 run (transformers, Llama-3-8B,
+#: docs/hardware-runs.md): a decode step took the same time at batch 1, 16 and 64 (TPOT
+#: 61-83 ms, bound by the host's per-step work), and the prefill of 64 x 1024 tokens took
+#: 1.9 s, about 28 steps, so ~0.0004 step per prompt token. Rounded up; only ratios matter.
+ACCEL_PREFILL_TOKEN_COST = 0.0005
+ACCEL_BATCH_SEQUENCE_COST = 0.005
 
 
-def cell_weight(cell: Any) -> float:
-    """The expected cost of measuring ``cell`` (a :class:`~infbench.schema.Cell`), in units of
-    a decode step's fixed cost: ``output_len x (1 + 0.49 x batch) + 0.24 x batch x input_len``
-    for the timed pass, plus its warm-up passes (full prompt, 2 output tokens each). A
-    serving-mode cell counts its requests (``num_requests``, else 64) in rounds of its
-    concurrency (``batch``, ``concurrency``, else 16)."""
+def _costs(device_kind: str) -> tuple[float, float]:
+    if device_kind == "cpu":
+        return PREFILL_TOKEN_COST, BATCH_SEQUENCE_COST
+    return ACCEL_PREFILL_TOKEN_COST, ACCEL_BATCH_SEQUENCE_COST
+
+
+def _pass_weight(cell: Any, out_len: int, device_kind: str) -> float:
+    prefill, per_seq = _costs(device_kind)
     load = getattr(cell, "load", None)
     if load is None or load.mode == "batch":
         n, par = cell.batch, cell.batch
@@ -58,11 +81,32 @@ def cell_weight(cell: Any) -> float:
         n = load.num_requests or 64
         par = max(1, min(n, load.concurrency or 16))
     rounds = max(1.0, n / par)
+    return rounds * (out_len * (1 + per_seq * par) + prefill * par * cell.input_len)
 
-    def one(out_len: int) -> float:
-        return rounds * (out_len * (1 + BATCH_SEQUENCE_COST * par) + PREFILL_TOKEN_COST * par * cell.input_len)
 
-    return one(cell.output_len) + (cell.warmup or 0) * one(2)
+def timed_weight(cell: Any, device_kind: str = "cpu") -> float:
+    """The expected cost of ``cell``'s timed part, in units of a decode step's fixed cost:
+    ``output_len x (1 + s x batch) + p x batch x input_len`` with (p, s) = (0.24, 0.49) on a
+    CPU and (0.0005, 0.005) on an accelerator (see the constants). A serving-mode cell counts
+    its requests (``num_requests``, else 64) in rounds of its concurrency (``batch``,
+    ``concurrency``, else 16)."""
+    return _pass_weight(cell, cell.output_len, device_kind)
+
+
+def warmup_weight(cell: Any, device_kind: str = "cpu") -> float:
+    """The expected cost of ``cell``'s warm-up passes (full prompt, 2 output tokens each), in
+    the units of :func:`timed_weight`."""
+    return (cell.warmup or 0) * _pass_weight(cell, min(2, cell.output_len), device_kind)
+
+
+def cell_weight(cell: Any, device_kind: str = "cpu") -> float:
+    """The expected cost of measuring ``cell`` (a :class:`~infbench.schema.Cell`): its timed part
+    plus its warm-up (:func:`timed_weight` + :func:`warmup_weight`)."""
+    return timed_weight(cell, device_kind) + warmup_weight(cell, device_kind)
+
+
+def _group_key(cell: Any) -> tuple[Any, ...]:
+    return (cell.model, cell.engine, cell.dtype, getattr(cell, "tensor_parallel_size", 1))
 
 
 def fmt_duration(s: float) -> str:
@@ -100,21 +144,36 @@ class SweepProgress:
         console: where the bar and the lines go (stderr: stdout keeps ``--json``).
         disable: no bar and no lines (``--json``).
         clock: ``time.monotonic`` (tests pass their own).
+        device_kind: the run's kind of device (``cpu``, ``gpu``...), for the cells' weights.
 
     The bar advances by each cell's :func:`cell_weight` when it finishes or is skipped;
     beside it, the cells done of all. Each finished cell prints ``ok``/``failed``, its label, E2E p50,
     TTFT p50, output tok/s and the time the harness spent on it (or the error).
     """
 
-    def __init__(self, cells: list[Any], console: Console, disable: bool = False, clock: Any = time.monotonic):
-        self.clock, self.disabled = clock, disable
-        self.weights = {id(c): cell_weight(c) for c in cells}
+    def __init__(self, cells: list[Any], console: Console, disable: bool = False, clock: Any = time.monotonic,
+                 device_kind: str = "cpu"):
+        self.clock, self.disabled, self.kind = clock, disable, device_kind
+        self.weights = {id(c): cell_weight(c, device_kind) for c in cells}
         self.total = sum(self.weights.values()) or 1.0
         self.n = len(cells)
-        self.done_weight = 0.0      # finished by measuring (the ETA's rate)
+        self.done_weight = 0.0      # finished (measured or failed): the bar
         self.skipped_weight = 0.0   # skipped: already stored, no time spent
         self.count = 0
         self.started: float | None = None
+        # the ETA's three phases (module doc)
+        self.timed_left = sum(timed_weight(c, device_kind) for c in cells)
+        self.warm_left = sum(warmup_weight(c, device_kind) for c in cells)
+        self.timed_s = self.timed_w = 0.0      # seconds and weight of finished timed parts
+        self.warm_s = self.warm_w = 0.0        # ... of finished warm-ups
+        self.loads: list[float] = []           # seconds of each model load seen
+        self._group_cells: dict[tuple[Any, ...], int] = {}
+        for c in cells:
+            self._group_cells[_group_key(c)] = self._group_cells.get(_group_key(c), 0) + 1
+        self.groups_left = set(self._group_cells)   # groups whose model is still to load
+        self._loading_since: float | None = None
+        self._cell_since: float | None = None
+        self._timed_since: float | None = None
         self.progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                                  TextColumn(f"{{task.fields[cells]}}/{self.n} cells"), TimeElapsedColumn(),
                                  EtaColumn(), console=console, disable=disable)
@@ -130,15 +189,18 @@ class SweepProgress:
 
     def weight(self, cell: Any) -> float:
         """The planned weight of ``cell`` (matched by spec hash; computed when not planned)."""
-        return self._by_key.get(self._key(cell)) or cell_weight(cell)
+        return self._by_key.get(self._key(cell)) or cell_weight(cell, self.kind)
 
     def eta_s(self) -> float | None:
-        """Seconds left: the weight not yet finished x the measured seconds per weight, or
-        None before the first measured cell finished."""
-        if self.started is None or self.done_weight <= 0:
+        """Seconds left (module doc): timed weight left x the timed rate + warm-up weight left x
+        the warm-up rate + the loads left x the mean load; None before the first measured
+        cell finished."""
+        if self.timed_w <= 0:
             return None
-        rate = (self.clock() - self.started) / self.done_weight
-        return max(0.0, (self.total - self.done_weight - self.skipped_weight) * rate)
+        rate = self.timed_s / self.timed_w
+        warm_rate = self.warm_s / self.warm_w if self.warm_w > 0 else rate
+        load = sum(self.loads) / len(self.loads) if self.loads else 0.0
+        return max(0.0, self.timed_left * rate + self.warm_left * warm_rate + len(self.groups_left) * load)
 
     def __enter__(self) -> SweepProgress:
         self.progress.__enter__()
@@ -149,6 +211,25 @@ class SweepProgress:
 
     def _advance(self, cell: Any, measured: bool) -> None:
         w = self.weight(cell)
+        tw, ww = timed_weight(cell, self.kind), warmup_weight(cell, self.kind)
+        self.timed_left = max(0.0, self.timed_left - tw)
+        self.warm_left = max(0.0, self.warm_left - ww)
+        now = self.clock()
+        if measured and self._cell_since is not None:
+            if self._timed_since is not None:   # the warm-up and the timed part apart
+                self.warm_s += self._timed_since - self._cell_since
+                self.warm_w += ww
+                self.timed_s += now - self._timed_since
+                self.timed_w += tw
+            else:                                # no CellTimed: the cell as a whole
+                self.timed_s += now - self._cell_since
+                self.timed_w += tw + ww
+        self._cell_since = self._timed_since = None
+        g = _group_key(cell)
+        if g in self._group_cells:
+            self._group_cells[g] -= 1
+            if self._group_cells[g] <= 0:       # nothing left to measure with that model
+                self.groups_left.discard(g)
         if measured:
             self.done_weight += w
         else:
@@ -172,19 +253,32 @@ class SweepProgress:
             return
         p = self.progress
         where = f" on {event.node}" if getattr(event, "node", None) else ""
+        now = self.clock()
         if isinstance(event, (ev.GroupLoading, ev.CellStarted)) and self.started is None:
-            self.started = self.clock()
+            self.started = now
         if isinstance(event, ev.GroupLoading):
-            p.update(self.task, description=f"loading {escape(event.group.label())}{where}")
+            self._loading_since = now
+            key = getattr(event.group, "key", None)
+            if callable(key):
+                self.groups_left.discard(key())
+            p.update(self.task, description=f"loading {escape(event.group.label())}{where} (model load)")
         elif isinstance(event, ev.CellStarted):
-            p.update(self.task, description=f"[{self.count + 1}/{self.n}] {escape(event.cell.label())}{where}")
+            if self._loading_since is not None:
+                self.loads.append(now - self._loading_since)
+                self._loading_since = None
+            self.groups_left.discard(_group_key(event.cell))
+            self._cell_since, self._timed_since = now, None
+            p.update(self.task, description=f"[{self.count + 1}/{self.n}] {escape(event.cell.label())}{where}: warm-up")
+        elif isinstance(event, ev.CellTimed):
+            self._timed_since = now
+            p.update(self.task, description=f"[{self.count + 1}/{self.n}] {escape(event.cell.label())}{where}: timed")
         elif isinstance(event, ev.CellSkipped):
             self._advance(event.cell, measured=False)
             why = event.reason or "already stored ok (--force measures it again)"
             p.console.print(f"[dim]skipped[/] {escape(printable(event.cell.label()))}: {escape(printable(why))}")
         elif isinstance(event, ev.CellFinished):
             r = event.result
-            self._advance(r.cell, measured=True)
+            self._advance(r.cell, measured=r.status != "predicted")  # a predicted cell took no time
             p.console.print(cell_line(r, self.count, self.n) + where)
         else:
             print_side_event(p.console, event)
@@ -194,6 +288,10 @@ def cell_line(r: Any, i: int, n: int) -> str:
     """One finished cell as a rich-markup line: ``[3/6] ok smollm2-135m llama.cpp f16 b4 i128 o64:
     E2E p50 2.54 s, TTFT p50 803 ms, 100.7 out tok/s (5.1 s)``, or its error."""
     label = escape(printable(r.cell.label()))
+    if r.status == "predicted":
+        e2e = ((r.metrics or {}).get(M.E2E.key) or {}).get("p50")
+        fig = f": E2E p50 {e2e:.2f} s" if e2e is not None else ""
+        return f"[{i}/{n}] [cyan]predicted[/] {label}{fig} (not measured)"
     if r.status != "ok":
         return f"[{i}/{n}] [red]failed[/] {label}: {escape(printable(r.error or '?'))}"
     m = r.metrics or {}

@@ -1,7 +1,7 @@
 """Typed events of a run, sent by every executor to the run's observer.
 
 An executor reports what happens as it happens: a group's model is loading, a cell
-started, a cell finished (stored ok or failed), a cell was skipped (already stored ok),
+started, its warm-up ended, a cell finished (stored ok or failed), a cell was skipped (already stored ok),
 a perplexity measurement started, progressed or finished, a node was lost (Ray), a note
 for the user (e.g. a privileged container), a log line of a worker that is not an event.
 The command line turns them into a progress bar; a worker turns them into its stderr
@@ -32,6 +32,15 @@ class GroupLoading:
 @dataclass(frozen=True)
 class CellStarted:
     """``cell`` is being measured (warm-up included)."""
+
+    cell: Cell
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class CellTimed:
+    """``cell``'s warm-up is done and its timed part begins (sent by the engine session; the
+    progress display shows the warm-up as a phase of its own and leaves it out of its rate)."""
 
     cell: Cell
     node: str | None = None
@@ -104,7 +113,7 @@ class LogLine:
     node: str | None = None
 
 
-RunEvent = Union[GroupLoading, CellStarted, CellFinished, CellSkipped, ScoreStarted, ScoreProgress,  # noqa: UP007
+RunEvent = Union[GroupLoading, CellStarted, CellTimed, CellFinished, CellSkipped, ScoreStarted, ScoreProgress,  # noqa: UP007
                  ScoreFinished, NodeLost, Note, LogLine]
 #: What an executor calls with each event; must return quickly and never raise.
 Observer = Callable[[RunEvent], None]

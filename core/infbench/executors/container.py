@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.data.events import CellStarted, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
+from infbench.data.events import CellStarted, CellTimed, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
 from infbench.data.paths import default_home
 from infbench.data.plan import Plan
 from infbench.data.quality import PerplexityResult
@@ -232,6 +232,7 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
             scenario.accept(part, r)
 
     ended = None
+    running: Cell | None = None
     events = follow_worker(handle, job, stall_s)
     try:
         for kind, payload in events:
@@ -241,6 +242,9 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
                 ctx.observer(GroupLoading(groups[payload]))
             elif kind == "cell" and payload[1] is not None:
                 ctx.observer(CellStarted(payload[1]))
+                running = payload[1]
+            elif kind == "timed" and running is not None and running.spec_hash() == payload:
+                ctx.observer(CellTimed(running))
             elif kind == "score":
                 ctx.observer(ScoreStarted(payload[1], payload[0]))
             elif kind in ("result", "quality"):

@@ -7,6 +7,7 @@ from infbench.data.events import (
     CellFinished,
     CellSkipped,
     CellStarted,
+    CellTimed,
     Collector,
     GroupLoading,
     LogLine,
@@ -20,5 +21,6 @@ from infbench.data.events import (
     ignore,
 )
 
-__all__ = ["CellFinished", "CellSkipped", "CellStarted", "Collector", "GroupLoading", "LogLine", "NodeLost", "Note",
+__all__ = ["CellFinished", "CellSkipped", "CellStarted", "CellTimed", "Collector",
+            "GroupLoading", "LogLine", "NodeLost", "Note",
            "Observer", "RunEvent", "ScoreFinished", "ScoreProgress", "ScoreStarted", "ignore"]

@@ -155,7 +155,8 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
 
     Yields:
         ``(kind, payload)``: ``("loading", group label)``, ``("cell", (spec_hash, Cell or
-        None))``, ``("result", CellResult)`` (each finished cell as its ``done`` line
+        None))``, ``("timed", spec_hash)`` (its warm-up done), ``("result", CellResult)``
+        (each finished cell as its ``done`` line
         appears), ``("score", (quality key, label))``, ``("quality", PerplexityResult)``,
         ``("log", line)`` for a line that is not an event, and last ``("exit", WorkerExit)``.
 
@@ -218,6 +219,8 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
                     h, cell = _cell_of(rest)
                     running = cell
                     yield "cell", (h, cell)
+                elif kind == "timed":
+                    yield "timed", rest.strip()
                 elif kind in ("done", "scored"):
                     yield from results()
                     running = None

@@ -52,7 +52,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from infbench.data.events import CellStarted, GroupLoading, NodeLost, Note, Observer, ScoreStarted, ignore
+from infbench.data.events import CellStarted, CellTimed, GroupLoading, NodeLost, Note, Observer, ScoreStarted, ignore
 from infbench.data.plan import Plan
 from infbench.data.quality import PerplexityResult
 from infbench.data.run import RunOptions, RunSummary
@@ -634,6 +634,10 @@ class RayExecutor:
                 self._progress(t, cell)
                 if cell is not None:
                     observer(CellStarted(cell, where))
+            elif e == "timed":
+                if t.running is not None and not isinstance(t.running, str) \
+                        and t.running.spec_hash() == ev.get("spec_hash"):
+                    observer(CellTimed(t.running, where))
             elif e == "score":
                 t.running = ev["key"]
                 observer(ScoreStarted(ev.get("label", ""), ev["key"], where))

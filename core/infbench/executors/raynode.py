@@ -160,7 +160,8 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
     Yields:
         ``{"event": "node", "node_id", "hostname", "pid", "job"}`` first; then
         ``{"event": "loading", "group": label}``, ``{"event": "cell", "spec_hash": h,
-        "cell": <Cell JSON or None>}``, ``{"event": "result", "result": <CellResult JSON>}``
+        "cell": <Cell JSON or None>}``, ``{"event": "timed", "spec_hash": h}`` (its warm-up done),
+        ``{"event": "result", "result": <CellResult JSON>}``
         (each finished cell, read from ``cells.jsonl`` as soon as its ``done`` line
         appears), ``{"event": "score", "key", "label"}``, ``{"event": "quality", "result":
         <PerplexityResult JSON>}``; and last either ``{"event": "refused", "error": why}``
@@ -209,6 +210,8 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
         elif kind == "cell":
             yield {"event": "cell", "spec_hash": payload[0],
                    "cell": payload[1].model_dump_json() if payload[1] is not None else None}
+        elif kind == "timed":
+            yield {"event": "timed", "spec_hash": payload}
         elif kind == "result":
             yield {"event": "result", "result": payload.model_dump_json()}
         elif kind == "score":
