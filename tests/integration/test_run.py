@@ -20,26 +20,51 @@ def run_plan(plan, store, pm, prov, opts=None):
 
 
 class FaultyLlama(LlamaCppEngine):
-    """The real llama.cpp engine, with a fault injected on one batch size."""
+    """The real llama.cpp engine, with a fault injected on one batch size, or at start.
+
+    The class attributes are the test's settings; the launcher copies them onto each adapter,
+    since the adapter runs in a process of its own (infbench.engines.process), which receives
+    the instance, not this module's state."""
 
     fail_batch: int | None = None
     fault: type[BaseException] = MemoryError
-    stopped = 0
+    start_error: str | None = None
+
+    def start(self, group):
+        if self.start_error:
+            raise RuntimeError(self.start_error)
+        super().start(group)
 
     def run(self, cell, prompts, deadline_ns=None):
         if cell.batch == self.fail_batch and cell.output_len > 2:  # not during warm-up
             raise self.fault("injected")
         return super().run(cell, prompts, deadline_ns)
 
-    def stop(self):
-        FaultyLlama.stopped += 1
-        super().stop()
-
 
 class Launcher:
     @hookimpl
     def infbench_launch_engine(self, engine, device, options):
-        return FaultyLlama(device, options) if engine == "llama.cpp" else None
+        if engine != "llama.cpp":
+            return None
+        e = FaultyLlama(device, options)
+        e.fail_batch, e.fault, e.start_error = FaultyLlama.fail_batch, FaultyLlama.fault, FaultyLlama.start_error
+        return e
+
+
+def engine_processes():
+    """The engine processes (python -m infbench.engines.process) this test process still has."""
+    import os
+
+    import psutil
+
+    out = []
+    for p in psutil.Process(os.getpid()).children(recursive=True):
+        try:
+            if "infbench.engines.process" in " ".join(p.cmdline()):
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
 
 
 def setup(pm, tmp_path, batches=(1, 2, 3)):
@@ -68,11 +93,10 @@ def test_failed_cell_is_stored_and_sweep_goes_on(pm, tmp_path):
 
 def test_interrupt_keeps_finished_cells_and_resumes(pm, tmp_path):
     FaultyLlama.fail_batch, FaultyLlama.fault = 2, KeyboardInterrupt
-    FaultyLlama.stopped = 0
     p, store, prov = setup(pm, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         run_plan(p, store, pm, prov)
-    assert FaultyLlama.stopped == 1                       # engine freed on Ctrl-C
+    assert engine_processes() == []                       # engine freed on Ctrl-C: its process ended
     assert [r["spec"]["batch"] for r in store.results()] == [1]
     assert store.runs()[0]["status"] == "interrupted"
     FaultyLlama.fail_batch = None
@@ -82,11 +106,7 @@ def test_interrupt_keeps_finished_cells_and_resumes(pm, tmp_path):
 
 def test_engine_start_failure_fails_the_group(pm, tmp_path, monkeypatch):
     FaultyLlama.fail_batch = None
-
-    def broken_start(self, group):
-        raise RuntimeError("cannot load model")
-
-    monkeypatch.setattr(FaultyLlama, "start", broken_start)
+    monkeypatch.setattr(FaultyLlama, "start_error", "cannot load model")
     p, store, prov = setup(pm, tmp_path, batches=(1, 2))
     s = run_plan(p, store, pm, prov)
     assert len(s.failed) == 2 and not s.ok

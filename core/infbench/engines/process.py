@@ -231,7 +231,12 @@ class EngineProcess(Engine):
             self._kill("was stopped by an interrupt")
             raise
         except (EOFError, OSError) as exc:
-            code = self.proc.poll() if self.proc is not None else None
+            code = None
+            if self.proc is not None:  # the socket closes as the process dies: give it a moment to be reaped
+                try:
+                    code = self.proc.wait(2.0)
+                except subprocess.TimeoutExpired:
+                    code = None
             self._kill(f"{_describe_exit(code)} during {op}" if code is not None else f"lost its connection ({exc})")
             raise EngineProcessError(f"the {self.name} engine process {self.dead}") from None
 
@@ -274,7 +279,9 @@ class EngineProcess(Engine):
     def score(self, req: Any, res: Any, on_chunks: Callable[[int], None] | None = None) -> Any:
         """:func:`infbench.quality.perplexity.score_loaded` run in the engine process; the
         filled ``res`` comes back (``on_chunks`` is called here with the chunk count)."""
-        return self._call("score", req, res, on_progress=on_chunks)
+        res = self._call("score", req, res, on_progress=on_chunks)
+        res.engine_info = {**(res.engine_info or {}), "device_proof": self.device_proof, "engine_process": "own process"}
+        return res
 
     def describe(self) -> dict[str, Any]:
         """The adapter's description (made in the engine process), with ``engine_process``:
@@ -375,7 +382,9 @@ def _serve(conn: Connection) -> None:
                 value = getattr(engine, op)(*args)
             else:
                 raise EngineProcessError(f"unknown engine-process operation {op!r}")
-        except Exception as exc:  # noqa: BLE001 - every error goes back to the measuring process
+        except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every error goes back to the measuring process
+            # (a KeyboardInterrupt here was raised by the adapter itself: SIGINT is ignored in this
+            # process; it arrives as one in the measuring process, which then ends this one)
             exc.remote_description = describe_error(exc)  # type: ignore[attr-defined]
             _answer(conn, "error", exc if _pickles(exc) else _RemoteError(exc.remote_description))  # type: ignore[attr-defined]
             continue

@@ -1,0 +1,88 @@
+"""Issue 30: every cell says how much of its time the harness took (measure/harness.py), and is
+flagged when the harness or the serving client may have limited it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from infbench.measure.harness import (
+    CLIENT_SATURATED_CORES,
+    HarnessMonitor,
+    harness_metrics,
+    harness_reasons,
+)
+
+
+def mon(process_cpu_s=0.0, thread_cpu_s=0.0, tree_cpu_s=None, wall_s=1.0, threads=()):
+    m = HarnessMonitor()
+    m.process_cpu_s, m.thread_cpu_s, m.tree_cpu_s, m.wall_s, m.threads = (process_cpu_s, thread_cpu_s, tree_cpu_s,
+                                                                         wall_s, list(threads))
+    return m
+
+
+def test_own_process_share_is_this_process_against_the_engine_process():
+    out = harness_metrics(mon(process_cpu_s=0.02, wall_s=2.0), {"cpu_s": 1.98, "infbench_threads": []}, serving=False)
+    assert out["harness_share"] == pytest.approx(0.01)
+    h = out["harness"]
+    assert h["mode"] == "own process" and h["harness_cores"] == pytest.approx(0.01) and h["engine_cpu_s"] == 1.98
+    assert harness_reasons(out) == []
+
+
+def test_in_process_engine_beside_infbench_threads_is_always_suspect():
+    out = harness_metrics(mon(process_cpu_s=1.0, thread_cpu_s=0.001, threads=["infbench-power"]), None, serving=False)
+    assert out["harness"]["mode"] == "in process" and out["harness_share"] == pytest.approx(0.001)
+    [why] = harness_reasons(out, "gpu")
+    assert "infbench-power" in why and "2.9-3.9x" in why and "--no-engine-process" in why
+    alone = harness_metrics(mon(process_cpu_s=1.0), None, serving=False)   # no thread of ours beside it
+    assert harness_reasons(alone) == []
+
+
+@pytest.mark.parametrize("kind,cores,flagged", [("cpu", 0.05, False), ("cpu", 0.3, True), ("gpu", 0.3, False),
+                                                ("gpu", 1.5, True)])
+def test_a_harness_that_used_the_engines_cores_is_suspect(kind, cores, flagged):
+    out = harness_metrics(mon(process_cpu_s=cores * 2.0, wall_s=2.0), {"cpu_s": 2.0}, serving=False)
+    reasons = harness_reasons(out, kind)
+    assert bool(reasons) is flagged
+    if flagged:
+        assert "infbench itself used" in reasons[0]
+
+
+def test_serving_client_bound_by_its_own_lag_or_a_saturated_thread():
+    base = harness_metrics(mon(process_cpu_s=0.2, tree_cpu_s=1.4, wall_s=1.0), None, serving=True)
+    assert base["harness"]["mode"] == "client" and base["harness"]["engine_cpu_s"] == pytest.approx(1.2)
+    assert base["harness_share"] == pytest.approx(0.2 / 1.4, abs=1e-3)
+    assert harness_reasons({**base, "client": {"behind": []}}) == []
+    lagging = {**base, "client": {"behind": ["event-loop lag p99 9.0 ms > 5 ms (reads waited)"]}}
+    [why] = harness_reasons(lagging)
+    assert why.startswith("client-bound") and "9.0 ms" in why
+    hot = harness_metrics(mon(process_cpu_s=CLIENT_SATURATED_CORES + 0.05, tree_cpu_s=2.0, wall_s=1.0), None,
+                          serving=True)
+    [why] = harness_reasons(hot)
+    assert why.startswith("client-bound") and "saturated" in why
+
+
+def test_remote_server_has_no_engine_cpu_and_no_share():
+    out = harness_metrics(mon(process_cpu_s=0.1, tree_cpu_s=0.1), None, serving=True)
+    assert out["harness"]["engine_cpu_s"] is None and out["harness_share"] is None
+
+
+def test_monitor_reads_the_cpu_of_infbench_threads():
+    stop = threading.Event()
+
+    def busy():
+        while not stop.is_set():
+            sum(range(1000))
+
+    t = threading.Thread(target=busy, name="infbench-test-busy", daemon=True)
+    t.start()
+    m = HarnessMonitor()
+    m.start()
+    time.sleep(0.3)
+    m.stop()
+    stop.set()
+    t.join()
+    assert "infbench-test-busy" in m.threads
+    assert m.thread_cpu_s > 0.02 and m.process_cpu_s >= m.thread_cpu_s and m.wall_s >= 0.3
