@@ -280,7 +280,8 @@ class EngineProcess(Engine):
         """:func:`infbench.quality.perplexity.score_loaded` run in the engine process; the
         filled ``res`` comes back (``on_chunks`` is called here with the chunk count)."""
         res = self._call("score", req, res, on_progress=on_chunks)
-        res.engine_info = {**(res.engine_info or {}), "device_proof": self.device_proof, "engine_process": "own process"}
+        res.engine_info = {**(res.engine_info or {}), "device_proof": self.device_proof,
+                           "engine_process": "own process"}
         return res
 
     def describe(self) -> dict[str, Any]:
