@@ -1,15 +1,31 @@
-"""Benchmark: infbench's own cost around the engine, and the saving from loading a model
-once per group.
+"""Benchmark: infbench against the bare engine, infbench's own cost around the engine, the start-up
+of a large model's dummy weights, and the saving from loading a model once per group.
 
-1. Harness overhead per cell: for real llama.cpp and transformers cells, the time the
-   harness spends outside the engine's compute calls = the cell's measured wall time
+0. **infbench against the bare engine** (issue 30): the same engine calls on the same shapes,
+   timed by a minimal script that imports the engine library and nothing of infbench
+   (``benchmarks/bare/transformers_bare.py``, ``benchmarks/bare/llama_cpp_bare.py``) and by an
+   infbench cell (the engine session's path: the adapter in its own process, power, telemetry,
+   contention and harness monitors running), interleaved round by round (the order rotates),
+   in a regime bound by the host's per-step overhead (small models, short prompts). A third arm
+   measures the cell with ``--no-engine-process`` (the adapter beside infbench's threads, as on
+   the first H100 run). Per shape: the medians of E2E and TPOT over the rounds and the ratios to
+   the bare engine's. Target: infbench within 3 % of the bare engine, per cell.
+   ``--gpu`` runs it on the first NVIDIA GPU detected: transformers, Llama-3-8B bf16, b1/b16, 128/128.
+0b. **Start-up of dummy weights**: the seconds from launching the engine to a proven engine
+   (``EngineSession.start``'s path) for tinyllama-1.1b (bf16) and for tiny-random-llama; the
+   difference against a bare no-initialisation build of tinyllama (and Hugging Face's own
+   initialisation, the old way). Target: the difference within the bare build + 3 s.
+1. Harness overhead per cell: for real llama.cpp and transformers cells (the adapter in its
+   own process, as the engine session runs it), the time the harness spends outside the
+   engine's compute calls = the cell's measured wall time
    (``CellResult.wall_s``: from after the warm-up to the derived metrics; power, telemetry
    and contention monitors started and stopped inside it) - engine time, plus the SQLite
    write of the cell with all its raw records. Prompt synthesis and the warm-up come
    before that interval and are not counted. ``engine_s`` is the time inside
    ``llama_decode`` + greedy argmax (llama.cpp) or inside ``generate()`` (transformers).
 2. Load once per group: N cells of one model run with one ``start()`` versus a
-   ``start()``/``stop()`` per cell; the ratio of total times is the saving.
+   ``start()``/``stop()`` per cell (each start a new engine process); the ratio of total times
+   is the saving.
 
 Ratios are compared within one run (the machine is shared and noisy). Run it under the
 shared lock:
@@ -24,11 +40,15 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from infbench.engines.device_proof import start_on_device
 from infbench.engines.launch import launch
+from infbench.engines.process import EngineProcess
 from infbench.measure.cell import measure_cell
 from infbench.measure.contention import wait_for_quiet
 from infbench.measure.power import device_power_sampler as power_sampler
@@ -45,8 +65,7 @@ def overhead(engine_name: str, model: str, dtype: str, cells: list[tuple[int, in
     pm = build_plugin_manager()
     dev = cpu_device()
     g = Group(resolve(model), engine_name, dtype, 1)
-    eng = launch(pm, engine_name, dev, {})
-    eng.start(g)
+    eng = _started(pm, dev, g, True, {})  # as the engine session runs it: in its own process
     sampler = power_sampler(pm, dev)
     store = Store(Path(tempfile.mkdtemp()) / "bench.db")
     run_id = store.begin_run({})
@@ -77,6 +96,156 @@ def overhead(engine_name: str, model: str, dtype: str, cells: list[tuple[int, in
     return rows
 
 
+BARE = Path(__file__).parent / "bare"
+
+
+class Bare:
+    """A bare-engine script (benchmarks/bare/) kept running: one JSON request per line in, one out."""
+
+    def __init__(self, argv: list[str]):
+        self.proc = subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready = json.loads(self.proc.stdout.readline())
+        assert ready.get("ready"), ready
+
+    def run(self, b: int, i: int, o: int, warmup: int = 1) -> dict:
+        self.proc.stdin.write(json.dumps({"batch": b, "input_len": i, "output_len": o, "warmup": warmup}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+def _device(pm, gpu: bool):
+    if not gpu:
+        return cpu_device()
+    from infbench.detect import detect
+
+    devs = [d for d in detect(pm).devices if d.vendor == "nvidia"]
+    if not devs:
+        raise SystemExit("--gpu: no NVIDIA GPU detected")
+    return devs[0]
+
+
+def _started(pm, dev, g: Group, isolated: bool, opts: dict):
+    from infbench.engines.availability import device_backends
+
+    eng = launch(pm, g.engine, dev, opts)
+    if isolated:
+        eng = EngineProcess(eng)
+    start_on_device(eng, g, device_backends(pm, dev))
+    return eng
+
+
+def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tuple[int, int, int]], rounds: int,
+                     gpu: bool = False) -> list[dict]:
+    """The comparison of item 0 for one engine and model: per shape, the medians of E2E and TPOT
+    (s) of the bare engine, of the infbench cell and of the cell with --no-engine-process."""
+    from infbench.libs.llama import default_threads
+
+    pm = build_plugin_manager()
+    dev = _device(pm, gpu)
+    g = Group(resolve(model), engine_name, dtype, 1)
+    threads = default_threads()
+    opts = {"n_threads": threads} if engine_name == "llama.cpp" else {}
+    iso = _started(pm, dev, g, True, opts)
+    inproc = _started(pm, dev, g, False, opts)
+    if engine_name == "llama.cpp":
+        bare = Bare([str(BARE / "llama_cpp_bare.py"), "--gguf", inproc.model_file, "--threads", str(threads)])
+    else:
+        torch_dev = "cuda" if gpu else "cpu"
+        bare = Bare([str(BARE / "transformers_bare.py"), "--config", json.dumps(g.model.config), "--dtype", dtype,
+                     "--device", torch_dev])
+    sampler = power_sampler(pm, dev)
+    rows = []
+    try:
+        for b, i, o in shapes:
+            c = Cell(model=g.model.name, engine=engine_name, dtype=dtype, batch=b, input_len=i, output_len=o)
+            arms: dict[str, list[dict]] = {"bare": [], "infbench": [], "in_process": []}
+
+            def cell_of(eng, c=c):
+                r = measure_cell(eng, g, c, dev, sampler, RunOptions())
+                assert r.status == "ok", r.error
+                m = r.metrics
+                return {"e2e_s": m["e2e_s"]["p50"], "ttft_s": m["ttft_s"]["p50"], "tpot_s": m["tpot_s"]["p50"],
+                        "harness_share": m.get("harness_share"),
+                        "other_cpu_cores": (m.get("contention") or {}).get("other_cpu_cores"),
+                        "suspect": m.get("suspect")}
+
+            run = {"bare": lambda b=b, i=i, o=o: bare.run(b, i, o), "infbench": lambda: cell_of(iso),
+                   "in_process": lambda: cell_of(inproc)}
+            order = list(run)
+            for k in range(rounds):
+                wait_for_quiet(10)
+                for arm in order[k % 3:] + order[:k % 3]:  # rotate who goes first
+                    arms[arm].append(run[arm]())
+
+            def med(arm, key, arms=arms):
+                vals = [x[key] for x in arms[arm] if x.get(key) is not None]
+                return statistics.median(vals) if vals else None
+
+            row = {"engine": engine_name, "model": model, "dtype": dtype, "device": dev.model, "batch": b,
+                   "input_len": i, "output_len": o, "rounds": rounds}
+            for arm in arms:
+                row[arm] = {"e2e_s": med(arm, "e2e_s"), "ttft_s": med(arm, "ttft_s"), "tpot_s": med(arm, "tpot_s")}
+            row["ratio_e2e"] = row["infbench"]["e2e_s"] / row["bare"]["e2e_s"]
+            row["ratio_tpot"] = row["infbench"]["tpot_s"] / row["bare"]["tpot_s"]
+            row["ratio_e2e_in_process"] = row["in_process"]["e2e_s"] / row["bare"]["e2e_s"]
+            row["ratio_tpot_in_process"] = row["in_process"]["tpot_s"] / row["bare"]["tpot_s"]
+            row["harness_share"] = med("infbench", "harness_share")
+            row["other_cpu_cores"] = med("infbench", "other_cpu_cores")
+            row["within_3pct"] = abs(row["ratio_e2e"] - 1) <= 0.03 and abs(row["ratio_tpot"] - 1) <= 0.03
+            row["runs"] = arms
+            rows.append(row)
+            print(f"{engine_name} {model} b{b} i{i} o{o}: infbench/bare E2E {row['ratio_e2e']:.3f} TPOT "
+                  f"{row['ratio_tpot']:.3f}; in-process {row['ratio_e2e_in_process']:.3f}", flush=True)
+    finally:
+        bare.close()
+        iso.stop()
+        inproc.stop()
+        sampler.close()
+    return rows
+
+
+def startup(big: str = "tinyllama-1.1b", small: str = "tiny-random-llama", dtype: str = "bfloat16",
+            reps: int = 3) -> dict:
+    """Item 0b: infbench's start-up (launch to a proven engine, in its own process) of ``big``
+    and ``small`` with the transformers engine, and a bare build of ``big`` (import, no-init
+    build, fill, and Hugging Face's initialising build), medians of ``reps``."""
+    pm = build_plugin_manager()
+    dev = cpu_device()
+
+    def infbench_s(model: str) -> float:
+        g = Group(resolve(model), "transformers", dtype, 1)
+        t = time.perf_counter()
+        eng = _started(pm, dev, g, True, {})
+        dt = time.perf_counter() - t
+        eng.stop()
+        return dt
+
+    bare_runs, big_s, small_s = [], [], []
+    for _ in range(reps):
+        wait_for_quiet(10)
+        small_s.append(infbench_s(small))
+        big_s.append(infbench_s(big))
+        out = subprocess.run([sys.executable, str(BARE / "transformers_bare.py"), "--config",
+                              json.dumps(resolve(big).config), "--dtype", dtype, "--build-only", "--with-init"],
+                             capture_output=True, text=True, check=True).stdout
+        bare_runs.append(json.loads(out.strip().splitlines()[-1]))
+    med = statistics.median
+    res = {"model": big, "small": small, "dtype": dtype, "reps": reps,
+           "infbench_startup_s": med(big_s), "infbench_startup_small_s": med(small_s),
+           "extra_s": med(big_s) - med(small_s),
+           "bare_import_s": med(r["import_s"] for r in bare_runs),
+           "bare_build_noinit_s": med(r["build_noinit_s"] for r in bare_runs),
+           "bare_fill_s": med(r["fill_s"] for r in bare_runs),
+           "bare_build_init_s": med(r["build_init_s"] for r in bare_runs)}
+    res["target_s"] = res["bare_build_noinit_s"] + 3.0
+    res["met"] = res["extra_s"] <= res["target_s"]
+    return res
+
+
 def load_once(engine_name: str, model: str, dtype: str, n_cells: int):
     pm = build_plugin_manager()
     dev = cpu_device()
@@ -87,8 +256,7 @@ def load_once(engine_name: str, model: str, dtype: str, n_cells: int):
 
     def one_group():
         t = time.perf_counter()
-        e = launch(pm, engine_name, dev, {})
-        e.start(g)
+        e = _started(pm, dev, g, True, {})
         for c in cells:
             assert measure_cell(e, g, c, dev, sampler, RunOptions()).status == "ok"
         e.stop()
@@ -97,8 +265,7 @@ def load_once(engine_name: str, model: str, dtype: str, n_cells: int):
     def per_cell():
         t = time.perf_counter()
         for c in cells:
-            e = launch(pm, engine_name, dev, {})
-            e.start(g)
+            e = _started(pm, dev, g, True, {})
             assert measure_cell(e, g, c, dev, sampler, RunOptions()).status == "ok"
             e.stop()
         return time.perf_counter() - t
@@ -143,12 +310,44 @@ def render(data: dict, variant: str | None = None) -> str:
         return (f"Machine: {m['cpus']}-core {m['cpu']} {kind} (shared), {m['memory_gib']} GiB, {gpu}, Python "
                 f"{m['python']}, llama-cpp-python {v['llama_cpp_python']},\ntransformers {v['transformers']}, torch "
                 f"{v['torch']}; {m['date']}; medians of {data['reps']} repetitions:")
+    if variant in ("bare", "bare_gpu"):
+        out = ["| engine | model | batch | in | out | bare E2E s | infbench E2E s | infbench / bare E2E | "
+               "infbench / bare TPOT | in-process / bare E2E | harness share | other processes (cores) | "
+               "within 3 % |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+
+        def pct(x: float) -> str:
+            return f"{100 * (x - 1):+.1f} %"
+
+        for r in data[variant]:
+            hs = "-" if r.get("harness_share") is None else f"{100 * r['harness_share']:.2f} %"
+            oc = "-" if r.get("other_cpu_cores") is None else f"{r['other_cpu_cores']:.2f}"
+            out.append(f"| {r['engine']} | {r['model']} | {r['batch']} | {r['input_len']} | {r['output_len']} | "
+                       f"{r['bare']['e2e_s']:.4f} | {r['infbench']['e2e_s']:.4f} | {pct(r['ratio_e2e'])} | "
+                       f"{pct(r['ratio_tpot'])} | {pct(r['ratio_e2e_in_process'])} | {hs} | {oc} | "
+                       f"{'yes' if r['within_3pct'] else 'no'} |")
+        return "\n".join(out)
+    if variant == "startup":
+        u = data["startup"]
+        return "\n".join([
+            "| what | s |", "|---|---:|",
+            f"| infbench start-up, {u['model']} ({u['dtype']}): launch to a proven engine in its own process | "
+            f"{u['infbench_startup_s']:.2f} |",
+            f"| infbench start-up, {u['small']} | {u['infbench_startup_small_s']:.2f} |",
+            f"| **difference** (what the larger model's weights cost) | **{u['extra_s']:.2f}** |",
+            f"| bare no-initialisation build of {u['model']} (`no_init_weights`, memory not touched) | "
+            f"{u['bare_build_noinit_s']:.2f} |",
+            f"| bare fill of its weights with N(0, 0.02) (`normal_`) | {u['bare_fill_s']:.2f} |",
+            f"| bare build with Hugging Face's initialisation (the old way) | {u['bare_build_init_s']:.2f} |",
+            f"| target: difference <= bare no-initialisation build + 3 s = {u['target_s']:.2f} s | "
+            f"{'met' if u['met'] else 'missed'} |"])
     if variant == "load_once":
         out = ["| engine | model | cells | load once per group s | load per cell s | speed-up |",
                "|---|---|---:|---:|---:|---:|"]
         out += [f"| {r['engine']} | {r['model']} | {r['cells']} | {r['load_once_s']:.2f} | "
                 f"{r['load_per_cell_s']:.2f} | {r['speedup']:.2f}x |" for r in data["load_once"]]
         return "\n".join(out)
+    if "overhead" not in data:
+        raise KeyError("overhead")
     out = ["| engine | model | batch | in | out | engine s | harness ms | store write ms | harness / engine | "
            "other processes (cores) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -164,24 +363,52 @@ def render(data: dict, variant: str | None = None) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds of the bare-engine comparison")
+    ap.add_argument("--only", choices=["bare", "startup", "overhead"], default=None,
+                    help="run one part and keep the rest of the JSON file as it is")
+    ap.add_argument("--quick", action="store_true", help="the bare-engine comparison on one shape only "
+                    "(transformers, tiny-random-llama, b1 32/64): scripts/gpu_check.sh on a host without a GPU")
+    ap.add_argument("--gpu", action="store_true", help="the bare-engine comparison on the first NVIDIA GPU: "
+                    "transformers, llama-3-8b bf16, b1/b16, 128/128 (writes bare_gpu)")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "harness_overhead.json",
                     help="write the results as JSON here")
     args = ap.parse_args()
     os.environ.setdefault("INFBENCH_HOME", str(Path(tempfile.gettempdir()) / "infbench-bench"))
-    grid = [(1, 32, 16), (8, 32, 16), (1, 128, 64), (8, 128, 64)]
-    res = {
-        "overhead": overhead("llama.cpp", "tiny-random-llama", "f16", grid, args.reps)
-        + overhead("llama.cpp", "smollm2-135m", "f16", grid[:2] + [(1, 128, 64)], args.reps)
-        + overhead("transformers", "smollm2-135m", "float32", [(1, 32, 16), (8, 32, 16)], args.reps),
-        "load_once": [load_once("llama.cpp", "smollm2-135m", "f16", 6),
-                      load_once("transformers", "smollm2-135m", "float32", 6)],
-    }
-    res["reps"] = args.reps
-    res["machine"] = machine()
-    print(render(res))
-    print(render(res, "load_once"))
+    res = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.gpu:
+        res["bare_gpu"] = bare_vs_infbench("transformers", "llama-3-8b", "bfloat16", [(1, 128, 128), (16, 128, 128)],
+                                           args.rounds, gpu=True)
+        res["machine_gpu"] = machine()
+    if args.quick and not args.gpu:
+        res["bare"] = bare_vs_infbench("transformers", "tiny-random-llama", "float32", [(1, 32, 64)], args.rounds)
+        res["rounds"] = args.rounds
+    elif args.only in (None, "bare") and not args.gpu:
+        shapes = [(1, 32, 64), (8, 32, 64)]
+        res["bare"] = (bare_vs_infbench("transformers", "tiny-random-llama", "float32", shapes, args.rounds)
+                       + bare_vs_infbench("transformers", "smollm2-135m", "float32", shapes, args.rounds)
+                       + bare_vs_infbench("llama.cpp", "tiny-random-llama", "f16", shapes, args.rounds)
+                       + bare_vs_infbench("llama.cpp", "smollm2-135m", "f16", shapes, args.rounds))
+        res["rounds"] = args.rounds
+    if args.only in (None, "startup") and not args.gpu:
+        res["startup"] = startup()
+    if args.only in (None, "overhead") and not args.gpu:
+        grid = [(1, 32, 16), (8, 32, 16), (1, 128, 64), (8, 128, 64)]
+        res["overhead"] = (overhead("llama.cpp", "tiny-random-llama", "f16", grid, args.reps)
+                           + overhead("llama.cpp", "smollm2-135m", "f16", grid[:2] + [(1, 128, 64)], args.reps)
+                           + overhead("transformers", "smollm2-135m", "float32", [(1, 32, 16), (8, 32, 16)], args.reps))
+        res["load_once"] = [load_once("llama.cpp", "smollm2-135m", "f16", 6),
+                            load_once("transformers", "smollm2-135m", "float32", 6)]
+        res["reps"] = args.reps
+    if not args.gpu:
+        res["machine"] = machine()
+    for variant in ("bare", "startup", None, "load_once"):
+        try:
+            print(render(res, variant))
+        except KeyError:
+            pass
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=2) + "\n")
+
 
 if __name__ == "__main__":
     main()

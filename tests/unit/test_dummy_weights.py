@@ -84,3 +84,27 @@ def test_fill_block_repeats_the_block_along_a_tensor():
     assert torch.all(v == 1)
     fill_block(v, "proj.bias", block)
     assert torch.all(v == 0)
+
+
+def test_random_checkpoint_files_use_the_same_fill(tmp_path):
+    """MII's random-weight checkpoint (engines/hf_checkpoint.py): every tensor the model has, at the
+    dtype, 2-D ones ~ N(0, 0.02) from the block fill, norms 1."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from infbench.engines.hf_checkpoint import tensor_specs, write_checkpoint
+
+    m = resolve("tiny-random-llama")
+    out = write_checkpoint(m, "bfloat16", tmp_path / "ckpt")
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    tensors = {}
+    for f in set(index["weight_map"].values()):
+        tensors.update(load_file(str(out / f)))
+    assert {n: tuple(t.shape) for n, t in tensors.items()} == dict(tensor_specs(m))
+    for name, t in tensors.items():
+        assert t.dtype == torch.bfloat16
+        if t.dim() >= 2:
+            assert t.float().std().item() == pytest.approx(INIT_STD, rel=0.15), name
+        elif "norm" in name:
+            assert torch.all(t == 1), name

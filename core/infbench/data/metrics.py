@@ -438,6 +438,8 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "throttle_reasons": "the throttle reasons seen",
     "server_name": "the server recognised by its metric prefix",
     "server_latency_source": "histogram or timings: where server_ttft_s/server_tpot_s came from",
+    "timed_window_epoch_s": "[start, end] of the timed part (first send to last token) on the wall clock "
+                            "(Unix s), for cross-checks with external meters (nvidia-smi, a PDU)",
     "harness": "what infbench itself used during the timed part (measure/harness.py): where the engine ran "
                "(mode), harness and engine CPU seconds, and infbench's threads beside the engine",
     "client": "the serving client's own health (loop and release lag, reasons it fell behind)",

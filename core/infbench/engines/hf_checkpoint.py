@@ -8,10 +8,11 @@ folder's ``*.safetensors`` through ``HuggingFaceCheckpointEngine``).
   ``torch_dtype`` set to the requested dtype, the dummy tokenizer);
 * the tensors of ``transformers.AutoModelForCausalLM.from_config(config)`` (names and
   shapes read from a model built on the ``meta`` device, so nothing of model size is
-  allocated for it), filled shard by shard: 2-D and larger weights ~ N(0, 0.02) (the
-  ``initializer_range`` of Llama-family configs), 1-D ``*norm*`` weights 1, other 1-D
-  tensors (biases) 0; an output head tied to the embeddings is left out, as
-  ``save_pretrained`` does;
+  allocated for it), filled shard by shard with :func:`infbench.engines.dummy_weights.fill_block`:
+  2-D and larger weights from one seeded block of N(0, 0.02) values repeated along them (the
+  ``initializer_range`` of Llama-family configs; a copy at memory speed instead of a normal
+  draw per value), 1-D ``*norm*`` weights 1, other 1-D tensors (biases) 0; an output head tied
+  to the embeddings is left out, as ``save_pretrained`` does;
 * ``model-0000i-of-0000n.safetensors`` shards of at most ``shard_bytes`` and the
   ``model.safetensors.index.json`` weight map (the layout ``save_pretrained`` writes).
 
@@ -26,15 +27,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from infbench.engines.dummy_weights import INIT_STD as DUMMY_STD
+from infbench.engines.dummy_weights import fill_block, random_block
 from infbench.models import ModelShape
 from infbench.schema import short_hash
 
-#: Bump when the written files change, so cached checkpoints are rewritten.
-WRITER_VERSION = 1
+#: Bump when the written files change, so cached checkpoints are rewritten (2: the block fill).
+WRITER_VERSION = 2
 #: Largest shard written (bytes).
 SHARD_BYTES = 2 * 2**30
 #: Standard deviation of the random weights (Llama's ``initializer_range``).
-INIT_STD = 0.02
+INIT_STD = DUMMY_STD
 
 
 def tensor_specs(m: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
@@ -65,14 +68,12 @@ def tensor_specs(m: ModelShape) -> list[tuple[str, tuple[int, ...]]]:
     return out
 
 
-def _fill(name: str, shape: tuple[int, ...], dtype: Any, gen: Any) -> Any:
+def _fill(name: str, shape: tuple[int, ...], dtype: Any, block: Any) -> Any:
     import torch
 
-    if len(shape) >= 2:
-        return (torch.randn(shape, generator=gen, dtype=torch.float32) * INIT_STD).to(dtype)
-    if "norm" in name:
-        return torch.ones(shape, dtype=dtype)
-    return torch.zeros(shape, dtype=dtype)
+    t = torch.empty(shape, dtype=dtype)
+    fill_block(t, name, block)
+    return t
 
 
 def write_checkpoint(m: ModelShape, dtype: str, out: Path, shard_bytes: int = SHARD_BYTES, seed: int = 0) -> Path:
@@ -110,12 +111,12 @@ def write_checkpoint(m: ModelShape, dtype: str, out: Path, shard_bytes: int = SH
             size = 0
         shards[-1].append((name, shape))
         size += n
-    gen = torch.Generator().manual_seed(seed)
+    block = random_block(torch, "cpu", tdtype, seed)
     weight_map: dict[str, str] = {}
     total = 0
     for i, shard in enumerate(shards, 1):
         fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-        tensors = {name: _fill(name, shape, tdtype, gen) for name, shape in shard}
+        tensors = {name: _fill(name, shape, tdtype, block) for name, shape in shard}
         save_file(tensors, str(out / fname), metadata={"format": "pt"})
         total += sum(t.numel() * t.element_size() for t in tensors.values())
         weight_map.update({name: fname for name in tensors})

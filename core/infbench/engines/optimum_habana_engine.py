@@ -18,8 +18,8 @@ Set up as optimum-habana's text-generation example sets it up
   ``attn_softmax_bf16``, ``use_flash_attention``, ``bucket_size``, ``reuse_cache``...)
   are engine options (:data:`GAUDI_GENERATION_OPTIONS`).
 
-Dummy weights are the zoo config built with ``from_config`` (random init), as for the
-transformers engine; per-token times come from the same streamer (Gaudi's loop calls
+Dummy weights are the zoo config built on ``hpu`` without the library's initialisation and
+filled there (:mod:`infbench.engines.dummy_weights`), as for the transformers engine; per-token times come from the same streamer (Gaudi's loop calls
 ``streamer.put(next_tokens.cpu())`` after each step, and the copy to the host waits for the
 step's graph to run). Tensor parallelism (DeepSpeed on Gaudi) is not driven: one HPU per
 group.

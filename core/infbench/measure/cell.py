@@ -70,6 +70,11 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         done = [r for r in out.records if r.error is None and r.t_tokens_ns]
         window = (min(r.t_send_ns for r in done), max(r.t_tokens_ns[-1] for r in done)) if done else None
         energy, note = monitor.energy(window)
+        if window is not None:  # the timed part on the wall clock, for external meters (nvidia-smi, a PDU)
+            off = time.time() - time.perf_counter_ns() / 1e9
+            metrics_window = [round(off + window[0] / 1e9, 4), round(off + window[1] / 1e9, 4)]
+        else:
+            metrics_window = None
         metrics = cell_metrics(out.records, devices_used=cell.tensor_parallel_size, energy_j=energy, slo=opts.slo)
         if energy is not None:
             src = monitor.source()
@@ -79,6 +84,8 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         metrics.update(out.metrics)
         metrics.update(summarize_channels(monitor.channels, window))
         metrics["contention"] = contention
+        if metrics_window is not None:
+            metrics["timed_window_epoch_s"] = metrics_window
         metrics.update(harness_metrics(harness, out.process, serving="client" in out.metrics))
         if cell.warmup:
             metrics[M.WARMUP.key] = round(warmup_s, 4)
