@@ -19,7 +19,8 @@ Set up as optimum-habana's text-generation example sets it up
   are engine options (:data:`GAUDI_GENERATION_OPTIONS`).
 
 Dummy weights are the zoo config built on ``hpu`` without the library's initialisation and
-filled there (:mod:`infbench.engines.dummy_weights`), as for the transformers engine; per-token times come from the same streamer (Gaudi's loop calls
+filled there (:mod:`infbench.engines.dummy_weights`), as for the transformers engine; per-token
+times come from the same streamer (Gaudi's loop calls
 ``streamer.put(next_tokens.cpu())`` after each step, and the copy to the host waits for the
 step's graph to run). Tensor parallelism (DeepSpeed on Gaudi) is not driven: one HPU per
 group.
