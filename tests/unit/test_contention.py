@@ -52,7 +52,7 @@ def test_other_cores_on_the_recorded_window():
     assert r["own_cpu_cores"] == pytest.approx(0.24 / 2.011811478, rel=1e-6)
     assert r["steal_cores"] == 0.0
     reasons = contention_reasons({**r, "cpus": 2}, "cpu")
-    assert reasons == ["other processes used 1.88 cores during the cell (more than 0.1 of 2 CPUs; noisy "
+    assert reasons == ["other processes used 1.88 cores during the cell (more than 0.1 of 2 CPUs: noisy "
                        "neighbours slow the engine down)"]
 
 
@@ -125,7 +125,7 @@ def test_physics_check_names_the_neighbours():
     res = CellResult(cell_id="c", spec_hash="s", cell=cell, device=dev, engine={}, status="ok", records=[rec],
                      started_at=0.0, finished_at=1.0,
                      metrics={"contention": {"other_cpu_cores": 1.7, "other_cpu_core_s": 2.0, "cpus": 2}})
-    assert check_cell(res, None) == ["other processes used 1.70 cores during the cell (more than 0.1 of 2 CPUs; "
+    assert check_cell(res, None) == ["other processes used 1.70 cores during the cell (more than 0.1 of 2 CPUs: "
                                      "noisy neighbours slow the engine down)"]
 
 

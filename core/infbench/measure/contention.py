@@ -301,7 +301,7 @@ def contention_reasons(contention: dict[str, Any] | None, device_kind: str = "cp
     limit = CPU_CELL_SHARE if device_kind == "cpu" else ACCEL_CELL_CORES
     if cores is not None and cores > limit and (core_s or 0) >= MIN_OTHER_CORE_S:
         out.append(f"other processes used {cores:.2f} cores during the cell (more than {limit:g} of "
-                   f"{contention.get('cpus') or '?'} CPUs; noisy neighbours slow the engine down)")
+                   f"{contention.get('cpus') or '?'} CPUs: noisy neighbours slow the engine down)")
     pids = contention.get("other_device_pids") or []
     if pids:
         shown = ", ".join(str(p) for p in pids[:5]) + (" ..." if len(pids) > 5 else "")

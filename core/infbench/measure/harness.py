@@ -186,5 +186,5 @@ def harness_reasons(metrics: dict[str, Any] | None, device_kind: str = "cpu") ->
         behind = [*behind, f"the client's process used {cores:.2f} cores (its event loop saturated its thread)"]
     if behind:
         out.append("client-bound: the load generator, not the server, may have limited this cell ("
-                   + "; ".join(behind) + ")")
+                   + ", and ".join(behind) + ")")
     return out
