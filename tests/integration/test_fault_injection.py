@@ -333,3 +333,40 @@ def test_a_planted_cache_symlink_is_never_mounted(cpu_image, docker_client, tmp_
     assert mounts["/job/home/cache/models"]["RW"] is False
     assert mounts["/job/spec.json"]["RW"] is False and mounts["/job/out"]["RW"] is True
     assert any("/etc" in n and "not mounted" in n for n in w.notes)
+
+
+# -- issue 33, item 5: SIGTERM ends a run within seconds, whatever the engine is doing -----------
+
+@pytest.mark.parametrize("where", ["start", "run"])
+def test_sigterm_inside_a_long_native_call(tmp_path, where):
+    """The engine is inside one C call that does not return for minutes (a model load in
+    ``start``; a huge allocation in the timed ``run``), where its own interpreter runs no signal
+    handler. SIGTERM to infbench still ends the run within seconds: the engine runs in a process
+    of its own, which infbench ends from outside; the cells stored before are kept and the run is
+    marked interrupted."""
+    root = Path(__file__).resolve().parents[2]
+    store = tmp_path / "s.db"
+    p = subprocess.Popen([sys.executable, "-m", "tests.support.native_engine", str(store), where], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    engine = []
+    assert wait_for(lambda: engine.extend(children_matching(p.pid, "infbench.engines.process")) or engine, 60)
+    time.sleep(1.0 if where == "start" else 0.0)
+    if where == "run":  # inside the timed part of the first cell
+        while True:
+            line = p.stdout.readline()
+            assert line, p.stderr.read()
+            if "CellStarted" in line:
+                break
+        time.sleep(1.0)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    took = time.monotonic() - t0
+    assert p.returncode == 143, err[-2000:]
+    assert took < 15, f"SIGTERM took {took:.1f} s to end the run"
+    assert wait_for(lambda: not children_matching(p.pid, "infbench.engines.process"), 10)
+    import psutil
+
+    assert not psutil.pid_exists(engine[0]) or psutil.Process(engine[0]).status() == psutil.STATUS_ZOMBIE
+    st = store_state(store)
+    assert set(st["runs"].values()) == {"interrupted"} and st["integrity"] == "ok"

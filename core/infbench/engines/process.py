@@ -147,6 +147,11 @@ class EngineProcess(Engine):
         Raises:
             EngineProcessError: the adapter cannot be pickled, or the process did not start.
         """
+        if type(self.inner).__module__ == "__main__":
+            raise EngineProcessError(
+                f"the {self.name} adapter's class {type(self.inner).__name__} is defined in the script being run "
+                "(__main__), which the engine process cannot import",
+                hint="define the adapter in an importable module, or run with --no-engine-process")
         if not _pickles(self.inner):
             raise EngineProcessError(
                 f"the {self.name} adapter cannot be sent to a process of its own (it does not pickle)",
