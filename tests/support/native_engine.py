@@ -60,7 +60,6 @@ def main(store: str, where: str, engine_process: bool = True) -> None:
     from infbench.run import RunOptions
     from infbench.schema import Sweep
     from infbench.store import Store
-
     from tests.support.native_engine import Launcher as Importable  # not __main__'s: the engine process imports it
 
     pm = testing.plugin_manager()
