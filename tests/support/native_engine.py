@@ -75,8 +75,8 @@ def main(store: str, where: str, engine_process: bool = True) -> None:
     code = 0
     with signals.terminate_as_interrupt():
         try:
-            InProcessExecutor(pm, {"host": "test"}).run(p, Store(Path(store)),
-                                                        RunOptions(engine_options={"where": where}, engine_process=engine_process), observer)
+            opts = RunOptions(engine_options={"where": where}, engine_process=engine_process)
+            InProcessExecutor(pm, {"host": "test"}).run(p, Store(Path(store)), opts, observer)
         except KeyboardInterrupt as exc:
             code = signals.exit_status(exc)
     print(json.dumps({"code": code}), flush=True)
