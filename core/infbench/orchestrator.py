@@ -150,6 +150,7 @@ def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
     Raises:
         ConfigError: a bad flag value, sweep file or combination.
     """
+    from infbench.data.engine_options import parse_engine_args
     from infbench.quality.weights import gguf_native_dtypes
     from infbench.sweeps import build_sweep, serving_workload_flags
 
@@ -173,7 +174,8 @@ def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
         num_requests=r.num_requests, duration_s=r.duration, warmup_requests=r.warmup_requests,
         request_timeout_s=r.request_timeout, slo_ttft_s=r.slo_ttft_s(), slo_tpot_s=r.slo_tpot_s(),
         slo_e2e_s=r.slo_e2e, dataset=str(r.dataset) if r.dataset else None, dataset_max_input_len=r.max_input_len,
-        dataset_max_output_len=r.max_output_len, repeat=r.repeat, **serving_workload_flags(
+        dataset_max_output_len=r.max_output_len, repeat=r.repeat,
+        engine_args=parse_engine_args(r.engine_arg) if r.engine_arg else None, **serving_workload_flags(
             r.trace, r.floats("trace_speed"), r.multi_turn, r.think_time, r.prefix_len, r.num_prefixes,
             r.no_stream, r.tokenizer))
 
@@ -243,9 +245,10 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
             with no usable engine (unless ``--dry-run``, which shows why).
     """
     from infbench.analysis.slo_search import SloTarget, check_workload
+    from infbench.data.engine_options import check_engine_args
     from infbench.default_sweep import default_for_run
     from infbench.detect import detect
-    from infbench.engines.options import engine_options, parse_engine_args, unknown_engine_args
+    from infbench.engines.options import engine_options
     from infbench.plan import plan as make_plan
     from infbench.registry import engine_specs
     from infbench.scenarios.find_max import find_max_plan
@@ -288,10 +291,10 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         from infbench.scenarios.adaptive import adaptive_plan
 
         plans = [adaptive_plan(p, r.adaptive) for p in plans]
-    eopts = engine_options(r.engine_arg, n_threads=r.threads, endpoint=r.endpoint, served_model=r.served_model_name,
-                           prompt_format=r.prompt_format, tokenizer=r.tokenizer, **endpoint_opts)
-    if r.engine_arg:
-        unknown_engine_args(engine_specs(pm), sweep.engines, list(parse_engine_args(r.engine_arg)))
+    checked = check_engine_args(engine_specs(pm), sweep.engines, sweep.engine_args)  # plan() refused bad ones
+    eopts = engine_options(checked=checked.values, n_threads=r.threads, endpoint=r.endpoint,
+                           served_model=r.served_model_name, prompt_format=r.prompt_format, tokenizer=r.tokenizer,
+                           **endpoint_opts)
     opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
                       engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
                       price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address)

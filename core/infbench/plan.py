@@ -13,6 +13,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from infbench.data.engine_options import check_engine_args
 from infbench.data.plan import Group, Plan
 from infbench.errors import ConfigError
 from infbench.models import ModelShape, resolve
@@ -182,6 +183,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                     f"{device.model}",
                     hint=f"this device supports: {', '.join(precisions)}")
             engine_dtypes[e].append(native)
+    args = check_engine_args(specs, sweep.engines, sweep.engine_args)  # unknown keys, bad values: exit 2
     lenient = all(specs[e].any_model for e in sweep.engines)
     models = {m: _resolve(m, lenient) for m in sweep.models}
     loads = sweep.loads()
@@ -248,6 +250,10 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                     warmup=sweep.warmup, load=ld, **prefix))
+    if args.identity:  # the engine arguments that change what is measured: part of each cell's id
+        for g in groups.values():
+            if args.identity.get(g.engine):
+                g.cells = [c.model_copy(update={"engine_args": args.identity[g.engine]}) for c in g.cells]
     if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
         from infbench.analysis.repeats import repeat_cell
 

@@ -10,12 +10,18 @@ the real ``/dev/null``.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from infbench.errors import ConfigError
+from infbench.schema import Cell, DeviceInfo, Load, Sweep
 from tests.support.hostile import SPECIAL_KINDS, cli, make_store, same_node, special_file
+
+DRY = ["run", "--model", "tiny", "--dry-run"]
 
 
 # -- item 1: the writer refuses anything that is not a regular file or absent ---------------------
@@ -92,3 +98,209 @@ def test_a_regular_earlier_output_is_still_replaced(tmp_path):
     link.symlink_to(out)
     cli("export", "--format", "csv", "--store", store, "--out", link, code=0)
     assert link.is_symlink() and out.read_text().startswith("cell_id,")
+
+
+# -- item 2: engine arguments are part of a cell's identity, and checked before a run -------------
+PINNED_CPU = DeviceInfo(vendor="cpu", kind="cpu", model="AMD EPYC 7763 64-Core Processor")
+PINNED_H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=8)
+#: (cell, spec_hash, cell_id on PINNED_CPU, cell_id on PINNED_H100), computed on main at a6bda0c,
+#: before engine arguments entered the identity: a cell without them keeps its id forever.
+PINNED = [
+    (Cell(model="tiny-random-llama", engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=3),
+     "f18da4b1b47feac5", "2dcc1215f64552ca", "b65a66bad91e11ac"),
+    (Cell(model="smollm2-135m", engine="transformers", dtype="float16", batch=4, input_len=128, output_len=64, seed=3,
+          warmup=2), "e640004e38d08e51", "c72d9b5608ab263e", "ffeeff561407616d"),
+    (Cell(model="llama-3-8b", engine="vllm", dtype="bfloat16", batch=64, input_len=1024, output_len=128,
+          tensor_parallel_size=8), "f2bd35fb9783721d", "c4f894cb75380a7d", "d923b0b77ec7f8f7"),
+    (Cell(model="smollm2-135m", engine="llama.cpp-server", dtype="q8_0", batch=1, input_len=256, output_len=32,
+          load=Load(mode="concurrency", concurrency=8, num_requests=64)),
+     "3e3d91e6648b4f3b", "e0d2f303a8fea298", "435e3fb14198b56d"),
+    (Cell(model="tiny-random-llama", engine="llama.cpp", dtype="f16", batch=2, input_len=64, output_len=16,
+          prefix_len=32, num_prefixes=2, repeat=3), "28627022c5a13eb4", "b25f81e40a4699a4", "7908ab6ce3496cb8"),
+]
+
+
+@pytest.mark.parametrize("cell, spec_hash, on_cpu, on_h100", PINNED)
+def test_cell_ids_without_engine_args_are_those_of_main(cell, spec_hash, on_cpu, on_h100):
+    assert (cell.spec_hash(), cell.cell_id(PINNED_CPU), cell.cell_id(PINNED_H100)) == (spec_hash, on_cpu, on_h100)
+    # {} is "none given" too
+    assert cell.model_copy(update={"engine_args": {}}).cell_id(PINNED_CPU) == on_cpu
+    assert Cell(**{**cell.model_dump(), "engine_args": {}}).spec_hash() == spec_hash
+
+
+def test_planned_cells_without_engine_args_keep_their_ids(pm, cpu):
+    """Planning without engine arguments gives the cells main planned (same spec, same id);
+    with them, every id and spec hash changes, and each value is its own cell."""
+    from infbench.plan import plan
+
+    def cells(**kw):
+        sw = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16"], batch=[1, 2], input_len=[8],
+                   output_len=[3], **kw)
+        return plan(sw, cpu, pm).cells
+
+    plain = cells()
+    assert [c.cell_id(PINNED_CPU) for c in plain][0] == PINNED[0][2]
+    assert all(c.engine_args is None for c in plain)
+    four, eight = cells(engine_args={"n_ubatch": 4}), cells(engine_args={"n_ubatch": 8})
+    assert all(c.engine_args == {"n_ubatch": 4} for c in four)
+    ids = [{c.cell_id(PINNED_CPU) for c in cs} for cs in (plain, four, eight)]
+    assert not (ids[0] & ids[1]) and not (ids[1] & ids[2]) and not (ids[0] & ids[2])
+    assert len({c.spec_hash() for c in plain + four + eight}) == 6
+    assert "[n_ubatch=4]" in four[0].label()
+
+
+def test_engine_args_only_enter_the_cells_of_engines_that_read_them(pm, cpu):
+    from infbench.plan import plan
+
+    sw = Sweep(models=["tiny-random-llama"], engines=["llama.cpp", "transformers"], dtypes=["f16"], batch=[1],
+               input_len=[8], output_len=[3], engine_args={"n_ubatch": 4})
+    by_engine = {c.engine: c for c in plan(sw, cpu, pm).cells}
+    assert by_engine["llama.cpp"].engine_args == {"n_ubatch": 4}
+    assert by_engine["transformers"].engine_args is None  # transformers has no n_ubatch: its ids stay
+
+
+def test_a_run_with_engine_args_is_not_skipped(tmp_path, cpu):
+    """The probe: `run --engine-arg ...` after a plain run printed "skipped ... already
+    stored ok". It is now a new cell, stored beside the first."""
+    from infbench import testing
+    from infbench.data import events as ev
+    from infbench.data.run import RunOptions
+    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.plan import plan
+    from infbench.store import Store
+
+    fpm = testing.plugin_manager()
+    store = Store(tmp_path / "r.db")
+    ex = InProcessExecutor(fpm, {"test": True})
+
+    def run(**kw):
+        sw = Sweep(models=["tiny-random-llama"], engines=["fake"], dtypes=["f16"], batch=[1], input_len=[16],
+                   output_len=[4], **kw)
+        return ex.run(plan(sw, cpu, fpm), store, RunOptions(engine_options=dict(kw.get("engine_args") or {})),
+                      ev.ignore)
+
+    assert len(run().ok) == 1
+    tuned = run(engine_args={"ttft_s": 0.002})
+    assert len(tuned.ok) == 1 and not tuned.skipped
+    assert len(run(engine_args={"ttft_s": 0.002}).skipped) == 1      # the same arguments: already stored
+    stored = {r["cell_id"]: r["spec"].get("engine_args") for r in store.results()}
+    assert sorted(map(str, stored.values())) == ["None", "{'ttft_s': 0.002}"]
+    store.close()
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("n_ubatch=-1", "n_ubatch=-1: input should be greater than or equal to 1"),
+    ("n_ubatch=0", "n_ubatch=0: input should be greater than or equal to 1"),
+    ("n_ubatch=1000000000", "less than or equal to 1048576"),
+    ("n_ubatch=1e9", "n_ubatch=1e9: input should be a valid integer"),
+    ("n_threads=0", "n_threads=0: input should be greater than or equal to 1"),
+    ("n_threads=1.5", "n_threads=1.5: input should be a valid integer"),
+    ('n_threads={"a":1}', 'n_threads={"a":1}: input should be a valid integer'),
+    ("n_threads=[1,2]", "n_threads=[1,2]: input should be a valid integer"),
+    ("n_threads=nan", "n_threads=nan: input should be a valid integer"),
+    ("n_threads=.inf", "input should be a valid integer"),
+    ("n_threads=true", "input should be a valid integer"),
+    ("n_gpu_layers=-2", "n_gpu_layers=-2"),
+])
+def test_bad_engine_arg_values_are_refused_before_the_run(tmp_path, arg, message):
+    store = tmp_path / "s.db"
+    for extra in (["--dry-run"], ["--store", store]):
+        r = cli("run", "--model", "tiny", "--batch", "1", "--input-len", "8", "--output-len", "3", "--engine-arg", arg,
+                *extra)
+        assert message in " ".join(r.output.split()) and "refused by llama.cpp" in r.output
+        assert "takes an integer from" in r.output  # the hint says what the option takes
+    assert not store.exists()  # nothing was started or stored
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("extra_body={bad", "not JSON"),
+    ("extra_body=[1, 2]", "must be a JSON object"),
+    ("extra_headers={\"X-A\": 1}", "valid string"),
+    ("extra_headers={\"X A\": \"1\"}", "not an HTTP token"),
+    ("endpoint=foo", "'completions' or 'chat'"),
+    ("startup_timeout_s=.nan", "finite number"),
+    ("parallel=0", "greater than or equal to 1"),
+    ("event_loop=trio", "'uvloop' or 'asyncio'"),
+])
+def test_bad_openai_options_are_refused(arg, message):
+    engine = "llama.cpp-server" if arg.startswith(("startup", "parallel")) else "openai"
+    where = ["--model", "tiny"] if engine != "openai" else ["--base-url", "http://127.0.0.1:9/v1", "--model", "m"]
+    r = cli("run", "--engine", engine, *where, "--batch", "1", "--dry-run", "--engine-arg", arg)
+    assert message in " ".join(r.output.split()) and f"refused by {engine}" in r.output
+
+
+def test_extra_body_and_headers_are_parsed_as_json():
+    """The probe: `--engine-arg 'extra_body={"token": ...}'` failed every request with
+    "dictionary update sequence element #0 has length 1" (the text was merged as a dict)."""
+    from infbench.data.engine_options import check_engine_args, parse_engine_args
+    from infbench.engines.openai import OpenAIEngine
+    from infbench.registry import engine_specs
+
+    raw = parse_engine_args(['extra_body={"top_k": 5, "token": "s3cretTOKEN"}', 'extra_headers={"X-Team": "abcd1234"}'])
+    checked = check_engine_args(engine_specs(__import__("infbench.plugins").plugins.get_plugin_manager()), ["openai"],
+                                raw)
+    assert checked.values["extra_body"] == {"top_k": 5, "token": "s3cretTOKEN"}
+    eng = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="x"), {"base_url": "http://h/v1",
+                                                                               **checked.values})
+    body = eng.payload(Cell(model="m", engine="openai", dtype="auto", batch=1, input_len=4, output_len=2), "hi")
+    assert body["top_k"] == 5 and body["prompt"] == "hi"
+    assert eng._headers()["X-Team"] == "abcd1234" and "abcd1234" in eng._secrets()
+    # in the identity: extra_body, its token redacted; extra_headers never (credentials)
+    ident = checked.identity["openai"]
+    assert set(ident) == {"extra_body"} and ident["extra_body"]["top_k"] == 5
+    assert "s3cretTOKEN" not in json.dumps(ident)
+
+
+def test_options_models_declare_the_engines_options(pm):
+    from infbench.data.engine_options import TransformersOptions
+    from infbench.registry import engine_specs
+
+    specs = engine_specs(pm)
+    assert specs["transformers"].options_model is TransformersOptions
+    assert TransformersOptions(cache_implementation="static").cache_implementation == "static"
+    with pytest.raises(ValidationError):
+        TransformersOptions(cache_implementation="dynamic")
+    with pytest.raises(ValidationError):
+        TransformersOptions.model_validate({"bogus": 1})  # unknown keys refused by name
+    assert {"n_threads", "n_gpu_layers", "n_ubatch"} == set(specs["llama.cpp"].options)
+    cli(*DRY, "--engine-arg", "n_ubatch=256", code=0)
+
+
+def test_plugin_engines_declaring_names_only_keep_working():
+    """A plugin's EngineSpec with `options` names and no model: names checked, values as parsed."""
+    from infbench.data.engine import EngineSpec
+    from infbench.data.engine_options import check_engine_args
+
+    specs = {"acme": EngineSpec("acme", None, ["cpu"], options=("knob",)),
+             "open": EngineSpec("open", None, ["cpu"])}
+    got = check_engine_args(specs, ["acme"], {"knob": "1.5x"})
+    assert got.values == {"knob": "1.5x"} and got.identity == {"acme": {"knob": "1.5x"}}
+    with pytest.raises(ConfigError, match="did you mean: knob"):
+        check_engine_args(specs, ["acme"], {"knbo": 1})
+    assert check_engine_args(specs, ["open"], {"anything": 1}).identity == {"open": {"anything": 1}}
+
+
+def test_results_report_and_compare_show_the_distinguishing_arguments(tmp_path):
+    from infbench.report.compare import compare_rows
+    from infbench.report.data import flat_row
+    from infbench.report.tables import result_row
+    from infbench.store import Store
+    from tests.support.hostile import DEV, cell_result
+
+    s = Store(tmp_path / "s.db")
+    base = cell_result(1)
+    tuned_cell = base.cell.model_copy(update={"engine_args": {"n_ubatch": 4}})
+    tuned = base.model_copy(update={"cell": tuned_cell, "cell_id": tuned_cell.cell_id(DEV),
+                                    "spec_hash": tuned_cell.spec_hash()})
+    ra, rb = s.begin_run({"host": "t"}, command="a"), s.begin_run({"host": "t"}, command="b")
+    s.save_cell(ra, base)
+    s.save_cell(rb, tuned)
+    rows = {r["run_id"]: r for r in s.results()}
+    a, b = rows[ra], rows[rb]
+    assert result_row(b)["engine_args"] == "n_ubatch=4" and "engine_args" not in result_row(a)
+    assert "[n_ubatch=4]" in flat_row(b)["label"] and flat_row(b)["engine_args"] == "n_ubatch=4"
+    res = compare_rows([a], [b])
+    assert len(res["pairs"]) == 1 and "[no engine args vs n_ubatch=4]" in res["pairs"][0]["label"]
+    out = cli("results", "--store", tmp_path / "s.db", code=0).output
+    assert "n_ubatch=4" in out
+    s.close()

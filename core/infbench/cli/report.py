@@ -301,7 +301,8 @@ def compare(
     t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], higher[k]) for k in keys])
     print_table(out, t, keep=1)
     out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
-              "(matched by workload spec hash; green = B better)")
+              "(matched by workload spec hash, or by workload with the engine arguments that differ shown; "
+              "green = B better)")
     if html_out:
         out.print(f"[green]wrote[/] {html_out}")
 

@@ -449,7 +449,8 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
         for g in the_plan.groups:
             out.print(f"  [bold]{g.label()}[/]")
             for c in g.cells:
-                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+                args = f"  {escape(c.args_label())}" if c.engine_args else ""
+                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}{args}")
 
 
 def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
