@@ -304,3 +304,188 @@ def test_results_report_and_compare_show_the_distinguishing_arguments(tmp_path):
     out = cli("results", "--store", tmp_path / "s.db", code=0).output
     assert "n_ubatch=4" in out
     s.close()
+
+
+# -- item 3: nothing impossible or self-contradictory is stored as ok --------------------------------
+LIB_HEAD = ("Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency,Throughput,"
+            "Input Length,Output Length,TTFT Latency,end_latency\n")
+#: A sound row: 8 x (128 + 128) tokens in 2.5 s = 819.2 tok/s, TTFT 0.1 s, E2E 2.4 s.
+GOOD_ROW = "Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128,8,2.5,819.2,128,128,0.1,2.4\n"
+
+
+def _import(tmp_path, text, code=2):
+    f = tmp_path / "lib.csv"
+    f.write_text(text)
+    store = tmp_path / "s.db"
+    r = cli("import", f, "--store", store, code=code)
+    return r, store
+
+
+def test_a_sound_lib_row_imports(tmp_path):
+    r, store = _import(tmp_path, LIB_HEAD + GOOD_ROW, code=0)
+    from infbench.store import Store
+
+    s = Store(store, readonly=True)
+    (row,) = s.results()
+    assert row["metrics"]["tpot_s"]["mean"] == pytest.approx((2.4 - 0.1) / 127)
+    s.close()
+
+
+@pytest.mark.parametrize("row, message", [
+    # the probe: TTFT 99 s against an E2E of 2.5 s was stored ok with tpot_s = -0.76 s
+    ("Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128,8,120,17.07,128,128,99,2.5\n",
+     "'TTFT Latency' 99 s exceeds 'end_latency' 2.5 s"),
+    # the probe: Input Output Length 128/128 against Input Length 4096 / Output Length 2 was stored as i4096 o2
+    ("Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128/128,8,2.5,819.2,4096,2,0.1,2.4\n",
+     "says 128/128 tokens, but 'Input Length'/'Output Length' say 4096/2"),
+    ("Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128,8,2.5,1000,128,128,0.1,2.4\n",
+     "'Throughput' 1000 tok/s x 'Latency' 2.5 s is 2500 tokens, but batch 8 x (128 + 128) tokens is 2048"),
+    ("Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128,8,2.5,819.2,128,128,0.1,3.9\n",
+     "'end_latency' 3.9 s exceeds 'Latency' 2.5 s"),
+])
+def test_contradictory_lib_rows_are_refused_with_their_line(tmp_path, row, message):
+    r, store = _import(tmp_path, LIB_HEAD + GOOD_ROW + row)
+    assert "line 3" in r.output and message in " ".join(r.output.split())
+    assert not store.exists() or not cli("results", "--store", store, "--format", "json", code=None).stdout.strip(
+        "[]\n")
+
+
+def test_rounded_throughput_is_accepted(tmp_path):
+    # 8 x 256 / 2.47 = 829.15...: printed as 829.1 and 2.47, inside the rounding of the two numbers
+    _import(tmp_path, LIB_HEAD + "Nvidia A100 GPU,1,vLLM,meta-llama/Llama-2-7b-hf,128,8,2.47,829.1,128,128,0.1,2.4\n",
+            code=0)
+
+
+def test_duplicate_headers_and_header_only_files_are_refused(tmp_path):
+    r, _ = _import(tmp_path, "Hardware,Hardware," + LIB_HEAD.removeprefix("Hardware,")
+                   + "Nvidia H100 GPU," + GOOD_ROW)
+    assert "'Hardware' more than once" in " ".join(r.output.split())
+    r, store = _import(tmp_path, LIB_HEAD)  # the probe: a header-only CSV made an empty "completed" run
+    assert "a header but no rows" in r.output and not store.exists()
+
+
+def test_non_finite_perplexity_is_a_failed_result(tmp_path, cpu, monkeypatch):
+    """The probe: a GGUF with a NaN norm stored a NaN perplexity as ok, which passed
+    `--max-ppl-increase 1%`. The scorer's NaN log-probabilities now fail the measurement."""
+    import numpy as np
+
+    from infbench import testing
+    from infbench.data import events as ev
+    from infbench.data.run import RunOptions
+    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.models import resolve
+    from infbench.quality.perplexity import PerplexityRequest
+    from infbench.scenarios.perplexity import perplexity_plan
+    from infbench.store import Store
+    from infbench.store.quality import quality_results
+
+    text = tmp_path / "t.txt"
+    text.write_text("abcdefgh" * 64)
+
+    class W:
+        sha256, format, path, dtype = "0" * 64, "hf", None, None
+
+        def record(self):
+            return {"real": True}
+
+    req = PerplexityRequest(resolve("tiny-random-llama"), W(), "fake", "f16", text.read_text(), str(text), "ab" * 32,
+                            64, 2)
+    monkeypatch.setattr("infbench.scenarios.perplexity.request_for", lambda item, spec, pm=None: req)
+    monkeypatch.setattr(testing.FakeScorer, "chunk_nll",
+                        lambda self, chunks, first: ([np.full(chunks.shape[1] - first - 1, np.nan)] * len(chunks),
+                                                     None))
+    fpm = testing.plugin_manager()
+    store = Store(tmp_path / "r.db")
+    s = InProcessExecutor(fpm, {"test": True}).run(perplexity_plan([req], cpu), store, RunOptions(), ev.ignore)
+    (q,) = s.quality
+    assert q.status == "failed" and q.perplexity is None and "NaN or infinite log-probabilities" in q.error
+    (row,) = quality_results(store)
+    assert row["status"] == "failed" and row["value"] is None
+    store.close()
+
+
+def test_non_finite_perplexity_from_any_source_is_failed():
+    from infbench.data.quality import PerplexityResult
+
+    for v in (float("nan"), float("inf")):
+        r = PerplexityResult(model="m", weights_sha256="0", engine="llama.cpp", dtype="f16", text_path="t",
+                             text_sha256="s", n_ctx=8, perplexity=v, chunk_perplexity=[v])
+        assert r.status == "failed" and r.perplexity is None and r.chunk_perplexity == []
+
+
+def test_a_stored_nan_perplexity_never_passes_a_gate():
+    from infbench.quality.gate import with_gate
+
+    def q(dtype, value):
+        return {"model": "m", "weights_sha256": "w", "engine": "llama.cpp", "dtype": dtype, "text_sha256": "t",
+                "n_ctx": 512, "max_chunks": None, "status": "ok", "value": value}
+
+    rows = with_gate([q("f16", 10.0), q("q4_0", float("nan"))], 0.01)
+    assert rows[0]["baseline_dtype"] == "f16" and rows[1]["beyond_gate"] is True
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN%", "inf%", "-inf", "0", "0%", "-1%", "1e999"])
+def test_gates_take_finite_positive_values_only(tmp_path, value):
+    from infbench.quality.gate import parse_increase
+
+    with pytest.raises(ConfigError):
+        parse_increase(value)
+    store = make_store(tmp_path / "s.db")
+    text = tmp_path / "t.txt"
+    text.write_text("word " * 100)
+    for args in (["results", "--quality", "--store", store],
+                 ["compare", "--dtypes", "f16,q4_0", "--store", store],
+                 ["report", "--no-static", "--store", store, "--out", tmp_path / "rep"],
+                 ["perplexity", "--model", "tiny", "--text", text, "--store", store]):
+        r = cli(*args, "--max-ppl-increase", value)
+        assert "--max-ppl-increase" in r.output
+
+
+@pytest.mark.parametrize("extra", [["--dry-run"], []])
+def test_lengths_beyond_the_context_are_refused_when_planned(tmp_path, extra):
+    """The probe: `run --output-len 10000000` on a 2048-token model was accepted (also by
+    --dry-run); llama.cpp sized its context for it, grew to 10.7 GB and ignored SIGTERM."""
+    store = tmp_path / "s.db"
+    r = cli("run", "--model", "tiny", "--batch", "1", "--input-len", "8", "--output-len", "10000000", "--store", store,
+            *extra)
+    assert "exceeds the model's context of 2,048 tokens" in r.output and "10,000,008 together" in r.output
+    assert not store.exists()
+    r = cli("run", "--model", "tiny", "--batch", "1", "--input-len", "2000", "--output-len", "49", *extra,
+            "--store", store)
+    assert "2,049 together" in r.output  # input + output together, one token over
+
+
+def test_perplexity_n_ctx_beyond_the_context_is_refused(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("word " * 5000)
+    r = cli("perplexity", "--model", "tiny", "--text", text, "--n-ctx", "4096", "--store", tmp_path / "s.db")
+    assert "--n-ctx 4096 exceeds the context of tiny-random-llama (2,048 tokens)" in " ".join(r.output.split())
+
+
+def test_a_power_reading_below_zero_makes_energy_unavailable(tmp_path, cpu):
+    """The probe: `run --power-command 'echo -50'` stored an ok cell with no power note."""
+    from infbench import testing
+    from infbench.data import events as ev
+    from infbench.data.run import RunOptions
+    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.measure.power import CommandPowerSampler, energy_j, energy_summary
+    from infbench.plan import plan
+    from infbench.schema import PowerReading
+    from infbench.store import Store
+
+    neg = [PowerReading(t_ns=0, power_w=100.0), PowerReading(t_ns=10**9, power_w=-50.0)]
+    e, _, note = energy_summary(neg)
+    assert e is None and "below zero" in note and energy_j(neg) is None
+    nan = [PowerReading(t_ns=0, energy_j=1.0), PowerReading(t_ns=10**9, energy_j=float("nan"))]
+    assert energy_summary(nan)[0] is None and energy_j(nan) is None
+
+    fpm = testing.plugin_manager()
+    store = Store(tmp_path / "r.db")
+    sw = Sweep(models=["tiny-random-llama"], engines=["fake"], dtypes=["f16"], batch=[1], input_len=[16],
+               output_len=[4])
+    opts = RunOptions(power_override=CommandPowerSampler("echo -50"), power_interval_s=0.01,
+                      engine_options={"sleep_s": 0.05})
+    s = InProcessExecutor(fpm, {"test": True}).run(plan(sw, cpu, fpm), store, opts, ev.ignore)
+    (cell,) = s.ok
+    assert cell.metrics.get("energy_j") is None and "below zero" in (cell.power_note or "")
+    store.close()
