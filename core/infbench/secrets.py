@@ -172,7 +172,7 @@ SECRET_OPTIONS: dict[str, Callable[[str], str | None]] = {
     "--base-url": lambda v: redact_url(v) or REDACTED,   # user:password@ and ?api_key=
     "--engine-arg": redact_key_value,    # hf_token=..., api_key=...
     "--build-arg": redact_key_value,     # `infbench containers build --build-arg HF_TOKEN=...`
-    "--ray-address": lambda v: redact(v),  # user:password@HOST:PORT, ray://user:password@... (defined below)
+    "--ray-address": lambda v: redact_address(v),  # user:password@HOST:PORT, ray://user:password@... (below)
 }
 
 
@@ -428,6 +428,18 @@ def redact(text: str) -> str:
         if len(password) >= _MIN_SECRET:
             text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(password) + r"(?![A-Za-z0-9])", REDACTED, text)
     return text
+
+
+def redact_address(addr: str) -> str:
+    """A cluster address as it may be stored: a URL (``ray://u:pw@h:10001?x=y``) without
+    user info, query and fragment (:func:`redact_url`); a ``HOST:PORT`` without a scheme
+    with its user info redacted (:func:`redact`, ``[redacted]@h:6379``); anything with
+    blanks, or that is neither, redacted whole."""
+    if not addr or any(c.isspace() for c in addr):
+        return REDACTED
+    if "://" in addr:
+        return redact_url(addr) or REDACTED
+    return redact(addr.split("?", 1)[0].split("#", 1)[0])
 
 
 def url_secrets(url: str | None) -> list[str]:
