@@ -312,6 +312,11 @@ def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[
     if r.perplexity is None:
         for f in ("ppl_n_ctx", "ppl_chunks"):
             refuse(f, "--perplexity TEXT (the perplexity measured after the cells)")
+    # --no-engine-process (the engine-process change, where RunRequest gains the field): only
+    # in-process engines have a process of their own to give up; server engines always do.
+    if getattr(r, "engine_process", True) is False and not any(c.load is None for c in cells):
+        problems.append("--no-engine-process applies to in-process engines (llama.cpp, transformers, vllm); "
+                        "a server engine runs in its own process anyway")
     if problems:
         raise ConfigError("option(s) that would do nothing in this run: " + "; ".join(problems),
                           hint="drop them, or add what they apply to")

@@ -96,6 +96,8 @@ def values(f: dict[str, str]) -> dict[str, dict[str, Any]]:
         "slo_tpot_ms": {"slo_tpot_ms": 50.0}, "goodput": {"goodput": 0.8}, "find_max_limit": {"find_max_limit": 64.0},
         "find_max_probes": {"find_max_probes": 5}, "adaptive": {"adaptive": "25%"},
         "perplexity": {"perplexity": f["other_text"]}, "ppl_n_ctx": {"ppl_n_ctx": 64}, "ppl_chunks": {"ppl_chunks": 2},
+        # --no-engine-process arrives with the engine-process change; scanned where the command has it
+        "engine_process": {"engine_process": False},
     }
 
 
@@ -167,6 +169,8 @@ def effect(prep: Any) -> dict[str, Any]:
         "server_metrics_interval_s": opts["server_metrics_interval_s"] if serving else None,
         "load_nodes": opts["load_nodes"] if serving else None,
         "ray_address": opts["ray_address"] if prep.executor_name == "ray" or (serving and opts["load_nodes"]) else None,
+        # where an in-process engine runs (its own process or this one): only in-process cells have one
+        "engine_process": opts.get("engine_process") if any(c.load is None for c in cells) else None,
         "perplexity": None if prep.request.perplexity is None else
         (str(prep.request.perplexity), prep.request.ppl_n_ctx, prep.request.ppl_chunks),
     }
@@ -197,7 +201,7 @@ def scan(tmp: Path, pm: Any, options: list[str] | None = None, modes: list[str] 
     for mode in modes or list(MODES):
         base = {**BASE, **{k: (v.format(**f) if isinstance(v, str) else v) for k, v in MODES[mode].items()}}
         cache: dict[str, tuple[str, Any]] = {}
-        for name in options or [n for n in run_options() if n not in ALWAYS]:
+        for name in options or [n for n in run_options() if n not in ALWAYS and n in vals]:
             given = vals[name]
             companions = {k: v for k, v in given.items() if k != name}
             without = {**base, **companions}

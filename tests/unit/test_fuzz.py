@@ -697,9 +697,9 @@ def test_fuzz_options_by_modes(tmp_path_factory, mode, pair):
 
     count("run options x modes (pairs)")
     f = files(_tmp(tmp_path_factory, "scan"))
-    names = [n for n in run_options() if n not in ALWAYS]
-    first, second = names[pair[0] % len(names)], names[pair[1] % len(names)]
     vals = option_values(f)
+    names = [n for n in run_options() if n not in ALWAYS and n in vals]
+    first, second = names[pair[0] % len(names)], names[pair[1] % len(names)]
     base = {**BASE, **{k: (v.format(**f) if isinstance(v, str) else v) for k, v in MODES[mode].items()},
             **vals[second]}
     pm = get_plugin_manager()

@@ -43,7 +43,7 @@ def test_every_run_option_is_scanned_or_always_applies(tmp_path):
     """A new option of `infbench run` must be given a value in the scan (or a reason it
     applies everywhere), so it cannot be silently ignored unnoticed."""
     scanned = set(values(files(tmp_path))) | set(ALWAYS)
-    assert set(run_options()) == scanned
+    assert set(run_options()) <= scanned, f"options the scan does not know: {set(run_options()) - scanned}"
 
 
 @pytest.mark.parametrize("option, mode", PAIRS, ids=[f"{o}-{m}" for o, m in PAIRS])
