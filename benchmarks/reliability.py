@@ -7,6 +7,12 @@ It runs, with many more examples and faults than CI does:
    ``tests/unit/test_secrets.py``, ``tests/unit/test_reliability.py``), counted by
    pytest, and apart from them the cases of issue 22's hostile review of the commands added
    later (``tests/unit/test_boundaries.py``: inputs, outputs, secrets, waits, exit codes);
+1a. issue 33's fourth round (``tests/unit/test_hardening4.py``: writer targets that are not
+   regular files, engine arguments in the cell's identity and their types, contradictory
+   imports, NaN perplexity, gates, lengths against the context, power below zero, the Ray
+   address secret) and the scan of every ``run`` option against every mode
+   (``tests/unit/test_option_scan.py``, and the scan itself: each pair applies, is refused,
+   or is ignored, which counts as a failed check);
 1b. secrets planted in every path that carries one (``tests/integration/test_secrets_paths.py``:
    sweep, find-max, import, site endpoint, engine argument, a server echoing its
    Authorization header), each run for real against a server on 127.0.0.1 and the whole
@@ -71,6 +77,21 @@ def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict:
                                                        p.stdout, re.M))
     return {"passed": counts.get("passed", 0), "failed": counts.get("failed", 0) + counts.get("error", 0),
             "xfailed": counts.get("xfailed", 0), "xpassed": counts.get("xpassed", 0), "outcomes": outcomes}
+
+
+def option_scan(work: Path) -> dict:
+    """Every ``infbench run`` option against every mode (:mod:`tests.support.option_scan`):
+    how many pairs change the run, are refused, or are accepted and ignored."""
+    from infbench.plugins import get_plugin_manager
+    from tests.support.option_scan import scan
+
+    d = work / "option-scan"
+    d.mkdir()
+    res = scan(d, get_plugin_manager())
+    verdicts = [v for v, _ in res.values()]
+    return {"pairs": len(res), "applies": verdicts.count("applies"), "refused": verdicts.count("refused"),
+            "ignored": verdicts.count("ignored"),
+            "ignored_pairs": sorted(f"{o} in {m}" for (o, m), (v, _) in res.items() if v == "ignored")}
 
 
 def fuzz(examples: int, work: Path) -> dict:
@@ -279,6 +300,8 @@ def render(data: dict, variant: str | None = None) -> str:
                                             "killed_servers", "two_processes"))
     by = ss["by_signal"]
     bnd, sec = data.get("boundary_cases", _NONE), data.get("secret_paths", _NONE)
+    r4, scn = data.get("round4_cases", _NONE), data.get("option_scan", {"pairs": 0, "applies": 0, "refused": 0,
+                                                                          "ignored": 0})
     rows = [
         ("deterministic bad inputs (`test_hardening.py`, `test_secrets.py`, `test_reliability.py`)",
          _n(bad["passed"] + bad["failed"]),
@@ -286,6 +309,12 @@ def render(data: dict, variant: str | None = None) -> str:
         ("issue 22's hostile review of the later commands (`test_boundaries.py`: inputs, outputs, secrets, waits, "
          "exit codes)", _n(bnd["passed"] + bnd["failed"]),
          f"{bnd['passed']} pass" + (f", {bnd['failed']} fail" if bnd["failed"] else "")),
+        ("issue 33's fourth round (`test_hardening4.py`: writer targets, engine arguments, contradictory imports, "
+         "NaN perplexity, gates, context lengths, power below zero, Ray secret; `test_option_scan.py`)",
+         _n(r4["passed"] + r4["failed"]), f"{r4['passed']} pass" + (f", {r4['failed']} fail" if r4["failed"] else "")),
+        ("every `run` option x mode (batch, serving, find-max, adaptive, perplexity)", _n(scn["pairs"]),
+         f"{scn['applies']} change the run, {scn['refused']} refused with where they apply, "
+         f"**{scn['ignored']} ignored**"),
         ("secrets planted in sweep, find-max, import, site endpoint, engine argument, echoing server "
          "(`test_secrets_paths.py`: whole store, stdout and stderr grepped)", _n(sec["passed"] + sec["failed"]),
          (f"{sec['passed']} pass: no secret found" if not sec["failed"] else f"{sec['failed']} FAIL")),
@@ -311,7 +340,7 @@ def render(data: dict, variant: str | None = None) -> str:
         ("two processes on one store, same 6-cell sweep", _n(tw["trials"]),
          f"{tw['cells']} cells, {tw['measured_twice']} measured twice"),
     ]
-    total_cases = sum(x["passed"] + x["failed"] for x in (bad, bnd, sec)) + fz["total_examples"]
+    total_cases = sum(x["passed"] + x["failed"] for x in (bad, bnd, sec, r4)) + fz["total_examples"] + scn["pairs"]
     total_faults = sp["faults"] + ss["faults"] + fd["faults"] + ks["faults"] + tw["trials"]
     assert (total_cases, total_faults) == (t["cases_tried"], t["faults_injected"]), "totals disagree with the rows"
     cmd = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in a.items() if k != "seed")
@@ -347,6 +376,10 @@ def main() -> None:
     print("bad inputs", res["bad_input_cases"], flush=True)
     res["boundary_cases"] = pytest_count(["tests/unit/test_boundaries.py"])
     print("issue 22 boundary cases", {k: v for k, v in res["boundary_cases"].items() if k != "outcomes"}, flush=True)
+    res["round4_cases"] = pytest_count(["tests/unit/test_hardening4.py", "tests/unit/test_option_scan.py"])
+    print("issue 33 cases", {k: v for k, v in res["round4_cases"].items() if k != "outcomes"}, flush=True)
+    res["option_scan"] = option_scan(work)
+    print("run options x modes", res["option_scan"], flush=True)
     res["secret_paths"] = pytest_count(["tests/integration/test_secrets_paths.py"])
     print("planted secrets", {k: v for k, v in res["secret_paths"].items() if k != "outcomes"}, flush=True)
     res["fuzz"] = fuzz(a.fuzz, work)
@@ -363,8 +396,8 @@ def main() -> None:
     print("two processes", res["two_processes"], flush=True)
     res["totals"] = {
         "cases_tried": sum(res[k]["passed"] + res[k]["failed"] for k in ("bad_input_cases", "boundary_cases",
-                                                                           "secret_paths"))
-        + res["fuzz"]["total_examples"],
+                                                                           "round4_cases", "secret_paths"))
+        + res["fuzz"]["total_examples"] + res["option_scan"]["pairs"],
         "faults_injected": sum(res[k]["faults"] for k in ("signals_in_process", "signals_to_infbench_run",
                                                           "full_disk", "killed_servers"))
         + res["two_processes"]["trials"],
@@ -373,7 +406,8 @@ def main() -> None:
         "runs_left_running": res["signals_in_process"]["left_running"]
         + res["signals_to_infbench_run"]["left_running_after_next_start"] + res["full_disk"]["left_running"]
         + res["killed_servers"]["left_running"] + res["two_processes"]["left_running"],
-        "failed_checks": sum(res[k]["failed"] for k in ("bad_input_cases", "boundary_cases", "secret_paths", "fuzz")),
+        "failed_checks": sum(res[k]["failed"] for k in ("bad_input_cases", "boundary_cases", "round4_cases",
+                                                        "secret_paths", "fuzz")) + res["option_scan"]["ignored"],
     }
     res["wall_s"] = round(time.time() - t0, 1)
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,7 +36,10 @@ keys are refused); 1.7 types the three hooks that returned dicts (``infbench_dev
 :class:`~infbench.data.contract.DefaultSweepAnswer`; a dict with the same fields is still
 accepted and validated), and makes the core's defaults ``trylast`` implementations inside
 pluggy (:mod:`infbench.platforms.defaults`: launch from the engine's factory, the catalog's
-limits, every precision, no power source).
+limits, every precision, no power source); 1.8 adds the optional ``options_model`` of
+``EngineSpec`` (a pydantic model of the engine's options: types and bounds checked before a
+run, :mod:`infbench.data.engine_options`), and engine arguments become part of a cell's
+identity (``Cell.engine_args``).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.7"
+CONTRACT_VERSION = "1.8"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")

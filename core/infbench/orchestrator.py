@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data.plan import Plan
-from infbench.data.request import RunRequest
+from infbench.data.request import RunRequest, flag_of
 from infbench.data.run import RunOptions
 from infbench.errors import ConfigError
 from infbench.plugins import PluginManager
@@ -150,6 +150,7 @@ def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
     Raises:
         ConfigError: a bad flag value, sweep file or combination.
     """
+    from infbench.data.engine_options import parse_engine_args
     from infbench.quality.weights import gguf_native_dtypes
     from infbench.sweeps import build_sweep, serving_workload_flags
 
@@ -173,7 +174,8 @@ def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
         num_requests=r.num_requests, duration_s=r.duration, warmup_requests=r.warmup_requests,
         request_timeout_s=r.request_timeout, slo_ttft_s=r.slo_ttft_s(), slo_tpot_s=r.slo_tpot_s(),
         slo_e2e_s=r.slo_e2e, dataset=str(r.dataset) if r.dataset else None, dataset_max_input_len=r.max_input_len,
-        dataset_max_output_len=r.max_output_len, repeat=r.repeat, **serving_workload_flags(
+        dataset_max_output_len=r.max_output_len, repeat=r.repeat,
+        engine_args=parse_engine_args(r.engine_arg) if r.engine_arg else None, **serving_workload_flags(
             r.trace, r.floats("trace_speed"), r.multi_turn, r.think_time, r.prefix_len, r.num_prefixes,
             r.no_stream, r.tokenizer))
 
@@ -234,6 +236,92 @@ def spread_nodes(r: RunRequest, executor: str, sweep: Sweep, pm: PluginManager, 
     return r.load_nodes
 
 
+#: Options of ``infbench run`` read as engine options, by the option each engine declares.
+_ENGINE_FLAGS = {"base_url": "base_url", "api_key_env": "api_key_env", "endpoint": "endpoint",
+                 "served_model_name": "served_model", "prompt_format": "prompt_format"}
+
+
+def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[str, Any]) -> None:
+    """Refuse an option that does nothing in the run it was given with (issue 33): each
+    applies to some cells or scenarios only, and given elsewhere it would be silently
+    ignored. The message names the option and where it applies. The scan of every option
+    against every mode that found these is ``tests/unit/test_option_scan.py``.
+
+    Args:
+        r: the request (an option is "given" when its value is not the default).
+        executor: ``--executor`` as resolved so far (``auto`` before the executor is built).
+        plans: the planned cells (with ``--find-max``, the search's starting cell).
+        specs: the engine registry (which engine reads which option).
+
+    Raises:
+        ConfigError: naming each ignored option and where it applies (exit 2).
+    """
+    cells = [c for p in plans for c in p.cells]
+    server = [c for c in cells if c.load is not None]
+    loads = [c for c in server if c.load is not None and c.load.mode != "batch"]
+    engines = sorted({c.engine for c in cells})
+    defaults = RunRequest.model_fields
+    problems: list[str] = []
+
+    def given(field: str) -> bool:
+        v = getattr(r, field)
+        return v not in (None, False, []) and v != defaults[field].default
+
+    def refuse(field: str, where: str) -> None:
+        if given(field):
+            problems.append(f"{flag_of(field)} applies to {where}")
+
+    if not any(c.load is None or c.load.mode == "batch" for c in cells):
+        refuse("batch", "batch mode (all prompts at once); a load (--concurrency, --request-rate, --trace) sets "
+                        "how many requests are in flight instead")
+    if not any(c.load is None for c in cells):
+        refuse("warmup", "in-process batch cells; server engines warm up with --warmup-requests")
+    if not any(c.load is not None and c.load.mode == "rate" for c in cells):
+        refuse("burstiness", "--request-rate loads (the gamma shape of their arrivals)")
+    if not loads:
+        for f in ("num_requests", "duration"):
+            refuse(f, "serving loads of a server engine (--concurrency, --request-rate, --trace)")
+    if not server:
+        for f in ("warmup_requests", "request_timeout", "scrape_interval"):
+            refuse(f, "serving cells of a server engine (e.g. --engine llama.cpp-server)")
+        refuse("load_nodes", "serving cells on Ray: a server engine with --concurrency/--request-rate/--trace, "
+                             "and --ray-address")
+    elif not loads:
+        refuse("load_nodes", "serving loads (--concurrency, --request-rate, --trace) sent from Ray nodes")
+    for f, opt in _ENGINE_FLAGS.items():
+        readers = [e for e in engines if getattr(specs.get(e), "options", None) is None
+                   or opt in (specs[e].options or ())]
+        if not readers:
+            who = sorted(n for n, s in specs.items() if s.options is not None and opt in s.options)
+            refuse(f, f"engines that read {opt} ({', '.join(who[:6])}); {', '.join(engines)} "
+                      f"{'does' if len(engines) == 1 else 'do'} not")
+    if r.dataset is None:
+        for f in ("max_input_len", "max_output_len"):
+            refuse(f, "--dataset FILE (its length filter)")
+    if r.power_command is None and r.power_watts is None:
+        refuse("power_label", "--power-command or --power-watts (what their readings cover)")
+    if executor == "inprocess" or (executor == "auto" and all(p.device.vendor == "cpu" or p.device.kind == "remote"
+                                                              for p in plans)):
+        refuse("container_runtime", "cells run in worker images (--executor container, or --executor ray with "
+                                    "images); here they run in this process")
+    if executor != "ray" and r.load_nodes is None:
+        refuse("ray_address", "--executor ray and --load-nodes; this run uses no Ray cluster")
+    if r.find_max is None:
+        for f in ("goodput", "find_max_limit", "find_max_probes"):
+            refuse(f, "--find-max (the SLO search)")
+    if r.perplexity is None:
+        for f in ("ppl_n_ctx", "ppl_chunks"):
+            refuse(f, "--perplexity TEXT (the perplexity measured after the cells)")
+    # --no-engine-process (the engine-process change, where RunRequest gains the field): only
+    # in-process engines have a process of their own to give up; server engines always do.
+    if getattr(r, "engine_process", True) is False and not any(c.load is None for c in cells):
+        problems.append("--no-engine-process applies to in-process engines (llama.cpp, transformers, vllm); "
+                        "a server engine runs in its own process anyway")
+    if problems:
+        raise ConfigError("option(s) that would do nothing in this run: " + "; ".join(problems),
+                          hint="drop them, or add what they apply to")
+
+
 def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     """Detect, choose the default sweep, build and plan the sweep, and set the scenario
     (``--find-max``) and the run options; nothing is stored or started.
@@ -243,9 +331,10 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
             with no usable engine (unless ``--dry-run``, which shows why).
     """
     from infbench.analysis.slo_search import SloTarget, check_workload
+    from infbench.data.engine_options import check_engine_args
     from infbench.default_sweep import default_for_run
     from infbench.detect import detect
-    from infbench.engines.options import engine_options, parse_engine_args, unknown_engine_args
+    from infbench.engines.options import engine_options
     from infbench.plan import plan as make_plan
     from infbench.registry import engine_specs
     from infbench.scenarios.find_max import find_max_plan
@@ -288,10 +377,11 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         from infbench.scenarios.adaptive import adaptive_plan
 
         plans = [adaptive_plan(p, r.adaptive) for p in plans]
-    eopts = engine_options(r.engine_arg, n_threads=r.threads, endpoint=r.endpoint, served_model=r.served_model_name,
-                           prompt_format=r.prompt_format, tokenizer=r.tokenizer, **endpoint_opts)
-    if r.engine_arg:
-        unknown_engine_args(engine_specs(pm), sweep.engines, list(parse_engine_args(r.engine_arg)))
+    refuse_ignored(r, name, plans, engine_specs(pm))
+    checked = check_engine_args(engine_specs(pm), sweep.engines, sweep.engine_args)  # plan() refused bad ones
+    eopts = engine_options(checked=checked.values, n_threads=r.threads, endpoint=r.endpoint,
+                           served_model=r.served_model_name, prompt_format=r.prompt_format, tokenizer=r.tokenizer,
+                           **endpoint_opts)
     opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
                       engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
                       price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address,

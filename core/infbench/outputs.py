@@ -8,9 +8,12 @@ every text it prints (issue 22).
   is told to protect (the store of the command), and any existing file that is not a
   previous output of the same kind (each :class:`OutputKind` recognises its own files by
   their first bytes: a CSV header, a JSON shape, a ``generator`` marker); an empty file may
-  be replaced. The bytes go to a temporary file in the same folder, are flushed to disk and
-  renamed over the target, so a reader never sees half a file and a failed write leaves
-  the old one whole.
+  be replaced. Only a regular file or an absent path is ever a target (issue 33): a
+  device node, FIFO, socket, folder, dangling link or a link to any of these is refused
+  (:func:`not_a_file`), by each command before it does any work, and again at the rename.
+  The bytes go to a temporary file in the same folder, are flushed to disk and renamed
+  over the target, so a reader never sees half a file and a failed write leaves the old
+  one whole.
 * **CSV** (:func:`csv_cell`, :func:`csv_text`): text cells starting with ``=``, ``+``,
   ``-``, ``@``, a tab or a carriage return are prefixed with ``'`` (OWASP, "CSV
   Injection"), so a spreadsheet shows them instead of evaluating them; numbers are written
@@ -34,6 +37,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -133,14 +137,54 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
+#: What a path that is not a regular file is, by its ``st_mode`` test.
+_FILE_TYPES = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_a_file(path: Path | str) -> str | None:
+    """Why ``path`` may not be replaced by a file, or None when it is absent or a regular
+    file (symbolic links followed).
+
+    Returns:
+        ``"a character device"``, ``"a block device"``, ``"a FIFO (named pipe)"``, ``"a
+        socket"``, ``"a folder"``, ``"a symbolic link to X, which does not exist"`` (writing
+        through a dangling link would create a file wherever it points), ``"a symbolic
+        link that cannot be followed (...)"`` (a loop), each followed by ``" (a symbolic
+        link to X)"`` when a link led there; None for an absent path or a regular file.
+    """
+    p = Path(path)
+    try:
+        lst = os.lstat(p)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"a path that cannot be examined ({exc.strerror or exc})"
+    link = stat.S_ISLNK(lst.st_mode)
+    via = f" (a symbolic link to {os.path.realpath(p)})" if link else ""
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        return f"a symbolic link to {os.readlink(p)}, which does not exist"
+    except OSError as exc:
+        return f"a symbolic link that cannot be followed ({exc.strerror or exc})"
+    for test, what in _FILE_TYPES:
+        if test(st.st_mode):
+            return what + via
+    return None if stat.S_ISREG(st.st_mode) else f"not a regular file{via}"
+
+
 def check_output(path: Path, kind: OutputKind, protect: Iterable[Path | str | None] = ()) -> Path:
     """The real path :func:`write_output` would write for ``path`` (links followed), after
-    every refusal it makes; nothing is written.
+    every refusal it makes; nothing is written. Call it before any work (reading the store,
+    planning), so a refused target costs nothing.
 
     Raises:
         OutputRefused: ``path`` is a protected path (the store, or its ``-wal``/``-shm``/
-            ``-journal`` files), an SQLite database or WAL, a folder, or an existing file
-            that ``kind`` does not recognise as its own.
+            ``-journal`` files), an SQLite database or WAL, anything but a regular file or
+            an absent path (a folder, a device node, a FIFO, a socket, a dangling symbolic
+            link or a link to any of these; :func:`not_a_file`), or an existing file that
+            ``kind`` does not recognise as its own.
     """
     target = Path(os.path.realpath(path))
     hint = f"choose another path for {kind.flag}"
@@ -152,8 +196,10 @@ def check_output(path: Path, kind: OutputKind, protect: Iterable[Path | str | No
             if _same(target, q) or _same(Path(path), q):
                 raise OutputRefused(f"{kind.flag} {path} is the results store{'' if q == store else ' ' + q.name}; "
                                     f"infbench never writes its {kind.what} over it", hint=hint)
-    if target.is_dir():
-        raise OutputRefused(f"{kind.flag} {path} is a folder; the {kind.what} is a file", hint=hint)
+    special = not_a_file(path)
+    if special is not None:
+        raise OutputRefused(f"{kind.flag} {path} is {special}; infbench writes its {kind.what} only to a regular file "
+                            "or a new path, and leaves this one as it is", hint=hint)
     if target.exists():
         if is_sqlite(target):
             raise OutputRefused(f"{kind.flag} {path} is an SQLite database (a results store?); infbench never "
@@ -173,9 +219,13 @@ def check_output(path: Path, kind: OutputKind, protect: Iterable[Path | str | No
     return target
 
 
-def check_folder(path: Path, flag: str, what: str, protect: Iterable[Path | str | None] = ()) -> Path:
+def check_folder(path: Path, flag: str, what: str, protect: Iterable[Path | str | None] = (),
+                 files: Iterable[str] = ()) -> Path:
     """An output folder (``report --out``, ``worker --out``): refused when it is a protected
-    path (the store), or exists and is not a folder (a store, any file).
+    path (the store), or exists and is not a folder (a store, any file, a device node, a
+    FIFO, a socket, a dangling link), or when one of ``files`` (names inside it the command
+    writes) exists and is not a regular file (:func:`not_a_file`: writing to a FIFO would
+    hang, replacing a device node would destroy it).
 
     Raises:
         OutputRefused: naming the flag and what to do.
@@ -184,10 +234,16 @@ def check_folder(path: Path, flag: str, what: str, protect: Iterable[Path | str 
     for p in protect:
         if p is not None and (_same(Path(path), Path(p)) or Path(os.path.realpath(path)) == Path(p).resolve()):
             raise OutputRefused(f"{flag} {path} is the results store; {what} goes in a folder of its own", hint=hint)
-    if Path(path).exists() and not Path(path).is_dir():
-        kind = "an SQLite database (a results store?)" if is_sqlite(Path(path)) else "a file"
+    special = not_a_file(path)
+    if os.path.lexists(path) and not Path(path).is_dir():
+        kind = special or ("an SQLite database (a results store?)" if is_sqlite(Path(path)) else "a file")
         raise OutputRefused(f"{flag} {path} is {kind}, not a folder; infbench does not replace it with {what}",
                             hint=hint)
+    for name in files:
+        inner = not_a_file(Path(path) / name)
+        if inner is not None:
+            raise OutputRefused(f"{flag} {path}: {name} in it is {inner}; infbench writes {what} only to regular "
+                                "files and leaves this one as it is", hint=f"remove {Path(path) / name}, or {hint}")
     return Path(path)
 
 
@@ -219,6 +275,10 @@ def write_output(path: Path | str, data: str | bytes, kind: OutputKind,
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644 & ~_umask())
+        special = not_a_file(target)  # once more at the rename: made while the bytes were written
+        if special is not None:
+            raise OutputRefused(f"{kind.flag} {path} became {special} while it was written; it is left as it is",
+                                hint=f"choose another path for {kind.flag}")
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -13,6 +13,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from infbench.data.engine_options import check_engine_args
 from infbench.data.plan import Group, Plan
 from infbench.errors import ConfigError
 from infbench.models import ModelShape, resolve
@@ -149,6 +150,35 @@ def _check_serving_workload(sweep: Sweep) -> None:
                           hint="the shared prefix is part of the prompt: make it at most --input-len")
 
 
+def context_length(model: ModelShape) -> int | None:
+    """The model's context in tokens: ``max_position_embeddings`` of its config (a GGUF's
+    ``context_length``), None when the config does not say."""
+    v = model.config.get("max_position_embeddings")
+    return int(v) if isinstance(v, (int, float)) and v > 0 else None
+
+
+def _check_context(g: Group) -> None:
+    """Refuse a group whose longest request (prompt + output tokens together,
+    :meth:`~infbench.schema.Cell.longest`) exceeds the model's context: an engine would size
+    its KV cache for it (llama.cpp grew to 10.7 GB for ``--output-len 10000000`` and ignored
+    SIGTERM while it allocated) or generate past the positions it was trained on. A dataset
+    cell is checked when its sample's longest conversation is known.
+
+    Raises:
+        ConfigError: naming the model, its context and the longest request (exit 2).
+    """
+    ctx = context_length(g.model)
+    if ctx is None:
+        return
+    cells = [c for c in g.cells if c.dataset is None or c.dataset.max_total_len]
+    worst = max(cells, key=lambda c: c.longest(), default=None)
+    if worst is not None and worst.longest() > ctx:
+        raise ConfigError(f"{g.model.name}: a request of {worst.input_len:,} input + {worst.output_len:,} output "
+                          f"tokens ({worst.longest():,} together) exceeds the model's context of {ctx:,} tokens",
+                          hint=f"keep input + output within {ctx:,} tokens (--input-len/--output-len), or use a model "
+                               "with a longer context")
+
+
 def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bool = True) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
 
@@ -158,7 +188,8 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
     Raises:
         ConfigError: unknown model/engine/dtype, a precision the device does not
             support, an engine that does not run on the device, TP larger than the
-            device count.
+            device count, input + output longer than the model's context, or an engine
+            argument no engine reads or of the wrong type.
         EngineUnavailable: an engine whose Python package is not installed.
     """
     specs = engine_specs(pm)
@@ -182,6 +213,7 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                     f"{device.model}",
                     hint=f"this device supports: {', '.join(precisions)}")
             engine_dtypes[e].append(native)
+    args = check_engine_args(specs, sweep.engines, sweep.engine_args)  # unknown keys, bad values: exit 2
     lenient = all(specs[e].any_model for e in sweep.engines)
     models = {m: _resolve(m, lenient) for m in sweep.models}
     loads = sweep.loads()
@@ -206,12 +238,6 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
         if tp > device.count:
             raise ConfigError(f"tensor_parallel_size {tp} exceeds the {device.count} {device.vendor} device(s) "
                               "detected", hint=f"use tensor_parallel_size <= {device.count}")
-    for name, m in models.items():
-        maxpos = m.config.get("max_position_embeddings")
-        longest = max(i + o for i, o in sweep.lengths())
-        if maxpos and longest > maxpos:
-            warnings.append(f"{name}: input+output up to {longest} tokens exceeds max_position_embeddings "
-                            f"{maxpos}; positions past it are outside the model's trained range")
     groups: dict[tuple, Group] = {}
     for mname, e, tp in itertools.product(sweep.models, sweep.engines, sweep.tensor_parallel_size):
         for d in dict.fromkeys(engine_dtypes[e]):
@@ -248,6 +274,12 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                     warmup=sweep.warmup, load=ld, **prefix))
+    for g in groups.values():
+        _check_context(g)
+    if args.identity:  # the engine arguments that change what is measured: part of each cell's id
+        for g in groups.values():
+            if args.identity.get(g.engine):
+                g.cells = [c.model_copy(update={"engine_args": args.identity[g.engine]}) for c in g.cells]
     if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
         from infbench.analysis.repeats import repeat_cell
 

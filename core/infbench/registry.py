@@ -44,7 +44,7 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
                 m.factory, m.modules, m.install, m.commands = s.factory, s.modules, s.install, s.commands
                 m.check = s.check
                 m.serving, m.any_model = s.serving, s.any_model
-                m.options, m.native_options = s.options, s.native_options
+                m.options, m.native_options, m.options_model = s.options, s.native_options, s.options_model
                 m.description = s.description or m.description
                 m.dtypes = {**s.dtypes, **m.dtypes}
             else:

@@ -29,6 +29,14 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def engine_args_label(args: Any) -> str:
+    """Engine arguments (a cell's ``engine_args``) as ``n_ubatch=4 extra_body={"top_k":5}``:
+    sorted by name, structures as compact JSON; empty for None, ``{}`` or a non-dict."""
+    if not isinstance(args, dict):
+        return ""
+    return " ".join(f"{k}={v if isinstance(v, str) else canonical_json(v)}" for k, v in sorted(args.items()))
+
+
 def short_hash(obj: Any, n: int = 16) -> str:
     """First ``n`` hex digits of the SHA-256 of :func:`canonical_json` of ``obj``."""
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()[:n]
@@ -281,6 +289,10 @@ class Cell(BaseModel):
             ``input_len`` tokens in all.
         repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
             first measurement has none, so its id is that of an unrepeated cell).
+        engine_args: the engine arguments that change what is measured (``--engine-arg
+            n_ubatch=4``, a sweep file's ``engine_args``), as the engine's options model
+            checked them and with secrets redacted (:mod:`infbench.data.engine_options`);
+            None when none is given, so a cell without them keeps the id it always had.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -300,6 +312,15 @@ class Cell(BaseModel):
     prefix_len: int | None = Field(None, ge=1)
     num_prefixes: int | None = Field(None, ge=1)
     repeat: int | None = Field(None, ge=2)
+    engine_args: dict[str, Any] | None = None
+
+    @field_validator("engine_args")
+    @classmethod
+    def _no_empty_args(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return v or None  # {} is "none given": the same id as a cell without them
+
+    def __hash__(self) -> int:
+        return hash(canonical_json(self.model_dump(mode="json")))
 
     @model_validator(mode="after")
     def _prefix_fits(self) -> Cell:
@@ -311,6 +332,8 @@ class Cell(BaseModel):
         """The workload fields that define what is measured (warm-up excluded; unset
         optional fields are left out so adding one never changes existing ids)."""
         d = self.model_dump(exclude={"warmup"}, exclude_none=True)
+        if not d.get("engine_args"):
+            d.pop("engine_args", None)  # {} is "none given" (also on a copy that skipped validation)
         if self.load is not None:
             d["load"] = self.load.model_dump(exclude={"warmup_requests", "timeout_s"}, exclude_none=True)
         return d
@@ -350,8 +373,14 @@ class Cell(BaseModel):
         if self.prefix_len:
             data += f" prefix{self.prefix_len}x{self.num_prefixes or 1}"
         rep = f" #{self.repeat}" if self.repeat else ""
+        args = f" [{self.args_label()}]" if self.engine_args else ""
         return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
-                f"o{self.output_len}{rep}")
+                f"o{self.output_len}{rep}{args}")
+
+    def args_label(self) -> str:
+        """The engine arguments as ``n_ubatch=4 extra_body={"top_k":5}`` (sorted; empty
+        when none): what tells two cells of the same workload apart."""
+        return engine_args_label(self.engine_args)
 
 
 #: Upper bounds of a sweep's numbers: far above any real run, low enough that a typo
@@ -409,6 +438,9 @@ class Sweep(BaseModel):
             stays the authority for counts.
         repeat: measure every cell this many times (``--repeat``); results then give the
             mean and 95 % t-interval across the repeats (:mod:`infbench.analysis.repeats`).
+        engine_args: engine options by name (``--engine-arg KEY=VALUE``, which wins over the
+            file's), checked against each engine's options when planned; those that change
+            what is measured enter each cell's identity (:attr:`Cell.engine_args`).
 
     Types are strict (``batch: [true]`` or ``batch: ["4"]`` is an error, not batch 1 or
     4), numbers must be finite, and sizes have upper bounds (:data:`SWEEP_LIMITS`) so a
@@ -456,6 +488,7 @@ class Sweep(BaseModel):
     stream: bool = True
     tokenizer: str | None = None
     repeat: int = Field(1, ge=1)
+    engine_args: dict[str, Any] | None = None
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""

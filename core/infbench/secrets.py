@@ -172,6 +172,7 @@ SECRET_OPTIONS: dict[str, Callable[[str], str | None]] = {
     "--base-url": lambda v: redact_url(v) or REDACTED,   # user:password@ and ?api_key=
     "--engine-arg": redact_key_value,    # hf_token=..., api_key=...
     "--build-arg": redact_key_value,     # `infbench containers build --build-arg HF_TOKEN=...`
+    "--ray-address": lambda v: redact_address(v),  # user:password@HOST:PORT, ray://user:password@... (below)
 }
 
 
@@ -282,6 +283,12 @@ _TOKENS = (
     (re.compile(r"\b(AIza)[0-9A-Za-z_-]{35}"), r"\1"),                       # Google API key
     (re.compile(r"\b(eyJ)[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), r"\1"),  # JWT
 )
+#: User info before a ``HOST:PORT`` written without a scheme (a Ray address
+#: ``user:s3cret@10.0.0.1:6379``): ``NAME:SECRET@`` right before a host and a port (not an
+#: image digest, ``python:3.11@sha256:...``).
+_USERINFO_HOSTPORT = re.compile(
+    r"(?<![\w.%+~/@:-])[A-Za-z0-9._~%+-]{1,128}:[^\s@/\"'<>`]{1,256}@"
+    r"(?!(?:sha|md|blake)\d*:)(?=(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*):\d{1,5}(?![\w.]))")
 #: What every pattern above needs somewhere in a text (a cheap test before running them).
 _MAYBE = re.compile(r"[:=]|basic|bearer|sk-|pk-|rk-|hf_|gh[pousr]_|github_pat_|glpat-|xox|npm_|pypi-|akia|asia|aiza|"
                     r"eyj", re.IGNORECASE)
@@ -382,6 +389,8 @@ def redact(text: str) -> str:
       secret, ``base_url=http://bob:pw@host/v1``): its user info, and the values of its
       query and fragment parameters whose name is secret (:func:`is_secret_key`:
       ``?api_key=``, ``&token=``, ``#access_token=``, ``X-Amz-Signature=``);
+    * the user info of a ``HOST:PORT`` address written without a scheme (a Ray address
+      ``user:pw@10.0.0.1:6379`` -> ``[redacted]@10.0.0.1:6379``);
     * ``Authorization`` / ``Proxy-Authorization`` values of any scheme (the scheme word is
       kept), ``Cookie`` values, and ``Basic``/``Bearer`` credentials wherever they occur; a
       ``Basic`` credential's decoded ``user:password`` (and the password alone) is removed
@@ -409,6 +418,7 @@ def redact(text: str) -> str:
     text = _COOKIE_HEADER.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER.sub(lambda m: m.group(0) if m.group(2) == REDACTED else f"{m.group(1)} {REDACTED}", text)
     text = _URL_IN_TEXT.sub(_url_in_text, text)
+    text = _USERINFO_HOSTPORT.sub(REDACTED + "@", text)
     text = _SECRET_PAIR.sub(lambda m: m.group(1) + REDACTED, text)
     for pattern, prefix in _TOKENS:
         text = pattern.sub(prefix + REDACTED, text)
@@ -418,6 +428,18 @@ def redact(text: str) -> str:
         if len(password) >= _MIN_SECRET:
             text = re.sub(r"(?<![A-Za-z0-9])" + re.escape(password) + r"(?![A-Za-z0-9])", REDACTED, text)
     return text
+
+
+def redact_address(addr: str) -> str:
+    """A cluster address as it may be stored: a URL (``ray://u:pw@h:10001?x=y``) without
+    user info, query and fragment (:func:`redact_url`); a ``HOST:PORT`` without a scheme
+    with its user info redacted (:func:`redact`, ``[redacted]@h:6379``); anything with
+    blanks, or that is neither, redacted whole."""
+    if not addr or any(c.isspace() for c in addr):
+        return REDACTED
+    if "://" in addr:
+        return redact_url(addr) or REDACTED
+    return redact(addr.split("?", 1)[0].split("#", 1)[0])
 
 
 def url_secrets(url: str | None) -> list[str]:

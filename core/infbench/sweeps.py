@@ -139,7 +139,9 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
         if name not in PRESETS:
             raise ConfigError(f"unknown preset {name!r}", hint=f"choose one of: {', '.join(PRESETS)}")
         data = dict(PRESETS[name])
-    given = {k: v for k, v in flags.items() if v not in (None, [])}
+    given = {k: v for k, v in flags.items() if v not in (None, [], {})}
+    if isinstance(data.get("engine_args"), dict) and "engine_args" in given:  # a flag wins per key
+        given["engine_args"] = {**data["engine_args"], **given["engine_args"]}
     data.update(given)
     if data.get("pair_lengths") and ({"input_len", "output_len"} & set(given)) and \
             len(data.get("input_len") or []) != len(data.get("output_len") or []):

@@ -51,7 +51,8 @@ def test_spec_carries_scrape_interval_and_price(tmp_path):
     """A worker measures with the options of the run that wrote its spec: the /metrics
     interval and the price per hour travel in it, as in the container and Ray executors."""
     spec = tmp_path / "spec.json"
-    infbench("run", *CELLS, "--write-spec", str(spec), "--scrape-interval", "0.25", "--price-per-hour", "2.5")
+    served = ["-m", "tiny", "-e", "llama.cpp-server", "-b", "1", "--input-len", "16", "--output-len", "4"]
+    infbench("run", *served, "--write-spec", str(spec), "--scrape-interval", "0.25", "--price-per-hour", "2.5")
     raw = json.loads(spec.read_text())
     assert raw["options"]["server_metrics_interval_s"] == 0.25 and raw["options"]["price_per_hour"] == 2.5
 

@@ -175,3 +175,55 @@ def assert_no_secret(texts: dict[str, str], *secrets: str) -> None:
     for where, text in texts.items():
         for form in secret_forms(*secrets):
             assert form not in text, f"secret {form!r} found in {where}: ...{text[max(0, text.find(form) - 80):][:200]}"
+
+
+#: The kinds of path no output may replace (issue 33): :func:`special_file` makes each.
+SPECIAL_KINDS = ("chardev", "fifo", "socket", "folder", "link-to-fifo", "dangling-link")
+
+
+def special_file(path: Path, kind: str) -> tuple[Path, str]:
+    """Make ``path`` a path that is not a regular file, in a temporary folder (never the
+    real ``/dev/null``): ``chardev`` (a copy of /dev/null's node, 1:3; skipped without
+    CAP_MKNOD), ``fifo``, ``socket`` (bound, then its socket closed: the node stays),
+    ``folder``, ``link-to-fifo`` (a symbolic link to a FIFO beside it), ``dangling-link``.
+
+    Returns:
+        (path, the words the refusal names it by).
+    """
+    import socket
+    import stat
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "chardev":
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs CAP_MKNOD (root)")
+        return path, "character device"
+    if kind == "fifo":
+        os.mkfifo(path)
+        return path, "FIFO"
+    if kind == "socket":
+        if len(str(path)) > 100:
+            pytest.skip("socket path too long for AF_UNIX")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(path))
+        s.close()
+        return path, "socket"
+    if kind == "folder":
+        path.mkdir()
+        return path, "folder"
+    if kind == "link-to-fifo":
+        os.mkfifo(path.with_name(path.name + ".fifo"))
+        path.symlink_to(path.name + ".fifo")
+        return path, "FIFO (named pipe) (a symbolic link to"
+    if kind == "dangling-link":
+        path.symlink_to("no-such-target")
+        return path, "which does not exist"
+    raise ValueError(kind)
+
+
+def same_node(path: Path, before: os.stat_result) -> bool:
+    """True when ``path`` is still the very node ``before`` was (type, inode, device)."""
+    after = os.lstat(path)
+    return (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino, before.st_rdev)

@@ -485,3 +485,226 @@ def monkeypatch_module():
     mp = pytest.MonkeyPatch()
     yield mp
     mp.undo()
+
+
+# -- issue 33: the fourth round's kinds ---------------------------------------------------------
+WRITER_KINDS = ["absent", "earlier output", "foreign file", "store link", "chardev", "fifo", "socket", "folder",
+                "link-to-fifo", "dangling-link"]
+
+
+@FUZZ
+@given(kind=st.sampled_from(WRITER_KINDS), writer=st.sampled_from(["csv", "json", "lib-csv", "compare", "spec"]),
+       nested=st.booleans())
+def test_fuzz_writer_targets(tmp_path_factory, kind, writer, nested):
+    """Whatever the target is, the writer replaces only an absent path or a regular earlier
+    output of its kind; every other node is left exactly as it was, and the refusal names it."""
+    import os
+    import stat
+
+    from infbench.outputs import EXPORT_JSON, WORKER_SPEC, OutputRefused, write_output
+    from infbench.report.data import LIB_CSV
+    from infbench.report.tables import RESULTS_CSV
+    from tests.support.hostile import special_file
+
+    count("writer targets (device nodes, FIFOs, sockets, folders, links)")
+    d = _tmp(tmp_path_factory, "w")
+    target = (d / "sub" / "out") if nested else d / "out"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    out_kind = {"csv": RESULTS_CSV, "json": EXPORT_JSON, "lib-csv": LIB_CSV, "spec": WORKER_SPEC}.get(writer)
+    from infbench.outputs import COMPARE_HTML
+
+    out_kind = out_kind or COMPARE_HTML
+    sample = {"csv": "cell_id,spec_hash,run_id,status\n", "json": '[{"cell_id": "x"}]',
+              "lib-csv": "Hardware,Num of Hardware,Framework,Model,\n", "spec": '{"schema_version": 1, "cells": []}',
+              "compare": '<meta name="generator" content="infbench compare">'}[writer]
+    store = make_store(d / "s.db")
+    if kind == "earlier output":
+        target.write_text(sample)
+    elif kind == "foreign file":
+        target.write_text("someone's notes\n")
+    elif kind == "store link":
+        target.symlink_to(store)
+    elif kind != "absent":
+        try:
+            special_file(target, kind)
+        except pytest.skip.Exception:
+            return
+    before = os.lstat(target) if os.path.lexists(target) else None
+    try:
+        write_output(target, sample, out_kind, [store])
+    except OutputRefused as exc:
+        assert kind not in ("absent", "earlier output") and str(target) in exc.message and exc.exit_code == 2
+        after = os.lstat(target)
+        assert before is not None and (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+        return
+    assert kind in ("absent", "earlier output"), f"{kind} was written over"
+    assert stat.S_ISREG(os.stat(target).st_mode) and target.read_text() == sample
+
+
+ENGINES_TYPED = ["llama.cpp", "transformers", "llama.cpp-server", "openai", "vllm", "optimum-habana"]
+arg_text = st.one_of(values.map(lambda v: json.dumps(v, default=str)), st.text(max_size=20),
+                     st.sampled_from(["-1", "0", "1", "1e9", "1000000000", "1.5", "nan", ".nan", ".inf", "true",
+                                      "[1,2]", '{"a":1}', '{"top_k": 5}', '{"X-A": "b"}', "static", "chat", "uvloop",
+                                      "", "4096", "4097", "-2", "99999999999999999999"]))
+
+
+@FUZZ
+@given(engine=st.sampled_from(ENGINES_TYPED), picks=st.lists(st.tuples(st.integers(0, 40), arg_text), min_size=1,
+                                                              max_size=3))
+def test_fuzz_engine_argument_types(engine, picks):
+    """Any `--engine-arg KEY=VALUE` on an engine's own keys is typed within its bounds or
+    refused with exit 2, before anything runs; never a traceback, never a value out of bounds."""
+    from infbench.data.engine_options import check_engine_args, parse_engine_args
+    from infbench.plugins import get_plugin_manager
+    from infbench.registry import engine_specs
+    from infbench.schema import canonical_json
+
+    count("engine-argument types (--engine-arg)")
+    specs = engine_specs(get_plugin_manager())
+    model = specs[engine].options_model
+    keys = list(model.model_fields)
+    items = [f"{keys[i % len(keys)]}={v}" for i, v in picks]
+    try:
+        got = check_engine_args(specs, [engine], parse_engine_args(items))
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and len(exc.message) < 3000
+        return
+    typed = model.model_validate({k: v for k, v in got.values.items() if k in model.model_fields})
+    for k, v in typed.model_dump(exclude_none=True).items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            assert -1 <= v <= 1_048_576, (k, v)
+        if isinstance(v, float):
+            assert v == v and abs(v) != float("inf")
+    assert "NaN" not in canonical_json(got.identity) and "Infinity" not in canonical_json(got.identity)
+
+
+positive = st.floats(min_value=1e-4, max_value=1e5, allow_nan=False, allow_infinity=False)
+
+
+@FUZZ
+@given(lat=positive, ttft=st.one_of(st.none(), positive), e2e=st.one_of(st.none(), positive),
+       tput=st.one_of(st.none(), positive), batch=st.integers(1, 256), n_in=st.integers(1, 4096),
+       n_out=st.integers(1, 4096), io=st.sampled_from(["same", "pair", "other"]), digits=st.integers(1, 8))
+def test_fuzz_import_consistency(tmp_path_factory, lat, ttft, e2e, tput, batch, n_in, n_out, io, digits):
+    """A row that read_lib_csv accepts never contradicts itself: TTFT <= E2E <= Latency and
+    Throughput x Latency = batch (or one sequence) x tokens, within the printed rounding;
+    its stored TPOT is never negative."""
+    from infbench.report.lib_import import published_cells, read_lib_csv
+
+    count("imports checked for consistency (TTFT, E2E, lengths, throughput)")
+    fmt = f"{{:.{digits}g}}"
+    if tput is None and io == "same":
+        tput = batch * (n_in + n_out) / lat   # often a consistent row
+    iol = f"{n_in}/{n_out}" if io != "other" else f"{n_in + 1}/{n_out}"
+    row = ["Nvidia A100 GPU", "1", "vLLM", "meta-llama/Llama-2-7b-hf", iol, str(batch), fmt.format(lat),
+           "" if tput is None else fmt.format(tput), str(n_in), str(n_out),
+           "" if ttft is None else fmt.format(ttft), "" if e2e is None else fmt.format(e2e)]
+    f = _tmp(tmp_path_factory, "cons") / "x.csv"
+    f.write_text("Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency,Throughput,"
+                 "Input Length,Output Length,TTFT Latency,end_latency\n" + ",".join(row) + "\n")
+    try:
+        (r,) = read_lib_csv(f)
+    except InfbenchError as exc:
+        assert exc.exit_code == 2 and "line 2" in exc.message
+        return
+    assert io != "other"
+    from decimal import Decimal
+
+    def ulp(text: str) -> float:  # half a unit of the last printed digit, relative to the value
+        return 0.5 * 10.0 ** Decimal(text).as_tuple().exponent / float(text) if text else 0.0
+
+    lat_t, tput_t, ttft_t, e2e_t = row[6], row[7], row[10], row[11]
+    slack = 0.005
+    if r.ttft_s is not None and r.e2e_s is not None:
+        assert r.ttft_s <= r.e2e_s * (1 + slack + ulp(ttft_t) + ulp(e2e_t))
+    for v, t in ((r.ttft_s, ttft_t), (r.e2e_s, e2e_t)):
+        assert v is None or v <= r.latency_s * (1 + slack + ulp(lat_t) + ulp(t))
+    if r.throughput_tok_s is not None:
+        tokens = r.throughput_tok_s * r.latency_s
+        tol = slack + ulp(lat_t) + ulp(tput_t)
+        assert any(abs(tokens / e - 1) <= tol * (1 + 1e-9) for e in (batch * (n_in + n_out), n_in + n_out))
+    (cell,), _ = published_cells([r])
+    assert (cell.metrics.get("tpot_s") or {}).get("mean", 0.0) >= 0
+
+
+GATES = [
+    ["results", "--quality", "--max-ppl-increase"], ["compare", "--dtypes", "f16,q4_0", "--max-ppl-increase"],
+    ["report", "--no-static", "--max-ppl-increase"], ["perplexity", "--model", "tiny", "--max-ppl-increase"],
+    ["run", "--model", "tiny", "--dry-run", "--slo-ttft"], ["run", "--model", "tiny", "--dry-run", "--slo-tpot"],
+    ["run", "--model", "tiny", "--dry-run", "--slo-e2e"], ["run", "--model", "tiny", "--dry-run", "--slo-ttft-ms"],
+    ["results", "--max-ttft"], ["results", "--max-tpot"], ["results", "--max-e2e"],
+    ["report", "--no-static", "--slo-ttft"], ["report", "--no-static", "--slo-tpot"],
+]
+gate_value = st.one_of(st.sampled_from(["nan", "NaN", "inf", "-inf", "inf%", "NaN%", "1e999", "1e999%", "-1", "0",
+                                        "0%", "-0", "1%", "0.5", "25"]),
+                       st.floats(allow_nan=True, allow_infinity=True).map(repr))
+
+
+@FUZZ
+@given(gate=st.sampled_from(GATES), value=gate_value)
+def test_fuzz_nan_and_inf_in_every_gate(tmp_path_factory, fixed_store, gate, value):
+    """Every gate (the perplexity gate, SLO limits, result filters) takes a finite positive
+    value only: NaN, infinities, zero and negatives are a usage error (exit 2)."""
+    import math
+
+    count("NaN/inf/zero in every gate")
+    d = _tmp(tmp_path_factory, "gate")
+    text = d / "t.txt"
+    text.write_text("word " * 100)
+    store = d / "s.db"
+    store.write_bytes(fixed_store[0].read_bytes())
+    extra = {"results": ["--store", store], "compare": ["--store", store], "report": ["--store", store, "--out",
+             d / "rep"], "perplexity": ["--text", text, "--store", store], "run": []}[gate[0]]
+    r = cli(*gate, value, *extra, code=None)
+    try:
+        v = float(value.strip().rstrip("%"))
+    except ValueError:
+        v = float("nan")
+    if not math.isfinite(v) or v <= 0:
+        assert r.exit_code == 2, f"{' '.join(gate)} {value}: exit {r.exit_code}\n{r.output}"
+
+
+@FUZZ
+@given(n_in=st.one_of(st.integers(1, 4096), st.integers(1, 10_000_000)),
+       n_out=st.one_of(st.integers(1, 4096), st.integers(1, 10_000_000)))
+def test_fuzz_lengths_against_context(n_in, n_out):
+    """A sweep is refused when planned exactly when input + output exceeds the model's
+    context (tiny-random-llama: 2,048 tokens)."""
+    from infbench.plan import plan
+    from infbench.platforms.cpu import cpu_device
+    from infbench.plugins import get_plugin_manager
+
+    count("lengths against the model's context")
+    sw = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16"], batch=[1], input_len=[n_in],
+               output_len=[n_out])
+    try:
+        p = plan(sw, cpu_device(), get_plugin_manager())
+    except InfbenchError as exc:
+        assert n_in + n_out > 2048 and "context of 2,048" in exc.message
+        return
+    assert n_in + n_out <= 2048 and p.cells
+
+
+@FUZZ
+@given(mode=st.sampled_from(["batch", "serving", "find-max", "adaptive", "perplexity"]),
+       pair=st.lists(st.integers(0, 200), min_size=2, max_size=2))
+def test_fuzz_options_by_modes(tmp_path_factory, mode, pair):
+    """Two options together in one mode: with the second given, the first still changes the
+    run or is refused; never accepted and ignored (the scan of test_option_scan.py, by pairs)."""
+    from infbench.plugins import get_plugin_manager
+    from tests.support.option_scan import ALWAYS, BASE, MODES, files, prepared_effect, run_options
+    from tests.support.option_scan import values as option_values
+
+    count("run options x modes (pairs)")
+    f = files(_tmp(tmp_path_factory, "scan"))
+    vals = option_values(f)
+    names = [n for n in run_options() if n not in ALWAYS and n in vals]
+    first, second = names[pair[0] % len(names)], names[pair[1] % len(names)]
+    base = {**BASE, **{k: (v.format(**f) if isinstance(v, str) else v) for k, v in MODES[mode].items()},
+            **vals[second]}
+    pm = get_plugin_manager()
+    without = {**base, **{k: v for k, v in vals[first].items() if k != first}}
+    before, after = prepared_effect(without, pm), prepared_effect({**without, **vals[first]}, pm)
+    if before[0] == "refused" or after[0] == "refused" or first == second or first in vals[second]:
+        return
+    assert after[1] != before[1], f"{first} ignored in {mode} with {second}"

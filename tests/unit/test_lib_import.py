@@ -29,7 +29,7 @@ def local_cell(batch=16, n=256, engine="vllm", dtype="float16", tp=2, duration=4
     return CellResult(cell_id=c.cell_id(A100), spec_hash=c.spec_hash(), cell=c, device=A100, status="ok",
                       metrics={"duration_s": duration, "total_tok_s": total, "output_tok_s": total / 2,
                                "ttft_s": {"mean": 0.4, "p50": 0.4}, "tpot_s": {"mean": 0.014, "p50": 0.014},
-                               "e2e_s": {"mean": 3.9, "p50": 3.9}, "avg_power_w": 900.0},
+                               "e2e_s": {"mean": duration - 0.1, "p50": duration - 0.1}, "avg_power_w": 900.0},
                       started_at=time.time(), finished_at=time.time())
 
 
@@ -56,7 +56,8 @@ def test_export_then_import_round_trip(tmp_path, pm):
         assert r["cell_id"] != orig["cell_id"]  # ...but never the local cell's identity
         assert r["metrics"]["duration_s"] == pytest.approx(orig["metrics"]["duration_s"])
         assert r["metrics"]["total_tok_s"] == pytest.approx(orig["metrics"]["total_tok_s"])
-        assert r["metrics"]["ttft_s"]["mean"] == pytest.approx(0.4) and r["metrics"]["e2e_s"]["mean"] == 3.9
+        assert r["metrics"]["ttft_s"]["mean"] == pytest.approx(0.4)
+        assert r["metrics"]["e2e_s"]["mean"] == pytest.approx(orig["metrics"]["duration_s"] - 0.1)
         assert r["metrics"]["avg_power_w"] == pytest.approx(900.0)
         assert is_published(r) and not is_published(orig)
         assert r["device"]["properties"]["catalog_id"] == "a100-40gb"

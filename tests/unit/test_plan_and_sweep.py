@@ -67,9 +67,13 @@ def test_engine_not_on_platform(pm):
         plan(sweep(), gpu, pm)
 
 
-def test_context_warning(pm, cpu):
-    p = plan(sweep(input_len=[2000], output_len=[100]), cpu, pm)
-    assert any("max_position_embeddings" in w for w in p.warnings)
+def test_lengths_beyond_the_context_are_refused(pm, cpu):
+    """Issue 33: input + output past the model's context is refused when planned (it was a
+    warning; llama.cpp then sized its context for it)."""
+    with pytest.raises(ConfigError, match=r"2,000 input \+ 100 output tokens \(2,100 together\) exceeds the "
+                                          r"model's context of 2,048"):
+        plan(sweep(input_len=[2000], output_len=[100]), cpu, pm)
+    assert plan(sweep(input_len=[2000], output_len=[48]), cpu, pm).cells  # exactly the context: fine
 
 
 def test_build_sweep_layers(tmp_path):

@@ -65,6 +65,12 @@ Z90 = 1.6449
 SELECT_METRIC = "e2e_s"
 
 
+#: Longest budget text (``AdaptiveScenario.budget``), and the longest measuring time (s,
+#: the sweep's bound on durations, :data:`infbench.schema.SWEEP_LIMITS`).
+MAX_BUDGET_TEXT = 16
+MAX_BUDGET_S = 1e7
+
+
 @dataclass(frozen=True)
 class Budget:
     """How much of a grid an adaptive sweep may measure.
@@ -82,9 +88,13 @@ class Budget:
         """``25%`` or ``0.25`` (a share of the cells), ``90s``, ``10m``, ``1.5h`` (time).
 
         Raises:
-            ConfigError: anything else, a share outside (0, 100 %] or a time <= 0.
+            ConfigError: anything else, a share outside (0, 100 %], a time <= 0 or above
+                :data:`MAX_BUDGET_S`, or a text longer than :data:`MAX_BUDGET_TEXT`.
         """
         t = str(text).strip().lower()
+        if len(t) > MAX_BUDGET_TEXT:
+            raise ConfigError(f"adaptive budget {t[:24]!r}... is {len(t)} characters long (at most "
+                              f"{MAX_BUDGET_TEXT})", hint="e.g. 25% (of the planned cells), 0.25, 90s, 10m or 1h")
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(%|s|m|min|h)?", t)
         if not m:
             raise ConfigError(f"adaptive budget {text!r} is neither a share nor a time",
@@ -93,7 +103,11 @@ class Budget:
         if unit in ("s", "m", "min", "h"):
             if v <= 0:
                 raise ConfigError(f"adaptive budget {text!r}: the time must be positive")
-            return cls(seconds=v * {"s": 1, "m": 60, "min": 60, "h": 3600}[unit])
+            seconds = v * {"s": 1, "m": 60, "min": 60, "h": 3600}[unit]
+            if seconds > MAX_BUDGET_S:
+                raise ConfigError(f"adaptive budget {text!r} is {seconds:.3g} s; at most {MAX_BUDGET_S:,.0f} s "
+                                  "(115 days) is a measuring time", hint="e.g. 10m or 1h")
+            return cls(seconds=seconds)
         share = v / 100 if unit == "%" else v
         if not 0 < share <= 1:
             raise ConfigError(f"adaptive budget {text!r}: a share must be above 0 and at most 100 %",

@@ -87,11 +87,13 @@ def perplexity(
     force: Annotated[bool, Opt("--force", help="Measure again even if stored.")] = False,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
+    from infbench.data.engine_options import check_engine_args, parse_engine_args
     from infbench.data.run import RunOptions
     from infbench.detect import detect
     from infbench.engines.options import engine_options
     from infbench.quality.gate import parse_increase, with_gate
     from infbench.quality.perplexity import plan_perplexity
+    from infbench.registry import engine_specs
     from infbench.report.tables import quality_json, quality_table
     from infbench.run import provenance
     from infbench.scenarios.perplexity import perplexity_plan
@@ -106,7 +108,9 @@ def perplexity(
                                n_ctx, chunks, pm)
         det = detect(pm)
         dev = select_device(det, device)
-        eopts = engine_options(engine_arg, n_threads=threads)
+        engines = list(dict.fromkeys(r.engine for r in reqs))
+        args = check_engine_args(engine_specs(pm), engines, parse_engine_args(engine_arg or []))  # before any run
+        eopts = engine_options(checked=args.values, n_threads=threads)
         plan = perplexity_plan(reqs, dev)
         ex = scenario_executor(executor, container_runtime, ray_address, plan, pm, provenance(det, pm))
     except InfbenchError as exc:

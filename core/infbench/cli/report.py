@@ -3,6 +3,7 @@ and ``infbench compare`` (two runs, stores or sites, cell by cell)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -90,7 +91,13 @@ def report(
     try:
         checked(ReportFlags, slo_ttft=slo_ttft, slo_tpot=slo_tpot, title=title)
         protect = store_paths(store_path)
-        check_folder(out_dir, "--out", "a report", protect)
+        check_folder(out_dir, "--out", "a report", protect, files=["index.html"])
+        figures = out_dir / "figures"
+        if figures.is_dir():  # each figure the report may write is a regular file or absent
+            check_folder(figures, "--out", "a report's figures", protect,
+                         files=sorted(f.name for f in figures.iterdir() if f.suffix in (".png", ".svg", ".pdf")))
+        elif os.path.lexists(figures):
+            check_folder(figures, "--out", "a report's figures", protect)
     except InfbenchError as exc:
         fail(exc)
     store = _read_store(store_path, run_id)
@@ -294,7 +301,8 @@ def compare(
     t.add_row("[bold]geometric mean[/]", *[cell(res["geomean"][k], higher[k]) for k in keys])
     print_table(out, t, keep=1)
     out.print(f"{len(res['pairs'])} matched cells; {res['only_a']} only in A, {res['only_b']} only in B "
-              "(matched by workload spec hash; green = B better)")
+              "(matched by workload spec hash, or by workload with the engine arguments that differ shown; "
+              "green = B better)")
     if html_out:
         out.print(f"[green]wrote[/] {html_out}")
 

@@ -20,6 +20,7 @@ from infbench.cli.common import (
     print_json,
     stdout_to_stderr,
     store_for_writing,
+    store_paths,
     writing,
 )
 from infbench.data.request import RunRequest
@@ -265,6 +266,7 @@ def run(
 ) -> None:
     from infbench import signals
     from infbench.data.request import checked_request
+    from infbench.outputs import WORKER_SPEC, check_output
 
     try:
         req = checked_request(
@@ -285,6 +287,8 @@ def run(
         price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
         slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
         adaptive=adaptive, perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
+        if req.write_spec is not None:  # refused before anything is detected or planned
+            check_output(req.write_spec, WORKER_SPEC, store_paths(req.store_path))
     except InfbenchError as exc:
         fail(exc)
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
@@ -452,7 +456,8 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
         for g in the_plan.groups:
             out.print(f"  [bold]{g.label()}[/]")
             for c in g.cells:
-                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}")
+                args = f"  {escape(c.args_label())}" if c.engine_args else ""
+                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}{args}")
 
 
 def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
@@ -516,7 +521,7 @@ def worker(
     """
     from infbench import signals
     from infbench.outputs import check_folder
-    from infbench.worker import event_line, run_worker
+    from infbench.worker import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE, event_line, run_worker
 
     def observer(event: Any) -> None:
         line = event_line(event)
@@ -524,7 +529,8 @@ def worker(
             print(line, file=sys.stderr, flush=True)
 
     try:
-        check_folder(out_dir, "--out", "a worker's results")  # never a store or another file
+        check_folder(out_dir, "--out", "a worker's results",  # never a store or another file
+                     files=[CELLS_FILE, QUALITY_FILE, PROVENANCE_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm"])
         with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
             prov = run_worker(spec, out_dir, observer)
     except InfbenchError as exc:

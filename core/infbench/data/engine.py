@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from infbench.data.prompts import synthetic_prompts
 from infbench.errors import CellTimeout, DeviceMismatch
 from infbench.schema import Cell, DeviceInfo, RequestRecord
@@ -104,6 +106,11 @@ class EngineSpec:
         native_options: a callable returning the names the adapter passes through to
             the engine library (``vllm.EngineArgs`` fields), called only when an
             ``--engine-arg`` is given.
+        options_model: the engine's typed options, a pydantic model (unknown keys
+            forbidden; :mod:`infbench.data.engine_options`): each ``--engine-arg`` it
+            declares is checked against its type and bounds before anything runs, and
+            ``options`` defaults to its field names. None: only ``options`` names (values
+            as parsed), as before contract 1.8.
     """
 
     name: str
@@ -119,6 +126,11 @@ class EngineSpec:
     check: Callable[[DeviceInfo, Any], Any] | None = None
     options: tuple[str, ...] | None = None
     native_options: Callable[[], Any] | None = None
+    options_model: type[BaseModel] | None = None
+
+    def __post_init__(self) -> None:
+        if self.options is None and self.options_model is not None:
+            self.options = tuple(self.options_model.model_fields)
 
     def missing(self) -> list[str]:
         """The required modules that cannot be imported here, and required commands

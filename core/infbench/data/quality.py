@@ -3,9 +3,10 @@ the method is in :mod:`infbench.quality.perplexity`."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from infbench.schema import short_hash
 
@@ -62,6 +63,22 @@ class PerplexityResult(BaseModel):
     load_s: float | None = None
     started_at: float = 0.0
     finished_at: float = 0.0
+
+    @model_validator(mode="after")
+    def _finite_or_failed(self) -> PerplexityResult:
+        """An ok result whose perplexity, stderr or NLL is NaN or infinite is a failed one
+        (issue 33), from whatever source (a worker's quality.jsonl, an older writer)."""
+        values = {k: getattr(self, k) for k in ("perplexity", "stderr", "nll_mean", "nll_std")}
+        bad = [k for k, v in values.items() if v is not None and not math.isfinite(v)]
+        bad += ["chunk_perplexity"] if any(not math.isfinite(v) for v in self.chunk_perplexity) else []
+        if bad and self.status == "ok":
+            self.status = "failed"
+            self.error = (f"perplexity is {self.perplexity} (non-finite {', '.join(bad)}): NaN or infinite "
+                          "log-probabilities are no measurement")
+        if bad:
+            for k in bad:
+                setattr(self, k, [] if k == "chunk_perplexity" else None)
+        return self
 
     def key(self) -> str:
         """:func:`quality_key` of this result."""

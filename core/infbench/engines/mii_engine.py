@@ -75,7 +75,8 @@ BATCH, SERVER = "deepspeed-mii", "deepspeed-mii-server"
 MII_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 #: Options of the infbench adapters themselves, not passed to MII.
 ADAPTER_OPTIONS = ("n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "force_output", "tokenizer", "extra_body", "event_loop", "startup_timeout_s")
+                   "force_output", "tokenizer", "extra_body", "extra_headers", "event_loop", "startup_timeout_s",
+                   "metrics_url")
 #: ``mii.config.ModelConfig`` fields the batch adapter sets itself.
 SET_BY_ADAPTER = ("model_name_or_path", "tensor_parallel", "max_length")
 #: Lowest CUDA compute capability DeepSpeed-Kernels (FastGen) supports.

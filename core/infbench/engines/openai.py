@@ -389,7 +389,10 @@ class OpenAIEngine(Engine):
             it, and its counts compared with the server's.
         force_output: send ``ignore_eos``/``min_tokens`` (default True; servers that
             reject unknown fields need False).
-        extra_body: dict merged into every request.
+        extra_body: dict merged into every request (a JSON object; ``--engine-arg
+            'extra_body={"top_k": 5}'`` is parsed by :class:`~infbench.data.engine_options.OpenAIOptions`).
+        extra_headers: dict of HTTP headers sent with every request (string values; kept
+            out of what is stored and printed, like the API key).
         event_loop: ``uvloop`` (default where installed) or ``asyncio``.
     """
 
@@ -454,11 +457,14 @@ class OpenAIEngine(Engine):
         return {"device": "remote", "endpoint": self.public_url}
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        extra = {str(k): str(v) for k, v in (self.options.get("extra_headers") or {}).items()}
+        return {**extra, **({"Authorization": f"Bearer {self._key}"} if self._key else {})}
 
     def _secrets(self) -> list[str]:
-        """Everything that must never be stored: the API key, URL credentials and query values."""
-        return ([self._key] if self._key else []) + url_secrets(self.base_url)
+        """Everything that must never be stored: the API key, URL credentials and query
+        values, and the values of ``extra_headers``."""
+        headers = [str(v) for v in (self.options.get("extra_headers") or {}).values() if len(str(v)) >= 4]
+        return ([self._key] if self._key else []) + url_secrets(self.base_url) + headers
 
     def _scrub(self, text: str | bytes, limit: int | None = 300) -> str:
         return clean_text(text, self._secrets(), limit)

@@ -64,7 +64,8 @@ SGLANG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 #: Options of the infbench adapter itself (the OpenAI client's and the managed server's), not
 #: passed to SGLang.
 ADAPTER_OPTIONS = ("n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "force_output", "tokenizer", "extra_body", "event_loop", "startup_timeout_s")
+                   "force_output", "tokenizer", "extra_body", "extra_headers", "event_loop", "startup_timeout_s",
+                   "metrics_url")
 #: The torch backends SGLang runs on (:attr:`~infbench.schema.DeviceBackends.torch`):
 #: CUDA and ROCm builds, both with torch device ``cuda``.
 SGLANG_TORCH = ("cuda", "hip")

@@ -54,7 +54,7 @@ VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": 
 
 #: Options of the infbench adapters themselves, not passed to vLLM.
 ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "startup_timeout_s", "force_output", "extra_body", "metrics_url"}
+                   "startup_timeout_s", "force_output", "extra_body", "extra_headers", "event_loop", "metrics_url"}
 
 #: Engine arguments whose False must be passed to the server as ``--no-<flag>`` (argparse
 #: BooleanOptionalAction in vllm/engine/arg_utils.py; their default is on).

@@ -73,6 +73,7 @@ from infbench.fleet import (
 from infbench.run import conclude, run_command, started_run
 from infbench.scenarios import Scenario, make_scenario
 from infbench.schema import Cell, CellResult
+from infbench.secrets import redact
 from infbench.session import RunContext
 from infbench.store import Store
 
@@ -170,14 +171,15 @@ def probe_address(addr: str, limit_s: float) -> None:
 
     if addr in ("auto", "local"):
         return
-    hint = (f"check the head is up and reachable from here: `ray status --address {addr}` (`ray start --head` "
+    shown = redact(addr)  # every message and suggested command: user info never printed
+    hint = (f"check the head is up and reachable from here: `ray status --address {shown}` (`ray start --head` "
             "prints the address: the head's IP and GCS port, default 6379); infbench waits at most "
             f"{limit_s:g} s (INFBENCH_RAY_CONNECT_TIMEOUT)")
     hostport = addr.split("://", 1)[1] if "://" in addr else addr
     host, _, port_s = hostport.rstrip("/").rpartition(":")
     host = host.strip("[]")
     if not host or not port_s.isdigit() or not 0 < int(port_s) < 65536:
-        raise ConfigError(f"--ray-address {addr!r} is not HOST:PORT", hint=hint)
+        raise ConfigError(f"--ray-address {shown!r} is not HOST:PORT", hint=hint)
     t0 = time.monotonic()
 
     def tcp() -> None:
@@ -186,10 +188,10 @@ def probe_address(addr: str, limit_s: float) -> None:
 
     done, res = _bounded(tcp, limit_s)
     if not done:
-        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: no answer within {limit_s:g} s", hint=hint)
+        raise ConfigError(f"cannot connect to the Ray cluster at {shown}: no answer within {limit_s:g} s", hint=hint)
     if isinstance(res, BaseException):
         why = res.strerror if isinstance(res, OSError) and res.strerror else str(res) or type(res).__name__
-        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: {why}", hint=hint)
+        raise ConfigError(f"cannot connect to the Ray cluster at {shown}: {redact(why)}", hint=hint)
     if "://" in addr:
         return  # a Ray Client server, not a GCS: ray.init checks it
     try:
@@ -200,7 +202,7 @@ def probe_address(addr: str, limit_s: float) -> None:
     done, res = _bounded(lambda: GcsClient(address=f"{host}:{port_s}").cluster_id, left)
     if not done or isinstance(res, BaseException):
         why = f"no Ray GCS answered within {limit_s:g} s" if not done else f"not a Ray GCS ({str(res)[:200]})"
-        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: something listens there, but {why}",
+        raise ConfigError(f"cannot connect to the Ray cluster at {shown}: something listens there, but {redact(why)}",
                           hint=hint)
 
 
@@ -246,9 +248,9 @@ def connect(address: str | None, timeout_s: float | None = None) -> bool:
     try:
         ray.init(address=addr, log_to_driver=False, logging_level="ERROR", configure_logging=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"cannot connect to the Ray cluster at {addr}: {exc}",
-                          hint=f"check with `ray status --address {addr}`; the address is the head's IP and GCS "
-                               "port (default 6379)") from exc
+        raise ConfigError(f"cannot connect to the Ray cluster at {redact(addr)}: {redact(str(exc))}",
+                          hint=f"check with `ray status --address {redact(addr)}`; the address is the head's IP "
+                               "and GCS port (default 6379)") from None
     return True
 
 

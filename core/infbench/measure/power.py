@@ -13,6 +13,7 @@ trapezoidal integration of power over time (:func:`energy_j`).
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import subprocess
@@ -206,6 +207,23 @@ class PowerMonitor:
         return {"name": self.sampler.name, "source": self.sampler.source, "label": self.sampler.label}
 
 
+def impossible_reading(readings: Iterable[PowerReading]) -> str | None:
+    """Why a series of readings cannot give an energy, or None: a power below zero, or a
+    power or energy counter that is NaN or infinite (a sampler's bug or a command that
+    printed ``-50``; issue 33). One such reading makes the whole cell's energy unavailable,
+    with this note, rather than an energy silently lowered by it."""
+    for r in readings:
+        for what, v, unit in (("power", r.power_w, "W"), ("energy counter", r.energy_j, "J")):
+            if v is None:
+                continue
+            if not math.isfinite(v):
+                return f"device {r.device_index}: a {what} reading of {v} {unit}; energy unavailable"
+            if v < 0:
+                return (f"device {r.device_index}: a {what} reading of {v:g} {unit} is below zero, which no meter "
+                        "reads; energy unavailable")
+    return None
+
+
 def energy_j(readings: Iterable[PowerReading]) -> float | None:
     """Energy in J over a series of readings, summed over devices.
 
@@ -213,12 +231,14 @@ def energy_j(readings: Iterable[PowerReading]) -> float | None:
     sum of successive counter differences; a negative difference is a wraparound and
     ``energy_range_j`` is added (without a range it is treated as a counter reset and
     skipped). Otherwise ``power_w`` is integrated with the trapezoidal rule over
-    ``t_ns``. Returns None when a device has fewer than two usable readings.
+    ``t_ns``. Returns None when a device has fewer than two usable readings, or a reading
+    is impossible (:func:`impossible_reading`).
     """
+    readings = list(readings)
     by_dev: dict[int, list[PowerReading]] = defaultdict(list)
     for r in readings:
         by_dev[r.device_index].append(r)
-    if not by_dev:
+    if not by_dev or impossible_reading(readings) is not None:
         return None
     total = 0.0
     for rs in by_dev.values():
@@ -280,15 +300,22 @@ def energy_summary(readings: Iterable[PowerReading], window: tuple[int, int] | N
     a counter stuck under load is the common case, and power integration is what the
     energy study used.)
 
+    A power below zero, or a NaN or infinite power or counter, makes the energy unavailable
+    (:func:`impossible_reading` gives the note).
+
     Returns:
         ``(energy_j or None, method, note)``; method is ``counter``, ``power`` or
         ``mixed``; note explains a fallback or why energy is None.
     """
+    readings = list(readings)
     by_dev: dict[int, list[PowerReading]] = defaultdict(list)
     for r in readings:
         by_dev[r.device_index].append(r)
     if not by_dev:
         return None, None, "no readings"
+    bad = impossible_reading(readings)
+    if bad is not None:
+        return None, None, bad
     total, methods, notes = 0.0, set(), []
     for dev, rs in sorted(by_dev.items()):
         rs.sort(key=lambda r: r.t_ns)

@@ -10,6 +10,7 @@ exceeds the baseline's by more than the gate is flagged.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -22,8 +23,11 @@ PRECISION_ORDER = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 def parse_increase(text: str | float | None) -> float | None:
     """``"1%"`` -> 0.01; a bare number is a percentage too (``"0.5"`` -> 0.005).
 
+    A gate is a finite, positive percentage (issue 33): ``nan`` and ``inf%`` would never
+    fire, ``0`` or a negative one would flag every measurement.
+
     Raises:
-        ConfigError: not a non-negative number or percentage.
+        ConfigError: not a finite positive number or percentage.
     """
     if text is None or text == "":
         return None
@@ -33,9 +37,17 @@ def parse_increase(text: str | float | None) -> float | None:
     except ValueError:
         raise ConfigError(f"--max-ppl-increase {text!r} is not a percentage",
                           hint="e.g. --max-ppl-increase 1%") from None
-    if v < 0:
-        raise ConfigError(f"--max-ppl-increase {text!r} is negative", hint="e.g. --max-ppl-increase 1%")
+    if not math.isfinite(v):
+        raise ConfigError(f"--max-ppl-increase {text!r} is not a finite number; such a gate never fires",
+                          hint="e.g. --max-ppl-increase 1%")
+    if v <= 0:
+        raise ConfigError(f"--max-ppl-increase {text!r} is {'zero' if v == 0 else 'negative'}; a gate is a positive "
+                          "percentage", hint="e.g. --max-ppl-increase 1%")
     return v / 100.0
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
 
 
 def precision_class(dtype: str) -> str:
@@ -66,7 +78,8 @@ def with_gate(rows: list[dict[str, Any]], max_increase: float | None = None,
               baseline: str | None = None) -> list[dict[str, Any]]:
     """Copies of the ok ``rows`` (:func:`infbench.store.quality.quality_results` items) with
     ``baseline_dtype``, ``ppl_increase`` (perplexity / baseline's - 1) and ``beyond_gate``
-    (True/False, or None without a gate); failed rows pass through with None.
+    (True/False, or None without a gate); failed rows pass through with None. A stored
+    perplexity that is NaN or infinite is never a baseline and is beyond any gate.
 
     Args:
         rows: stored measurements.
@@ -75,7 +88,7 @@ def with_gate(rows: list[dict[str, Any]], max_increase: float | None = None,
     """
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
-        if r["status"] == "ok" and r.get("value") is not None:
+        if r["status"] == "ok" and _finite(r.get("value")):
             groups[group_key(r)].append(r)
     base: dict[tuple, dict[str, Any]] = {}
     for k, rs in groups.items():
@@ -85,7 +98,10 @@ def with_gate(rows: list[dict[str, Any]], max_increase: float | None = None,
     for r in rows:
         d = dict(r, baseline_dtype=None, ppl_increase=None, beyond_gate=None)
         b = base.get(group_key(r)) if r["status"] == "ok" else None
-        if b is not None and r.get("value") is not None and b["value"]:
+        if r["status"] == "ok" and r.get("value") is not None and not _finite(r["value"]):
+            # a NaN or infinite perplexity (stored before issue 33 made it a failure) never passes a gate
+            d["beyond_gate"] = True if max_increase is not None else None
+        elif b is not None and r.get("value") is not None and b["value"]:
             d["baseline_dtype"] = b["dtype"]
             d["ppl_increase"] = r["value"] / b["value"] - 1.0
             if max_increase is not None:

@@ -430,7 +430,8 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
 
     Raises:
         ConfigError: dummy weights, an engine that cannot score, a dtype it does not have,
-            a missing text, ``n_ctx`` or ``max_chunks`` out of range.
+            a missing text, ``n_ctx`` or ``max_chunks`` out of range, ``n_ctx`` beyond the
+            model's context (``max_position_embeddings``, a GGUF's ``context_length``).
         EngineUnavailable: an engine's library is missing.
     """
     from infbench.errors import EngineUnavailable
@@ -448,6 +449,12 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
     if max_chunks is not None and max_chunks < 1:
         raise ConfigError(f"--chunks {max_chunks} must be at least 1")
     shape = resolve(model)
+    ctx = shape.config.get("max_position_embeddings")
+    if isinstance(ctx, (int, float)) and 0 < ctx < n_ctx:
+        raise ConfigError(f"--n-ctx {n_ctx} exceeds the context of {shape.name} ({int(ctx):,} tokens): each chunk "
+                          "would be scored past the positions the model was trained on",
+                          hint=f"use --n-ctx {min(int(ctx), 512) if int(ctx) >= 4 else int(ctx)} (at most "
+                               f"{int(ctx):,})")
     weights = require_real_weights(shape)
     body, text_sha = read_text(text)
     specs = engine_specs(pm or get_plugin_manager())
@@ -497,6 +504,8 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
 
     Raises:
         ConfigError: the text is too short for ``n_ctx``.
+        NonFinitePerplexity: the perplexity (or a chunk's) is NaN or infinite; the session
+            stores the result failed with the message.
         Exception: whatever the engine raises (the session stores it as a failed result).
     """
     try:
@@ -516,11 +525,26 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
         res.wall_s = time.perf_counter() - t1
     finally:
         scorer.close()
-    for k in ("perplexity", "stderr", "nll_mean", "nll_std", "n_tokens", "n_chunks", "n_text_tokens", "add_bos",
-              "tokens_sha256", "chunk_perplexity"):
+    for k in ("n_tokens", "n_chunks", "n_text_tokens", "add_bos", "tokens_sha256"):
         setattr(res, k, s[k])
+    values = {k: s[k] for k in ("perplexity", "stderr", "nll_mean", "nll_std")}
+    bad = [k for k, v in values.items() if v is not None and not math.isfinite(v)]
+    if bad or not all(math.isfinite(v) for v in s["chunk_perplexity"]):
+        chunks = [i for i, v in enumerate(s["chunk_perplexity"]) if not math.isfinite(v)]
+        raise NonFinitePerplexity(
+            f"perplexity is {values['perplexity']} (non-finite {', '.join(bad) or 'chunk perplexity'}"
+            f"{f'; chunks {chunks[:10]}' if chunks else ''}): the engine returned NaN or infinite log-probabilities "
+            "(NaN weights, or an overflow at this precision); no perplexity is stored as measured")
+    for k, v in values.items():
+        setattr(res, k, v)
+    res.chunk_perplexity = s["chunk_perplexity"]
     if s.get("engine_loss") is not None:
         res.engine_info["loss_mean"] = s["engine_loss"]
+
+
+class NonFinitePerplexity(ValueError):
+    """The scored log-probabilities give a NaN or infinite perplexity: the measurement is
+    stored failed with this error (issue 33), never as an ok value that passes a gate."""
 
 
 def request_for(item: Any, spec: Any, pm: PluginManager | None = None) -> PerplexityRequest:

@@ -79,14 +79,19 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
 def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     """Match two sides by spec_hash and compute ratios B / A.
 
+    Cells of the same workload measured with other engine arguments (``--engine-arg``;
+    their spec hashes differ) are paired when nothing else matches them, and their label
+    names the arguments of each side (``[n_ubatch=4 vs no engine args]``).
+
     Returns:
-        ``{"pairs": [{"label", "spec_hash", "cell_id_a", "cell_id_b", "a": {metric: v},
+        ``{"pairs": [{"label", "spec_hash", "cell_id_a", "cell_id_b", "engine_args_a",
+        "engine_args_b", "a": {metric: v},
         "b": {..}, "ratio": {metric: b/a or None}}], "only_a": n, "only_b": n,
         "geomean": {metric: geometric mean of the ratios}}``. Only cells ok on both sides
         are paired; failed ones count as unmatched.
     """
-    fa = {r["spec_hash"]: flat_row(r) for r in a if r["status"] == "ok"}
-    fb = {r["spec_hash"]: flat_row(r) for r in b if r["status"] == "ok"}
+    fa = {r["spec_hash"]: {**flat_row(r), "_spec": r["spec"]} for r in a if r["status"] == "ok"}
+    fb = {r["spec_hash"]: {**flat_row(r), "_spec": r["spec"]} for r in b if r["status"] == "ok"}
     # Second pass: unmatched cells of which one side is published (imported), paired on the
     # normalised workload and keyed under A's hash.
     ka = {workload_key(r): r for r in a if r["status"] == "ok" and r["spec_hash"] not in fb}
@@ -96,6 +101,14 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
         if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)
                                                              or ra["spec"]["engine"] != r["spec"]["engine"]):
             fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
+    # Third pass: the same workload measured with other engine arguments (--engine-arg n_ubatch=4
+    # against none): paired on the spec without them, the arguments shown in the label.
+    base_a = {_without_args(fa[h]["_spec"]): h for h in fa if h not in fb}
+    for h in [h for h in fb if h not in fa]:
+        ha = base_a.get(_without_args(fb[h]["_spec"]))
+        if ha is not None and (fa[ha]["_spec"].get("engine_args") or fb[h]["_spec"].get("engine_args")):
+            del base_a[_without_args(fb[h]["_spec"])]
+            fb[ha] = fb.pop(h)
     pairs = []
     for h in [h for h in fa if h in fb]:
         xa, xb = fa[h], fb[h]
@@ -105,7 +118,11 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
             ratio[key] = vb / va if va and vb is not None and va > 0 else None
         label = xa["label"].split(" | ")
         other = f" vs {xb['engine']}" if xb.get("engine") and xb.get("engine") != xa.get("engine") else ""
+        if xa.get("engine_args") != xb.get("engine_args"):  # what tells the two cells apart
+            label[0] = label[0].replace(f" [{xa['engine_args']}]", "") if xa.get("engine_args") else label[0]
+            other += f" [{xa.get('engine_args') or 'no engine args'} vs {xb.get('engine_args') or 'no engine args'}]"
         pairs.append({"label": f"{label[0]}{other} | {label[-1]}", "spec_hash": h, "cell_id_a": xa["cell_id"],
+                      "engine_args_a": xa.get("engine_args"), "engine_args_b": xb.get("engine_args"),
                       "cell_id_b": xb["cell_id"], "device_a": xa["device"], "device_b": xb["device"],
                       "a": {c: xa.get(c) for c in COMPARED}, "b": {c: xb.get(c) for c in COMPARED},
                       "ratio": ratio})
@@ -114,6 +131,13 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
         vals = [p["ratio"][k] for p in pairs if p["ratio"][k] and p["ratio"][k] > 0]
         geo[k] = math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else None
     return {"pairs": pairs, "only_a": len(set(fa) - set(fb)), "only_b": len(set(fb) - set(fa)), "geomean": geo}
+
+
+def _without_args(spec: dict[str, Any]) -> str:
+    """The canonical JSON of a stored cell spec without its engine arguments."""
+    from infbench.schema import canonical_json
+
+    return canonical_json({k: v for k, v in spec.items() if k != "engine_args"})
 
 
 def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:

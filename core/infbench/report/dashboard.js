@@ -35,7 +35,8 @@ function filteredPredicted() {
 }
 const num = v => (v === null || v === undefined || Number.isNaN(v)) ? null : v;
 function varying(rs, keys) { return keys.filter(k => new Set(rs.map(r => r[k])).size > 1); }
-function key(r, keys) { return keys.map(k => (k === 'tp' ? 'tp' : k === 'input_len' ? 'i' : k === 'output_len' ? 'o' : k === 'batch' ? 'b' : '') + r[k]).join(' '); }
+function key(r, keys) { return keys.map(k => k === 'engine_args' ? '[' + (r[k] || 'no engine args') + ']' : (k === 'tp' ? 'tp' : k === 'input_len' ? 'i' : k === 'output_len' ? 'o' : k === 'batch' ? 'b' : '') + r[k]).join(' '); }
+const engineOf = r => r.engine + (r.engine_args ? ' [' + r.engine_args + ']' : '');
 function empty(id, title, why) {
   Plotly.react(id, [], {title: {text: title}, xaxis: {visible: false}, yaxis: {visible: false},
     annotations: [{text: why, showarrow: false, font: {size: 14, color: '#888'}}]}, {responsive: true});
@@ -46,7 +47,7 @@ function figThroughput(rs) {
   const pts = rs.filter(r => num(r[y]) !== null && num(r[x]) !== null);
   if (!pts.length && !predictedRows.length) return empty(id, mets[y], 'no cells with ' + mets[y]);
   const cb = $('color-by').value;
-  const keys = cb === 'config' ? varying(pts, ['device', 'engine', 'model', 'dtype', 'tp', 'batch', 'input_len', 'output_len'].filter(k => k !== x)) : [cb];
+  const keys = cb === 'config' ? varying(pts, ['device', 'engine', 'engine_args', 'model', 'dtype', 'tp', 'batch', 'input_len', 'output_len'].filter(k => k !== x)) : [cb];
   const groups = new Map();
   for (const r of pts) { const g = key(r, keys) || 'all'; if (!groups.has(g)) groups.set(g, []); groups.get(g).push(r); }
   const traces = [...groups].map(([g, rs2]) => { rs2.sort((a, b) => a[x] - b[x]);
@@ -86,7 +87,7 @@ function figPower(rs) {
   const pts = rs.filter(r => num(r.avg_power_w) !== null || num(r.tokens_per_j) !== null);
   if (!pts.length) return empty(id, 'Power and tokens per joule', 'no energy measured for these cells (see power_note in `infbench results --format json`)');
   const g = new Map();
-  for (const r of pts) { const k = r.device + ' | ' + r.engine + ' | ' + r.model; if (!g.has(k)) g.set(k, []); g.get(k).push(r); }
+  for (const r of pts) { const k = r.device + ' | ' + engineOf(r) + ' | ' + r.model; if (!g.has(k)) g.set(k, []); g.get(k).push(r); }
   const mean = (a, k) => { const v = a.map(r => r[k]).filter(x => num(x) !== null); return v.length ? v.reduce((s, x) => s + x, 0) / v.length : null; };
   const ks = [...g.keys()];
   Plotly.react(id, [
@@ -133,13 +134,13 @@ function figQuality(rs) {
   const best = new Map();
   for (const r of rs) {
     if (num(r.perplexity) === null || num(r.output_tok_s) === null) continue;
-    const k = [r.model, r.engine, r.device, r.dtype].join('|');
+    const k = [r.model, engineOf(r), r.device, r.dtype].join('|');
     if (!best.has(k) || r.output_tok_s > best.get(k).output_tok_s) best.set(k, r);
   }
   const pts = [...best.values()];
   if (!pts.length) return empty(id, 'Perplexity vs throughput', 'no perplexity stored for these cells (infbench perplexity, same model, engine and dtype)');
   const series = new Map();
-  for (const r of pts) { const s = r.model.split('/').pop() + ' ' + r.engine + ' | ' + r.device; if (!series.has(s)) series.set(s, []); series.get(s).push(r); }
+  for (const r of pts) { const s = r.model.split('/').pop() + ' ' + engineOf(r) + ' | ' + r.device; if (!series.has(s)) series.set(s, []); series.get(s).push(r); }
   const pct = v => num(v) === null ? '' : ' (' + (v >= 0 ? '+' : '') + (100 * v).toFixed(2) + ' %' + ')';
   const traces = [...series].map(([s, ps]) => { ps.sort((a, b) => a.perplexity - b.perplexity);
     return {type: 'scatter', mode: 'lines+markers+text', name: s, x: ps.map(r => r.output_tok_s), y: ps.map(r => r.perplexity),

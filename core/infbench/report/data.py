@@ -19,6 +19,7 @@ from infbench.data.engine import precision_of
 from infbench.data.metrics import Column
 from infbench.outputs import OutputKind, starts_with
 from infbench.registry import PERPLEXITY_TWIN
+from infbench.schema import engine_args_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.plugins import PluginManager
@@ -111,6 +112,7 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
+        "engine_args": args_text(s.get("engine_args")),
         # the metrics, in the units their keys name (:data:`FLAT_COLUMNS`)
         **{c.key: c.flat(view) for c in FLAT_COLUMNS},
         "energy_source": m.get("energy_source"),
@@ -139,14 +141,22 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
 
 
 def config_label(row: dict[str, Any]) -> str:
-    """``"llama-3-8b vllm bf16 tp2 | H100 | b16 i1024 o128"``: a cell's configuration."""
+    """``"llama-3-8b vllm bf16 tp2 [max_num_seqs=64] | H100 | b16 i1024 o128"``: a cell's
+    configuration (its engine arguments in brackets when it has any)."""
     size = f"b{row['batch']}" if row["mode"] == "batch" else (
         f"c{row['batch']}" if row["mode"] == "concurrency" else
         f"r{row['request_rate']:g}" if row["mode"] == "rate" else str(row["mode"]))
     tp = f" tp{row['tp']}" if row["tp"] > 1 else ""
     rep = f" #{row['repeat']}" if row.get("repeat") else ""
-    return (f"{row['model']} {row['engine']} {row['dtype']}{tp} | {row['device']} | "
+    args = f" [{row['engine_args']}]" if row.get("engine_args") else ""
+    return (f"{row['model']} {row['engine']} {row['dtype']}{tp}{args} | {row['device']} | "
             f"{size} i{row['input_len']} o{row['output_len']}{rep}")
+
+
+def args_text(args: Any) -> str | None:
+    """A stored cell's engine arguments (``spec.engine_args``) as ``n_ubatch=4 ...``
+    (:meth:`infbench.schema.Cell.args_label`), None when it has none."""
+    return engine_args_label(args) or None
 
 
 def limits_resolver(pm: PluginManager) -> Any:

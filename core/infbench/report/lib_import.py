@@ -191,7 +191,12 @@ def read_lib_csv(path: str | Path) -> list[LibRow]:
     The file is read as :mod:`infbench.inputs` reads every file: at most
     :data:`MAX_IMPORT_BYTES`, UTF-8 (a Latin-1 file is named with its line), every number
     finite and physically possible (``Num of Hardware`` 1..:data:`MAX_UNITS`, lengths and
-    batch whole numbers, times and throughput positive), a row on one line.
+    batch whole numbers, times and throughput positive), a row on one line. Each row is
+    checked like a measured cell (issue 33, :func:`_consistent`): TTFT at most the E2E (so
+    TPOT >= 0) and both at most the batch's Latency, ``Input Output Length`` agreeing with
+    ``Input Length``/``Output Length``, and Throughput x Latency = batch x (input + output)
+    tokens (or input + output for llama-bench's single sequence) within the rounding of the
+    printed numbers. The header names each column once, and a file with no row is refused.
 
     Raises:
         ConfigError: unreadable or too large file, not UTF-8, a missing column, or a
@@ -218,6 +223,11 @@ def read_lib_csv(path: str | Path) -> list[LibRow]:
                                   "layout is one line", hint="fix or delete that row")
             if header is None:
                 header = [h.strip() for h in values]
+                twice = sorted({h for h in header if header.count(h) > 1})
+                if twice:
+                    raise ConfigError(f"{where}: the header names {', '.join(map(repr, twice))} more than once; "
+                                      "which column holds the value is ambiguous",
+                                      hint="keep one column of each name")
                 missing = [c for c in REQUIRED if c not in header]
                 if missing:
                     raise ConfigError(f"{where}: the header lacks {', '.join(missing)}",
@@ -230,6 +240,9 @@ def read_lib_csv(path: str | Path) -> list[LibRow]:
             from None
     if header is None:
         raise ConfigError(f"{p} has no header and no rows", hint="expected LLM-Inference-Bench's CSV layout")
+    if not rows:
+        raise ConfigError(f"{p} has a header but no rows; nothing to import",
+                          hint="pass a file with at least one result row")
     return rows
 
 
@@ -239,16 +252,21 @@ def _row(values: list[str], header: list[str], lineno: int, where: str) -> LibRo
                           hint="a quoted field or a stray comma; fix or delete that row")
     r = dict(zip(header, (v.strip() for v in values), strict=True))
     io_len = r["Input Output Length"]
-    if r.get("Input Length") and r.get("Output Length"):
-        n_in, n_out = _int(r["Input Length"], "Input Length", where), _int(r["Output Length"], "Output Length", where)
-    elif "/" in io_len:
+    if "/" in io_len:
         a, _, b = io_len.partition("/")
         n_in, n_out = _int(a, "Input Output Length", where), _int(b, "Input Output Length", where)
     else:
         n_in = n_out = _int(io_len, "Input Output Length", where)
+    if r.get("Input Length") or r.get("Output Length"):  # the separate columns must tell the same lengths
+        sep_in = _int(r["Input Length"], "Input Length", where) if r.get("Input Length") else n_in
+        sep_out = _int(r["Output Length"], "Output Length", where) if r.get("Output Length") else n_out
+        if (sep_in, sep_out) != (n_in, n_out):
+            raise ConfigError(f"{where}: 'Input Output Length' {io_len!r} says {n_in}/{n_out} tokens, but 'Input "
+                              f"Length'/'Output Length' say {sep_in}/{sep_out}",
+                              hint="the row contradicts itself: fix or delete it")
     texts = {col: _text(r[col], col, where) for col in ("Hardware", "Framework", "Model")}
     power_mw = _float(r.get("avg_power"), "avg_power", where, hi=MAX_POWER_MW)
-    return LibRow(
+    row = LibRow(
         line=lineno, hardware=texts["Hardware"], units=_int(r["Num of Hardware"], "Num of Hardware", where, MAX_UNITS),
         framework=texts["Framework"], model=texts["Model"], n_in=n_in, n_out=n_out,
         batch=_int(r["Batch Size"], "Batch Size", where, MAX_BATCH),
@@ -259,6 +277,56 @@ def _row(values: list[str], header: list[str], lineno: int, where: str) -> LibRo
         avg_power_w=power_mw / 1e3 if power_mw else None,
         extra={k: printable(v)[:MAX_TEXT] for k, v in r.items() if k not in header[:8] and k not in (
             "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power") and v})
+    _consistent(row, r, where)
+    return row
+
+
+#: Relative slack of the consistency checks beyond the rounding of the printed values.
+CONSISTENCY_SLACK = 0.005
+
+
+def _rounding(text: str | None, value: float | None) -> float:
+    """The relative error of ``value`` as printed in ``text`` (half a unit of its last digit)."""
+    if not text or not value:
+        return 0.0
+    mant = text.strip().lower().split("e")[0]
+    decimals = len(mant.split(".", 1)[1]) if "." in mant else 0
+    exp = int(text.strip().lower().split("e")[1]) if "e" in text.strip().lower() else 0
+    return 0.5 * 10.0 ** (exp - decimals) / abs(value)
+
+
+def _consistent(row: LibRow, raw: dict[str, str], where: str) -> None:
+    """Refuse a row that contradicts itself (a measured cell could not be so): TTFT above
+    the request's E2E (a negative TPOT) or above the batch's Latency, E2E above Latency,
+    or a Throughput that is not ``batch x (input + output) / Latency`` (LLM-Inference-Bench's
+    eq. 2) or, for llama-bench's single sequence, ``(input + output) / Latency``, beyond the
+    rounding of the printed numbers.
+
+    Raises:
+        ConfigError: naming the line, the values and what they contradict.
+    """
+    lat = row.latency_s
+    tol_lat = _rounding(raw.get("Latency"), lat)
+    if row.ttft_s is not None and row.e2e_s is not None:
+        slack = 1 + CONSISTENCY_SLACK + _rounding(raw.get("TTFT Latency"), row.ttft_s) + \
+            _rounding(raw.get("end_latency"), row.e2e_s)
+        if row.ttft_s > row.e2e_s * slack:
+            raise ConfigError(f"{where}: 'TTFT Latency' {row.ttft_s:g} s exceeds 'end_latency' {row.e2e_s:g} s: the "
+                              "first token cannot come after the last (TPOT would be negative)",
+                              hint="the row contradicts itself: fix or delete it")
+    for col, v in (("TTFT Latency", row.ttft_s), ("end_latency", row.e2e_s)):
+        if v is not None and v > lat * (1 + CONSISTENCY_SLACK + tol_lat + _rounding(raw.get(col), v)):
+            raise ConfigError(f"{where}: {col!r} {v:g} s exceeds 'Latency' {lat:g} s, the whole batch's time",
+                              hint="the row contradicts itself: fix or delete it")
+    if row.throughput_tok_s is not None:
+        tol = CONSISTENCY_SLACK + tol_lat + _rounding(raw.get("Throughput"), row.throughput_tok_s)
+        tokens = row.throughput_tok_s * lat
+        expected = [row.batch * (row.n_in + row.n_out), row.n_in + row.n_out]  # eq. 2; llama-bench's one sequence
+        if not any(abs(tokens / e - 1) <= tol for e in expected):
+            raise ConfigError(f"{where}: 'Throughput' {row.throughput_tok_s:g} tok/s x 'Latency' {lat:g} s is "
+                              f"{tokens:.6g} tokens, but batch {row.batch} x ({row.n_in} + {row.n_out}) tokens is "
+                              f"{expected[0]:g}", hint="Throughput is batch x (input + output) / Latency "
+                                                       "(LLM-Inference-Bench eq. 2): fix or delete the row")
 
 
 def published_device(name: str, units: int, pm: PluginManager | None = None) -> tuple[DeviceInfo, int]:
@@ -358,7 +426,8 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
         if r.e2e_s:
             metrics[M.E2E.key] = {"mean": r.e2e_s, "count": seqs}
             if r.ttft_s and r.n_out > 1:
-                metrics[M.TPOT.key] = {"mean": (r.e2e_s - r.ttft_s) / (r.n_out - 1), "count": seqs}
+                # >= 0: read_lib_csv refused TTFT > E2E beyond the printed rounding; within it, 0
+                metrics[M.TPOT.key] = {"mean": max(0.0, (r.e2e_s - r.ttft_s) / (r.n_out - 1)), "count": seqs}
         if r.avg_power_w:
             energy = r.avg_power_w * r.latency_s
             metrics[M.AVG_POWER.key] = r.avg_power_w

@@ -61,7 +61,8 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
     # 1. throughput vs batch size, one line per configuration
     pts = [r for r in ok if r[M.OUTPUT_TOK_S.key] is not None and r["batch"] is not None]
     if pts or predicted:
-        keys = _varying(pts + predicted, ["device", "engine", "model", "dtype", "tp", "input_len", "output_len"])
+        keys = _varying(pts + predicted, ["device", "engine", "engine_args", "model", "dtype", "tp", "input_len",
+                                          "output_len"])
         series: dict[str, list] = defaultdict(list)
         for r in pts + predicted:
             series[_series_key(r, keys)].append(r)

@@ -23,7 +23,7 @@ from rich.text import Text
 from infbench.data import metrics as M
 from infbench.measure.metrics import flatten
 from infbench.outputs import OutputKind, csv_text, starts_with
-from infbench.schema import load_label
+from infbench.schema import engine_args_label, load_label
 from infbench.secrets import printable
 
 
@@ -42,6 +42,9 @@ def result_row(r: dict[str, Any]) -> dict[str, Any]:
            "error": r["error"], **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
            "device_count": dev["count"], "power_note": r["power_note"], "wall_s": r["wall_s"],
            "engine_s": r["engine_s"], "finished_at": r["finished_at"]}
+    row.pop("engine_args", None)
+    if spec.get("engine_args"):
+        row["engine_args"] = engine_args_label(spec["engine_args"])  # one column: n_ubatch=4 extra_body={...}
     row.update(flatten({k: v for k, v in m.items() if k not in ("slo", "interval")}))
     if isinstance(m.get("interval"), dict):  # a predicted cell's 90 % intervals: metric_lo, metric_hi
         for k, v in m["interval"].items():
@@ -120,7 +123,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             size += f" #{s['repeat']}"
         published = (r.get("engine") or {}).get("published") or m.get("published")
         status = status + (" [cyan](published)[/]" if published else "")
-        t.add_row(*[escape(printable(x)) for x in (s["model"], s["engine"], s["dtype"], r["device"]["vendor"])], size,
+        engine = s["engine"] + (f" [{engine_args_label(s['engine_args'])}]" if s.get("engine_args") else "")
+        t.add_row(*[escape(printable(x)) for x in (s["model"], engine, s["dtype"], r["device"]["vendor"])], size,
                   str(s["input_len"]), str(s["output_len"]), status, *(c.text(m) for c in cols),
                   str(m.get(M.N_COMPLETED.key, "-")))
     return t
