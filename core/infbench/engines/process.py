@@ -391,8 +391,9 @@ def _serve(conn: Connection) -> None:
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every error goes back to the measuring process
             # (a KeyboardInterrupt here was raised by the adapter itself: SIGINT is ignored in this
             # process; it arrives as one in the measuring process, which then ends this one)
-            exc.remote_description = describe_error(exc)  # type: ignore[attr-defined]
-            _answer(conn, "error", exc if _pickles(exc) else _RemoteError(exc.remote_description))  # type: ignore[attr-defined]
+            text = describe_error(exc)
+            setattr(exc, "remote_description", text)  # noqa: B010 - an attribute the exception types do not declare
+            _answer(conn, "error", exc if _pickles(exc) else _RemoteError(text))
             continue
         _answer(conn, "ok", value)
 
