@@ -9,7 +9,7 @@ The flow of a run follows the package layout:
 * :mod:`infbench.store`     keep every result with its provenance in SQLite
 * :mod:`infbench.report`    tables (and, later, plots)
 
-:mod:`infbench.run` ties them together; :mod:`infbench.cli` is the command line.
+:mod:`infbench.execution.bookkeeping` ties them together; :mod:`infbench.cli` is the command line.
 """
 
 from infbench.data.version import SCHEMA_VERSION, __version__
@@ -19,7 +19,7 @@ __all__ = ["SCHEMA_VERSION", "__version__"]
 
 def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`
     if name in ("hookimpl", "hookspec"):
-        from infbench import hookspecs
+        from infbench.contract import hookspecs
 
         return getattr(hookspecs, name)
     raise AttributeError(name)

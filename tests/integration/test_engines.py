@@ -4,11 +4,11 @@ import time
 
 import pytest
 
-from infbench.errors import CellTimeout
-from infbench.measure.metrics import cell_metrics
-from infbench.models import resolve
+from infbench.data.errors import CellTimeout
+from infbench.data.models import resolve
+from infbench.data.schema import Cell
+from infbench.measure.derive import cell_metrics
 from infbench.plan import Group
-from infbench.schema import Cell
 from infbench.workloads.synthetic import synthetic_prompts
 
 pytestmark = pytest.mark.integration

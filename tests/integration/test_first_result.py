@@ -38,7 +38,7 @@ def readme_first_command() -> str:
 
 def plain_install_examples() -> list[list[str]]:
     """The `infbench run --help` examples listed for a plain install, as argument lists."""
-    from infbench.cli.run import RUN_HELP
+    from infbench.cli.run_cmd import RUN_HELP
 
     block = RUN_HELP.split("**Examples** on a plain install", 1)[1].split("**More examples**", 1)[0]
     lines = [ln.split("#", 1)[0].split() for ln in block.splitlines() if ln.strip().startswith("infbench run")]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from infbench.default_sweep import default_sweep
 from infbench.engines import availability as av
 from infbench.engines import builds
+from infbench.execution.default_sweep import default_sweep
 from infbench.plan import PRESETS, plan
-from infbench.sweeps import build_sweep
+from infbench.plan.sweeps import build_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A stand-in of benchmarks/results/engine_builds.json (the figures are made up for the test).
@@ -37,7 +37,7 @@ def data(monkeypatch):
 @pytest.fixture
 def cpu_image(monkeypatch):
     """The CPU worker image as built and answering (no Docker engine needed)."""
-    import infbench.default_sweep as ds
+    import infbench.execution.default_sweep as ds
 
     def image(pm, device, engine, runtime=None):
         return av.EngineSupport(engine, av.USABLE, "built", where="docker image infbench/cpu-llamacpp:x")

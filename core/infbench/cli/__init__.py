@@ -6,7 +6,7 @@ Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``wor
 ``perplexity``, ``quantize`` (:mod:`.quality`); ``predict`` (:mod:`.predict`); ``devices``,
 ``models``, ``plugins`` (:mod:`.catalog`) list what is available; ``containers``
 (:mod:`.containers`) builds worker images. The modules hold options and printing; what a
-command computes lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...),
+command computes lives in the library (:mod:`infbench.plan.sweeps`, :mod:`infbench.execution.bookkeeping`, ...),
 where tests call it without a subprocess.
 
 Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from infbench.cli import catalog, containers, detect, importer, predict, quality, report, results, run
+from infbench.cli import catalog, containers, detect_cmd, importer, predict_cmd, quality_cmd, report, results, run_cmd
 from infbench.cli.common import out
 from infbench.data.version import __version__
 
@@ -53,16 +53,16 @@ def _main(
 
 
 class _CleanFormatter(logging.Formatter):
-    """A log formatter whose lines pass through :func:`infbench.outputs.terminal_text`."""
+    """A log formatter whose lines pass through :func:`infbench.data.outputs.terminal_text`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from infbench.outputs import terminal_text
+        from infbench.data.outputs import terminal_text
 
         return terminal_text(super().format(record))
 
 
 #: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect, run, results, report, importer, quality, predict, catalog, containers)
+COMMAND_MODULES = (detect_cmd, run_cmd, results, report, importer, quality_cmd, predict_cmd, catalog, containers)
 for _m in COMMAND_MODULES:
     _m.register(app)
 
@@ -77,8 +77,8 @@ def main() -> None:
     import sqlite3
     import traceback
 
-    from infbench.errors import InfbenchError
-    from infbench.outputs import terminal_text as clean
+    from infbench.data.errors import InfbenchError
+    from infbench.data.outputs import terminal_text as clean
 
     try:
         app()

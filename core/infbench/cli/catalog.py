@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
-from infbench.errors import InfbenchError
+from infbench.data.errors import InfbenchError
 
 Opt = typer.Option
 
@@ -26,7 +26,7 @@ def devices(
     They are what the roofline (MBU/MFU per cell) and `infbench predict` read. Install a
     vendor plugin (e.g. `pip install infbench-nvidia`) to get its devices.
     """
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     try:
         specs = [s for s in catalog(plugin_manager()) if vendor is None or s.vendor == vendor]
@@ -60,7 +60,7 @@ def models(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> N
     Any of these names (or its HF id) works with `--model`; engines build random weights
     from the shape, which is valid for speed because output lengths are forced.
     """
-    from infbench.models import zoo
+    from infbench.data.models import zoo
 
     rows = [m.summary() for m in zoo().values()]
     if as_json:
@@ -83,7 +83,7 @@ def plugins(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> 
     Plugins load from the entry-point group `infbench`; set INFBENCH_DISABLE_PLUGINS=a,b
     to keep some from loading. See docs/plugins.md to write one.
     """
-    from infbench.registry import engine_specs
+    from infbench.contract.registry import engine_specs
 
     pm = plugin_manager()
     infos = list(pm.infos.values())

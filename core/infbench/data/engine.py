@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from infbench.data.errors import CellTimeout, DeviceMismatch
 from infbench.data.prompts import synthetic_prompts
-from infbench.errors import CellTimeout, DeviceMismatch
-from infbench.schema import Cell, DeviceInfo, RequestRecord
+from infbench.data.schema import Cell, DeviceInfo, RequestRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.data.plan import Group
+    from infbench.data.groups import Group
 
-#: Common dtype spellings -> precision class (:data:`infbench.schema.PRECISIONS`).
+#: Common dtype spellings -> precision class (:data:`infbench.data.schema.PRECISIONS`).
 DTYPE_ALIASES = {
     "float32": "fp32", "f32": "fp32", "float": "fp32",
     "float16": "fp16", "f16": "fp16", "half": "fp16",
@@ -186,7 +186,7 @@ class Engine(ABC):
 
     @property
     def backends(self) -> Any:
-        """The device's :class:`~infbench.schema.DeviceBackends` (its plugin's
+        """The device's :class:`~infbench.data.schema.DeviceBackends` (its plugin's
         ``infbench_device_backends``), or None when no plugin declares them. Set by the
         engine session before :meth:`start`
         (:func:`infbench.engines.device_proof.start_on_device`)."""

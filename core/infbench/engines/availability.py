@@ -2,7 +2,7 @@
 
 Three places ask: ``infbench detect`` (an engine table per device), the default sweep (the
 first usable engine in the device plugin's order of preference,
-:mod:`infbench.default_sweep`) and every adapter's device check
+:mod:`infbench.execution.default_sweep`) and every adapter's device check
 (:mod:`infbench.engines.device_proof`). Every answer is an :class:`EngineSupport`:
 ``usable``, ``not installed`` (a module, command or image is missing) or ``unsupported``
 (installed without support for this device), with the reason in the library's own terms
@@ -10,7 +10,7 @@ first usable engine in the device plugin's order of preference,
 and the exact command that fixes it.
 
 What a device needs comes from its plugin (``infbench_device_backends`` ->
-:class:`~infbench.schema.DeviceBackends`); how to ask a library what it was built with is
+:class:`~infbench.data.schema.DeviceBackends`); how to ask a library what it was built with is
 here, in the library's vocabulary: ``torch.version.cuda`` / ``torch.version.hip`` /
 ``torch.xpu`` / ``habana_frameworks``; ggml's backend and device registry
 (``ggml_backend_dev_*`` in llama-cpp-python's ``libggml``, ``xllamacpp.get_device_info``);
@@ -33,11 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.registry import device_backends  # noqa: F401 - re-exported
-from infbench.schema import DeviceBackends, DeviceInfo
+from infbench.contract.registry import device_backends  # noqa: F401 - re-exported
+from infbench.data.schema import DeviceBackends, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
 
@@ -444,8 +444,8 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
     apptainer; or the one ``container_runtime`` names) and the image is built with this
     store schema. None when the plugin has no image for the engine."""
-    from infbench.errors import InfbenchError
-    from infbench.registry import container_spec
+    from infbench.contract.registry import container_spec
+    from infbench.data.errors import InfbenchError
 
     try:
         spec = container_spec(pm, device, engine)
@@ -476,7 +476,7 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
 def engine_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """Every registered engine that lists ``device``'s vendor among its platforms, with
     its support here (``infbench detect``), in registry order."""
-    from infbench.registry import engine_specs
+    from infbench.contract.registry import engine_specs
 
     backends = device_backends(pm, device)
     return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
@@ -486,7 +486,7 @@ def image_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""
-    from infbench.registry import container_spec, engine_specs
+    from infbench.contract.registry import container_spec, engine_specs
 
     by_image: dict[str, list[str]] = {}
     for name, spec in engine_specs(pm).items():

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.contract.hookspecs import hookimpl
+from infbench.data.schema import DeviceInfo
 from infbench.engines import availability as av
 from infbench.engines.base import Engine, EngineSpec
 from infbench.engines.builds import LLAMA_CPP_INSTALL
@@ -26,9 +28,7 @@ from infbench.engines.options import (
 from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
-from infbench.hookspecs import hookimpl
 from infbench.quality.quantize import QUANT_TYPES
-from infbench.schema import DeviceInfo
 
 #: llama.cpp's dtypes: those of dummy GGUFs first (f16 the default), then every precision
 #: ``infbench quantize`` derives from a real GGUF (k-quants need real weights).

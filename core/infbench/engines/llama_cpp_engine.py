@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
+from infbench.data.signals import c_callback
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.libs.llama import Batch, backend, default_threads, load_lines
-from infbench.schema import Cell, RequestRecord
-from infbench.signals import c_callback
 
 
 class LlamaCppEngine(Engine):

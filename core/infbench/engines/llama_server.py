@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 
 
 def slots_needed(cells) -> int:

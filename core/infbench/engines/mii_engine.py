@@ -54,6 +54,8 @@ import sys
 import time
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
@@ -66,8 +68,6 @@ from infbench.engines.availability import (
 )
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
 
 BATCH, SERVER = "deepspeed-mii", "deepspeed-mii-server"
 #: FastGen's dtypes (the checkpoint's ``torch_dtype``; ``activation_dtype`` of its model

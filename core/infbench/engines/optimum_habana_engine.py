@@ -41,6 +41,8 @@ import os
 import time
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
     MISSING,
     UNSUPPORTED,
@@ -53,8 +55,6 @@ from infbench.engines.availability import (
 )
 from infbench.engines.base import RunOutput
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, TransformersEngine, _TimingStreamer
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
 
 NAME = "optimum-habana"
 #: Gaudi runs bf16 natively; fp32 and fp16 as transformers does.

@@ -5,9 +5,9 @@ Shared by the server engines (llama.cpp's and vLLM's, through
 its own process group with its output in a log file kept beside the results
 (``$INFBENCH_HOME/logs/``), is polled on its health URL, and its whole process group is
 terminated (SIGTERM, then SIGKILL after a grace period) on every exit path: stop, error,
-Ctrl-C, SIGTERM (:mod:`infbench.signals` turns it into an interrupt), and interpreter
+Ctrl-C, SIGTERM (:mod:`infbench.data.signals` turns it into an interrupt), and interpreter
 exit (an ``atexit`` hook). If infbench itself is killed (SIGKILL, the OOM killer) the
-server gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``, :func:`infbench.signals.dying_with_parent`)
+server gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``, :func:`infbench.data.signals.dying_with_parent`)
 and no server outlives the run.
 """
 
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infbench.data.errors import EngineUnavailable
 from infbench.engines.base import Engine
 from infbench.engines.openai import OpenAIEngine
-from infbench.errors import EngineUnavailable
 
 
 def free_port() -> int:
@@ -64,7 +64,7 @@ class ServerProcess:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the child's exit
-        from infbench.signals import dying_with_parent
+        from infbench.data.signals import dying_with_parent
 
         self.proc = subprocess.Popen(dying_with_parent(self.argv), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env={**os.environ, **self.env}, start_new_session=True)

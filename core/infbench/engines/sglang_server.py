@@ -44,6 +44,7 @@ import re
 import sys
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
@@ -56,7 +57,6 @@ from infbench.engines.availability import (
 )
 from infbench.engines.llama_server import slots_needed
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 
 NAME = "sglang-server"
 #: SGLang's ``--dtype`` choices (``ServerArgs.dtype``) -> precision class (the first is the default).
@@ -66,7 +66,7 @@ SGLANG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 ADAPTER_OPTIONS = ("n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
                    "force_output", "tokenizer", "extra_body", "extra_headers", "event_loop", "startup_timeout_s",
                    "metrics_url")
-#: The torch backends SGLang runs on (:attr:`~infbench.schema.DeviceBackends.torch`):
+#: The torch backends SGLang runs on (:attr:`~infbench.data.schema.DeviceBackends.torch`):
 #: CUDA and ROCm builds, both with torch device ``cuda``.
 SGLANG_TORCH = ("cuda", "hip")
 #: Key of :attr:`DeviceBackends.install` with the command installing SGLang for the device.

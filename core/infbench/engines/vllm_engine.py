@@ -40,11 +40,11 @@ import sys
 import time
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.base import Engine, RunOutput
 from infbench.engines.llama_server import slots_needed
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
 #: ``fp8`` is not a vLLM ``--dtype``: it runs as ``--quantization fp8`` (dynamic per-tensor

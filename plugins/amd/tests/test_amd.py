@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import DeviceInfo, PowerReading
 from infbench.measure.power import energy_summary
-from infbench.plugins import check_plugin
-from infbench.schema import DeviceInfo, PowerReading
 from infbench_amd import hooks
 from infbench_amd.smi import (
     energy_j_from_count,
@@ -115,7 +115,7 @@ def test_container_spec_rocm_devices():
 
 
 def test_mi250_catalog_is_per_gcd():
-    from infbench.devices import match_device
+    from infbench.detect.devices import match_device
 
     cat = hooks.infbench_device_catalog()
     s = match_device(cat, DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI250X / MI250"))

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import DeviceInfo
 from infbench.measure.power import energy_summary
-from infbench.plugins import check_plugin
-from infbench.schema import DeviceInfo
 from infbench_habana import hooks
 from infbench_habana.hl import PowerLineParser, groups_from_query, number, power_argv
 
@@ -58,7 +58,7 @@ def test_fields_with_and_without_units():
 
 
 def test_telemetry_loop_lines_give_channels():
-    from infbench.schema import ChannelReading
+    from infbench.data.schema import ChannelReading
 
     p = PowerLineParser([0, 3])
     rs = [r for line in (SAMPLES / "telemetry-loop.csv").read_text().splitlines() for r in p(line, 0)]
@@ -104,7 +104,7 @@ def test_precisions_and_container_spec():
 
 
 def test_catalog_matches_hl_names():
-    from infbench.devices import match_device
+    from infbench.detect.devices import match_device
 
     s = match_device(hooks.infbench_device_catalog(), DeviceInfo(vendor="habana", kind="accelerator", model="HL-225"))
     assert s.id == "gaudi2" and s.per_device()["memory_bandwidth_bytes_s"] == pytest.approx(2.46e12)

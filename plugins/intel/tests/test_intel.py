@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
 from infbench.measure.power import PowerMonitor
-from infbench.plugins import check_plugin
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 from infbench_intel import hooks
 from infbench_intel.xpusmi import DumpParser, dump_argv, groups_from_discovery, parse_discovery, parse_version
 

@@ -15,8 +15,8 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Any
 
+from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
 from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: Clock event (throttle) reasons that lower the clocks below what was asked, by their
 #: bit in ``nvmlDeviceGetCurrentClocksEventReasons`` (nvml.h ``nvmlClocksEventReason*``).

@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
+from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, EngineUnavailable
 
 #: trtllm-serve ``dtype`` spellings (LLM API ``TorchLlmArgs.dtype``) -> precision class.
 TRTLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
@@ -89,8 +89,8 @@ class TrtllmServeEngine(ManagedServerEngine):
         Raises:
             DeviceMismatch: the planned device is not an NVIDIA GPU.
         """
+        from infbench.data.errors import DeviceMismatch
         from infbench.engines.availability import device_label
-        from infbench.errors import DeviceMismatch
 
         if self.device.vendor != "nvidia":
             raise DeviceMismatch(self.name, device_label(self.device), "TensorRT-LLM runs on NVIDIA GPUs only",

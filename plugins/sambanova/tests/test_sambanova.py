@@ -4,9 +4,9 @@ test_remote_platforms.py."""
 
 import pytest
 
-from infbench.errors import ConfigError
+from infbench.contract.manager import check_plugin
+from infbench.data.errors import ConfigError
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler
-from infbench.plugins import check_plugin
 from infbench_sambanova.hooks import plugin
 
 
