@@ -56,9 +56,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
 from infbench.contract.manager import build_plugin_manager  # noqa: E402
+from infbench.data.run import RunOptions  # noqa: E402
 from infbench.data.schema import DeviceInfo, Sweep  # noqa: E402
 from infbench.detect import detect  # noqa: E402
-from infbench.execution.bookkeeping import RunOptions, provenance  # noqa: E402
+from infbench.execution.bookkeeping import provenance  # noqa: E402
 from infbench.execution.executors.fleet import (  # noqa: E402
     WORKER_START_S,
     Estimates,

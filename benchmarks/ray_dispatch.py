@@ -29,10 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "core"), str(ROOT)]
 
 from infbench.contract.manager import build_plugin_manager  # noqa: E402
+from infbench.data import events as ev  # noqa: E402
+from infbench.data.run import RunOptions  # noqa: E402
 from infbench.data.schema import Sweep  # noqa: E402
 from infbench.detect import detect  # noqa: E402
-from infbench.execution.bookkeeping import RunOptions, provenance  # noqa: E402
-from infbench.execution.executors import events as ev  # noqa: E402
+from infbench.execution.bookkeeping import provenance  # noqa: E402
 from infbench.execution.executors.inprocess import InProcessExecutor  # noqa: E402
 from infbench.plan import plan  # noqa: E402
 from infbench.store import Store  # noqa: E402

@@ -155,7 +155,7 @@ def test_engine_without_image_and_skewed_image_are_refused(cpu_image, docker_cli
     # An image that carries another store schema is refused before it starts.
     import io
 
-    from infbench.execution.worker import VersionSkew
+    from infbench.data.errors import VersionSkew
     from infbench.runtimes.docker_runtime import DockerRuntime
 
     df = f"FROM {IMAGE}\nLABEL org.infbench.schema_version={SCHEMA_VERSION + 1}\n"

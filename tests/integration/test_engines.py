@@ -5,11 +5,11 @@ import time
 import pytest
 
 from infbench.data.errors import CellTimeout
+from infbench.data.groups import Group
 from infbench.data.models import resolve
+from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell
 from infbench.measure.derive import cell_metrics
-from infbench.plan import Group
-from infbench.workloads.synthetic import synthetic_prompts
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from infbench.data import events as ev
+from infbench.data.run import RunOptions
 from infbench.data.schema import Sweep
 from infbench.detect import detect
-from infbench.execution.bookkeeping import RunOptions, provenance
-from infbench.execution.executors import events as ev
+from infbench.execution.bookkeeping import provenance
 from infbench.execution.executors.container import ContainerExecutor
 from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan

@@ -132,10 +132,10 @@ db.execute("COMMIT")
 def test_locked_store(pm, tmp_path):
     """Another process holds an exclusive lock on the store: cells that cannot wait go to
     the journal and reach the store when the lock is gone."""
+    from infbench.data.events import CellStarted
     from infbench.data.schema import Sweep
     from infbench.detect import detect
     from infbench.execution.bookkeeping import provenance
-    from infbench.execution.executors.events import CellStarted
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
     from infbench.store import Store

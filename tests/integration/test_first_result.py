@@ -103,7 +103,8 @@ def test_default_sweep_stored_on_the_prebuilt_server(fresh):
 
 def test_detect_says_which_build_runs_and_what_compiling_adds(fresh):
     env, _, output = fresh
-    from infbench.engines.builds import LLAMA_CPP_INSTALL, measured
+    from infbench.engines.builds import measured
+    from infbench.libs.llama import LLAMA_CPP_INSTALL
 
     flat = " ".join(output.split())
     assert "cpu: `infbench run` measures the quick preset" in flat

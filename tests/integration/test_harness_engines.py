@@ -67,9 +67,9 @@ def _serving_cell(pm, tmp_path, starve: bool):
     127.0.0.1, measured by this process's client; with ``starve`` a busy Python thread in this
     process holds the interpreter for 50 ms at a time (switch interval), so the client's event
     loop waits."""
+    from infbench.data.run import RunOptions
     from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.execution.bookkeeping import RunOptions
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
     from infbench.store import Store

@@ -4,10 +4,11 @@ the sweep goes on, Ctrl-C keeps what finished, a re-run resumes."""
 import pytest
 
 from infbench import hookimpl
+from infbench.data.run import RunOptions
 from infbench.data.schema import Sweep
 from infbench.detect import detect
 from infbench.engines.llama_cpp_engine import LlamaCppEngine
-from infbench.execution.bookkeeping import RunOptions, provenance
+from infbench.execution.bookkeeping import provenance
 from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
 from infbench.store import Store

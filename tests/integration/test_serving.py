@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
+from infbench.data.groups import Group
 from infbench.data.models import ModelShape
 from infbench.data.schema import Cell, Load
 from infbench.engines.openai import OpenAIEngine
-from infbench.plan import Group
 from infbench.plan.target import remote_device
 from tests.support.stub_server import StubServer
 

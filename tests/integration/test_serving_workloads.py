@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
+from infbench.data.groups import Group
 from infbench.data.models import ModelShape
+from infbench.data.run import RunOptions
 from infbench.data.schema import Cell, Dataset, Load, Trace
 from infbench.engines.openai import OpenAIEngine
-from infbench.execution.bookkeeping import RunOptions
 from infbench.measure.cell import measure_cell
 from infbench.measure.power import NoPower
-from infbench.plan import Group
 from infbench.plan.target import remote_device
 from tests.support.stub_server import StubServer
 

@@ -14,11 +14,11 @@ import time
 import httpx
 import pytest
 
+from infbench.data.groups import Group
 from infbench.data.models import resolve
 from infbench.data.schema import Cell, Load
 from infbench.detect.platforms.cpu import cpu_device
 from infbench.engines.vllm_engine import VllmServerEngine, server_argv, vllm_args
-from infbench.plan import Group
 from infbench.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -282,7 +282,7 @@ def test_server_metrics_scraped_per_cell_with_prefix_hits_only_on_reuse(server_e
     """The cell's own scrape of vLLM's /metrics (issue 16 part 7): the server's TTFT histogram
     counts exactly this cell's requests (+1 warm-up) and sits below the client's TTFT;
     prefix-cache hits appear only when prompts repeat (vLLM V1 caches prefixes by default)."""
-    from infbench.execution.bookkeeping import RunOptions
+    from infbench.data.run import RunOptions
     from infbench.measure.cell import measure_cell
     from infbench.measure.power import NoPower
 

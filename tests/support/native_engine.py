@@ -55,9 +55,9 @@ def main(store: str, where: str, engine_process: bool = True) -> None:
     from infbench import testing
     from infbench.data import signals
     from infbench.data.events import CellStarted, GroupLoading
+    from infbench.data.run import RunOptions
     from infbench.data.schema import Sweep
     from infbench.detect.platforms.cpu import cpu_device
-    from infbench.execution.bookkeeping import RunOptions
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
     from infbench.store import Store

@@ -11,8 +11,8 @@ so it is found through the ``infbench`` entry point like an installed plugin.
 import os
 
 from infbench import hookimpl
+from infbench.data.engine import EngineSpec
 from infbench.data.schema import DeviceInfo
-from infbench.engines.base import EngineSpec
 
 
 @hookimpl

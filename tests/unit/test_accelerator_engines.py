@@ -11,12 +11,13 @@ import types
 import pytest
 
 from infbench import hookimpl
+from infbench.contract.registry import engine_specs
 from infbench.data.errors import ConfigError, DeviceMismatch
+from infbench.data.groups import Group
 from infbench.data.models import resolve
 from infbench.data.schema import Cell, DeviceInfo
 from infbench.engines import availability as av
 from infbench.engines.options import unknown_engine_args
-from infbench.plan import Group, engine_specs
 
 H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=1, memory_bytes=80 * 2**30,
                   properties={"compute_capability": "9.0"})

@@ -3,12 +3,12 @@ merge of engine specs across plugins."""
 
 import pytest
 
+from infbench.contract.registry import engine_specs
 from infbench.contract.site import site_config, site_section
+from infbench.data.engine import EngineSpec
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo, DeviceSpec
 from infbench.detect.devices import find_spec, load_device_specs, match_device
-from infbench.engines.base import EngineSpec
-from infbench.plan import engine_specs
 
 
 def spec(**kw):

@@ -12,6 +12,7 @@ import pytest
 
 from infbench.engines import availability as av
 from infbench.engines import builds
+from infbench.libs import llama as llama_lib
 from infbench.execution.default_sweep import default_sweep
 from infbench.plan import PRESETS, plan
 from infbench.plan.sweeps import build_sweep
@@ -163,8 +164,8 @@ def test_setup_pyproject_and_readme_build_llama_cpp_with_infbench_flags():
     def flat(text):
         return " ".join(text.replace("\\\n", "").split())
 
-    want = f'CMAKE_ARGS="{builds.LLAMA_CPP_CMAKE_ARGS}"'
+    want = f'CMAKE_ARGS="{llama_lib.LLAMA_CPP_CMAKE_ARGS}"'
     assert want in flat((ROOT / "scripts" / "setup.sh").read_text())
     assert want in flat((ROOT / "README.md").read_text())
     py = flat((ROOT / "pyproject.toml").read_text().replace("#", ""))
-    assert all(f in py for f in builds.LLAMA_CPP_CMAKE_ARGS.split())
+    assert all(f in py for f in llama_lib.LLAMA_CPP_CMAKE_ARGS.split())

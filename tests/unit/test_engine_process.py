@@ -222,7 +222,7 @@ def test_the_session_isolates_in_process_engines_only(tmp_path):
     stays here; --no-engine-process keeps an isolating engine here and flags its cells."""
     from infbench import hookimpl, testing
     from infbench.data.groups import Plan
-    from infbench.execution.bookkeeping import RunOptions
+    from infbench.data.run import RunOptions
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.store import Store
 

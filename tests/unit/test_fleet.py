@@ -8,6 +8,7 @@ import signal
 import pytest
 
 from infbench.data.errors import ConfigError
+from infbench.data.groups import Group
 from infbench.data.schema import Cell, DeviceInfo, Sweep
 from infbench.execution.executors.fleet import (
     Fleet,
@@ -18,7 +19,6 @@ from infbench.execution.executors.fleet import (
     plan_fleet,
     task_resources,
 )
-from infbench.plan import Group
 
 CPU = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU", count=1)
 H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=4)

@@ -15,17 +15,10 @@ import pytest
 
 from infbench.data.errors import ConfigError
 from infbench.data.models import resolve
+from infbench.data.scores import PerplexityResult, quality_key
 from infbench.engines.gguf_dummy import write_dummy_gguf
 from infbench.quality.gate import parse_increase, precision_class, with_gate
-from infbench.quality.perplexity import (
-    PerplexityResult,
-    chunk_tokens,
-    first_scored,
-    hf_tokenize,
-    nll_from_logits,
-    quality_key,
-    summarize,
-)
+from infbench.quality.perplexity import chunk_tokens, first_scored, hf_tokenize, nll_from_logits, summarize
 from infbench.quality.weights import dtype_name, folder_sha256, require_real_weights, weights_info
 
 

@@ -16,8 +16,9 @@ import time
 import pytest
 
 from infbench.data import signals
-from infbench.execution.bookkeeping import RunSummary, finishing, record
-from infbench.execution.executors.events import CellFinished, Collector, Note
+from infbench.data.events import CellFinished, Collector, Note
+from infbench.data.run import RunSummary
+from infbench.execution.bookkeeping import finishing, record
 from infbench.store import Store, claims, journal, process_started
 from infbench.store.recovery import interrupt_stale_runs, prepare
 from tests.support.hostile import cell_result, make_store
@@ -370,7 +371,7 @@ def test_a_server_dies_with_its_parent(tmp_path):
 
 # -- section 5: containers -----------------------------------------------------------
 def test_cache_symlinks_are_never_followed_into_a_writable_mount(tmp_path):
-    from infbench.runtimes import cache_link_mounts
+    from infbench.runtimes.mounts import cache_link_mounts
 
     cache, private = tmp_path / "cache", tmp_path / "private"
     cache.mkdir()
@@ -390,7 +391,7 @@ def test_cache_symlinks_are_never_followed_into_a_writable_mount(tmp_path):
 
 def test_allowed_mount_roots_from_site_and_env(tmp_path, monkeypatch):
     from infbench.data.errors import ConfigError
-    from infbench.runtimes import allowed_mount_roots
+    from infbench.runtimes.mounts import allowed_mount_roots
 
     site = tmp_path / "site.toml"
     monkeypatch.setenv("INFBENCH_SITE_CONFIG", str(site))

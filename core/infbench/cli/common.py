@@ -22,8 +22,8 @@ from rich.progress import Progress
 
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.outputs import SafeConsole, json_text, terminal_text
+from infbench.data.request import split_values
 from infbench.data.secrets import printable
-from infbench.plan.sweeps import split_values
 
 # Wide tables when piped (rich falls back to 80 columns without a terminal). Every string
 # printed through them is stripped of escape sequences and redacted (infbench.data.outputs).

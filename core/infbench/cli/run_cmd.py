@@ -521,7 +521,8 @@ def worker(
     """
     from infbench.data import signals
     from infbench.data.outputs import check_folder
-    from infbench.execution.worker import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE, event_line, run_worker
+    from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
+    from infbench.execution.worker import event_line, run_worker
 
     def observer(event: Any) -> None:
         line = event_line(event)

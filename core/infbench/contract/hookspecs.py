@@ -25,7 +25,7 @@ recipe convention (``plugins/<vendor>/docker/Dockerfile.<name>`` with ``ARG ENGI
 ``ARG ENGINE_VERSION``); 1.4 adds ``infbench_default_sweep`` (what a bare ``infbench run``
 does on a device, engines in order of preference), ``infbench_device_backends`` (which
 torch, vLLM and ggml builds run on a device, and the commands installing them) and the
-optional ``check`` field of :class:`~infbench.engines.base.EngineSpec`; 1.5 adds the
+optional ``check`` field of :class:`~infbench.data.engine.EngineSpec`; 1.5 adds the
 optional ``PowerSampler.read_channels()`` (telemetry channels read with power: utilisation,
 clocks, temperature, throttle reasons, as :class:`~infbench.data.schema.ChannelReading`) and lets
 a ``StreamSampler`` line parser return channel readings; 1.6 adds the optional ``options`` and
@@ -131,7 +131,7 @@ def infbench_engines() -> list[EngineSpec]:
     """Engine adapters this plugin provides, or supports on its hardware.
 
     Returns:
-        A list of :class:`~infbench.engines.base.EngineSpec`. Specs with the same
+        A list of :class:`~infbench.data.engine.EngineSpec`. Specs with the same
         ``name`` are merged: a vendor plugin may return a spec with ``factory=None``
         to say an engine provided elsewhere runs on its ``platforms``.
     """

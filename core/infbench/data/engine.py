@@ -3,7 +3,7 @@ cell (:class:`RunOutput`), and the dtype spellings of the engines mapped to prec
 classes (:func:`precision_of`).
 
 and the adapter interface every engine implements (:class:`Engine`), the contract of
-engine adapters (re-exported by :mod:`infbench.engines.base`).
+engine adapters.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def precision_of(dtype: str) -> str:
 
 @dataclass
 class RunOutput:
-    """What :meth:`infbench.engines.base.Engine.run` returns.
+    """What :meth:`infbench.data.engine.Engine.run` returns.
 
     Attributes:
         records: one raw record per request, in submission order.
@@ -83,7 +83,7 @@ class EngineSpec:
     Attributes:
         name: engine name used on the command line (``llama.cpp``).
         factory: ``factory(device, options) -> Engine`` (an
-            :class:`infbench.engines.base.Engine`, created, not started); None when a
+            :class:`infbench.data.engine.Engine`, created, not started); None when a
             plugin only declares that an engine provided elsewhere runs on its ``platforms``.
         platforms: device vendors it runs on (``cpu``, ``nvidia``...).
         dtypes: the engine's dtype names mapped to precision classes

@@ -70,9 +70,9 @@ class CellTimeout(InfbenchError):
 class DeviceMismatch(InfbenchError):
     """An engine would run (or ran) somewhere other than the device its cells are planned on.
 
-    Raised by an adapter's :meth:`~infbench.engines.base.Engine.start` (before loading
+    Raised by an adapter's :meth:`~infbench.data.engine.Engine.start` (before loading
     weights, when the installed library has no support for the device) or
-    :meth:`~infbench.engines.base.Engine.verify_device` (after loading, when the engine's
+    :meth:`~infbench.data.engine.Engine.verify_device` (after loading, when the engine's
     own report shows another device). The group then fails before its first timed
     request and every cell is stored failed with :meth:`cell_error`, so nothing is stored
     ``ok`` under a device it did not run on.

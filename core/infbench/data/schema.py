@@ -736,7 +736,7 @@ class DeviceBackends(BaseModel):
     The core checks the installed libraries against it (``infbench detect``'s engine
     table, the default sweep's engine choice) and every adapter proves with it that it
     runs on the device before the first timed request
-    (:meth:`infbench.engines.base.Engine.verify_device`).
+    (:meth:`infbench.data.engine.Engine.verify_device`).
 
     Attributes:
         label: the device's compute stack for messages (``CUDA``, ``ROCm``, ``CPU``).

@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.contract.registry import device_backends  # noqa: F401 - re-exported
+from infbench.contract.registry import device_backends
 from infbench.data.schema import DeviceBackends, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -414,7 +414,7 @@ def check_openai(device: DeviceInfo, backends: DeviceBackends | None) -> EngineS
 # --- the registry-level view ---------------------------------------------------------------
 
 def engine_support(spec: Any, device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """Whether the engine of ``spec`` (an :class:`~infbench.engines.base.EngineSpec`)
+    """Whether the engine of ``spec`` (an :class:`~infbench.data.engine.EngineSpec`)
     runs on ``device`` here: its platforms, its adapter, its modules and commands, then
     its ``check`` against the device's ``backends``. Never raises."""
     name = spec.name

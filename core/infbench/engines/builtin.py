@@ -1,17 +1,16 @@
 """The core's built-in engine plugin: registers the engine adapters the core ships.
 
 When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
-the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
+the engine's :class:`~infbench.data.engine.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from infbench.contract.hookspecs import hookimpl
+from infbench.data.engine import Engine, EngineSpec
 from infbench.data.schema import DeviceInfo
 from infbench.engines import availability as av
-from infbench.engines.base import Engine, EngineSpec
-from infbench.engines.builds import LLAMA_CPP_INSTALL
 from infbench.engines.gguf_dummy import GGUF_DTYPES
 from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
 from infbench.engines.optimum_habana_engine import OPTIMUM_HABANA_DTYPES, check_optimum_habana
@@ -28,6 +27,7 @@ from infbench.engines.options import (
 from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
 from infbench.engines.vllm_engine import VLLM_DTYPES
+from infbench.libs.llama import LLAMA_CPP_INSTALL
 from infbench.quality.quantize import QUANT_TYPES
 
 #: llama.cpp's dtypes: those of dummy GGUFs first (f16 the default), then every precision

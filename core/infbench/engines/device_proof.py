@@ -34,7 +34,7 @@ def start_on_device(engine: Any, group: Any, backends: Any = None) -> dict[str, 
     """Start ``engine`` for ``group`` and prove it runs on ``engine.device``.
 
     Args:
-        engine: an :class:`~infbench.engines.base.Engine`, created, not started.
+        engine: an :class:`~infbench.data.engine.Engine`, created, not started.
         group: the group (model, dtype, cells).
         backends: the device's :class:`~infbench.data.schema.DeviceBackends`; None lets the
             engine look them up through the process-wide plugin manager.

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.contract.manager import PluginManager
+from infbench.data.engine import Engine
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo
-from infbench.engines.base import Engine
 
 
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
 from infbench.data.signals import c_callback
-from infbench.engines.base import Engine, RunOutput
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.libs.llama import Batch, backend, default_threads, load_lines
 

@@ -54,6 +54,7 @@ import sys
 import time
 from typing import Any
 
+from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
@@ -66,7 +67,6 @@ from infbench.engines.availability import (
     torch_backend_problem,
     torch_probe,
 )
-from infbench.engines.base import Engine, RunOutput
 from infbench.engines.server_process import ManagedServerEngine
 
 BATCH, SERVER = "deepspeed-mii", "deepspeed-mii-server"

@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, EngineUnavailable
+from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, Load, RequestRecord
 from infbench.data.secrets import clean_text, redact_url, url_secrets
 from infbench.data.signals import run_event_loop
-from infbench.engines.base import Engine, RunOutput
 from infbench.measure.client import HttpClient, Response, endpoint_url
 from infbench.measure.derive import failure_causes
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
-from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
+from infbench.workloads.synthetic import synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
 SERVER_FIELDS = ("timings", "time_info", "system_fingerprint")

@@ -41,6 +41,7 @@ import os
 import time
 from typing import Any
 
+from infbench.data.engine import RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
@@ -53,7 +54,6 @@ from infbench.engines.availability import (
     torch_backend_problem,
     torch_probe,
 )
-from infbench.engines.base import RunOutput
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, TransformersEngine, _TimingStreamer
 
 NAME = "optimum-habana"

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infbench.data.engine import Engine
 from infbench.data.errors import EngineUnavailable
-from infbench.engines.base import Engine
 from infbench.engines.openai import OpenAIEngine
 
 

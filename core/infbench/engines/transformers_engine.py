@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
-from infbench.engines.base import Engine, RunOutput
 from infbench.engines.dummy_weights import build_hf_model
 
 TRANSFORMERS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}

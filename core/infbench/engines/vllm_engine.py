@@ -40,9 +40,9 @@ import sys
 import time
 from typing import Any
 
+from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
-from infbench.engines.base import Engine, RunOutput
 from infbench.engines.llama_server import slots_needed
 from infbench.engines.server_process import ManagedServerEngine
 

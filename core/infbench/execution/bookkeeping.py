@@ -24,7 +24,7 @@ from typing import Any
 
 from infbench.contract.manager import PluginManager
 from infbench.data.events import CellSkipped, Observer
-from infbench.data.run import RunOptions, RunSummary  # noqa: F401 - RunOptions re-exported
+from infbench.data.run import RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.data.secrets import command_line, redact_argv
 from infbench.data.version import SCHEMA_VERSION, __version__
@@ -92,7 +92,7 @@ def unmeasured_failure(cell: Cell, device: DeviceInfo, error: str, started_at: f
 def pending_cells(cells: list[Cell], device: DeviceInfo, done: set[str], summary: RunSummary,
                   observer: Observer) -> list[Cell]:
     """The cells not in ``done`` (cell ids stored ok); the others are added to
-    ``summary.skipped`` and announced as :class:`~infbench.execution.executors.events.CellSkipped`."""
+    ``summary.skipped`` and announced as :class:`~infbench.data.events.CellSkipped`."""
     todo = []
     for c in cells:
         if c.cell_id(device) in done:
@@ -193,7 +193,7 @@ def busy_elsewhere(store: Store, cells: list[Cell], device: DeviceInfo, run_id: 
 def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, observer: Observer,
            node: str | None = None) -> None:
     """Store one finished cell, count it in ``summary`` and announce it
-    (:class:`~infbench.execution.executors.events.CellFinished`): what every executor does with a
+    (:class:`~infbench.data.events.CellFinished`): what every executor does with a
     result, in that order, so a stored cell is never missing from the summary.
 
     SIGINT and SIGTERM wait until this is done (:func:`infbench.data.signals.deferred`). A

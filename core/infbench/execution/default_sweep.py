@@ -37,16 +37,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from infbench.contract.registry import device_backends
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo
-from infbench.engines.availability import (
-    MISSING,
-    EngineSupport,
-    device_backends,
-    device_label,
-    engine_support,
-    image_support,
-)
+from infbench.engines.availability import MISSING, EngineSupport, device_label, engine_support, image_support
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager

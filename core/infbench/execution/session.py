@@ -34,6 +34,7 @@ from typing import Any
 from infbench.analysis.floor import add_roofline
 from infbench.contract.manager import PluginManager
 from infbench.data import signals
+from infbench.data.engine import Engine
 from infbench.data.errors import describe_error
 from infbench.data.events import (
     CellSkipped,
@@ -51,7 +52,6 @@ from infbench.data.groups import Group
 from infbench.data.run import RunOptions, RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.data.scores import PerplexityResult
-from infbench.engines.base import Engine
 from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
@@ -147,7 +147,7 @@ class RunContext:
 
     def record_quality(self, result: PerplexityResult) -> None:
         """Store one perplexity measurement (:func:`infbench.store.quality.save_quality`),
-        count it in the summary and announce it (:class:`~infbench.execution.executors.events.ScoreFinished`).
+        count it in the summary and announce it (:class:`~infbench.data.events.ScoreFinished`).
         SIGINT and SIGTERM wait until it is written. A store that refuses it (disk full,
         locked) loses no earlier result: a note says so and the run goes on."""
         from infbench.store.quality import save_quality
@@ -185,7 +185,7 @@ class EngineSession:
         Args:
             ctx: the run.
             group: the group to measure (announced as
-                :class:`~infbench.execution.executors.events.GroupLoading`).
+                :class:`~infbench.data.events.GroupLoading`).
             load: what to load, when the scenario sizes the engine for more than
                 ``group``'s cells (``--find-max``: its highest load); default ``group``.
 
@@ -300,7 +300,7 @@ def measuring_context(pm: PluginManager, device: DeviceInfo, store: Store, summa
     roofline limits and engine backends, and the cell ids stored ok (none with ``force``).
     The caller closes ``ctx.sampler``."""
     from infbench.analysis.floor import device_roofline_limits
-    from infbench.engines.availability import device_backends
+    from infbench.contract.registry import device_backends
     from infbench.measure.power import WithChannels, device_power_sampler
 
     sampler = device_power_sampler(pm, device)

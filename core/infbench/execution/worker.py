@@ -67,7 +67,7 @@ __all__ = ["CELLS_FILE", "DB_FILE", "PROVENANCE_FILE", "QUALITY_FILE", "SPEC_FIL
 
 
 def event_line(event: Any) -> str | None:
-    """The worker's stderr line for a run event (:mod:`infbench.execution.executors.events`), or
+    """The worker's stderr line for a run event (:mod:`infbench.data.events`), or
     None for events it does not announce.
 
     One plain, never-wrapped line per event, parsed by a host's launcher
@@ -120,8 +120,9 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     from infbench.data.events import CellFinished, ScoreFinished
     from infbench.data.groups import Group, Plan
     from infbench.data.models import resolve
+    from infbench.data.run import RunOptions
     from infbench.detect import detect
-    from infbench.execution.bookkeeping import RunOptions, provenance
+    from infbench.execution.bookkeeping import provenance
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.store import Store
 

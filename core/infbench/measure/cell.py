@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
-from infbench.data.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
+from infbench.data.errors import CellTimeout, describe_error
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.measure.contention import ContentionMonitor
 from infbench.measure.derive import cell_metrics, failure_summary

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.contract.manager import PluginManager
-from infbench.contract.registry import device_precisions, engine_specs, require_engine  # noqa: F401 - re-exported
+from infbench.contract.registry import device_precisions, engine_specs, require_engine
 from infbench.data.engine_options import check_engine_args
 from infbench.data.errors import ConfigError
 from infbench.data.groups import Group, Plan

@@ -17,8 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from infbench.data.errors import ConfigError, suggest
-from infbench.data.inputs import MAX_DEPTH, MAX_NODES, StrictYamlLoader  # noqa: F401 - MAX_*: re-exported
-from infbench.data.request import split_values  # noqa: F401 - re-exported
+from infbench.data.inputs import StrictYamlLoader
 from infbench.data.schema import Sweep
 
 #: Largest sweep file read (a sweep is a few lines of YAML).

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from infbench.data.errors import ConfigError
-from infbench.data.scores import PerplexityResult, quality_key  # noqa: F401 - re-exported
+from infbench.data.scores import PerplexityResult, quality_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -497,7 +497,7 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
     tokenizer, the engine's description and weights record, and ``wall_s``.
 
     Args:
-        engine: the started :class:`~infbench.engines.base.Engine` of ``req.engine``.
+        engine: the started :class:`~infbench.data.engine.Engine` of ``req.engine``.
         req: from :func:`plan_perplexity`.
         res: from :func:`new_result`.
         on_chunks: called with the number of chunks once the text is tokenized.

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.data.errors import ConfigError
-from infbench.runtimes.mounts import MOUNT_ROOTS_ENV, allowed_mount_roots, cache_link_mounts, under  # noqa: F401 - re-exported
 
 #: Container runtimes of ``infbench run --executor container --container-runtime NAME``.
 RUNTIMES = ("docker", "apptainer")

@@ -27,7 +27,7 @@ from typing import Any
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.runtimes.docker_runtime import docker_client
-from infbench.runtimes.labels import (  # noqa: E402,F401 - re-exported
+from infbench.runtimes.labels import (  # noqa: E402
     LABEL_BASE,
     LABEL_ENGINE,
     LABEL_ENGINE_VERSION,

@@ -49,7 +49,7 @@ from urllib.parse import quote
 import numpy as np
 
 from infbench.data.errors import ConfigError, InfbenchError
-from infbench.data.paths import default_home, default_store_path  # noqa: F401 - re-exported
+from infbench.data.paths import default_store_path
 from infbench.data.schema import CellResult, PowerReading, RequestRecord
 from infbench.data.version import SCHEMA_VERSION
 from infbench.store import channels, migrations

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
+from infbench.data.engine import Engine, EngineSpec
 from infbench.data.schema import DeviceBackends, DeviceInfo, DeviceSpec
 from infbench.detect.devices import packaged_specs
-from infbench.engines.base import Engine, EngineSpec
 from infbench.measure.power import NoPower, PowerSampler
 from infbench_nvidia import __version__
 from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc

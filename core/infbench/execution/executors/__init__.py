@@ -4,7 +4,7 @@ Every executor has one shape (:class:`Executor`): ``run(plan, store, options, ob
 -> RunSummary``. It measures the cells of a :class:`~infbench.plan.Plan` that are not yet
 stored ok, stores each result in the host's store as soon as it finishes (the store has
 a single writer: the process that runs ``infbench run``), reports typed events
-(:mod:`infbench.execution.executors.events`) to the observer, and marks the run's status. The plan,
+(:mod:`infbench.data.events`) to the observer, and marks the run's status. The plan,
 cell ids and store are the same whichever executor ran them; an executor only moves the
 worker contract (spec in, raw records and provenance out).
 
@@ -25,8 +25,8 @@ from infbench.data.errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
     from infbench.data.events import Observer
-    from infbench.execution.bookkeeping import RunOptions, RunSummary
-    from infbench.plan import Plan
+    from infbench.data.groups import Plan
+    from infbench.data.run import RunOptions, RunSummary
     from infbench.store import Store
 
 #: Values of ``infbench run --executor``.

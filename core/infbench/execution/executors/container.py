@@ -117,8 +117,8 @@ class ContainerExecutor:
             observer: Observer = ignore) -> RunSummary:
         """Run the plan's scenario in the plugin's images; same contract as
         :meth:`~infbench.execution.executors.inprocess.InProcessExecutor.run`, plus
-        :class:`~infbench.execution.executors.events.Note` (e.g. a privileged container) and
-        :class:`~infbench.execution.executors.events.LogLine` (worker log lines that are not events).
+        :class:`~infbench.data.events.Note` (e.g. a privileged container) and
+        :class:`~infbench.data.events.LogLine` (worker log lines that are not events).
 
         The scenario's parts (:meth:`~infbench.execution.scenarios.scenario.Scenario.parts`) that share an
         image run in one worker; when it dies, the scenario stores what it was running as

@@ -402,7 +402,7 @@ class RayExecutor:
             observer: Observer = ignore) -> RunSummary:
         """Run the scenario of ``plan`` (one plan, or one per device type) on the cluster;
         same contract as :meth:`~infbench.execution.executors.inprocess.InProcessExecutor.run`, plus
-        :class:`~infbench.execution.executors.events.NodeLost` and events naming their node. Each
+        :class:`~infbench.data.events.NodeLost` and events naming their node. Each
         part of the scenario (:meth:`~infbench.execution.scenarios.scenario.Scenario.parts`: a group's
         pending cells, a search, a perplexity measurement) is one task.
 

@@ -213,7 +213,7 @@ class LoadSpread:
         Args:
             engine: the started engine (its URL, key and request options are the clients').
             cell: the serving cell.
-            prompts: its prompts (:meth:`~infbench.engines.base.Engine.make_prompts`).
+            prompts: its prompts (:meth:`~infbench.data.engine.Engine.make_prompts`).
             deadline_ns: the cell's deadline on this process's ``perf_counter_ns`` clock.
 
         Returns:
