@@ -165,6 +165,205 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
     return doc
 
 
+# -- the CLI mode: validation the way a user predicts (issue 34) ----------------------------
+
+def _cli(args: list[str], home: Path) -> Any:
+    """Run ``infbench ARGS`` in this process (the typer app, as the shell runs it) with
+    ``INFBENCH_HOME=home``; its parsed ``--json`` output (a ``SystemExit`` on failure)."""
+    from typer.testing import CliRunner
+
+    from infbench.cli import app
+
+    res = CliRunner().invoke(app, args, env={"INFBENCH_HOME": str(home), "COLUMNS": "250"})
+    if res.exit_code != 0:
+        raise SystemExit(f"infbench {' '.join(args)} failed ({res.exit_code}): {res.output[-1500:]}")
+    return json.loads(res.stdout) if "--json" in args else res.stdout
+
+
+def _csv_lines(csv: Path) -> tuple[str, dict[int, str], dict[int, tuple]]:
+    """The CSV's header, its data lines by line number (1 = header) and each line's cell key
+    (hardware, units, framework, model, lengths, batch: repeated rows of one cell share it)."""
+    import csv as csvmod
+
+    lines = csv.read_text().splitlines()
+    head = next(i for i, t in enumerate(lines) if t.strip() and not t.lstrip().startswith("#"))
+    keys: dict[int, tuple] = {}
+    for i, row in enumerate(csvmod.reader(lines[head + 1:]), start=head + 2):
+        if row and not row[0].lstrip().startswith("#"):
+            keys[i] = tuple(x.strip() for x in row[:6])
+    return lines[head], {i: lines[i - 1] for i in keys}, keys
+
+
+def cli_folds(split: str, groups: list[Any]) -> list[tuple[str, set[str], set[str]]]:
+    """The folds of ``split`` as ``(name, training cell ids, held-out cell ids)`` over the
+    master store's groups (the library splits' definitions: :func:`infbench.analysis.validation.run_split`)."""
+    from infbench.analysis.predict import held_out
+    from infbench.analysis.validation import LENGTH_FIT, LENGTH_TEST
+
+    pts = [(g, p) for g in groups for p in g.points]
+    if split == "random":
+        test = {p["cell_id"] for _, p in pts if held_out(p["cell_id"])}
+        return [("random", {p["cell_id"] for _, p in pts} - test, test)]
+    if split == "length":
+        return [("length", {p["cell_id"] for _, p in pts if max(p["n_in"], p["n_out"]) <= LENGTH_FIT},
+                 {p["cell_id"] for _, p in pts if max(p["n_in"], p["n_out"]) == LENGTH_TEST})]
+    if split == "lomo":
+        return [(m, {p["cell_id"] for _, p in pts if p["model"] != m},
+                 {p["cell_id"] for _, p in pts if p["model"] == m}) for m in sorted({p["model"] for _, p in pts})]
+    if split == "lodo":
+        return [(d, {p["cell_id"] for g, p in pts if g.device_id != d}, {p["cell_id"] for g, p in pts
+                                                                            if g.device_id == d})
+                for d in sorted({g.device_id for g in groups})]
+    raise ValueError(f"unknown split {split!r}")
+
+
+def run_cli_fold(name: str, split: str, train: set[str], test: set[str], groups: list[Any], stored: list[dict],
+                 csv_parts: tuple[str, dict[int, str], dict[int, tuple]], tmp: Path,
+                 log: Any = print) -> list[dict[str, Any]]:
+    """One fold the way a user runs it: a fresh ``INFBENCH_HOME`` and store holding only the
+    training rows (``infbench import --format lib-csv``), ``infbench predict --calibrate
+    --engine E --no-builtin`` for every engine with held-out cells, then ``infbench predict
+    --json --no-builtin`` for the held-out cells, grouped into one grid per (device
+    campaign, engine, model, tp, n_batch); each held-out cell is scored against its row.
+
+    Returns rows like :func:`infbench.analysis.validation.evaluate`'s (one per held-out
+    group, ``model`` for ``lomo``), plus ``refused`` (measured cells the prediction refused:
+    they count as not covered and are left out of the error) and ``calibrations`` (the
+    engine profiles fitted: cells and devices)."""
+    from infbench.analysis.validation import geomean
+
+    header, lines, keys = csv_parts
+    line_of = {r["cell_id"]: (r.get("engine") or {}).get("line") for r in stored}
+    want = {keys[line_of[c]] for c in train if line_of.get(c) in keys}
+    home = tmp / f"home-{split}-{name}".replace("/", "_")
+    home.mkdir(parents=True, exist_ok=True)
+    train_csv = home / "train.csv"
+    train_csv.write_text("\n".join([header] + [t for i, t in lines.items() if keys[i] in want]) + "\n")
+    db = home / "results.db"
+    _cli(["import", "--format", "lib-csv", str(train_csv), "--store", str(db)], home)
+    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for g in groups:
+        held = [p for p in g.points if p["cell_id"] in test]
+        if held:
+            by_group[(g.key, g.engine)] = held
+    engines = sorted({e for _, e in by_group})
+    fitted: dict[str, Any] = {}
+    for e in engines:
+        t0 = time.perf_counter()
+        prof = _cli(["predict", "--calibrate", "--engine", e, "--store", str(db), "--no-builtin", "--json"],
+                    home)["profile"]
+        fitted[e] = {"cells": prof["cells"], "devices": [d["device"] for d in prof["devices"]],
+                     "seconds": time.perf_counter() - t0}
+        log(f"   {split} {name}: profile {e} on {prof['cells']} cells in {fitted[e]['seconds']:.0f} s")
+    gmap = {(g.key, g.engine): g for g in groups}
+    rows = []
+    for (key, e), held in sorted(by_group.items()):
+        g = gmap[(key, e)]
+        sub: dict[tuple, list[dict[str, Any]]] = {}
+        for p in held:
+            sub.setdefault((p["model"], p["dtype"], int(p["tp"]), json.dumps(p.get("options") or {}, sort_keys=True)),
+                           []).append(p)
+        scores, covered, measured, unbounded, refused, qs = [], 0, 0, 0, 0, []
+        by_model: dict[str, dict[str, Any]] = {}
+        for (model, dtype, tp, opts), ps in sorted(sub.items()):
+            args = ["predict", "-m", model, "-d", g.device_id, "--device-label", key, "-e", e, "--dtype", dtype,
+                    "--tp", str(tp), "-b", ",".join(sorted({str(int(p["batch"])) for p in ps}, key=int)),
+                    "--input", ",".join(sorted({str(p["n_in"]) for p in ps}, key=int)),
+                    "--output", ",".join(sorted({str(p["n_out"]) for p in ps}, key=int)), "--no-builtin", "--json"]
+            for k, v in json.loads(opts).items():
+                args += ["--engine-arg", f"{k}={v}"]
+            pred = _cli(args, home)["predictions"]
+            at = {(r["batch"], r["input_len"], r["output_len"]): r for r in pred}
+            for p in ps:
+                r = at[(int(p["batch"]), p["n_in"], p["n_out"])]
+                meas = p["duration_s"]
+                mine = by_model.setdefault(model, {"scores": [], "covered": 0, "measured": 0, "refused": 0})
+                measured += 1
+                mine["measured"] += 1
+                if r.get("duration_s") is None:
+                    refused += 1
+                    mine["refused"] += 1
+                    continue
+                sc = abs(math.log(r["duration_s"] / meas))
+                scores.append(sc)
+                mine["scores"].append(sc)
+                lo, hi = r["interval"]["duration_s"]
+                if lo is None:
+                    unbounded += 1
+                    continue
+                qs.append(math.log(hi / r["duration_s"]))
+                if lo <= meas <= hi:
+                    covered += 1
+                    mine["covered"] += 1
+        base = {"device": key, "catalog_id": g.device_id, "engine": e, "stack": g.stack, "split": split,
+                "fold": name, "profile": fitted.get(e)}
+        if split == "lomo":
+            for model, d in by_model.items():
+                rows.append({**base, "model": model, "n": d["measured"], "error": geomean(d["scores"]),
+                             "covered": d["covered"], "measured": d["measured"], "refused": d["refused"],
+                             "unbounded": 0, "q_median": float(np.median(qs)) if qs else float("nan"),
+                             "scores": d["scores"]})
+        else:
+            rows.append({**base, "n": measured, "error": geomean(scores), "covered": covered, "measured": measured,
+                         "refused": refused, "unbounded": unbounded,
+                         "q_median": float(np.median(qs)) if qs else float("nan"), "scores": scores})
+    return rows
+
+
+def run_cli(csv: Path, splits: list[str], log: Any = print, previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every split in the CLI mode (:func:`run_cli_fold` per fold): the held-out figures a
+    user gets by running ``infbench`` on the training rows alone, with the built-in profile
+    out of the way (``--no-builtin``: it was fitted on every published cell)."""
+    from infbench.analysis.profile import build_groups
+    from infbench.analysis.validation import TARGETS, summarize
+    from infbench.plugins import get_plugin_manager
+    from infbench.report.lib_import import published_cells, read_lib_csv
+    from infbench.store import Store
+    from infbench.store.published import file_sha256, import_published
+
+    pm = get_plugin_manager()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp_:
+        tmp = Path(tmp_)
+        store = Store(tmp / "master.db")
+        src = {"file": csv.name, "sha256": file_sha256(csv), "commit": COMMIT}
+        results, info = published_cells(read_lib_csv(csv), src, pm)
+        run_id = import_published(store, results, src, command="benchmarks/lib_validation.py --cli")
+        stored = store.results(run_id=run_id)
+        store.close()
+        groups, skipped = build_groups(pm, stored)
+        parts = _csv_lines(csv)
+        doc: dict[str, Any] = {"mode": "cli", "csv": str(csv.resolve().relative_to(ROOT))
+                               if csv.resolve().is_relative_to(ROOT) else str(csv), "commit": COMMIT,
+                               "rows": info["rows"], "cells": sum(len(g.points) for g in groups),
+                               "groups": len(groups),
+                               "left_out": [{k: v for k, v in x.items() if k != "cell_ids"} for x in skipped],
+                               "targets": {k: list(v) if isinstance(v, tuple) else v for k, v in TARGETS.items()},
+                               "splits": {}, "machine": "shared 2-core VM",
+                               "commands": ["infbench import --format lib-csv TRAIN.csv --store S",
+                                            "infbench predict --calibrate --engine E --store S --no-builtin --json",
+                                            "infbench predict -m M -d D --device-label CAMPAIGN -e E --tp T -b .. "
+                                            "--input .. --output .. --no-builtin --json"]}
+        for split, d in ((previous or {}).get("splits") or {}).items():
+            if split not in splits:
+                doc["splits"][split] = d
+        for split in splits:
+            t1 = time.perf_counter()
+            rows: list[dict[str, Any]] = []
+            for name, train, test in cli_folds(split, groups):
+                if not test or not train:
+                    continue
+                rows += run_cli_fold(name, split, train, test, groups, stored, parts, tmp, log)
+            doc["splits"][split] = {"summary": {**summarize(split, rows),
+                                                "refused": sum(r.get("refused", 0) for r in rows)},
+                                    "rows": _strip(rows), "seconds": time.perf_counter() - t1}
+            sm = doc["splits"][split]["summary"]
+            log(f"== cli {split}: median {_pct(sm['median'])} p90 {_pct(sm['p90'])} coverage {_pct(sm['coverage'])} "
+                f"({sm['groups']} rows, {time.perf_counter() - t1:.0f} s)")
+    doc["total_s"] = time.perf_counter() - t0
+    return doc
+
+
 # -- rendering (docs/roofline.md; the docs-numbers convention) ------------------------------
 
 def _pct(x: Any, digits: int = 1) -> str:
@@ -331,8 +530,24 @@ def main() -> None:
                     help="store the all-cells fits as core/infbench/analysis/engine_profiles.json")
     ap.add_argument("--merge", action="store_true", help="keep the splits not run from the existing --out file")
     ap.add_argument("--markdown", action="store_true", help="print the docs/roofline.md tables")
+    ap.add_argument("--cli", action="store_true",
+                    help="validate the way a user predicts: per fold a fresh INFBENCH_HOME and store with the "
+                         "training rows only, `infbench predict --calibrate --engine E --no-builtin`, then "
+                         "`infbench predict --json` for the held-out cells (default --out: "
+                         "benchmarks/results/lib_validation_cli.json)")
     args = ap.parse_args()
+    if args.cli and args.out == ap.get_default("out"):
+        args.out = ROOT / "benchmarks" / "results" / "lib_validation_cli.json"
     previous = json.loads(args.out.read_text()) if args.merge and args.out.is_file() else None
+    if args.cli:
+        doc = run_cli(args.csv, args.splits, previous=previous)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(_dumps(doc) + "\n")
+        print(f"wrote {args.out} in {doc['total_s']:.0f} s")
+        if args.markdown:
+            for v in ("cli_summary", "cli_folds"):
+                print(f"\n<!-- {v} -->\n" + render(doc, v))
+        return
     doc = run(args.csv, args.splits, args.write_profiles, previous=previous)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(_dumps(doc) + "\n")

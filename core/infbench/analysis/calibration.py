@@ -200,11 +200,14 @@ class Basis:
         return {"used": self.used, "detail": self.detail, "path": self.path, "device_terms": self.key is not None}
 
 
-def key_for(fit: FleetFit, engine: str, device_id: str) -> str | None:
+def key_for(fit: FleetFit, engine: str, device_id: str, label: str | None = None) -> str | None:
     """The group of ``fit`` holding ``engine``'s cells on catalog device ``device_id``: the
-    one named like the device, else the one with the most cells; None if none."""
+    campaign ``label`` (a published hardware name) when given, else the one named like the
+    device, else the one with the most cells; None if none (or no group is ``label``)."""
     e = engine_family(engine)
     cands = [(k, v) for k, v in fit.groups.items() if v["engine"] == e and v["device_id"].lower() == device_id.lower()]
+    if label is not None:
+        return next((k for k, _ in cands if k.lower() == label.lower()), None)
     if not cands:
         return None
     for k, _ in cands:
@@ -214,7 +217,7 @@ def key_for(fit: FleetFit, engine: str, device_id: str) -> str | None:
 
 
 def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, what_if: bool = False,
-                  builtin: bool = True) -> Basis:
+                  builtin: bool = True, label: str | None = None) -> Basis:
     """Which calibration a prediction for ``engine`` on ``device_id`` uses, in order: the
     device's own calibration (``--calibrate -d``), the stored engine profile (``--calibrate
     --engine``), the built-in profile, the generic defaults (:class:`Basis`).
@@ -232,6 +235,9 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
             device terms do not apply (the profile and the datasheet do).
         builtin: the built-in profile and its interval table may be used (``--no-builtin``:
             not at all; the generic defaults without intervals when the home has nothing).
+        label: the campaign whose device terms to use when several map to ``device_id``
+            (``--device-label``; a published hardware name); none of that name: the
+            profile and the datasheet.
     """
     e = engine_family(engine)
     builtin_ = builtin_profile(e) if builtin else None
@@ -257,7 +263,7 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
             if table is not None and not table.source:
                 table.source = f"held-out cells of the calibration of {device_id}"
             table = completed(table, stored_table, builtin_table)
-            key = key_for(fit, e, device_id) if fit is not None else None
+            key = key_for(fit, e, device_id, label) if fit is not None else None
             path = calibration_path(home, device_id, cal.engine)
             return Basis("device", f"fitted on {cal.n_train} cells of {device_id}"
                          + (f" / {cal.engine}" if cal.engine != "*" else "")
@@ -265,7 +271,7 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
                          None if fit is not None else cal.efficiency, key, stack, table)
     if stored is not None:
         fit, _table, meta = stored
-        key = None if what_if else key_for(fit, e, device_id)
+        key = None if what_if else key_for(fit, e, device_id, label)
         table = completed(stored_table, builtin_table)
         devs = ", ".join(sorted({v["device_id"] for v in fit.groups.values()}))
         detail = (f"engine profile of {e} fitted on {meta.get('cells', '?')} cells of {devs}"
@@ -273,7 +279,7 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
         return Basis("engine profile", detail, str(profile_path(home, e)), fit, None, key, stack, table)
     if builtin_ is not None:
         fit, table, src = builtin_
-        key = None if what_if else key_for(fit, e, device_id)
+        key = None if what_if else key_for(fit, e, device_id, label)
         return Basis("defaults", src + (f"; device terms of {key}" if key else f"; {device_id} from its datasheet"),
                      str(BUILTIN_PROFILES), fit, None, key, stack, table or _defaults_table())
     eff = default_efficiency(device_id)

@@ -77,6 +77,7 @@ import numpy as np
 from infbench.analysis.roofline import (
     Limits,
     act_bytes,
+    config_terms,
     effective_batch,
     operators,
     weight_bytes,
@@ -668,7 +669,7 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
     frac = eff.kv_memory_fraction or sv.memory_fraction
     reserve = sv.reserve_bytes if eff.kv_reserve_bytes is None else eff.kv_reserve_bytes
     cap = kv_capacity_tokens(m, limits, dtype, T * P, ep, frac, reserve)
-    conc = concurrency(B, cap, I, O, sv.kv_policy, sv.max_num_seqs)
+    conc = np.array(concurrency(B, cap, I, O, sv.kv_policy, sv.max_num_seqs), dtype=float)
     # What the engine does when the batch's KV cache does not fit beside the weights:
     # a paged engine preempts and recomputes (simulated: paged_schedule), a reserving one
     # runs smaller waves, a static one cannot run the batch; a sequence that does not fit
@@ -1211,8 +1212,10 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
         layer split turns ``tp`` devices into pipeline stages), ``devices``, ``split``
         (``tensor`` or ``layer``), every key of :func:`predict` (s, tokens/s, B)
         as finite floats or None, ``fits_memory`` (None when the memory is unknown),
-        ``efficiency`` and ``notes`` (how the engine runs what was asked, in words:
-        a layer split, replicated KV heads; :func:`check_parallelism`).
+        ``efficiency``, ``config`` (what the model's config implies for a decode step at
+        that batch: :func:`~infbench.analysis.roofline.config_terms`) and ``notes`` (how
+        the engine runs what was asked, in words: a layer split, replicated KV heads
+        (:func:`check_parallelism`), waves, preemption or a refusal (:func:`capacity_notes`)).
 
     Raises:
         ConfigError: a model that cannot be predicted on a device (e.g. no shape), or a
@@ -1254,5 +1257,7 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
                     "devices": t * p * ep, "split": sv.split,
                     **{k: finite(float(v[idx])) for k, v in pr.items() if k != "fits_memory"},
                     "fits_memory": None if not np.isfinite(fits) else bool(fits), "efficiency": asdict(eff),
+                    "config": {k: (float(v) if isinstance(v, np.ndarray) else v)
+                               for k, v in config_terms(m, dtype, gb[idx]).items()},
                     "notes": row_notes})
     return rows

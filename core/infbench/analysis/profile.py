@@ -191,7 +191,7 @@ class Priors:
     noise: float = 0.1
     f_scale: float = 0.05
     robust_devices: bool = True
-    count_sd: float = 0.3
+    count_sd: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form."""

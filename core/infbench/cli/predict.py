@@ -53,9 +53,10 @@ def predict(
                                     "LLM-Inference-Bench's published cells) and their intervals entirely: fit, "
                                     "calibrate and predict from this home's own calibrations only (a leak-free "
                                     "check of your own cells).")] = False,
-    device_label: Annotated[str | None, Opt("--device-label", help="With --calibrate -d: calibrate only the "
-                                            "cells of this campaign (the published hardware name, e.g. 'Intel PVC "
-                                            "GPU'), when several campaigns map to one catalog device.")] = None,
+    device_label: Annotated[str | None, Opt("--device-label", help="When several campaigns map to one catalog "
+                                            "device (published hardware names, e.g. 'Intel PVC GPU' and 'Intel Max "
+                                            "1550'): --calibrate -d fits only this one's cells, and predictions use "
+                                            "its device terms.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database (for --calibrate).")] = None,
     run_id: Annotated[str | None, Opt("--run", help="Calibrate on this run's cells only (id prefix).")] = None,
     requirements_: Annotated[bool, Opt("--requirements", help="Compute, bandwidth and capacity needed to meet the "
@@ -144,9 +145,9 @@ def predict(
                           split(batch, "--batch", int) or [1], dtype, engine, as_json)
             return
         builtin = not no_builtin
-        if device_label is not None and not (calibrate_ and not profile_only):
-            raise ConfigError("--device-label chooses the campaign a device calibration is fitted on",
-                              hint="use it with --calibrate --device D")
+        if device_label is not None and not devices_:
+            raise ConfigError("--device-label chooses a campaign of the --device given",
+                              hint="e.g. --device max-1550 --device-label 'Intel PVC GPU'")
         if calibrate_ and profile_only:
             profile_report = _calibrate_profile(pm, home, engine, store_path, run_id, builtin)
         elif calibrate_:
@@ -160,7 +161,7 @@ def predict(
         bases: dict[str, Any] = {}
         for d, lim in limits.items():
             b = resolve_basis(home, lim.id.split("+")[0], engine, stacks.get(d), what_if=d in what_if,
-                              builtin=builtin)
+                              builtin=builtin, label=device_label)
             if eff_compute or eff_memory or overhead_ms is not None:
                 eff = b.efficiency_for(engine, lim, None)
                 eff = P.Efficiency.from_dict({**eff.__dict__, "eff_compute": eff_compute or eff.eff_compute,
@@ -324,11 +325,15 @@ def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: P
 
     e = engine_family(engine)
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
-    groups, skipped = build_groups(pm, rows, engines={e}, min_cells=MIN_DEVICE_CELLS)
+    groups, skipped = build_groups(pm, rows, engines={e}, min_cells=1)
     try:
         fit, table = fit_engine_profile(groups, e, home, builtin=builtin)
     except ImportError as exc:
         need("report", exc)
+    small = [g for g in groups if len(g.points) < MIN_DEVICE_CELLS]
+    skipped += [{"device": g.key, "catalog_id": g.device_id, "engine": e, "cells": len(g.points),
+                 "why": f"{len(g.points)} usable cells (< {MIN_DEVICE_CELLS})"} for g in small]
+    groups = [g for g in groups if len(g.points) >= MIN_DEVICE_CELLS]
     path = save_profile(home, e, fit, table, groups)
     return {"engine": e, "saved": str(path), "cells": sum(len(g.points) for g in groups),
             "devices": [{"device": g.key, "catalog_id": g.device_id, "stack": g.stack, "cells": len(g.points),
