@@ -204,6 +204,12 @@ class Serving:
         flash_attention: fused attention (no materialised score matrix).
         split: how the cell's devices hold one model: ``tensor`` (tensor parallel) or
             ``layer`` (llama.cpp's default ``--split-mode layer``: a pipeline, ``pp`` = devices).
+        kv_per_query_head: the attention reads each KV head once per query head, so the
+            KV traffic is that of multi-head attention whatever the grouping: llama.cpp's
+            ``-fa 0`` path (``ggml_mul_mat`` broadcasts a KV head to its query heads, and
+            the CUDA/HIP kernels read it for each), transformers' ``repeat_kv`` (the KV
+            heads copied per query head before SDPA). The fitted ``kv_reread`` does not
+            apply there (it is 1).
         source: where these defaults come from.
     """
 
@@ -216,6 +222,7 @@ class Serving:
     mixed_chunks: bool = False
     flash_attention: bool = True
     split: str = "tensor"
+    kv_per_query_head: bool = False
     source: str = "generic continuous-batching engine"
 
     def with_options(self, options: dict[str, Any] | None) -> Serving:
@@ -237,6 +244,8 @@ class Serving:
                                                  else []))
         if "flash_attn" in o and o["flash_attn"] is not None:
             kw["flash_attention"] = bool(o["flash_attn"])
+            if self.engine == "llama.cpp":  # llama.cpp's flash-attention kernel reads a KV head once per group
+                kw["kv_per_query_head"] = not kw["flash_attention"]
         if o.get("split_mode") in ("layer", "row", "tensor"):
             kw["split"] = "layer" if o["split_mode"] == "layer" else "tensor"
         return replace(self, **kw) if kw else self
@@ -252,10 +261,11 @@ ENGINE_PROFILES: dict[str, Serving] = {
                             source="TensorRT-LLM KvCacheConfig free_gpu_memory_fraction 0.9, "
                                    "CapacitySchedulerPolicy GUARANTEED_NO_EVICT, fused MHA"),
     "llama.cpp": Serving("llama.cpp", "static", 1.0, prefill_chunk=512, flash_attention=False, split="layer",
-                         source="llama.cpp: n_ubatch 512, flash attention off (-fa 0), --split-mode layer, "
-                                "context allocated up front"),
-    "transformers": Serving("transformers", "static", 1.0, flash_attention=True,
-                            source="transformers generate(): static batch, SDPA attention"),
+                         kv_per_query_head=True,
+                         source="llama.cpp: n_ubatch 512, flash attention off (-fa 0: KV heads broadcast to every "
+                                "query head in ggml_mul_mat), --split-mode layer, context allocated up front"),
+    "transformers": Serving("transformers", "static", 1.0, flash_attention=True, kv_per_query_head=True,
+                            source="transformers generate(): static batch, SDPA attention after repeat_kv"),
     "deepspeed-mii": Serving("deepspeed-mii", "paged", 1.0, reserve_bytes=1e9, max_num_seqs=512, prefill_chunk=768,
                              mixed_chunks=True, flash_attention=True,
                              source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
@@ -664,6 +674,9 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         T = D
     devices = T * P * ep
     flash = sv.flash_attention
+    if sv.kv_per_query_head:
+        # The engine's attention reads each KV head once per query head (Serving).
+        eff = replace(eff, kv_reread=1.0)
     step_overhead = eff.overhead_s + eff.overhead_per_device_s * (devices - 1)
 
     frac = eff.kv_memory_fraction or sv.memory_fraction
