@@ -400,9 +400,10 @@ class FleetFit:
         group ``key`` if it was fitted) for ``model``, and the level it came from."""
         u, _, level = self.u_for(engine, stack, key, model)
         e = engine_family(engine)
-        if level == "device" and key is not None:
-            reserve = self.groups[key]["reserve_bytes"]
-        else:
+        reserve = self.groups[key]["reserve_bytes"] if level == "device" and key is not None else None
+        if reserve is None:
+            # A device whose cells never filled its KV cache (or a new one): the engine's
+            # reserve as a share of memory, from the devices where the capacity binds.
             frac = self.reserve_fraction.get(e, 0.0)
             reserve = frac * limits.memory_bytes if (frac and limits.memory_bytes) else None
         src = {"device": f"engine profile {e} with the device terms of {key}",
