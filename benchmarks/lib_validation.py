@@ -19,7 +19,9 @@ Heavy (about half an hour on 2 shared cores): run it under the shared lock.
         [--csv benchmarks/data/lib_all_results.csv] [--out benchmarks/results/lib_validation.json] [--splits ...]
 
 `render(data, variant)` turns the JSON into the markdown tables of docs/roofline.md
-(variants: summary, random, length, lomo, lodo, parameters, engines, stacks, profiles).
+(variants: summary, random, length, lomo, lodo, parameters, engines, stacks, profiles, counts; for
+the CLI mode's JSON, benchmarks/results/lib_validation_cli.json: cli_summary, cli_folds,
+cli_folds.SPLIT).
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
         fit = fit_fleet(gs, priors)
         fits[e] = fit
         engines[e] = {
+            "counts": fit.count_report(e),
             "cells": sum(len(g.points) for g in gs), "coordinates": fit.n_params, "effective_parameters": fit.dof,
             "devices": len(gs), "models": len({m for g in gs for m in g.models}), "sigma": fit.sigma,
             "fit_s": time.perf_counter() - t1, "profile": fit.parameters(e),
@@ -241,10 +244,11 @@ def run_cli_fold(name: str, split: str, train: set[str], test: set[str], groups:
     train_csv.write_text("\n".join([header] + [t for i, t in lines.items() if keys[i] in want]) + "\n")
     db = home / "results.db"
     _cli(["import", "--format", "lib-csv", str(train_csv), "--store", str(db)], home)
+    trained = {g.engine for g in groups for p in g.points if p["cell_id"] in train}
     by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for g in groups:
         held = [p for p in g.points if p["cell_id"] in test]
-        if held:
+        if held and g.engine in trained:  # an engine with no training cells has no profile to predict from
             by_group[(g.key, g.engine)] = held
     engines = sorted({e for _, e in by_group})
     fitted: dict[str, Any] = {}
@@ -518,6 +522,63 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
                                                      + [cell(g["parameters"][n]) for g in d["groups"]]) + " |")
             lines.append("")
         return "\n".join(lines).rstrip()
+    if v == "counts":
+        # The device-count terms of every engine fitted on all cells.
+        lines = ["| engine | device (published name) | devices | factor on every time (90 % range) |",
+                 "|---|---|---:|---:|"]
+        for e, d in sorted(data.get("engines", {}).items()):
+            for key, by_n in sorted((d.get("counts") or {}).items()):
+                for n, c in sorted(by_n.items(), key=lambda t: int(t[0])):
+                    sd = c.get("sd")
+                    rng = "" if sd is None or not math.isfinite(sd) else \
+                        f" ({math.exp(c['log'] - 1.645 * sd):.2f}-{math.exp(c['log'] + 1.645 * sd):.2f})"
+                    lines.append(f"| {e} | {key} | {n} | x{c['factor']:.2f}{rng} |")
+        return "\n".join(lines)
+    if v == "cli_summary":
+        lines = ["| split | folds | rows | median error | p90 | worst | rows > 20 % | refused | 90 % interval "
+                 "coverage | target | |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for name in ("random", "length", "lomo", "lodo"):
+            if name not in sp:
+                continue
+            s_ = sp[name]["summary"]
+            lo, hi = t.get("coverage", [0.85, 0.95])
+            folds = len({r.get("fold") for r in sp[name]["rows"]})
+            if name in ("random", "length"):
+                key = f"{name}_median"
+                target, val, goal = f"median <= {_pct(t[key], 0)}", s_["median"], t[key]
+            elif name == "lomo":
+                target, val, goal = f"p90 <= {_pct(t['lomo_p90'], 0)}", s_["p90"], t["lomo_p90"]
+            else:
+                target, val, goal = f"median <= {_pct(t['lodo_median'], 0)}", s_["median"], t["lodo_median"]
+            verdict = _verdict(val is not None and val <= goal, val, goal) if val is not None else "-"
+            lines.append(f"| {name} | {folds} | {s_['groups']} | {_pct(s_['median'])} | {_pct(s_['p90'])} | "
+                         f"{_pct(s_['max'])} | {s_['over_20']} | {s_.get('refused', 0)} | {_pct(s_['coverage'])} "
+                         f"({_cov_verdict(s_['coverage'], lo, hi)}) | {target} | {verdict} |")
+            if name == "lodo" and (s_.get("issue") or {}).get("groups"):
+                i = s_["issue"]
+                lines.append(f"| lodo, the issue's groups | | {i['groups']} | {_pct(i['median'])} | {_pct(i['p90'])} | "
+                             f"{_pct(i['max'])} | {i['over_20']} | | {_pct(i['coverage'])} "
+                             f"({_cov_verdict(i['coverage'], lo, hi)}) | median <= {_pct(t['lodo_median'], 0)} | "
+                             f"{_verdict(i['median'] <= t['lodo_median'], i['median'], t['lodo_median'])} |")
+        lines += ["", f"{data.get('cells')} cells in {data.get('groups')} (device, engine) groups; per fold a fresh "
+                  "`INFBENCH_HOME` and store with the training rows only, `infbench predict --calibrate --engine E "
+                  "--no-builtin`, then `infbench predict --no-builtin --json` for the held-out cells. Refused: "
+                  "measured cells the prediction said cannot run (counted as not covered, left out of the error)."]
+        return "\n".join(lines)
+    if v.startswith("cli_folds"):
+        # Fold by fold (cli_folds: every split; cli_folds.SPLIT: one), worst first.
+        want = v.split(".", 1)[1] if "." in v else None
+        lines = ["| split | fold | device (published name) | engine | model | held-out cells | error | 90 % coverage | "
+                 "refused |", "|---|---|---|---|---|---:|---:|---:|---:|"]
+        for name in ("random", "length", "lomo", "lodo"):
+            if name not in sp or (want and name != want):
+                continue
+            rows = sorted(sp[name]["rows"], key=lambda r: -(r["error"] if r["error"] is not None and
+                                                               math.isfinite(r["error"]) else 9))
+            for r in rows:
+                lines.append(f"| {name} | {r.get('fold', '')} | {r['device']} | {r['engine']} | {r.get('model', '')} | "
+                             f"{r['n']} | {_pct(r['error'])} | {_pct(r.get('coverage'))} | {r.get('refused', 0)} |")
+        return "\n".join(lines)
     raise ValueError(f"unknown variant {variant!r}")
 
 
