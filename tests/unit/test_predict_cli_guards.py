@@ -211,3 +211,9 @@ def test_campaigns_of_one_device_stay_apart(tmp_path):
     bad = invoke("predict", "--calibrate", "-d", "a100-40gb", "-e", "vllm", "--store", str(db), "--device-label",
                  "Intel PVC GPU")
     assert bad.exit_code == 2 and "campaigns of this device in the store" in bad.output
+
+
+def test_a_refused_cell_prints_as_refused_with_its_reason():
+    res = invoke("predict", "-m", "llama-3-70b", "-d", "h100-sxm", "-e", "vllm")
+    assert res.exit_code == 0, res.output
+    assert "refused" in res.output and "weights take 141.1 GB per device" in said(res)

@@ -478,11 +478,15 @@ def _print_predictions(rows: list[dict[str, Any]]) -> None:
     for c in ("model", "device", "engine", "dtype", "tp", "pp", "batch", "in", "out", "TTFT ms", "TPOT ms", "E2E s",
               "batch s", "out tok/s", "total tok/s", "90 %", "waves", "fits"):
         t.add_column(c, justify="left" if c in ("model", "device", "engine", "dtype") else "right")
+    def num(v: float | None, scale: float, fmt: str) -> str:
+        return "[red]refused[/]" if v is None else format(v * scale, fmt)
+
     for r in rows:
         t.add_row(r["model"], r["device"], r["engine"], r["dtype"], str(r["tp"]), str(r["pp"]), str(r["batch"]),
-                  str(r["input_len"]), str(r["output_len"]), f"{r['ttft_s'] * 1e3:,.2f}", f"{r['tpot_s'] * 1e3:,.3f}",
-                  f"{r['e2e_s']:,.3f}", f"{r['duration_s']:,.3f}", f"{r['output_tok_s']:,.1f}",
-                  f"{r['total_tok_s']:,.1f}", _factor(r), f"{r['waves']:.2g}",
+                  str(r["input_len"]), str(r["output_len"]), num(r["ttft_s"], 1e3, ",.2f"),
+                  num(r["tpot_s"], 1e3, ",.3f"), num(r["e2e_s"], 1, ",.3f"), num(r["duration_s"], 1, ",.3f"),
+                  num(r["output_tok_s"], 1, ",.1f"), num(r["total_tok_s"], 1, ",.1f"), _factor(r),
+                  "-" if r.get("waves") is None else f"{r['waves']:.2g}",
                   {True: "yes", False: "[red]no[/]", None: "?"}[r["fits_memory"]])
     out.print(t)
     out.print("[dim]90 %: the E2E's 90 % interval as a factor (value x/ f spans value / f to value x f), from held-out "
