@@ -131,7 +131,8 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
     def pct(x: Any) -> str:
         return "-" if x is None else f"{100 * x:.1f} %"
 
-    grids = data.get("grids") or {}
+    # A result written before issue 34 holds one grid at the top level.
+    grids = data.get("grids") or ({"issue": {**data, "cells": [], "stopped": None}} if "grid" in data else {})
     if variant == "cells":
         lines = ["| grid | batch | in | out | measured E2E s | predicted E2E s | error | inside 90 % |",
                  "|---|---:|---:|---:|---:|---:|---:|---|"]
