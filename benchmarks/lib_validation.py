@@ -268,6 +268,7 @@ def run_cli_fold(name: str, split: str, train: set[str], test: set[str], groups:
             sub.setdefault((p["model"], p["dtype"], int(p["tp"]), json.dumps(p.get("options") or {}, sort_keys=True)),
                            []).append(p)
         scores, covered, measured, unbounded, refused, qs = [], 0, 0, 0, 0, []
+        errors: list[str] = []
         by_model: dict[str, dict[str, Any]] = {}
         for (model, dtype, tp, opts), ps in sorted(sub.items()):
             args = ["predict", "-m", model, "-d", g.device_id, "--device-label", key, "-e", e, "--dtype", dtype,
@@ -276,10 +277,15 @@ def run_cli_fold(name: str, split: str, train: set[str], test: set[str], groups:
                     "--output", ",".join(sorted({str(p["n_out"]) for p in ps}, key=int)), "--no-builtin", "--json"]
             for k, v in json.loads(opts).items():
                 args += ["--engine-arg", f"{k}={v}"]
-            pred = _cli(args, home)["predictions"]
+            try:
+                pred = _cli(args, home)["predictions"]
+            except SystemExit as exc:  # the CLI refused the grid: its measured cells count as refused
+                log(f"   {split} {name}: {exc}")
+                pred = []
+                errors.append(str(exc)[:300])
             at = {(r["batch"], r["input_len"], r["output_len"]): r for r in pred}
             for p in ps:
-                r = at[(int(p["batch"]), p["n_in"], p["n_out"])]
+                r = at.get((int(p["batch"]), p["n_in"], p["n_out"])) or {}
                 meas = p["duration_s"]
                 mine = by_model.setdefault(model, {"scores": [], "covered": 0, "measured": 0, "refused": 0})
                 measured += 1
@@ -300,7 +306,7 @@ def run_cli_fold(name: str, split: str, train: set[str], test: set[str], groups:
                     covered += 1
                     mine["covered"] += 1
         base = {"device": key, "catalog_id": g.device_id, "engine": e, "stack": g.stack, "split": split,
-                "fold": name, "profile": fitted.get(e)}
+                "fold": name, "profile": fitted.get(e), **({"cli_errors": errors} if errors else {})}
         if split == "lomo":
             for model, d in by_model.items():
                 rows.append({**base, "model": model, "n": d["measured"], "error": geomean(d["scores"]),

@@ -102,6 +102,11 @@ def test_parallelism_must_divide_heads_kv_heads_layers_and_experts():
     assert check_parallelism(m, 4, 2) == []
     with pytest.raises(ConfigError, match="experts"):
         check_parallelism(resolve("mixtral-8x7b"), 1, 1, 3)
+    # DeepSpeed's AutoTP (optimum-habana) shards heads unevenly: Qwen2-7B's 28 heads on 8
+    # Gaudi2s ran in LLM-Inference-Bench.
+    assert "unevenly" in check_parallelism(resolve("qwen-2-7b"), 8, 1, 1, "tensor", uneven_heads=True)[0]
+    with pytest.raises(ConfigError, match="28 attention heads"):
+        check_parallelism(resolve("qwen-2-7b"), 8)  # vLLM and TensorRT-LLM cannot
     # llama.cpp's layer split needs no divisibility, only a layer per device.
     assert "unevenly" in check_parallelism(resolve("qwen-2-7b"), 8, 1, 1, "layer")[0]
     with pytest.raises(ConfigError, match="at most 2 devices"):

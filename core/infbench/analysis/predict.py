@@ -210,6 +210,9 @@ class Serving:
             the CUDA/HIP kernels read it for each), transformers' ``repeat_kv`` (the KV
             heads copied per query head before SDPA). The fitted ``kv_reread`` does not
             apply there (it is 1).
+        uneven_heads: tensor parallelism may give ranks unequal numbers of attention heads
+            (DeepSpeed's AutoTP shards heads unevenly: Qwen2-7B's 28 heads on 8 Gaudi2s ran in
+            LLM-Inference-Bench); vLLM and TensorRT-LLM need ``heads % tp == 0``.
         source: where these defaults come from.
     """
 
@@ -223,6 +226,7 @@ class Serving:
     flash_attention: bool = True
     split: str = "tensor"
     kv_per_query_head: bool = False
+    uneven_heads: bool = False
     source: str = "generic continuous-batching engine"
 
     def with_options(self, options: dict[str, Any] | None) -> Serving:
@@ -270,7 +274,7 @@ ENGINE_PROFILES: dict[str, Serving] = {
                              mixed_chunks=True, flash_attention=True,
                              source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
                                     "SplitFuse), max_ragged_sequence_count 512, MemoryConfig reserve 1 GB"),
-    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False,
+    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False, uneven_heads=True,
                               source="optimum-habana run_generation.py (with DeepSpeed for several HPUs: "
                                      "LLM-Inference-Bench's 'Deepspeed' on Gaudi2): static shapes, HPU graphs"),
     "sglang-server": Serving("sglang-server", "paged", 1.0, reserve_bytes=13e9, prefill_chunk=8192,
@@ -1142,7 +1146,8 @@ def capacity_notes(m: ModelShape, limits: Limits, dtype: str, sv: Serving, pr: d
             f"batch in {pr.get('waves', 0):.0f} waves of at most {pr.get('concurrency', 0):.0f}"]
 
 
-def check_parallelism(m: ModelShape, tp: int, pp: int = 1, ep: int = 1, split: str = "tensor") -> list[str]:
+def check_parallelism(m: ModelShape, tp: int, pp: int = 1, ep: int = 1, split: str = "tensor",
+                      uneven_heads: bool = False) -> list[str]:
     """Refuse a parallel layout the engines cannot run the model with; return notes on
     the ones they run differently from how they are asked.
 
@@ -1155,10 +1160,12 @@ def check_parallelism(m: ModelShape, tp: int, pp: int = 1, ep: int = 1, split: s
     parallelism shards the experts: ``ep`` must divide ``num_local_experts``. llama.cpp's
     layer split (``split == "layer"``) hands each of its ``tp x pp`` devices a run of
     layers in proportion (``--tensor-split``), so it needs no divisibility, only no more
-    devices than layers.
+    devices than layers. An engine that shards heads unevenly (``uneven_heads``: DeepSpeed's
+    AutoTP) takes any ``tp`` up to the number of KV heads' multiples, with a note.
 
     Args:
-        m: the model; tp, pp, ep: the degrees (devices); split: ``tensor`` or ``layer``.
+        m: the model; tp, pp, ep: the degrees (devices); split: ``tensor`` or ``layer``;
+        uneven_heads: the engine gives ranks unequal numbers of heads (:class:`Serving`).
 
     Returns:
         Notes (replicated KV heads, an uneven layer split).
@@ -1180,15 +1187,21 @@ def check_parallelism(m: ModelShape, tp: int, pp: int = 1, ep: int = 1, split: s
             notes.append(f"llama.cpp splits {m.name}'s {m.layers} layers over {stages} devices unevenly "
                          f"(up to {-(-m.layers // stages)} on one); predicted as equal stages")
     else:
-        if m.heads % tp:
+        if uneven_heads and (m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads)):
+            if tp > m.heads:
+                raise ConfigError(f"--tp {tp} is more than {m.name}'s {m.heads} attention heads",
+                                  hint=f"use at most {m.heads} devices")
+            notes.append(f"{m.name}'s {m.heads} heads ({m.kv_heads} KV heads) split unevenly over {tp} devices (up "
+                         f"to {-(-m.heads // tp)} on one); predicted as an even split")
+        elif m.heads % tp:
             raise ConfigError(f"--tp {tp} does not divide {m.name}'s {m.heads} attention heads: tensor parallelism "
                               "shards attention by heads", hint=f"tp that divide {m.heads}: {divisors(m.heads)}")
-        if m.kv_heads % tp and tp % m.kv_heads:
+        elif m.kv_heads % tp and tp % m.kv_heads:
             raise ConfigError(f"--tp {tp} neither divides {m.name}'s {m.kv_heads} KV heads nor is a multiple of them "
                               "(engines split KV heads evenly or replicate each on tp / kv_heads ranks)",
                               hint=f"tp that divide {m.kv_heads}: {divisors(m.kv_heads)}; or multiples of "
                                    f"{m.kv_heads} that divide {m.heads}")
-        if tp > m.kv_heads:
+        elif tp > m.kv_heads:
             notes.append(f"tp {tp} > {m.kv_heads} KV heads: each KV head is replicated on {tp // m.kv_heads} ranks "
                          "(vLLM); the KV cache per device is predicted as if split")
         if m.layers % pp:
@@ -1242,7 +1255,7 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
     for m in models:
         for t in tp:
             for p in pp or [1]:
-                notes[(m.name, int(t), int(p))] = check_parallelism(m, int(t), int(p), ep, sv.split)
+                notes[(m.name, int(t), int(p))] = check_parallelism(m, int(t), int(p), ep, sv.split, sv.uneven_heads)
     axes = (batch, n_in, n_out, tp, pp or [1])
     gb, gi, go, gt, gp = np.meshgrid(*(np.asarray(v, dtype=float) for v in axes), indexing="ij")
     rows: list[dict[str, Any]] = []
