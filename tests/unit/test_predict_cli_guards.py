@@ -208,6 +208,12 @@ def test_campaigns_of_one_device_stay_apart(tmp_path):
     assert ok.exit_code == 0, ok.output
     [cal] = json.loads(ok.stdout)["calibrations"]
     assert cal["campaign"] == "Nvidia A100 GPU" and cal["n_train"] + cal["n_test"] == len(rows)
+    # A prediction for the campaign the device calibration was fitted on uses it; another does not.
+    mine = json.loads(invoke("predict", "-m", "llama-2-7b", "-d", "a100-40gb", "-e", "vllm", "--device-label",
+                             "Nvidia A100 GPU", "--json").stdout)["predictions"][0]
+    other = json.loads(invoke("predict", "-m", "llama-2-7b", "-d", "a100-40gb", "-e", "vllm", "--device-label",
+                              "NVIDIA A100-SXM4-40GB", "--json").stdout)["predictions"][0]
+    assert mine["calibration"]["used"] == "device" and other["calibration"]["used"] != "device"
     bad = invoke("predict", "--calibrate", "-d", "a100-40gb", "-e", "vllm", "--store", str(db), "--device-label",
                  "Intel PVC GPU")
     assert bad.exit_code == 2 and "campaigns of this device in the store" in bad.output

@@ -257,7 +257,9 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
 
     if not what_if and e != "generic":
         cal = load_calibration(home, device_id, e)
-        if cal is not None and cal.engine in (e, "*"):
+        other_campaign = (cal is not None and label is not None and bool(cal.campaign)
+                          and cal.campaign.lower() != label.lower())
+        if cal is not None and cal.engine in (e, "*") and not other_campaign:
             fit = FleetFit.from_dict(cal.fit) if cal.fit else None
             table = IntervalTable.from_dict(cal.intervals)
             if table is not None and not table.source:
