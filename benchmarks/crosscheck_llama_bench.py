@@ -93,6 +93,33 @@ def llama_bench(binary: Path, gguf: str, threads: int, args: list[str], repeat: 
     return json.loads(p.stdout), others
 
 
+def _round_sample(per_round: dict[str, list[list[tuple[float, bool]]]], key: str, r: int, v: float,
+                  quiet: bool) -> None:
+    """Add sample ``v`` (tok/s) of round ``r``, and whether others were quiet during it, to
+    ``per_round[key]``."""
+    rounds = per_round.setdefault(key, [])
+    while len(rounds) <= r:
+        rounds.append([])
+    rounds[r].append((v, quiet))
+
+
+def _paired_diff(a_rounds: list[list[tuple[float, bool]]], b_rounds: list[list[tuple[float, bool]]]) -> float | None:
+    """Median over rounds of (median of infbench's samples of the round / median of
+    llama-bench's) - 1, each side's quiet samples of the round where it has any, else all.
+
+    Each ratio pairs samples taken within a minute of each other, so a drift of the machine's
+    speed between rounds cancels (on these VMs generation tok/s moved 5-10 % from round to
+    round, and CI's pooled medians once differed by 9 % while no round's pair did by as much).
+    None when no round has both sides.
+    """
+    def med(xs: list[tuple[float, bool]]) -> float:
+        quiet = [v for v, q in xs if q]
+        return statistics.median(quiet or [v for v, _ in xs])
+
+    ratios = [med(a) / med(b) for a, b in zip(a_rounds, b_rounds) if a and b]
+    return round(statistics.median(ratios) - 1, 4) if ratios else None
+
+
 def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, ...] = (128, 512), out_len: int = 64,
             rounds: int = 3, repeat: int = 5, home: Path | None = None, wait_quiet_s: float = 60.0,
             min_quiet: int = MIN_QUIET) -> dict:
@@ -117,6 +144,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
     lb_others: list[float | None] = []  # ... and during each llama-bench run
     ib_quiet: dict[str, list[float]] = {}  # the samples measured while others used at most QUIET cores
     lb_quiet: dict[str, list[float]] = {}
+    ib_round: dict[str, list[list[tuple[float, bool]]]] = {}  # per round: (sample, quiet)
+    lb_round: dict[str, list[list[tuple[float, bool]]]] = {}
     first = infbench_cells(model, dtype, list(inputs), out_len, 1, work / "warm.db", env)  # writes the GGUF once
     gguf, threads = first[0]["engine"]["model_file"], first[0]["engine"]["n_threads"]
     t0 = time.time()
@@ -134,6 +163,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
                     pp_tg = ((f"pp{n}", n / m["ttft_s"]["mean"]), (f"tg{out_len - 1}@d{n}", 1 / m["tpot_s"]["mean"]))
                     for key, v in pp_tg:
                         ib.setdefault(key, []).append(v)
+                        _round_sample(ib_round, key, r, v, o is not None and o <= QUIET)
                         ib_quiet.setdefault(key, [])
                         if o is not None and o <= QUIET:
                             ib_quiet[key].append(v)
@@ -147,6 +177,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
                     for t in runs:
                         key = f"pp{t['n_prompt']}" if t["n_prompt"] else f"tg{t['n_gen']}@d{t['n_depth']}"
                         lb.setdefault(key, []).extend(t["samples_ts"])
+                        for v in t["samples_ts"]:
+                            _round_sample(lb_round, key, r, v, o is not None and o <= QUIET)
                         lb_quiet.setdefault(key, [])
                         if o is not None and o <= QUIET:
                             lb_quiet[key].extend(t["samples_ts"])
@@ -162,6 +194,7 @@ def measure(model: str = "smollm2-135m", dtype: str = "f16", inputs: tuple[int, 
                       "diff": round(a / b - 1, 4), "within_target": abs(a / b - 1) <= TARGET,
                       "samples_used": "quiet" if quiet else "all", "n_infbench": len(xa), "n_llama_bench": len(xb),
                       "diff_all_samples": round(statistics.median(ib[key]) / statistics.median(lb[key]) - 1, 4),
+                      "diff_paired": _paired_diff(ib_round.get(key, []), lb_round.get(key, [])),
                       "infbench_samples": [round(x, 2) for x in ib[key]],
                       "llama_bench_samples": [round(x, 2) for x in lb[key]]})
     import llama_cpp

@@ -12,8 +12,8 @@ import pytest
 
 from infbench.engines import availability as av
 from infbench.engines import builds
-from infbench.libs import llama as llama_lib
 from infbench.execution.default_sweep import default_sweep
+from infbench.libs import llama as llama_lib
 from infbench.plan import PRESETS, plan
 from infbench.plan.sweeps import build_sweep
 

@@ -86,3 +86,30 @@ def test_monitor_reads_the_cpu_of_infbench_threads():
     t.join()
     assert "infbench-test-busy" in m.threads
     assert m.thread_cpu_s > 0.02 and m.process_cpu_s >= m.thread_cpu_s and m.wall_s >= 0.3
+
+
+def test_a_thread_that_ends_inside_the_window_is_not_read_as_its_successor():
+    """CI once read 2.1 s of infbench-thread CPU in a 0.3 s window: a ``pthread_t`` of an ended
+    thread is recycled for the next thread, so reading the old one's clock read the new one's."""
+    go = threading.Event()
+    short = threading.Thread(target=go.wait, name="infbench-test-short", daemon=True)
+    short.start()
+    m = HarnessMonitor()
+    m.start()
+    go.set()
+    short.join()
+    time.sleep(0.05)
+    stop = threading.Event()
+
+    def busy():  # not an infbench thread: its CPU is the engine's, never the harness's
+        while not stop.is_set():
+            sum(range(1000))
+
+    successor = threading.Thread(target=busy, name="engine-host-thread", daemon=True)
+    successor.start()
+    time.sleep(0.3)
+    m.stop()
+    stop.set()
+    successor.join()
+    assert m.thread_cpu_s < 0.05, (m.thread_cpu_s, m.process_cpu_s)
+    assert m.process_cpu_s > 0.1

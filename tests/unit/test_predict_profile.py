@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from infbench.analysis.adaptive import AdaptivePlanner, Budget, corners
+from infbench.analysis.adaptive import AdaptivePlanner, Budget, corners, design
 from infbench.analysis.intervals import IntervalTable, conformal_quantile, interval, novelty
 from infbench.analysis.predict import Efficiency, predict_points
 from infbench.analysis.profile import (
@@ -243,22 +243,26 @@ def test_budget_parsing():
             Budget.parse(bad)
 
 
-def test_adaptive_selection_corners_then_widest_interval():
+def test_adaptive_selection_design_then_widest_interval():
     cells = grid()
     # The corners of the 4 x 4 grid: (b1, i64), (b8, i512), then the mixed two.
     assert [(cells[i].batch, cells[i].input_len) for i in corners(cells)] == [(1, 64), (8, 512), (1, 512), (8, 64)]
-    pl = AdaptivePlanner(cells, DEV, H100, "50%", stack="cuda")
+    # The design: all-smallest, all-largest, then nearest the middle of both axes on a log
+    # scale (batch 1-8 and input 64-512: 2 and 128 are a third of the way, the first of four
+    # cells equally near the middle in planned order).
+    assert [(cells[i].batch, cells[i].input_len) for i in design(cells)] == [(1, 64), (8, 512), (2, 128)]
+    pl = AdaptivePlanner(cells, DEV, H100, "50%", stack="cuda", target=None)
     order = []
     while (c := pl.next_cell()) is not None:
-        if len(order) >= 4:
-            # After the corners: the unmeasured cell whose predicted interval is widest.
+        if len(order) >= 3:
+            # After the design: the unmeasured cell whose predicted interval is widest.
             widths = {pl.cells[i].cell_id(DEV): pl.half_width(i) for i in pl.remaining()}
             assert widths[c.cell_id(DEV)] == max(widths.values())
             assert len(set(widths.values())) > 1  # the widths differ from cell to cell
         order.append(c)
         pl.record(measure(c))
-    assert len(order) == 8  # 50 % of 16
-    assert [(c.batch, c.input_len) for c in order[:4]] == [(1, 64), (8, 512), (1, 512), (8, 64)]
+    assert len(order) == 8 and pl.stop_reason == "budget"  # 50 % of 16
+    assert [(c.batch, c.input_len) for c in order[:3]] == [(1, 64), (8, 512), (2, 128)]
     # The other 8 come back predicted, with the ids the measured cells would have.
     pred = pl.predicted_results()
     assert len(pred) == 8 and {r.cell_id for r in pred}.isdisjoint({c.cell_id(DEV) for c in order})
@@ -286,3 +290,21 @@ def test_adaptive_time_budget_and_failed_cells():
     assert pl.next_cell() != first and len(pl.remaining()) == 15  # a failed cell counts against the budget
     with pytest.raises(ConfigError, match="one engine"):
         AdaptivePlanner(cells + [cells[0].model_copy(update={"engine": "llama.cpp"})], DEV, H100, "25%")
+
+
+def test_adaptive_sweep_stops_once_every_interval_is_narrow():
+    """Cells that the model predicts exactly (synthetic): once the design cells are measured
+    the intervals are narrow, and the sweep stops before its budget, saying why."""
+    cells = grid()
+    pl = AdaptivePlanner(cells, DEV, H100, "50%", stack="cuda")
+    n = 0
+    while (c := pl.next_cell()) is not None:
+        pl.record(measure(c))
+        n += 1
+    assert pl.stop_reason == "narrow" and 3 <= n < 8
+    assert all(pl.half_width(i) <= math.log(1.2) for i in pl.remaining())
+    # Without a target it spends the budget.
+    full = AdaptivePlanner(cells, DEV, H100, "50%", stack="cuda", target=None)
+    while (c := full.next_cell()) is not None:
+        full.record(measure(c))
+    assert full.stop_reason == "budget" and len(full.measured) == 8

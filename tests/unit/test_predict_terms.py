@@ -2,6 +2,7 @@
 the comments; docs/roofline.md gives the same examples)."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -174,12 +175,15 @@ def test_speculative_decoding_expected_tokens_per_step():
     # TPOT = (k draft steps + one verify pass over k + 1 tokens) / expected tokens.
     target, draft = resolve("llama-3-70b"), resolve("llama-3-8b")
     spec = Speculative(draft, 4, 0.7)
-    p = predict(target, H100, 1, 1024, 129, 1, "bf16", IDEAL, speculative=spec)
+    # 70B in bf16 (141 GB) does not fit on one 80 GB H100 (the prediction refuses it:
+    # test_capacity_*); the arithmetic is checked on a device without a memory size.
+    no_mem = replace(H100, memory_bytes=None)
+    p = predict(target, no_mem, 1, 1024, 129, 1, "bf16", IDEAL, speculative=spec)
     c = 1024 + 129 / 2
     verify = float(pass_time(operators(target, "bf16", "bf16", 1, 5, c, c), 989.4e12, 3.35e12))
     step_draft = float(pass_time(operators(draft, "bf16", "bf16", 1, 1, c, c), 989.4e12, 3.35e12))
     assert float(p["tpot_s"]) == pytest.approx((4 * step_draft + verify) / 2.7731, rel=1e-4)
-    plain = predict(target, H100, 1, 1024, 129, 1, "bf16", IDEAL)
+    plain = predict(target, no_mem, 1, 1024, 129, 1, "bf16", IDEAL)
     assert float(p["tpot_s"]) < float(plain["tpot_s"])  # memory-bound: 5 tokens verified for ~1 read
 
 

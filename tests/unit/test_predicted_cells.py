@@ -18,7 +18,7 @@ from tests.unit.test_predict_profile import DEV, H100, grid, measure
 def stored(tmp_path):
     """A store with 4 measured cells of a 16-cell grid and 12 predicted ones."""
     cells = grid()
-    pl = AdaptivePlanner(cells, DEV, H100, "25%", stack="cuda")
+    pl = AdaptivePlanner(cells, DEV, H100, "25%", stack="cuda", target=None)  # the whole budget
     store = Store(tmp_path / "r.db")
     run = store.begin_run({"host": "test"}, command="adaptive")
     while (c := pl.next_cell()) is not None:

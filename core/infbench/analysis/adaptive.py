@@ -8,13 +8,19 @@ the engine's profile (stored or built in: :func:`infbench.analysis.calibration.p
 as ``infbench predict --calibrate`` does, and every unmeasured cell is predicted with a 90 %
 interval. :meth:`AdaptivePlanner.next_cell` picks what to measure next:
 
-1. the **corners** of the grid first (every varying numeric axis at its smallest or largest
-   value, per model and dtype; the all-small and all-large corners before the mixed ones),
-   which pin down the extremes the model must reach;
+1. the **design** cells first (:func:`design`): per model and dtype, the cell with every
+   varying numeric axis at its smallest, the one at its largest, and the one nearest the
+   middle of every axis (on a log scale), so each axis's extremes and middle are covered;
 2. then the cell whose predicted interval is **widest** (the largest half-width of the
-   E2E's log interval; ties to the planned order);
+   E2E's log interval; ties to the planned order): where the fit knows least;
 3. None once the budget is spent (a share: ``ceil(share x cells)`` measured; seconds: the
-   time measured so far, or a cell whose predicted time no longer fits).
+   time measured so far, or a cell whose predicted time no longer fits), or once every
+   unmeasured cell's interval is within :data:`TARGET_HALF_WIDTH` (the sweep stops early
+   when more cells would not tell it much).
+
+Each recalibration fits the device's own terms to the measured cells against the engine
+profile, held fixed, with the hierarchical priors pulling the device terms to the profile
+(:data:`PLANNER_PRIORS`): with a handful of cells the profile decides what they cannot.
 
 :meth:`AdaptivePlanner.predicted_results` then gives a ``predicted`` :class:`CellResult`
 for every unmeasured cell: the id the measured cell would have, the predicted ``ttft_s``,
@@ -63,6 +69,15 @@ PREDICTED: Literal["predicted"] = "predicted"
 Z90 = 1.6449
 #: The metric whose interval width picks the next cell.
 SELECT_METRIC = "e2e_s"
+#: A sweep stops before its budget once every unmeasured cell's 90 % interval is within
+#: this half-width (log units): x/ 1.2, an interval about as wide as the held-out errors
+#: of a 10 % median error (a half-normal log error of median 0.10 has its 90th percentile
+#: at 0.24; x/ 1.2 is 0.18). At least the design cells (:func:`design`) are measured first.
+TARGET_HALF_WIDTH = math.log(1.2)
+#: The hierarchical priors of the planner's recalibration: the fit's defaults
+#: (:class:`~infbench.analysis.profile.Priors`); a device's terms move from the profile
+#: only as far as its few cells demand.
+PLANNER_PRIORS = Priors()
 
 
 #: Longest budget text (``AdaptiveScenario.budget``), and the longest measuring time (s,
@@ -136,13 +151,7 @@ def corners(cells: list[Cell]) -> list[int]:
     dtype), the cells whose every varying numeric axis (batch or load, input, output, tp)
     is at its smallest or largest value; all-smallest first, all-largest next, then the
     mixed ones, each group in planned order."""
-    def axes(c: Cell) -> dict[str, float]:
-        ld = c.load
-        served = ld is not None and ld.mode != "batch"
-        level = float(ld.concurrency or ld.request_rate or 0) if ld is not None and served else float(c.batch)
-        return {"load": level, "in": float(c.input_len), "out": float(c.output_len),
-                "tp": float(c.tensor_parallel_size)}
-
+    axes = _axes
     by: dict[tuple, list[int]] = {}
     for i, c in enumerate(cells):
         by.setdefault((c.model, c.engine, c.dtype), []).append(i)
@@ -166,6 +175,48 @@ def corners(cells: list[Cell]) -> list[int]:
             else:
                 mixed.append(i)
     return firsts + lasts + mixed
+
+
+def _axes(c: Cell) -> dict[str, float]:
+    """A cell's numeric axes: load (batch, or concurrency / rate when served), input,
+    output, tp."""
+    ld = c.load
+    served = ld is not None and ld.mode != "batch"
+    level = float(ld.concurrency or ld.request_rate or 0) if ld is not None and served else float(c.batch)
+    return {"load": level, "in": float(c.input_len), "out": float(c.output_len), "tp": float(c.tensor_parallel_size)}
+
+
+def design(cells: list[Cell]) -> list[int]:
+    """The cells to measure first, in order: per (model, engine, dtype), the all-smallest
+    cell, the all-largest and the one nearest the middle of every varying axis (each axis
+    on a log scale, from 0 at its smallest to 1 at its largest: batch 1-8 puts 2 and 4
+    near the middle, lengths 64-512 puts 128 and 256), so each axis's extremes and middle
+    are covered before any cell is picked by its interval (:meth:`AdaptivePlanner.next_cell`).
+    A grid without varying axes gives its first cell."""
+    by: dict[tuple, list[int]] = {}
+    for i, c in enumerate(cells):
+        by.setdefault((c.model, c.engine, c.dtype), []).append(i)
+    firsts, lasts, mids = [], [], []
+    for idx in by.values():
+        vals = [_axes(cells[i]) for i in idx]
+        varying = [a for a in vals[0] if len({v[a] for v in vals}) > 1]
+        if not varying:
+            firsts.append(idx[0])
+            continue
+        lo = {a: math.log(max(min(v[a] for v in vals), 1e-9)) for a in varying}
+        hi = {a: math.log(max(max(v[a] for v in vals), 1e-9)) for a in varying}
+
+        spots = [[(math.log(max(v[a], 1e-9)) - lo[a]) / (hi[a] - lo[a]) for a in varying] for v in vals]
+        low = [i for i, x in zip(idx, spots, strict=True) if all(t == 0 for t in x)]
+        high = [i for i, x in zip(idx, spots, strict=True) if all(t == 1 for t in x)]
+        firsts += low[:1]
+        lasts += high[:1]
+        taken = set(low[:1] + high[:1])
+        near = [(round(sum((t - 0.5) ** 2 for t in x), 9), n, i)
+                for n, (i, x) in enumerate(zip(idx, spots, strict=True)) if i not in taken]
+        if near:
+            mids.append(min(near)[2])
+    return firsts + lasts + mids
 
 
 class AdaptivePlanner:
@@ -193,6 +244,12 @@ class AdaptivePlanner:
             the engine profile's stack term.
         home: ``$INFBENCH_HOME`` (a stored engine profile there is preferred to the built-in one).
         priors: fit hyper-parameters.
+        target: stop before the budget once every unmeasured cell's 90 % half-width (log
+            units) is at most this (None: spend the whole budget); :data:`TARGET_HALF_WIDTH`.
+
+    Attributes:
+        stop_reason: why :meth:`next_cell` last returned None (``budget``, ``narrow``:
+            every interval within ``target``, ``done``: every cell measured), else None.
 
     Raises:
         ConfigError: cells of several engines, a cell that cannot be predicted (a
@@ -200,7 +257,8 @@ class AdaptivePlanner:
     """
 
     def __init__(self, cells: list[Cell], device: DeviceInfo, limits: Limits, budget: Budget | str,
-                 stack: str | None = None, home: Path | None = None, priors: Priors | None = None) -> None:
+                 stack: str | None = None, home: Path | None = None, priors: Priors | None = None,
+                 target: float | None = TARGET_HALF_WIDTH) -> None:
         if not cells:
             raise ConfigError("an adaptive sweep needs planned cells")
         engines = {engine_family(c.engine) for c in cells}
@@ -212,7 +270,7 @@ class AdaptivePlanner:
         self.budget = Budget.parse(budget) if isinstance(budget, str) else budget
         self.engine = engines.pop()
         self.stack = stack or "unknown"
-        self.priors = priors
+        self.priors = priors or PLANNER_PRIORS
         self.ids = [c.cell_id(device) for c in cells]
         self.points = [_point(c, i) for c, i in zip(cells, self.ids, strict=True)]
         self.shapes: dict[str, Any] = {}
@@ -223,6 +281,9 @@ class AdaptivePlanner:
                 raise ConfigError(f"an adaptive sweep predicts from the model's shape; {c.model}: {exc.message}",
                                   hint="use a zoo model (`infbench models`)") from exc
         self.fixed, self.prior_source = prior_terms(self.engine, self.stack, home)
+        self.target = target
+        self.stop_reason: str | None = None
+        self.design = design(self.cells)
         self.key = limits.id
         self.measured: dict[str, dict[str, Any]] = {}
         self.wall_s = 0.0
@@ -337,23 +398,41 @@ class AdaptivePlanner:
         """Indices of the planned cells not measured yet."""
         return [i for i, cid in enumerate(self.ids) if cid not in self.measured]
 
+    def narrow(self) -> bool:
+        """Whether every unmeasured cell's interval is within :attr:`target`, with the
+        design cells (:func:`design`) measured and at least two cells fitted (so the
+        leave-one-out quantile exists)."""
+        if self.target is None or not math.isfinite(self.q_loo):
+            return False
+        if any(self.ids[i] not in self.measured for i in self.design):
+            return False
+        return all(self.half_width(i) <= self.target for i in self.remaining())
+
     def next_cell(self, elapsed_s: float | None = None) -> Cell | None:
-        """The next cell to measure (module doc), or None when the budget is spent or
-        every cell is measured. With a time budget, a cell whose predicted duration (its
-        upper bound, with a warm-up pass) no longer fits is passed over."""
+        """The next cell to measure (module doc), or None when the budget is spent, every
+        interval is narrow enough (:meth:`narrow`) or every cell is measured
+        (:attr:`stop_reason` says which). With a time budget, a cell whose predicted
+        duration (its upper bound, with a warm-up pass) no longer fits is passed over."""
+        self.stop_reason = None
         if self.spent(elapsed_s):
+            self.stop_reason = "budget"
             return None
         left = self.remaining()
         if not left:
+            self.stop_reason = "done"
+            return None
+        if self.narrow():
+            self.stop_reason = "narrow"
             return None
         if self.budget.seconds is not None:
             used = self.wall_s if elapsed_s is None else elapsed_s
             room = self.budget.seconds - used
             left = [i for i in left if self._cost(i) <= room] or []
             if not left:
+                self.stop_reason = "budget"
                 return None
         todo = set(left)
-        for i in corners(self.cells):
+        for i in self.design:
             if i in todo:
                 return self.cells[i]
         best = max(left, key=lambda i: (self.half_width(i), -i))

@@ -13,6 +13,15 @@ Order of preference for a prediction on device D under engine E (:func:`resolve_
    LLM-Inference-Bench's published cells; engines without published cells borrow one:
    :data:`BORROWED_PROFILES`), else the generic published efficiency figures
    (:func:`~infbench.analysis.predict.default_efficiency`).
+
+What a home holds shadows the built-in profile (issue 34): a stored profile or device
+calibration is used alone, never completed with the built-in one's per-model or
+per-device terms; a device calibrated without a stored profile starts from the built-in
+profile's engine-wide and stack terms only, and says so. The interval of a prediction
+comes from the tables fitted with what it uses; a kind of extrapolation they lack is taken
+from the built-in table only when the built-in profile is allowed, and each interval
+names the residuals of every kind it rests on. ``builtin=False`` (``--no-builtin``)
+ignores the built-in profile and its table entirely.
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from infbench.analysis.predict import (
     point_errors,
     predict_points,
 )
-from infbench.analysis.profile import FleetFit, Group, Priors, fit_fleet, predict_group
+from infbench.analysis.profile import PARAM_NAMES, FleetFit, Group, Priors, fit_fleet, predict_group
 from infbench.analysis.roofline import Limits
 from infbench.data.errors import ConfigError
 from infbench.data.models import resolve
@@ -174,23 +183,31 @@ class Basis:
 
     def quantile(self, engine: str, kinds: set[str], metric: str) -> float:
         """Interval half-width (log units) for ``metric`` (``inf``: none known)."""
+        return self.explain(engine, kinds, metric)[0]
+
+    def explain(self, engine: str, kinds: set[str], metric: str) -> tuple[float, dict[str, str | None]]:
+        """:meth:`quantile` and the source of each kind's residuals it combines (None: the
+        tables hold no residuals of that kind, so there is no interval)."""
         if self.table is None:
-            return float("inf")
+            return float("inf"), {k: None for k in sorted(kinds | {"random"})}
         if kinds == {"defaults"}:
-            q = self.table._one("*", "defaults", metric)
-            return q if q is not None else float("inf")
-        return self.table.quantile(engine_family(engine), kinds, metric, self.stack, self.key)
+            got = self.table._one_src("*", "defaults", metric)
+            return (got[0], {"defaults": got[1]}) if got is not None else (float("inf"), {"defaults": None})
+        return self.table.explain(engine_family(engine), kinds, metric, self.stack, self.key)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready summary (the ``calibration`` of a prediction row)."""
         return {"used": self.used, "detail": self.detail, "path": self.path, "device_terms": self.key is not None}
 
 
-def key_for(fit: FleetFit, engine: str, device_id: str) -> str | None:
+def key_for(fit: FleetFit, engine: str, device_id: str, label: str | None = None) -> str | None:
     """The group of ``fit`` holding ``engine``'s cells on catalog device ``device_id``: the
-    one named like the device, else the one with the most cells; None if none."""
+    campaign ``label`` (a published hardware name) when given, else the one named like the
+    device, else the one with the most cells; None if none (or no group is ``label``)."""
     e = engine_family(engine)
     cands = [(k, v) for k, v in fit.groups.items() if v["engine"] == e and v["device_id"].lower() == device_id.lower()]
+    if label is not None:
+        return next((k for k, _ in cands if k.lower() == label.lower()), None)
     if not cands:
         return None
     for k, _ in cands:
@@ -199,10 +216,15 @@ def key_for(fit: FleetFit, engine: str, device_id: str) -> str | None:
     return max(cands, key=lambda kv: kv[1]["cells"])[0]
 
 
-def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, what_if: bool = False) -> Basis:
+def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, what_if: bool = False,
+                  builtin: bool = True, label: str | None = None) -> Basis:
     """Which calibration a prediction for ``engine`` on ``device_id`` uses, in order: the
     device's own calibration (``--calibrate -d``), the stored engine profile (``--calibrate
     --engine``), the built-in profile, the generic defaults (:class:`Basis`).
+
+    A stored calibration or profile is used alone (module doc): its own interval table,
+    completed by the stored profile's for a device calibration, and by the built-in table
+    only when ``builtin`` (each kind keeps its source).
 
     Args:
         home: ``$INFBENCH_HOME``.
@@ -211,37 +233,61 @@ def resolve_basis(home: Path, device_id: str, engine: str, stack: str | None, wh
         stack: the device's software stack (None: unknown).
         what_if: the device is a modified or file-described one: its own calibration and
             device terms do not apply (the profile and the datasheet do).
+        builtin: the built-in profile and its interval table may be used (``--no-builtin``:
+            not at all; the generic defaults without intervals when the home has nothing).
+        label: the campaign whose device terms to use when several map to ``device_id``
+            (``--device-label``; a published hardware name); none of that name: the
+            profile and the datasheet.
     """
     e = engine_family(engine)
-    builtin = builtin_profile(e)
-    fallback_table = builtin[1] if builtin else _defaults_table()
+    builtin_ = builtin_profile(e) if builtin else None
+    builtin_table = (builtin_[1] if builtin_ else _defaults_table()) if builtin else None
+    stored = load_profile(home, e) if e != "generic" else None
+    stored_table = None
+    if stored is not None and stored[1] is not None:
+        stored_table = stored[1]
+        if not stored_table.source:
+            stored_table.source = f"stored engine profile {profile_path(home, e)}"
+
+    def completed(table: Any, *fallbacks: Any) -> Any:
+        for fb in fallbacks:
+            if fb is not None:
+                table = table.merged(fb) if table is not None else fb
+        return table
+
     if not what_if and e != "generic":
         cal = load_calibration(home, device_id, e)
-        if cal is not None and cal.engine in (e, "*"):
+        other_campaign = (cal is not None and label is not None and bool(cal.campaign)
+                          and cal.campaign.lower() != label.lower())
+        if cal is not None and cal.engine in (e, "*") and not other_campaign:
             fit = FleetFit.from_dict(cal.fit) if cal.fit else None
             table = IntervalTable.from_dict(cal.intervals)
-            table = table.merged(fallback_table) if table is not None else fallback_table
-            key = key_for(fit, e, device_id) if fit is not None else None
+            if table is not None and not table.source:
+                table.source = f"held-out cells of the calibration of {device_id}"
+            table = completed(table, stored_table, builtin_table)
+            key = key_for(fit, e, device_id, label) if fit is not None else None
             path = calibration_path(home, device_id, cal.engine)
             return Basis("device", f"fitted on {cal.n_train} cells of {device_id}"
-                         + (f" / {cal.engine}" if cal.engine != "*" else ""), str(path), fit,
+                         + (f" / {cal.engine}" if cal.engine != "*" else "")
+                         + (f" against the {cal.prior}" if cal.prior else ""), str(path), fit,
                          None if fit is not None else cal.efficiency, key, stack, table)
-    stored = load_profile(home, e) if e != "generic" else None
     if stored is not None:
-        fit, table, meta = stored
-        key = None if what_if else key_for(fit, e, device_id)
-        table = table.merged(fallback_table) if table is not None else fallback_table
+        fit, _table, meta = stored
+        key = None if what_if else key_for(fit, e, device_id, label)
+        table = completed(stored_table, builtin_table)
         devs = ", ".join(sorted({v["device_id"] for v in fit.groups.values()}))
         detail = (f"engine profile of {e} fitted on {meta.get('cells', '?')} cells of {devs}"
                   + (f"; device terms of {key}" if key else f"; {device_id} from its datasheet"))
         return Basis("engine profile", detail, str(profile_path(home, e)), fit, None, key, stack, table)
-    if builtin is not None:
-        fit, table, src = builtin
-        key = None if what_if else key_for(fit, e, device_id)
+    if builtin_ is not None:
+        fit, table, src = builtin_
+        key = None if what_if else key_for(fit, e, device_id, label)
         return Basis("defaults", src + (f"; device terms of {key}" if key else f"; {device_id} from its datasheet"),
                      str(BUILTIN_PROFILES), fit, None, key, stack, table or _defaults_table())
     eff = default_efficiency(device_id)
-    return Basis("defaults", eff.source, None, None, eff, None, stack, _defaults_table())
+    if not builtin:
+        eff.source += "; --no-builtin: no built-in profile, and no interval"
+    return Basis("defaults", eff.source, None, None, eff, None, stack, builtin_table)
 
 
 def _defaults_table() -> Any:
@@ -251,32 +297,38 @@ def _defaults_table() -> Any:
 
 # -- calibrating one device, or an engine's profile ----------------------------------------
 
-def prior_terms(engine: str, stack: str | None, home: Path | None = None) -> tuple[dict[tuple, np.ndarray], str]:
-    """The terms a single device is calibrated against: the stored profile of ``engine``
-    (else the built-in one): its profile, its stack term for ``stack`` and its model terms,
-    held fixed. ``({}, why)`` when there is none (the generic priors apply)."""
+def prior_terms(engine: str, stack: str | None, home: Path | None = None,
+                builtin: bool = True) -> tuple[dict[tuple, np.ndarray], str]:
+    """The terms a single device is calibrated against, held fixed: the stored profile of
+    ``engine`` (its profile, its stack term for ``stack`` and its model terms), else the
+    built-in one's profile and stack term only (never its per-model terms: a model the
+    home has not fitted gets none, as in a leave-one-model-out check). ``({}, why)`` when
+    there is none or ``builtin`` is False without a stored profile (the generic priors
+    apply). The second item says which profile it is, for the calibration's ``prior``."""
     e = engine_family(engine)
     got = load_profile(home, e) if home is not None else None
-    src = f"stored engine profile {profile_path(home, e)}" if got is not None and home is not None else ""
     fit = got[0] if got is not None else None
-    if fit is None:
+    src = f"stored engine profile {profile_path(home, e)}" if got is not None and home is not None else ""
+    models = fit is not None
+    if fit is None and builtin:
         b = builtin_profile(e)
         if b is not None:
-            fit, src = b[0], b[2]
+            fit, src = b[0], b[2] + " (its engine-wide and stack terms; no per-model terms)"
     if fit is None or ("mu", e) not in fit.terms:
-        return {}, "generic priors (no engine profile)"
+        return {}, "generic priors (no engine profile" + ("" if builtin else "; --no-builtin") + ")"
     fixed: dict[tuple, np.ndarray] = {("mu", e): fit.terms[("mu", e)]}
     if stack and ("stack", e, stack) in fit.terms:
         fixed[("stack", e, stack)] = fit.terms[("stack", e, stack)]
-    for k, v in fit.terms.items():
-        if k[0] == "model" and k[1] == e:
-            fixed[k] = v
+    if models:
+        for k, v in fit.terms.items():
+            if k[0] == "model" and k[1] == e:
+                fixed[k] = v
     return fixed, src
 
 
 def calibrate_device(pts: list[dict[str, Any]], limits: Limits, engine: str, stack: str | None = None,
                      key: str | None = None, home: Path | None = None, test_fraction: float = 0.3,
-                     priors: Priors | None = None) -> Any:
+                     priors: Priors | None = None, builtin: bool = True) -> Any:
     """Fit one (device, engine) against its engine's profile and report the held-out error
     (what ``infbench predict --calibrate -d DEVICE`` does).
 
@@ -296,6 +348,8 @@ def calibrate_device(pts: list[dict[str, Any]], limits: Limits, engine: str, sta
         home: ``$INFBENCH_HOME`` (for a stored profile).
         test_fraction: share of cells held out.
         priors: hyper-parameters.
+        builtin: without a stored profile, start from the built-in one (False: the
+            generic priors).
 
     Returns:
         A :class:`~infbench.analysis.predict.Calibration` with ``fit`` and ``intervals``.
@@ -313,7 +367,7 @@ def calibrate_device(pts: list[dict[str, Any]], limits: Limits, engine: str, sta
     test = [p for p in pts if held_out(p["cell_id"], test_fraction)] or [pts[-1]]
     test_ids = {p["cell_id"] for p in test}
     train = [p for p in pts if p["cell_id"] not in test_ids]
-    fixed, prior_src = prior_terms(e, stack, home)
+    fixed, prior_src = prior_terms(e, stack, home, builtin)
     st = stack or "unknown"
     g = Group(key, limits.id, e, st, limits, train, shapes)
     t = Group(key, limits.id, e, st, limits, test, shapes)
@@ -350,24 +404,49 @@ def calibrate_device(pts: list[dict[str, Any]], limits: Limits, engine: str, sta
         parameters=fit.parameters(e, st, key), prior=prior_src)
 
 
+#: Fewest usable cells an engine profile is fitted on: one per free parameter of the
+#: profile (:data:`~infbench.analysis.profile.PARAMS`; the stack, device and model terms
+#: are shrunk towards it by their priors and cost less than one each).
+MIN_PROFILE_CELLS = len(PARAM_NAMES)
+#: Fewest usable cells a device needs to take part in an engine profile (as many as a
+#: device calibration needs: :func:`calibrate_device`).
+MIN_DEVICE_CELLS = 4
+
+
 def fit_engine_profile(groups: list[Group], engine: str, home: Path | None = None, priors: Priors | None = None,
-                       kinds: tuple[str, ...] | None = None) -> tuple[FleetFit, Any]:
+                       kinds: tuple[str, ...] | None = None, builtin: bool = True) -> tuple[FleetFit, Any]:
     """Fit ``engine``'s profile over every group of it (what ``infbench predict --calibrate
     --engine E`` does) and its interval quantiles from inner folds
-    (:func:`~infbench.analysis.intervals.collect_residuals`), the built-in table filling
-    kinds the cells cannot produce (one device: no ``device`` residuals).
+    (:func:`~infbench.analysis.intervals.collect_residuals`); where ``builtin``, the
+    built-in table fills the kinds the cells cannot produce (one device: no ``device``
+    residuals), each such kind labelled with its source.
 
-    The prior of the profile is the built-in one where there is one (weak: ``profile_sd``).
+    The prior of the profile is the built-in one where there is one and ``builtin``
+    (weak: ``profile_sd``), else the generic :data:`~infbench.analysis.profile.PARAMS` priors.
 
     Raises:
-        ConfigError: no group of ``engine``.
+        ConfigError: no group of ``engine``, or fewer usable cells than the profile has free
+            parameters (:data:`MIN_PROFILE_CELLS`) on devices with at least
+            :data:`MIN_DEVICE_CELLS` each; the message gives the counts.
     """
     e = engine_family(engine)
     gs = [g for g in groups if g.engine == e and g.points]
     if not gs:
         raise ConfigError(f"no stored cells of engine {e} on a described device",
                           hint="import published results (`infbench import --format lib-csv FILE`) or run a sweep")
-    b = builtin_profile(e)
+    few = [g for g in gs if len(g.points) < MIN_DEVICE_CELLS]
+    gs = [g for g in gs if len(g.points) >= MIN_DEVICE_CELLS]
+    cells = sum(len(g.points) for g in gs)
+    if cells < MIN_PROFILE_CELLS:
+        also = (f"; left out {', '.join(f'{g.key} ({len(g.points)})' for g in few)}, under {MIN_DEVICE_CELLS} cells "
+                "each" if few else "")
+        raise ConfigError(f"an engine profile has {MIN_PROFILE_CELLS} free parameters ({', '.join(PARAM_NAMES)}); "
+                          f"the store has {cells} usable cells of {e} on {len(gs)} device(s) with at least "
+                          f"{MIN_DEVICE_CELLS} cells{also}: it needs at least {MIN_PROFILE_CELLS}",
+                          hint=f"measure more cells of {e} (e.g. `infbench run --preset quick --engine {e}`), or "
+                               f"calibrate one device (`infbench predict --calibrate -d DEVICE -e {e}`, "
+                               f"{MIN_DEVICE_CELLS} cells) against the built-in profile")
+    b = builtin_profile(e) if builtin else None
     prior_u = {e: b[0].terms[("mu", e)]} if b is not None and ("mu", e) in b[0].terms else None
     fit = fit_fleet(gs, priors, prior_u=prior_u)
 
@@ -375,34 +454,71 @@ def fit_engine_profile(groups: list[Group], engine: str, home: Path | None = Non
         return fit_fleet(sub, priors, prior_u=prior_u, covariance=False)
 
     res = collect_residuals(gs, fit_fn, kinds or KINDS)
-    table = IntervalTable.from_residuals(res, source=f"inner folds of {sum(len(g.points) for g in gs)} cells")
+    table = IntervalTable.from_residuals(res, source=f"inner folds of the {cells} stored cells of {e}")
+    if not builtin:
+        return fit, table
     fallback = b[1] if b is not None else _defaults_table()
+    if fallback is not None and not fallback.source:
+        fallback.source = "built-in interval table"
     return fit, table.merged(fallback)
 
 
+def _write(path: Path, text: str, what: str) -> Path:
+    """Write ``text`` to ``path`` (folders made), or a clear error when the home cannot be
+    written (a read-only ``$INFBENCH_HOME``).
+
+    Raises:
+        ConfigError: the folder or file cannot be written (with the path and the fix).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot save the {what} to {path}: {exc.strerror or exc}",
+                          hint="make that folder writable, or point INFBENCH_HOME at a writable folder "
+                               "(e.g. INFBENCH_HOME=~/.infbench)") from None
+    return path
+
+
 def save_profile(home: Path, engine: str, fit: FleetFit, table: Any, groups: list[Group]) -> Path:
-    """Store an engine profile at :func:`profile_path` (fit, intervals, what it was fitted on)."""
+    """Store an engine profile at :func:`profile_path` (fit, intervals, what it was fitted on).
+
+    Raises:
+        ConfigError: the home cannot be written (:func:`_write`).
+    """
     e = engine_family(engine)
     mine = [g for g in groups if g.engine == e]
     published = sum(1 for g in mine for p in g.points if p.get("published"))
     cells = sum(len(g.points) for g in mine)
-    p = profile_path(home, e)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps({"engine": e, "cells": cells,
-                             "sources": {"published": published, "local": cells - published},
-                             "devices": sorted({g.device_id for g in mine}), "fit": fit.restrict(e).to_dict(),
-                             "intervals": table.to_dict() if table is not None else None,
-                             "parameters": fit.parameters(e)}, indent=1, default=str))
-    return p
+    text = json.dumps({"engine": e, "cells": cells, "sources": {"published": published, "local": cells - published},
+                       "devices": sorted({g.device_id for g in mine}), "fit": fit.restrict(e).to_dict(),
+                       "intervals": table.to_dict() if table is not None else None,
+                       "parameters": fit.parameters(e)}, indent=1, default=str)
+    return _write(profile_path(home, e), text, f"engine profile of {e}")
+
+
+def save_device_calibration(home: Path, cal: Calibration) -> Path:
+    """:func:`~infbench.analysis.predict.save_calibration` with a clear error for a home
+    that cannot be written.
+
+    Raises:
+        ConfigError: the home cannot be written (:func:`_write`).
+    """
+    return _write(calibration_path(home, cal.device_id, cal.engine), json.dumps(cal.to_dict(), indent=2),
+                  f"calibration of {cal.device_id} / {cal.engine}")
 
 
 def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 0.3, engine: str = "*",
-              stack: str | None = None, home: Path | None = None) -> Calibration:
+              stack: str | None = None, home: Path | None = None, builtin: bool = True) -> Calibration:
     """Fit the efficiency factors and overheads of one (device, engine) to measured cells.
 
-    Published cells measured below their roofline floor (:func:`below_floor`) are left
-    out (and listed in ``excluded``). The rest is fitted against the engine's profile
-    (stored, else built in) by :func:`infbench.analysis.profile.calibrate_device`: the
+    Cells of models outside the zoo (no shape to predict from) are left out and counted
+    (``excluded.unknown_model``), as the engine-profile fit does. Published cells measured
+    below their roofline floor (:func:`below_floor`) are left out too (and listed in
+    ``excluded``). The rest is fitted against the engine's profile
+    (stored, else built in: :func:`prior_terms`) by :func:`calibrate_device`: the
     profile held, the device's own terms (every parameter of
     :data:`infbench.analysis.profile.PARAMS`, bounded, with priors that pull them to the
     profile) and its per-model terms fitted on a deterministic ``1 - test_fraction`` of the
@@ -417,12 +533,24 @@ def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 
         engine: the engine the calibration is for (``*``: any; fitted as a generic engine).
         stack: the device's software stack (``cuda``, ``rocm``...; :data:`infbench.analysis.profile.STACKS`).
         home: ``$INFBENCH_HOME`` (a stored engine profile there is preferred to the built-in one).
+        builtin: without a stored profile, start from the built-in one (False: generic priors).
 
     Raises:
-        ConfigError: fewer than 4 usable cells, or a model that cannot be resolved.
+        ConfigError: fewer than 4 usable cells.
     """
+    unknown: list[str] = []
+    known = []
+    for p in pts:
+        try:
+            resolve(p["model"])
+            known.append(p)
+        except ConfigError:
+            unknown.append(p["cell_id"])
+    pts = known
     if len(pts) < 4:
-        raise ConfigError(f"calibration needs at least 4 measured ok cells with fixed lengths; found {len(pts)}",
+        why = f" ({len(unknown)} more of models outside the zoo, left out)" if unknown else ""
+        raise ConfigError(f"calibration needs at least 4 measured ok cells with fixed lengths of zoo models; found "
+                          f"{len(pts)}{why}",
                           hint="run a sweep on this device first (e.g. `infbench run --preset quick`), or import "
                                "published cells (`infbench import --format lib-csv FILE`)")
     shapes = {p["model"]: resolve(p["model"]) for p in pts}
@@ -430,12 +558,14 @@ def calibrate(pts: list[dict[str, Any]], limits: Limits, test_fraction: float = 
     # times, and a CPU's limits are measured attainable rates, not bounds.
     bad = below_floor(pts, limits, shapes) & np.array([bool(p.get("published")) for p in pts], dtype=bool)
     excluded = {"below_floor": [p["cell_id"] for p, b in zip(pts, bad, strict=True) if b]}
+    if unknown:
+        excluded["unknown_model"] = unknown
     pts = [p for p, b in zip(pts, bad, strict=True) if not b]
     if len(pts) < 4:
         raise ConfigError(f"calibration needs at least 4 measured cells above the roofline floor; found {len(pts)} "
                           f"({len(excluded['below_floor'])} below it)")
     cal = calibrate_device(pts, limits, "generic" if engine in ("*", "", None) else engine, stack, None, home,
-                           test_fraction)
+                           test_fraction, builtin=builtin)
     cal.engine = engine if engine in ("*", "", None) else cal.engine
     cal.excluded = excluded
     return cal

@@ -71,11 +71,15 @@ class IntervalTable:
         q: ``{engine or "*": {kind: {metric: q}}}``; ``*`` pools every engine.
         n: the number of residuals behind each quantile, same keys.
         source: what the residuals came from.
+        origin: ``{engine: {kind: source}}`` for the kinds taken from another table by
+            :meth:`merged` (the others come from :attr:`source`): every interval can say
+            which residuals it rests on (:meth:`explain`).
     """
 
     q: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     n: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     source: str = ""
+    origin: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
     def from_residuals(cls, res: dict[str, dict[str, dict[str, list[float]]]], source: str = "",
@@ -95,12 +99,15 @@ class IntervalTable:
         return t
 
     def merged(self, fallback: IntervalTable | None) -> IntervalTable:
-        """This table with ``fallback``'s quantiles where it has none (or only infinite ones)."""
+        """This table with ``fallback``'s quantiles where it has none (or only infinite
+        ones); each kind taken from ``fallback`` keeps its source in :attr:`origin`."""
         if fallback is None:
             return self
         out = IntervalTable({e: {k: dict(m) for k, m in v.items()} for e, v in self.q.items()},
                             {e: {k: dict(m) for k, m in v.items()} for e, v in self.n.items()},
-                            self.source + (f"; else {fallback.source}" if fallback.source else ""))
+                            self.source + (f"; else {fallback.source}" if fallback.source else ""),
+                            {e: dict(v) for e, v in self.origin.items()})
+        out.source = self.source
         for e, by_kind in fallback.q.items():
             for kind, by_metric in by_kind.items():
                 for m, q in by_metric.items():
@@ -108,33 +115,67 @@ class IntervalTable:
                     if cur is None or not math.isfinite(cur):
                         out.q.setdefault(e, {}).setdefault(kind, {})[m] = q
                         out.n.setdefault(e, {}).setdefault(kind, {})[m] = fallback.n.get(e, {}).get(kind, {}).get(m, 0)
+                        if math.isfinite(q):
+                            out.origin.setdefault(e, {})[kind] = fallback.origin.get(e, {}).get(kind, fallback.source)
         return out
 
-    def _one(self, engine: str, kind: str, metric: str) -> float | None:
-        """The quantile of one kind for one metric: the engine's own, else its pooled over
-        metrics, else every engine's (``*``); None if none is finite."""
+    def _one_src(self, engine: str, kind: str, metric: str) -> tuple[float, str] | None:
+        """:meth:`_one` with the source of the quantile found."""
         src = RESIDUAL_OF.get(metric, metric)
         for e in (engine, "*"):
             by_metric = self.q.get(e, {}).get(kind, {})
             q = by_metric.get(src)
+            origin = self.origin.get(e, {}).get(kind, self.source)
             if q is not None and math.isfinite(q):
-                return q
+                return q, origin
             finite = [v for v in by_metric.values() if math.isfinite(v)]
             if finite:
-                return max(finite)
+                return max(finite), origin
         return None
+
+    def _one(self, engine: str, kind: str, metric: str) -> float | None:
+        """The quantile of one kind for one metric: the engine's own, else its pooled over
+        metrics, else every engine's (``*``); None if none is finite."""
+        got = self._one_src(engine, kind, metric)
+        return None if got is None else got[0]
 
     def _kind(self, engine: str, kind: str, metric: str, stack: str | None, key: str | None) -> float | None:
         """:meth:`_one` of the narrowest category with enough residuals (Mondrian conformal
         prediction): the device's own (``random@<device>``; not for ``device``, which is a
         device never seen), else its stack's (``device@cuda``), else the engine's."""
+        got = self._kind_src(engine, kind, metric, stack, key)
+        return None if got is None else got[0]
+
+    def _kind_src(self, engine: str, kind: str, metric: str, stack: str | None,
+                  key: str | None) -> tuple[float, str] | None:
         scopes = [f"{kind}@{key}"] if key and kind != "device" else []
         scopes += [f"{kind}@{stack}"] if stack else []
         for s in scopes:
-            q = self._one(engine, s, metric)
-            if q is not None:
-                return q
-        return self._one(engine, kind, metric)
+            got = self._one_src(engine, s, metric)
+            if got is not None:
+                return got
+        return self._one_src(engine, kind, metric)
+
+    def explain(self, engine: str, kinds: set[str] | frozenset[str], metric: str, stack: str | None = None,
+                key: str | None = None) -> tuple[float, dict[str, str | None]]:
+        """:meth:`quantile` and, per kind it combines (``random`` and each of ``kinds``),
+        the source of that kind's residuals (None: the table has none of that kind, and
+        the interval is infinite)."""
+        base = self._kind_src(engine, "random", metric, stack, key)
+        novel = sorted(k for k in kinds if k != "random")
+        found = {k: self._kind_src(engine, k, metric, stack, key) for k in novel}
+        sources: dict[str, str | None] = {"random": base[1] if base else None}
+        sources.update({k: (v[1] if v else None) for k, v in found.items()})
+        qs = [v[0] for v in found.values() if v is not None]
+        if len(qs) < len(found):
+            return float("inf"), sources
+        if base is None:
+            # No interpolation residuals (a split that only made novel cells): the novel
+            # kinds' quantiles alone.
+            sources.pop("random")
+            return (math.sqrt(sum(q * q for q in qs)) if qs else float("inf")), sources
+        b = base[0]
+        return math.sqrt(b * b + sum(max(q * q - b * b, 0.0) for q in qs)), sources
 
     def quantile(self, engine: str, kinds: set[str] | frozenset[str], metric: str,
                  stack: str | None = None, key: str | None = None) -> float:
@@ -145,21 +186,11 @@ class IntervalTable:
         the narrowest category's with enough residuals: the fitted device ``key``'s own, else
         its ``stack``'s, else the engine's (:meth:`_kind`): CUDA devices are predicted far
         better than a stack with a broken campaign, and one table should not widen them."""
-        base = self._kind(engine, "random", metric, stack, key)
-        novel = [k for k in kinds if k != "random"]
-        found = [self._kind(engine, k, metric, stack, key) for k in novel]
-        qs = [q for q in found if q is not None]
-        if len(qs) < len(found):
-            return float("inf")
-        if base is None:
-            # No interpolation residuals (a split that only made novel cells): the novel
-            # kinds' quantiles alone.
-            return math.sqrt(sum(q * q for q in qs)) if qs else float("inf")
-        return math.sqrt(base * base + sum(max(q * q - base * base, 0.0) for q in qs))
+        return self.explain(engine, kinds, metric, stack, key)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (infinite quantiles as None)."""
-        return {"alpha": ALPHA, "source": self.source, "n": self.n,
+        return {"alpha": ALPHA, "source": self.source, "n": self.n, "origin": self.origin,
                 "q": {e: {k: {m: (v if math.isfinite(v) else None) for m, v in bm.items()} for k, bm in bk.items()}
                       for e, bk in self.q.items()}}
 
@@ -170,7 +201,9 @@ class IntervalTable:
             return None
         q = {e: {k: {m: (float("inf") if v is None else float(v)) for m, v in bm.items()} for k, bm in bk.items()}
              for e, bk in (d.get("q") or {}).items()}
-        return cls(q=q, n=d.get("n") or {}, source=d.get("source", ""))
+        origin = {e: {k: str(v) for k, v in by.items()} for e, by in (d.get("origin") or {}).items()
+                  if isinstance(by, dict)}
+        return cls(q=q, n=d.get("n") or {}, source=d.get("source", ""), origin=origin)
 
 
 def interval(value: float | None, q: float) -> list[float | None]:

@@ -63,6 +63,7 @@ device descriptions, vectorised over a grid, per engine, and fitted to its own c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -76,6 +77,7 @@ import numpy as np
 from infbench.analysis.roofline import (
     Limits,
     act_bytes,
+    config_terms,
     effective_batch,
     operators,
     weight_bytes,
@@ -138,6 +140,12 @@ class Efficiency:
         kv_reserve_bytes: memory per device kept out of the KV cache beside the weights
             (activations, CUDA graphs, communication buffers), B; None takes the engine's
             default (:class:`Serving`).
+        device_count_log: ``{devices: log factor}``, a fitted campaign's own slow-down at
+            that number of devices per model instance beyond what its smallest count and
+            the model explain (:class:`~infbench.analysis.profile.FleetFit` ``counts``;
+            e.g. llama.cpp on 2 and 4 Intel PVC GPUs, 5.5 and 7.6 times its time on one).
+            Every time is multiplied by ``exp(factor)``; absent counts by 1. Keys are
+            device counts as text (JSON keys).
         source: ``default ...`` or what they were fitted on.
     """
 
@@ -154,6 +162,7 @@ class Efficiency:
     collective_latency_s: float = ALLREDUCE_LATENCY_S
     kv_memory_fraction: float | None = None
     kv_reserve_bytes: float | None = None
+    device_count_log: dict[str, float] | None = None
     source: str = "default (published efficiency figures, not fitted)"
 
     @classmethod
@@ -195,6 +204,15 @@ class Serving:
         flash_attention: fused attention (no materialised score matrix).
         split: how the cell's devices hold one model: ``tensor`` (tensor parallel) or
             ``layer`` (llama.cpp's default ``--split-mode layer``: a pipeline, ``pp`` = devices).
+        kv_per_query_head: the attention reads each KV head once per query head, so the
+            KV traffic is that of multi-head attention whatever the grouping: llama.cpp's
+            ``-fa 0`` path (``ggml_mul_mat`` broadcasts a KV head to its query heads, and
+            the CUDA/HIP kernels read it for each), transformers' ``repeat_kv`` (the KV
+            heads copied per query head before SDPA). The fitted ``kv_reread`` does not
+            apply there (it is 1).
+        uneven_heads: tensor parallelism may give ranks unequal numbers of attention heads
+            (DeepSpeed's AutoTP shards heads unevenly: Qwen2-7B's 28 heads on 8 Gaudi2s ran in
+            LLM-Inference-Bench); vLLM and TensorRT-LLM need ``heads % tp == 0``.
         source: where these defaults come from.
     """
 
@@ -207,6 +225,8 @@ class Serving:
     mixed_chunks: bool = False
     flash_attention: bool = True
     split: str = "tensor"
+    kv_per_query_head: bool = False
+    uneven_heads: bool = False
     source: str = "generic continuous-batching engine"
 
     def with_options(self, options: dict[str, Any] | None) -> Serving:
@@ -228,6 +248,8 @@ class Serving:
                                                  else []))
         if "flash_attn" in o and o["flash_attn"] is not None:
             kw["flash_attention"] = bool(o["flash_attn"])
+            if self.engine == "llama.cpp":  # llama.cpp's flash-attention kernel reads a KV head once per group
+                kw["kv_per_query_head"] = not kw["flash_attention"]
         if o.get("split_mode") in ("layer", "row", "tensor"):
             kw["split"] = "layer" if o["split_mode"] == "layer" else "tensor"
         return replace(self, **kw) if kw else self
@@ -243,15 +265,16 @@ ENGINE_PROFILES: dict[str, Serving] = {
                             source="TensorRT-LLM KvCacheConfig free_gpu_memory_fraction 0.9, "
                                    "CapacitySchedulerPolicy GUARANTEED_NO_EVICT, fused MHA"),
     "llama.cpp": Serving("llama.cpp", "static", 1.0, prefill_chunk=512, flash_attention=False, split="layer",
-                         source="llama.cpp: n_ubatch 512, flash attention off (-fa 0), --split-mode layer, "
-                                "context allocated up front"),
-    "transformers": Serving("transformers", "static", 1.0, flash_attention=True,
-                            source="transformers generate(): static batch, SDPA attention"),
+                         kv_per_query_head=True,
+                         source="llama.cpp: n_ubatch 512, flash attention off (-fa 0: KV heads broadcast to every "
+                                "query head in ggml_mul_mat), --split-mode layer, context allocated up front"),
+    "transformers": Serving("transformers", "static", 1.0, flash_attention=True, kv_per_query_head=True,
+                            source="transformers generate(): static batch, SDPA attention after repeat_kv"),
     "deepspeed-mii": Serving("deepspeed-mii", "paged", 1.0, reserve_bytes=1e9, max_num_seqs=512, prefill_chunk=768,
                              mixed_chunks=True, flash_attention=True,
                              source="DeepSpeed-FastGen DSStateManagerConfig: max_ragged_batch_size 768 (Dynamic "
                                     "SplitFuse), max_ragged_sequence_count 512, MemoryConfig reserve 1 GB"),
-    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False,
+    "optimum-habana": Serving("optimum-habana", "static", 1.0, flash_attention=False, uneven_heads=True,
                               source="optimum-habana run_generation.py (with DeepSpeed for several HPUs: "
                                      "LLM-Inference-Bench's 'Deepspeed' on Gaudi2): static shapes, HPU graphs"),
     "sglang-server": Serving("sglang-server", "paged", 1.0, reserve_bytes=13e9, prefill_chunk=8192,
@@ -408,6 +431,126 @@ def concurrency(batch: Any, capacity_tokens: Any, n_in: Any, n_out: Any, policy:
     return np.maximum(c, 1.0)
 
 
+#: KV-cache block size of a paged engine (tokens): vLLM's default ``block_size`` 16.
+KV_BLOCK_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class PagedRun:
+    """What a paged engine does with a batch whose KV cache does not fit at once
+    (:func:`paged_schedule`).
+
+    Attributes:
+        decode_steps: decode steps until the last sequence finishes.
+        mean_running: sequences per decode step on average (the effective concurrency).
+        prefill_tokens: tokens prefilled, the recomputed ones of preempted sequences
+            included.
+        recompute_tokens: of those, the ones prefilled again after a preemption (a
+            preempted sequence's prompt and the tokens it had generated).
+        preemptions: sequences preempted (each one recomputes its prompt and the tokens
+            it had generated when it is admitted again).
+    """
+
+    decode_steps: int
+    mean_running: float
+    prefill_tokens: int
+    recompute_tokens: int
+    preemptions: int
+
+
+@functools.lru_cache(maxsize=65536)
+def paged_schedule(batch: int, n_in: int, n_out: int, capacity: int, max_num_seqs: int | None = None) -> PagedRun:
+    """Simulate vLLM's scheduler (v0.4-0.6 ``Scheduler._schedule_default`` with recompute
+    preemption, the default for single-sequence requests) on ``batch`` requests of
+    ``n_in`` prompt and ``n_out`` output tokens submitted at once, with a KV cache of
+    ``capacity`` tokens (rounded down to :data:`KV_BLOCK_TOKENS` blocks).
+
+    Each step, waiting requests are admitted first-come first-served while the cache holds
+    their whole current length (prompt plus the tokens they had generated, for a preempted
+    one) and fewer than ``max_num_seqs`` run; admitted ones are prefilled (a step of their
+    own, which also samples their next token). Otherwise the running sequences decode one
+    token each; when the cache cannot take one more token for every running sequence, the
+    most recently admitted are preempted (their blocks freed, back to the front of the
+    queue) until it can. Sequences admitted together move together (cohorts), and the
+    steps between two events (a cohort finishing, the cache filling) are taken at once,
+    so a batch of 256 x 4096 tokens takes a few hundred iterations.
+
+    Args:
+        batch, n_in, n_out: the requests (tokens); capacity: KV-cache tokens of the
+            engine's instance; max_num_seqs: most running sequences (None: no limit).
+
+    Returns:
+        A :class:`PagedRun`.
+
+    Raises:
+        ConfigError: one sequence does not fit (``n_in + n_out > capacity``).
+    """
+    cap = (int(capacity) // KV_BLOCK_TOKENS) * KV_BLOCK_TOKENS
+    if n_in + n_out > cap:
+        raise ConfigError(f"one sequence of {n_in} + {n_out} tokens does not fit in a KV cache of {cap} tokens")
+    limit = max_num_seqs or batch
+    waiting: list[list[int]] = [[batch, n_in, 0]]  # [count, tokens to prefill (context), generated]
+    running: list[list[int]] = []  # [count, context, generated], oldest first
+    free = cap
+    steps = run_sum = 0
+    prefill = recompute = preempted = 0
+    for _ in range(1_000_000):
+        if not waiting and not running:
+            break
+        n_run = sum(c[0] for c in running)
+        admitted = False
+        while waiting and n_run < limit:
+            cnt, ctx, gen = waiting[0]
+            k = min(cnt, free // (ctx + 1), limit - n_run)
+            if k <= 0:
+                break
+            admitted = True
+            prefill += k * ctx
+            recompute += k * ctx if gen else 0
+            free -= k * (ctx + 1)
+            running.append([k, ctx + 1, gen + 1])
+            n_run += k
+            if k == cnt:
+                waiting.pop(0)
+            else:
+                waiting[0][0] -= k
+        if admitted:
+            done = [c for c in running if c[2] >= n_out]
+            for c in done:
+                free += c[0] * c[1]
+            running = [c for c in running if c[2] < n_out]
+            continue
+        if not running:  # nothing runs and nothing fits: cannot happen while one sequence fits
+            raise ConfigError(f"the KV cache of {cap} tokens cannot admit a sequence of {waiting[0][1]} tokens")
+        # Preempt the newest sequences until every running one can take a token.
+        while free < n_run and running:
+            cnt, ctx, gen = running[-1]
+            need = n_run - free
+            k = min(cnt, -(-need // (ctx + 1)))
+            free += k * ctx
+            preempted += k
+            n_run -= k
+            waiting.insert(0, [k, ctx, gen])
+            if k == cnt:
+                running.pop()
+            else:
+                running[-1][0] -= k
+        if not running:
+            continue
+        # Decode until a cohort finishes or the cache is full.
+        k = min(min(n_out - c[2] for c in running), max(free // n_run, 1))
+        steps += k
+        run_sum += n_run * k
+        free -= n_run * k
+        for c in running:
+            c[1] += k
+            c[2] += k
+        for c in [c for c in running if c[2] >= n_out]:
+            free += c[0] * c[1]
+        running = [c for c in running if c[2] < n_out]
+    return PagedRun(steps, run_sum / steps if steps else float(batch), prefill, recompute, preempted)
+
+
 def waves(batch: Any, conc: Any, policy: str = "paged") -> tuple[np.ndarray, np.ndarray]:
     """How a batch of ``B`` runs at concurrency ``C``: ``(full waves, sequences in the
     last partial wave)``. ``reserve``/``static``: ``floor(B / C)`` whole waves of ``C`` and
@@ -503,8 +646,14 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         requests, s), ``duration_s`` (the whole batch, s), ``output_tok_s``,
         ``total_tok_s``, ``output_tok_s_per_device`` (tokens/s), ``memory_bytes`` (B per
         device: weights + KV of the sequences running together), ``kv_capacity_tokens``,
-        ``concurrency`` (sequences per wave), ``waves`` (waves of the batch),
-        ``fits_memory`` (1.0 / 0.0; NaN when the device memory is unknown).
+        ``concurrency`` (sequences per wave; for a paged engine whose cache binds, the
+        mean running sequences of :func:`paged_schedule`), ``waves`` (waves of the batch),
+        ``preemptions`` and ``recompute_tokens`` (a paged engine's preempted sequences
+        and the tokens it prefills again for them), ``fits_memory`` (1.0 / 0.0; NaN when
+        the device memory is unknown). Where the engine cannot run the cell (the weights
+        or one sequence's KV cache do not fit; a static engine's whole batch does not
+        fit) the latencies and throughputs are NaN and ``fits_memory`` is 0: nothing is
+        extrapolated that cannot happen.
 
     Raises:
         RooflineError: the device lacks a figure.
@@ -529,12 +678,33 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         T = D
     devices = T * P * ep
     flash = sv.flash_attention
+    if sv.kv_per_query_head:
+        # The engine's attention reads each KV head once per query head (Serving).
+        eff = replace(eff, kv_reread=1.0)
     step_overhead = eff.overhead_s + eff.overhead_per_device_s * (devices - 1)
 
     frac = eff.kv_memory_fraction or sv.memory_fraction
     reserve = sv.reserve_bytes if eff.kv_reserve_bytes is None else eff.kv_reserve_bytes
     cap = kv_capacity_tokens(m, limits, dtype, T * P, ep, frac, reserve)
-    conc = concurrency(B, cap, I, O, sv.kv_policy, sv.max_num_seqs)
+    conc = np.array(concurrency(B, cap, I, O, sv.kv_policy, sv.max_num_seqs), dtype=float)
+    # What the engine does when the batch's KV cache does not fit beside the weights:
+    # a paged engine preempts and recomputes (simulated: paged_schedule), a reserving one
+    # runs smaller waves, a static one cannot run the batch; a sequence that does not fit
+    # alone, or weights that do not fit at all, cannot run anywhere (refused: NaN).
+    finite_cap = np.isfinite(cap)
+    refused = finite_cap & (cap < I + O)
+    if sv.kv_policy == "static":
+        refused |= finite_cap & (cap < B * (I + O))
+    recompute_share = np.zeros(B.shape)
+    preemptions = np.zeros(B.shape)
+    if sv.kv_policy == "paged":
+        bind = finite_cap & ~refused & (cap < B * (I + O))
+        for idx in map(tuple, np.argwhere(bind)):
+            b, i, o = int(B[idx]), int(I[idx]), int(O[idx])
+            run = paged_schedule(b, i, o, int(cap[idx]), sv.max_num_seqs)
+            conc[idx] = min(run.mean_running, b)
+            recompute_share[idx] = run.recompute_tokens / max(b * i, 1)
+            preemptions[idx] = run.preemptions
     n_full, rest = waves(B, conc, sv.kv_policy)
 
     def wave(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -573,10 +743,13 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
     has_rest = rest > 0
     w_r = np.where(has_rest, w_r, 0.0)
     d = eff.batch_overhead_s
-    duration = n_full * w_c + w_r + d
+    # Recomputing preempted sequences: their prompt and generated tokens prefilled again,
+    # a share of the batch's prompt tokens (0 unless the cache binds).
+    redo = n_full * pre_c * recompute_share
+    duration = n_full * w_c + w_r + d + redo
     if sv.kv_policy == "paged":
         k = np.maximum(n_full, 1.0)
-        e2e = np.where(n_full > 1, w_c * (k + 1) / 2, w_c) + d
+        e2e = np.where(n_full > 1, w_c * (k + 1) / 2, w_c) + d + redo / 2
         ttft = np.where(n_full > 1, w_c * (k - 1) / 2 + pre_c, pre_c) + d
         tpot = tpot_c
     else:
@@ -584,6 +757,12 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
         e2e = (c * w_c * k * (k + 1) / 2 + rest * (k * w_c + w_r)) / B + d
         ttft = (c * (w_c * k * (k - 1) / 2 + k * pre_c) + rest * (k * w_c + np.where(has_rest, pre_r, 0.0))) / B + d
         tpot = (c * k * tpot_c + rest * np.where(has_rest, tpot_r, 0.0)) / B
+    if eff.device_count_log:
+        # A campaign's own slow-down at this device count (fitted; 1 where none).
+        f = np.ones_like(devices)
+        for n, v in eff.device_count_log.items():
+            f = np.where(devices == float(n), math.exp(float(v)), f)
+        ttft, tpot, e2e, duration = ttft * f, tpot * f, e2e * f, duration * f
     out_tps = B * O / duration
     wb = weight_bytes(dtype, precision)
     kv_tok = 2 * m.layers * m.kv_heads * m.head_dim * act_bytes(precision)
@@ -593,14 +772,16 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
     foot = I + O * (0.5 if sv.kv_policy == "paged" else 1.0)
     mem = w_dev + np.minimum(conc, B) * foot * kv_tok / (T * P * ep)
     if limits.memory_bytes:
-        one_fits = cap >= (I + O) * (0.5 if sv.kv_policy == "paged" else 1.0)
-        fits = (one_fits & ((sv.kv_policy != "static") | (conc >= B))).astype(float)
+        fits = (~refused).astype(float)
     else:
         fits = np.full(B.shape, np.nan)
-    return {M.TTFT.key: ttft, M.TPOT.key: tpot, M.E2E.key: e2e, "duration_s": duration, M.OUTPUT_TOK_S.key: out_tps,
-            "total_tok_s": B * (I + O) / duration, "output_tok_s_per_device": out_tps / devices,
+    nan = np.where(refused, np.nan, 1.0)
+    return {M.TTFT.key: ttft * nan, M.TPOT.key: tpot * nan, M.E2E.key: e2e * nan, "duration_s": duration * nan,
+            M.OUTPUT_TOK_S.key: out_tps * nan, "total_tok_s": B * (I + O) / duration * nan,
+            "output_tok_s_per_device": out_tps / devices * nan,
             "memory_bytes": mem, "kv_capacity_tokens": cap, "concurrency": conc,
-            "waves": n_full + has_rest, "fits_memory": fits}
+            "waves": n_full + has_rest, "preemptions": preemptions, "recompute_tokens": recompute_share * B * I,
+            "fits_memory": fits}
 
 
 def _a2a(m: ModelShape, precision: str, tokens: Any, ep: int, link: float, lat: float) -> np.ndarray:
@@ -780,6 +961,8 @@ class Calibration:
         intervals: interval quantiles (:meth:`infbench.analysis.intervals.IntervalTable.to_dict`).
         parameters: fitted values with their 90 % ranges and bounds.
         prior: the engine profile the device was calibrated against.
+        campaign: the campaign its cells came from when several map to the device
+            (``--device-label``: a published hardware name), else empty.
     """
 
     device_id: str
@@ -796,6 +979,7 @@ class Calibration:
     intervals: dict[str, Any] | None = None
     parameters: dict[str, Any] | None = None
     prior: str = ""
+    campaign: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -815,8 +999,9 @@ class Calibration:
 
 #: Memory per device kept out of the KV cache tried by the fit, GB (a discrete search:
 #: waves are steps): vLLM's profiled activations, CUDA graphs and NCCL buffers take
-#: a few GB beside the weights.
-KV_RESERVES_GB = (0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0)
+#: a few GB beside the weights. Half-GB steps up to 4 GB: where a 70B model fills a
+#: 40 GB A100 to its last few GB, 3 and 4 GB of reserve are 14,000 and 1,800 tokens of KV.
+KV_RESERVES_GB = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0)
 
 
 def _capacity_binds(pts: list[dict[str, Any]], limits: Limits, shapes: dict[str, ModelShape]) -> bool:
@@ -923,6 +1108,111 @@ def rows_of_device(pm: PluginManager, rows: list[dict[str, Any]], ident: str) ->
     return keep
 
 
+def capacity_notes(m: ModelShape, limits: Limits, dtype: str, sv: Serving, pr: dict[str, float], batch: int,
+                   n_in: int, n_out: int, devices: int, ep: int = 1) -> list[str]:
+    """What the KV-cache capacity does to one predicted cell, in words (empty when the
+    batch fits): why it is refused (weights, one sequence or a static batch that do not
+    fit), or how the engine runs it (waves, preemption and recompute).
+
+    Args:
+        m, limits, dtype, sv: the model, device, dtype and engine profile predicted.
+        pr: the cell's values of :func:`predict` (floats).
+        batch, n_in, n_out: the cell (tokens); devices: devices holding one instance
+            (tp x pp); ep: expert-parallel degree.
+    """
+    cap = pr.get("kv_capacity_tokens", float("inf"))
+    if not math.isfinite(cap) or cap >= batch * (n_in + n_out):
+        return []
+    gb = 1e9
+    mem = float(limits.memory_bytes or 0.0)
+    if cap <= 0:
+        wb = weight_bytes(dtype, _precision(dtype))
+        weights = m.param_counts()["total"] * wb / (devices * ep)
+        return [f"refused: {m.name}'s weights take {weights / gb:.1f} GB per device, more than the "
+                f"{mem / gb * sv.memory_fraction:.1f} GB {sv.engine} may use on {limits.id} "
+                f"({sv.memory_fraction:g} of {mem / gb:.1f} GB) with {devices * ep} device(s); "
+                "use more devices (--tp) or a smaller dtype"]
+    if cap < n_in + n_out:
+        return [f"refused: one sequence of {n_in} + {n_out} tokens needs more KV cache than the {cap:,.0f} tokens "
+                f"left beside the weights on {devices * ep} x {limits.id}"]
+    if sv.kv_policy == "static":
+        return [f"refused: {sv.engine} allocates the whole batch's context up front, and {batch} x ({n_in} + {n_out}) "
+                f"tokens do not fit in the {cap:,.0f} tokens of KV cache beside the weights"]
+    if sv.kv_policy == "paged":
+        return [f"the KV cache holds {cap:,.0f} tokens, less than the batch's {batch * (n_in + n_out):,}: {sv.engine} "
+                f"runs {pr.get('concurrency', 0):.1f} sequences at a time on average, preempting "
+                f"{pr.get('preemptions', 0):.0f} and recomputing {pr.get('recompute_tokens', 0):,.0f} tokens"]
+    return [f"the KV cache holds {cap:,.0f} tokens: {sv.engine} reserves {n_in + n_out} per sequence and runs the "
+            f"batch in {pr.get('waves', 0):.0f} waves of at most {pr.get('concurrency', 0):.0f}"]
+
+
+def check_parallelism(m: ModelShape, tp: int, pp: int = 1, ep: int = 1, split: str = "tensor",
+                      uneven_heads: bool = False) -> list[str]:
+    """Refuse a parallel layout the engines cannot run the model with; return notes on
+    the ones they run differently from how they are asked.
+
+    Tensor parallelism shards attention by heads: ``num_attention_heads`` must be a
+    multiple of ``tp`` (vLLM's ``ColumnParallelLinear`` of the QKV projection, TensorRT-LLM's
+    ``tp_size``), and the KV heads either split evenly (``num_key_value_heads % tp == 0``)
+    or are replicated (``tp % num_key_value_heads == 0``: vLLM's ``QKVParallelLinear``
+    gives each rank one copy). Pipeline stages hold whole layers: ``pp`` must divide
+    ``num_hidden_layers`` (TensorRT-LLM requires it; the model takes equal stages). Expert
+    parallelism shards the experts: ``ep`` must divide ``num_local_experts``. llama.cpp's
+    layer split (``split == "layer"``) hands each of its ``tp x pp`` devices a run of
+    layers in proportion (``--tensor-split``), so it needs no divisibility, only no more
+    devices than layers. An engine that shards heads unevenly (``uneven_heads``: DeepSpeed's
+    AutoTP) takes any ``tp`` up to the number of KV heads' multiples, with a note.
+
+    Args:
+        m: the model; tp, pp, ep: the degrees (devices); split: ``tensor`` or ``layer``;
+        uneven_heads: the engine gives ranks unequal numbers of heads (:class:`Serving`).
+
+    Returns:
+        Notes (replicated KV heads, an uneven layer split).
+
+    Raises:
+        ConfigError: a degree that does not divide what it shards, with the ones that do.
+    """
+    def divisors(n: int) -> str:
+        return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+    notes: list[str] = []
+    if split == "layer":
+        stages = tp * pp
+        if stages > m.layers:
+            raise ConfigError(f"{m.name} has {m.layers} layers: llama.cpp's layer split cannot use {stages} devices "
+                              f"(tp {tp} x pp {pp}); each needs at least one layer",
+                              hint=f"use at most {m.layers} devices")
+        if m.layers % stages:
+            notes.append(f"llama.cpp splits {m.name}'s {m.layers} layers over {stages} devices unevenly "
+                         f"(up to {-(-m.layers // stages)} on one); predicted as equal stages")
+    else:
+        if uneven_heads and (m.heads % tp or (m.kv_heads % tp and tp % m.kv_heads)):
+            if tp > m.heads:
+                raise ConfigError(f"--tp {tp} is more than {m.name}'s {m.heads} attention heads",
+                                  hint=f"use at most {m.heads} devices")
+            notes.append(f"{m.name}'s {m.heads} heads ({m.kv_heads} KV heads) split unevenly over {tp} devices (up "
+                         f"to {-(-m.heads // tp)} on one); predicted as an even split")
+        elif m.heads % tp:
+            raise ConfigError(f"--tp {tp} does not divide {m.name}'s {m.heads} attention heads: tensor parallelism "
+                              "shards attention by heads", hint=f"tp that divide {m.heads}: {divisors(m.heads)}")
+        elif m.kv_heads % tp and tp % m.kv_heads:
+            raise ConfigError(f"--tp {tp} neither divides {m.name}'s {m.kv_heads} KV heads nor is a multiple of them "
+                              "(engines split KV heads evenly or replicate each on tp / kv_heads ranks)",
+                              hint=f"tp that divide {m.kv_heads}: {divisors(m.kv_heads)}; or multiples of "
+                                   f"{m.kv_heads} that divide {m.heads}")
+        elif tp > m.kv_heads:
+            notes.append(f"tp {tp} > {m.kv_heads} KV heads: each KV head is replicated on {tp // m.kv_heads} ranks "
+                         "(vLLM); the KV cache per device is predicted as if split")
+        if m.layers % pp:
+            raise ConfigError(f"--pp {pp} does not divide {m.name}'s {m.layers} layers: pipeline stages hold whole "
+                              "layers, equal stages", hint=f"pp that divide {m.layers}: {divisors(m.layers)}")
+    if ep > 1 and m.experts % ep:
+        raise ConfigError(f"--ep {ep} does not divide {m.name}'s {m.experts} experts",
+                          hint=f"ep that divide {m.experts}: {divisors(m.experts)}")
+    return notes
+
+
 def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: list[int], n_in: list[int],
                  n_out: list[int], tp: list[int], dtype: str,
                  efficiency: dict[str, Efficiency] | Callable[[str, str], Efficiency],
@@ -945,17 +1235,27 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
     Returns:
         Dicts with ``model``, ``device``, ``engine``, ``dtype``, ``batch``, ``input_len``,
         ``output_len``, ``tp``, ``pp``, ``ep`` (as the engine uses the devices: llama.cpp's
-        layer split turns ``tp`` devices into pipeline stages), ``devices``, every key of
-        :func:`predict` (s, tokens/s, B)
-        as finite floats or None, ``fits_memory`` (None when the memory is unknown) and
-        ``efficiency``.
+        layer split turns ``tp`` devices into pipeline stages), ``devices``, ``split``
+        (``tensor`` or ``layer``), every key of :func:`predict` (s, tokens/s, B)
+        as finite floats or None, ``fits_memory`` (None when the memory is unknown),
+        ``efficiency``, ``config`` (what the model's config implies for a decode step at
+        that batch: :func:`~infbench.analysis.roofline.config_terms`) and ``notes`` (how
+        the engine runs what was asked, in words: a layer split, replicated KV heads
+        (:func:`check_parallelism`), waves, preemption or a refusal (:func:`capacity_notes`)).
 
     Raises:
-        ConfigError: a model that cannot be predicted on a device (e.g. no shape).
+        ConfigError: a model that cannot be predicted on a device (e.g. no shape), or a
+            parallel layout that does not divide its heads, KV heads, layers or experts
+            (:func:`check_parallelism`).
     """
     from infbench.analysis.roofline import RooflineError
 
     sv = serving_for(engine, options)
+    notes: dict[tuple[str, int, int], list[str]] = {}
+    for m in models:
+        for t in tp:
+            for p in pp or [1]:
+                notes[(m.name, int(t), int(p))] = check_parallelism(m, int(t), int(p), ep, sv.split, sv.uneven_heads)
     axes = (batch, n_in, n_out, tp, pp or [1])
     gb, gi, go, gt, gp = np.meshgrid(*(np.asarray(v, dtype=float) for v in axes), indexing="ij")
     rows: list[dict[str, Any]] = []
@@ -969,10 +1269,21 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
                 raise ConfigError(f"cannot predict {m.name} on {d}: {exc}") from exc
             for idx in np.ndindex(gb.shape):
                 fits = pr["fits_memory"][idx]
-                t, p = (1, int(gt[idx] * gp[idx])) if sv.split == "layer" else (int(gt[idx]), int(gp[idx]))
+                asked_tp, asked_pp = int(gt[idx]), int(gp[idx])
+                t, p = (1, asked_tp * asked_pp) if sv.split == "layer" else (asked_tp, asked_pp)
+                row_notes = list(notes[(m.name, asked_tp, asked_pp)])
+                row_notes += capacity_notes(m, lim, dtype, sv, {k: float(v[idx]) for k, v in pr.items()},
+                                            int(gb[idx]), int(gi[idx]), int(go[idx]), t * p, ep)
+                if sv.split == "layer" and asked_tp > 1:
+                    row_notes.append(f"{sv.engine} splits layers, not tensors (--split-mode layer): --tp {asked_tp} "
+                                     f"runs as a pipeline of {t * p} stages, reported as tp 1, pp {p}")
                 rows.append({
                     "model": m.name, "device": d, "engine": sv.engine, "dtype": dtype, "batch": int(gb[idx]),
                     "input_len": int(gi[idx]), "output_len": int(go[idx]), "tp": t, "pp": p, "ep": ep,
-                    "devices": t * p * ep, **{k: finite(float(v[idx])) for k, v in pr.items() if k != "fits_memory"},
-                    "fits_memory": None if not np.isfinite(fits) else bool(fits), "efficiency": asdict(eff)})
+                    "devices": t * p * ep, "split": sv.split,
+                    **{k: finite(float(v[idx])) for k, v in pr.items() if k != "fits_memory"},
+                    "fits_memory": None if not np.isfinite(fits) else bool(fits), "efficiency": asdict(eff),
+                    "config": {k: (float(v) if isinstance(v, np.ndarray) else v)
+                               for k, v in config_terms(m, dtype, gb[idx]).items()},
+                    "notes": row_notes})
     return rows

@@ -19,7 +19,7 @@ from infbench.data.errors import ConfigError
 from infbench.data.inputs import Flags, Seconds, checked
 from infbench.data.request import split_values
 from infbench.data.schema import PRECISIONS, SWEEP_LIMITS
-from infbench.detect.devices import MAX_PEAK_TFLOPS, PHYSICAL_LIMITS
+from infbench.detect.devices import MAX_PEAK_TFLOPS, MIN_PEAK_TFLOPS, MIN_PEAK_WHY, PHYSICAL_LIMITS, PHYSICAL_MINIMA
 
 #: ``--set`` keys -> (unit, upper bound); every value is a finite number above 0.
 SET_LIMITS: dict[str, tuple[str, float]] = {
@@ -28,6 +28,15 @@ SET_LIMITS: dict[str, tuple[str, float]] = {
     "memory_gb": ("GB", PHYSICAL_LIMITS["memory_gib"] * 1.074),
     "link_bandwidth_gb_s": ("GB/s", PHYSICAL_LIMITS["link_bandwidth_gb_s"]),
     **{f"peak_{p}_tflops": ("TFLOP/s", MAX_PEAK_TFLOPS) for p in PRECISIONS},
+}
+#: ``--set`` keys -> (lower bound, why): the device files' minima
+#: (:data:`infbench.devices.PHYSICAL_MINIMA`, :data:`~infbench.devices.MIN_PEAK_TFLOPS`).
+SET_MINIMA: dict[str, tuple[float, str]] = {
+    "memory_bandwidth_tb_s": PHYSICAL_MINIMA["bandwidth_tb_s"],
+    "memory_gib": PHYSICAL_MINIMA["memory_gib"],
+    "memory_gb": (PHYSICAL_MINIMA["memory_gib"][0] * 1.074, PHYSICAL_MINIMA["memory_gib"][1]),
+    "link_bandwidth_gb_s": PHYSICAL_MINIMA["link_bandwidth_gb_s"],
+    **{f"peak_{p}_tflops": (MIN_PEAK_TFLOPS, MIN_PEAK_WHY) for p in PRECISIONS},
 }
 #: Upper bounds of the list flags (as ``infbench run``'s sweep bounds them).
 LIST_LIMITS = {"batch": ("--batch", SWEEP_LIMITS["batch"]), "input_len": ("--input", SWEEP_LIMITS["input_len"]),
@@ -78,12 +87,14 @@ class PredictFlags(Flags):
 
 def parse_sets(items: list[str] | None) -> dict[str, float]:
     """``["memory_bandwidth_tb_s=8", "peak_bf16_tflops=2500"]`` -> a dict of floats, every
-    key one of :data:`SET_LIMITS` and every value a finite number in ``(0, limit]``.
+    key one of :data:`SET_LIMITS` and every value a finite number within :data:`SET_MINIMA`
+    .. :data:`SET_LIMITS`.
 
     Raises:
         ConfigError: an item without ``=``, an unknown key (``peak__tflops``,
             ``peak_fp64_tflops``: with the keys there are), or a value that is not a
-            positive finite number within the key's limit.
+            finite number within the key's bounds (``1e-300`` TFLOP/s is refused as firmly
+            as ``inf``).
     """
     import math
 
@@ -103,6 +114,10 @@ def parse_sets(items: list[str] | None) -> dict[str, float]:
         if not math.isfinite(v) or not 0 < v <= hi:
             raise ConfigError(f"--set {key}={value[:40]}: must be a finite number above 0 and at most {hi:,g} {unit}",
                               hint="no hardware has a zero, negative or unbounded figure")
+        lo, why = SET_MINIMA[key]
+        if v < lo:
+            raise ConfigError(f"--set {key}={value[:40]}: below {lo:g} {unit}, the least any device has ({why})",
+                              hint=f"{key} is in {unit}")
         out[key] = v
     return out
 

@@ -148,8 +148,8 @@ def to_value(u: Any) -> np.ndarray:
 def efficiency_of(u: Any, reserve_bytes: float | None, source: str) -> Efficiency:
     """The :class:`Efficiency` of a coordinate vector (the KV reserve is not in ``u``)."""
     v = to_value(u)
-    return Efficiency(**{n: float(x) for n, x in zip(PARAM_NAMES, v, strict=True)}, kv_reserve_bytes=reserve_bytes,
-                      source=source)
+    values: dict[str, Any] = {n: float(x) for n, x in zip(PARAM_NAMES, v, strict=True)}
+    return Efficiency(**values, kv_reserve_bytes=reserve_bytes, source=source)
 
 
 def values_of(eff: Efficiency) -> np.ndarray:
@@ -178,6 +178,9 @@ class Priors:
             beyond one sd): one device far from the others takes a large term of its
             own instead of pulling its stack's term (and every device of that stack)
             towards it.
+        count_sd: of a device-count term around zero (log units, soft-L1 like the device
+            terms; 0: none fitted): a campaign's own factor on every time at a device
+            count beyond its smallest (:attr:`FleetFit.counts`).
     """
 
     profile_sd: float = 3.0
@@ -188,6 +191,7 @@ class Priors:
     noise: float = 0.1
     f_scale: float = 0.05
     robust_devices: bool = True
+    count_sd: float = 1.0
 
     def to_dict(self) -> dict[str, float]:
         """JSON-ready form."""
@@ -240,6 +244,19 @@ class Group:
                 parts.append(np.log(pr[k][ok] / m[ok]))
         r = np.concatenate(parts) if parts else np.zeros(0)
         return np.where(np.isfinite(r), r, 10.0)
+
+    def row_devices(self, model: str) -> np.ndarray:
+        """The device count (``tp``) of the cell behind each row of :meth:`residuals`."""
+        sub = self._sub[model]
+        tp = np.array([float(p["tp"]) for p in sub])
+        parts = [tp[np.isfinite(self._meas[model][k]) & (self._meas[model][k] > 0)] for k in FIT_METRICS]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    def counts(self) -> list[int]:
+        """The device counts of the group's cells above its smallest (each gets a
+        device-count term in :func:`fit_fleet`)."""
+        ns = sorted({int(p["tp"]) for p in self.points})
+        return ns[1:]
 
     def n_obs(self, model: str) -> int:
         """Measurements of ``model`` in the group (a cell may have several)."""
@@ -294,6 +311,14 @@ class FleetFit:
         level_var: ``("mu", engine) | ("stack", engine, stack) | ("device", key)`` -> the
             variance of the summed coordinates at that level (what a stored profile keeps
             instead of ``cov_blocks``; used when those are absent).
+        counts: ``(group key, devices) -> log factor``: the **device-count terms**, a
+            campaign's own factor on every time at that many devices per model instance
+            beyond its smallest count (llama.cpp on 2 and 4 Intel PVC GPUs decodes 5.5
+            and 7.6 times slower than on one, which no datasheet figure or bounded
+            overhead explains); applied to that group's predictions only
+            (:attr:`~infbench.analysis.predict.Efficiency.device_count_log`), never to
+            another device.
+        counts_sd: their standard deviations (log units; NaN without a covariance).
     """
 
     engines: list[str]
@@ -309,6 +334,8 @@ class FleetFit:
     priors: Priors
     sigma: float = float("nan")
     level_var: dict[tuple, np.ndarray] = field(default_factory=dict)
+    counts: dict[tuple[str, int], float] = field(default_factory=dict)
+    counts_sd: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def term_keys(self, engine: str, stack: str | None, key: str | None = None,
                   model: str | None = None) -> tuple[list[tuple], str]:
@@ -373,15 +400,32 @@ class FleetFit:
         group ``key`` if it was fitted) for ``model``, and the level it came from."""
         u, _, level = self.u_for(engine, stack, key, model)
         e = engine_family(engine)
-        if level == "device" and key is not None:
-            reserve = self.groups[key]["reserve_bytes"]
-        else:
+        reserve = self.groups[key]["reserve_bytes"] if level == "device" and key is not None else None
+        if reserve is None:
+            # A device whose cells never filled its KV cache (or a new one): the engine's
+            # reserve as a share of memory, from the devices where the capacity binds.
             frac = self.reserve_fraction.get(e, 0.0)
             reserve = frac * limits.memory_bytes if (frac and limits.memory_bytes) else None
         src = {"device": f"engine profile {e} with the device terms of {key}",
                "stack": f"engine profile {e} ({stack} stack) and the datasheet of {limits.id}",
                "profile": f"engine profile {e} and the datasheet of {limits.id}"}[level]
-        return efficiency_of(u, reserve, src), level
+        eff = efficiency_of(u, reserve, src)
+        if level == "device" and key is not None:
+            mine = {str(n): v for (k, n), v in self.counts.items() if k == key}
+            eff.device_count_log = mine or None
+        return eff, level
+
+    def count_report(self, engine: str) -> dict[str, dict[str, dict[str, float]]]:
+        """The device-count terms of ``engine``'s groups: ``{group key: {devices: {"log",
+        "factor" (exp of log: the multiplier on every time), "sd"}}}``, groups without
+        one left out."""
+        e = engine_family(engine)
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (k, n), v in sorted(self.counts.items()):
+            if self.groups.get(k, {}).get("engine") == e:
+                out.setdefault(k, {})[str(n)] = {"log": float(v), "factor": float(np.exp(v)),
+                                                 "sd": float(self.counts_sd.get((k, n), float("nan")))}
+        return out
 
     def parameters(self, engine: str, stack: str | None = None, key: str | None = None,
                    model: str | None = None) -> dict[str, dict[str, Any]]:
@@ -409,7 +453,9 @@ class FleetFit:
                         groups={k: v for k, v in self.groups.items() if v["engine"] == e},
                         reserve_fraction={e: self.reserve_fraction.get(e, 0.0)}, cost=self.cost, n_obs=self.n_obs,
                         dof=self.dof, n_params=self.n_params, priors=self.priors, sigma=self.sigma,
-                        level_var={k: v for k, v in self.level_var.items() if mine(k)})
+                        level_var={k: v for k, v in self.level_var.items() if mine(k)},
+                        counts={k: v for k, v in self.counts.items() if self.groups[k[0]]["engine"] == e},
+                        counts_sd={k: v for k, v in self.counts_sd.items() if self.groups[k[0]]["engine"] == e})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (:meth:`from_dict` reads it back), numbers to 7 significant
@@ -433,6 +479,8 @@ class FleetFit:
                 "terms": {enc(k): num(v) for k, v in self.terms.items()},
                 "sd": {enc(k): num(v) for k, v in self.sd.items()},
                 "level_var": {enc(k): num(v) for k, v in levels.items()},
+                "counts": {f"{k}|{n}": float(f"{v:.7g}") for (k, n), v in self.counts.items()},
+                "counts_sd": {f"{k}|{n}": float(f"{v:.7g}") for (k, n), v in self.counts_sd.items()},
                 "groups": self.groups, "reserve_fraction": self.reserve_fraction, "cost": self.cost,
                 "n_obs": self.n_obs, "dof": self.dof, "n_params": self.n_params, "priors": self.priors.to_dict(),
                 "sigma": self.sigma}
@@ -456,11 +504,19 @@ class FleetFit:
             a, b = k.split("#")
             cov[(dec(a), dec(b))] = np.array(v, dtype=float)
         levels = {dec(k): np.array(v, dtype=float) for k, v in (d.get("level_var") or {}).items()}
+
+        def count_key(s: str) -> tuple[str, int]:
+            k, _, n = s.rpartition("|")
+            return k, int(n)
+
+        counts = {count_key(k): float(v) for k, v in (d.get("counts") or {}).items()}
+        counts_sd = {count_key(k): float(v) for k, v in (d.get("counts_sd") or {}).items()}
         return cls(engines=list(d["engines"]), terms={dec(k): np.array(v, dtype=float) for k, v in d["terms"].items()},
                    sd={dec(k): np.array(v, dtype=float) for k, v in (d.get("sd") or {}).items()}, cov_blocks=cov,
                    groups=d["groups"], reserve_fraction=d.get("reserve_fraction") or {}, cost=d.get("cost", 0.0),
                    n_obs=d.get("n_obs", 0), dof=d.get("dof", float("nan")), n_params=d.get("n_params", 0),
-                   priors=Priors(**(d.get("priors") or {})), sigma=d.get("sigma", float("nan")), level_var=levels)
+                   priors=Priors(**(d.get("priors") or {})), sigma=d.get("sigma", float("nan")), level_var=levels,
+                   counts=counts, counts_sd=counts_sd)
 
 
 def default_prior_u() -> np.ndarray:
@@ -526,6 +582,15 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
         n += len(idx)
         means.append(mean)
         sds.append(prior_sd)
+    # The device-count terms: one coordinate per (group, device count above its smallest).
+    count_idx: dict[tuple[str, int], int] = {}
+    if pri.count_sd > 0:
+        for g in groups:
+            for c in g.counts():
+                count_idx[(g.key, c)] = n
+                n += 1
+                means.append(np.zeros(1))
+                sds.append(np.full(1, pri.count_sd))
     prior_mean = np.concatenate(means) if means else np.zeros(0)
     w_prior = pri.noise / np.concatenate(sds) if sds else np.zeros(0)
     # Model terms sum to zero over an engine's models, and a device's per-model terms over
@@ -552,8 +617,15 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
         for key, (start, idx) in blocks.items():
             if key[0] == "device":
                 robust_rows[start:start + len(idx)] = True
+        for i in count_idx.values():
+            robust_rows[i] = True
 
     cells = [(g, m) for g in groups for m in g.models]
+    # Per (group, model): each residual row's device-count coordinate (-1: none).
+    row_count = []
+    for g, m in cells:
+        devs = g.row_devices(m)
+        row_count.append(np.array([count_idx.get((g.key, int(x)), -1) for x in devs], dtype=int))
     sizes = [g.n_obs(m) for g, m in cells]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
     n_obs = int(offsets[-1])
@@ -588,7 +660,9 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
         for ci, (g, m) in enumerate(cells):
             u = u_of(z, g, m)
             r0 = g.residuals(m, eff(g, u))
-            phi, d = _robust(r0, pri.f_scale)
+            rc = row_count[ci]
+            shift = np.where(rc >= 0, z[np.maximum(rc, 0)], 0.0) if len(rc) else 0.0
+            phi, d = _robust(r0 + shift, pri.f_scale)
             a, b = offsets[ci], offsets[ci + 1]
             res[a:b] = phi
             if J is None:
@@ -603,6 +677,9 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
                 if key in blocks:
                     start, idx = blocks[key]
                     J[a:b, start:start + len(idx)] += Jc[:, idx]
+            rows = np.nonzero(rc >= 0)[0]
+            if len(rows):
+                J[a + rows, rc[rows]] += d[rows]
         p = w_prior * (z - prior_mean)
         dp = np.ones(n)
         if robust_rows.any():
@@ -623,9 +700,15 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
             continue
         us = {m: u_of(z, g, m) for m in g.models}
 
-        def cost_at(r: float, g: Group = g, us: dict = us) -> float:
-            return float(sum(np.sum(_robust(g.residuals(m, efficiency_of(us[m], r, "fit")), pri.f_scale)[0] ** 2)
-                             for m in g.models))
+        shifts = {}
+        for ci, (gg, m) in enumerate(cells):
+            if gg is g:
+                rc = row_count[ci]
+                shifts[m] = np.where(rc >= 0, z[np.maximum(rc, 0)], 0.0) if len(rc) else 0.0
+
+        def cost_at(r: float, g: Group = g, us: dict = us, shifts: dict = shifts) -> float:
+            return float(sum(np.sum(_robust(g.residuals(m, efficiency_of(us[m], r, "fit")) + shifts[m],
+                                            pri.f_scale)[0] ** 2) for m in g.models))
 
         best = min(((cost_at(r * 1e9), r * 1e9) for r in KV_RESERVES_GB), key=lambda t: t[0])
         if best[1] != g.reserve_bytes:
@@ -664,6 +747,9 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
             sa, ia = blocks[a]
             sb, ib = blocks[b]
             cov_blocks[(a, b)] = cov[sa:sa + len(ia), sb:sb + len(ib)].copy()
+    counts = {k: float(z[i]) for k, i in count_idx.items()}
+    counts_sd = {k: float(np.sqrt(max(cov[i, i], 0.0))) if cov is not None else float("nan")
+                 for k, i in count_idx.items()}
     fracs: dict[str, list[float]] = {}
     for g in groups:
         if g.reserve_bytes is not None and g.limits.memory_bytes:
@@ -671,7 +757,8 @@ def fit_fleet(groups: list[Group], priors: Priors | None = None, prior_u: dict[s
     return FleetFit(engines=engines, terms=terms, sd=sd, cov_blocks=cov_blocks,
                     groups={g.key: g.info() for g in groups},
                     reserve_fraction={e: float(np.median(fracs[e])) if e in fracs else 0.0 for e in engines},
-                    cost=cost, n_obs=n_obs, dof=dof, n_params=n, priors=pri, sigma=sigma)
+                    cost=cost, n_obs=n_obs, dof=dof, n_params=n, priors=pri, sigma=sigma, counts=counts,
+                    counts_sd=counts_sd)
 
 
 def _levenberg_marquardt(evaluate: Any, z: np.ndarray, max_iter: int) -> tuple[np.ndarray, float]:

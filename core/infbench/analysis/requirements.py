@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from infbench.analysis.predict import Efficiency, default_efficiency, predict, serving_for
+from infbench.analysis.predict_inputs import parse_sets as _checked_sets
 from infbench.analysis.roofline import Limits, act_bytes, decode_ops, pass_totals, prefill_ops, weight_bytes
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
@@ -50,29 +51,14 @@ SET_KEYS = {
 
 
 def parse_sets(items: list[str] | None) -> dict[str, float]:
-    """``["memory_bandwidth_tb_s=8", "peak_bf16_tflops=2500"]`` -> a dict of floats.
+    """``["memory_bandwidth_tb_s=8", "peak_bf16_tflops=2500"]`` -> a dict of floats
+    (:func:`infbench.analysis.predict_inputs.parse_sets`: known keys, values within the
+    devices' physical bounds in both directions).
 
     Raises:
-        ConfigError: an item without ``=``, an unknown key or a value that is not a
-            positive number.
+        ConfigError: an item without ``=``, an unknown key or a value out of bounds.
     """
-    out: dict[str, float] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep:
-            raise ConfigError(f"--set {item!r} is not KEY=VALUE", hint="e.g. --set memory_bandwidth_tb_s=8")
-        ok = key in SET_KEYS or (key.startswith("peak_") and key.endswith("_tflops"))
-        if not ok:
-            raise ConfigError(f"--set: unknown key {key!r}", hint="keys: " + ", ".join(SET_KEYS))
-        try:
-            v = float(value)
-        except ValueError:
-            raise ConfigError(f"--set {key}: {value!r} is not a number") from None
-        if not v > 0:
-            raise ConfigError(f"--set {key}: must be positive, got {value}")
-        out[key] = v
-    return out
+    return _checked_sets(items)
 
 
 def custom_limits(base: Limits | None = None, sets: dict[str, float] | None = None, device_file: Path | None = None,

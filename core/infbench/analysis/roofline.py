@@ -63,6 +63,7 @@ from typing import Any
 import numpy as np
 
 from infbench.data import metrics as M
+from infbench.data.engine import precision_of
 from infbench.data.models import ModelShape
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
@@ -150,6 +151,44 @@ def act_bytes(precision: str) -> float:
     return 4.0 if precision == "fp32" else 2.0
 
 
+def expected_experts(experts: int, top_k: int, tokens: Any) -> np.ndarray:
+    """Expected distinct experts that ``tokens`` tokens route to in one MoE layer, each
+    token choosing ``top_k`` of ``experts`` uniformly (no expert twice for one token):
+    ``E (1 - (1 - k / E)^M)``. An expert is missed by one token with probability ``1 -
+    k / E`` (``C(E-1, k) / C(E, k)``), by ``M`` independent tokens with that to the
+    ``M``-th power. Mixtral (E = 8, k = 2): 2 at one token, 3.5 at two, 7.2 at 8, all 8
+    by 32: why its decode step reads more weights as the batch grows, where a dense
+    model's does not. Tokens may be an array (and fractional: a mean)."""
+    t = np.asarray(tokens, dtype=float)
+    if experts <= 1:
+        return np.ones_like(t)
+    return experts * (1.0 - (1.0 - min(top_k, experts) / experts) ** t)
+
+
+def config_terms(m: ModelShape, dtype: str, batch: Any = 1) -> dict[str, Any]:
+    """What a model's config implies for one decode step, with no fitted term: the
+    weight bytes read (attention, the experts a batch of ``batch`` sequences touches,
+    the LM head), the experts touched per MoE layer, the KV bytes per token
+    (``2 x layers x num_key_value_heads x head_dim x bytes``), the LM head's share of
+    the weight bytes (``vocab_size x hidden_size``: one matrix whether or not the
+    embeddings are tied) and whether they are tied (then the weights in memory hold it
+    once). Bytes in B; ``batch`` may be an array."""
+    precision = precision_of(dtype.lower())
+    bw, bkv = weight_bytes(dtype, precision), act_bytes(precision)
+    b = np.asarray(batch, dtype=float)
+    H, I, V, L = float(m.hidden), float(m.intermediate), float(m.vocab), float(m.layers)  # noqa: E741
+    q, k = float(m.heads * m.head_dim), float(m.kv_heads * m.head_dim)
+    touched = expected_experts(m.experts, m.experts_per_token, b)
+    attn = L * bw * (H * (q + 2 * k) + q * H)
+    ffn = L * bw * 3 * H * I * touched
+    head = bw * H * V
+    total = attn + ffn + head
+    return {"weight_bytes_per_step": total, "experts_touched": touched if m.experts > 1 else None,
+            "experts": m.experts, "experts_per_token": m.experts_per_token,
+            "kv_bytes_per_token": 2 * L * m.kv_heads * m.head_dim * bkv, "lm_head_share": head / total,
+            "tied_embeddings": bool(m.config.get("tie_word_embeddings"))}
+
+
 def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any, ctx: Any,
               ctx_read: Any, flash: bool = True,
               kv_reread: float = 0.0) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
@@ -185,7 +224,7 @@ def operators(m: ModelShape, precision: str, dtype: str, batch: Any, tokens: Any
     bw, bkv = weight_bytes(dtype, precision), act_bytes(precision)
     ba = bkv
     M = B * T
-    touched = E * (1.0 - (1.0 - e / E) ** M) if E > 1 else np.ones_like(M)
+    touched = expected_experts(m.experts, m.experts_per_token, M) if E > 1 else np.ones_like(M)
     L = float(m.layers)
     ops = {
         "qkv_proj": (2 * M * H * (q + 2 * k), bw * H * (q + 2 * k) + ba * M * (H + q + 2 * k), L),

@@ -49,6 +49,14 @@ def predict(
                                     "predictions for that (device, engine) use them. With --engine and no --device: "
                                     "fit the engine's profile over every device with stored cells of it, used for "
                                     "devices without cells of their own.")] = False,
+    no_builtin: Annotated[bool, Opt("--no-builtin", help="Ignore the built-in engine profiles (fitted on "
+                                    "LLM-Inference-Bench's published cells) and their intervals entirely: fit, "
+                                    "calibrate and predict from this home's own calibrations only (a leak-free "
+                                    "check of your own cells).")] = False,
+    device_label: Annotated[str | None, Opt("--device-label", help="When several campaigns map to one catalog "
+                                            "device (published hardware names, e.g. 'Intel PVC GPU' and 'Intel Max "
+                                            "1550'): --calibrate -d fits only this one's cells, and predictions use "
+                                            "its device terms.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database (for --calibrate).")] = None,
     run_id: Annotated[str | None, Opt("--run", help="Calibrate on this run's cells only (id prefix).")] = None,
     requirements_: Annotated[bool, Opt("--requirements", help="Compute, bandwidth and capacity needed to meet the "
@@ -136,10 +144,14 @@ def predict(
             _requirements(pm, home, shapes, limits, stacks, preset, slo_ttft, slo_tpot,
                           split(batch, "--batch", int) or [1], dtype, engine, as_json)
             return
+        builtin = not no_builtin
+        if device_label is not None and not devices_:
+            raise ConfigError("--device-label chooses a campaign of the --device given",
+                              hint="e.g. --device max-1550 --device-label 'Intel PVC GPU'")
         if calibrate_ and profile_only:
-            profile_report = _calibrate_profile(pm, home, engine, store_path, run_id)
+            profile_report = _calibrate_profile(pm, home, engine, store_path, run_id, builtin)
         elif calibrate_:
-            report_cal = _calibrate(pm, home, limits, stacks, engine, store_path, run_id)
+            report_cal = _calibrate(pm, home, limits, stacks, engine, store_path, run_id, builtin, device_label)
             fitted = {c["engine"] for c in report_cal}
             if engine == "generic" and len(fitted) == 1:
                 engine = fitted.pop()  # the only engine measured there: predict as it schedules
@@ -148,7 +160,8 @@ def predict(
                               hint="e.g. infbench predict --model llama-3-8b --device h100-sxm --engine vllm")
         bases: dict[str, Any] = {}
         for d, lim in limits.items():
-            b = resolve_basis(home, lim.id.split("+")[0], engine, stacks.get(d), what_if=d in what_if)
+            b = resolve_basis(home, lim.id.split("+")[0], engine, stacks.get(d), what_if=d in what_if,
+                              builtin=builtin, label=device_label)
             if eff_compute or eff_memory or overhead_ms is not None:
                 eff = b.efficiency_for(engine, lim, None)
                 eff = P.Efficiency.from_dict({**eff.__dict__, "eff_compute": eff_compute or eff.eff_compute,
@@ -193,8 +206,10 @@ def _file_vendor(device_file: Path | None) -> str | None:
 
 def add_intervals(rows: list[dict[str, Any]], bases: dict[str, Any], engine: str) -> None:
     """Give every prediction row its 90 % intervals (``interval``: metric -> ``[lo, hi]``),
-    the kinds of extrapolation they are calibrated for (``interval_kinds``) and the
-    calibration it used (``calibration``), in place."""
+    the kinds of extrapolation they are calibrated for (``interval_kinds``), where each
+    kind's residuals come from (``interval_source``: kind -> source, None for a kind no
+    table holds: then there is no interval, and ``notes`` says why) and the calibration it
+    used (``calibration``), in place."""
     from infbench.analysis.intervals import INTERVAL_METRICS, interval
 
     for r in rows:
@@ -202,21 +217,76 @@ def add_intervals(rows: list[dict[str, Any]], bases: dict[str, Any], engine: str
         kinds = b.kinds(engine, r["model"], r["input_len"], r["output_len"])
         r["calibration"] = b.describe()
         r["interval_kinds"] = sorted(kinds) or ["random"]
-        r["interval"] = {m: interval(r.get(m), b.quantile(engine, kinds, m)) for m in INTERVAL_METRICS}
+        iv: dict[str, list[float | None]] = {}
+        sources: dict[str, str | None] = {}
+        for m in INTERVAL_METRICS:
+            q, src = b.explain(engine, kinds, m)
+            iv[m] = interval(r.get(m), q)
+            for k, v in src.items():
+                if sources.get(k) is None:
+                    sources[k] = v
+        r["interval"] = iv
+        r["interval_source"] = sources
+        missing = sorted(k for k, v in sources.items() if v is None)
+        if missing:
+            r.setdefault("notes", []).append(
+                f"no interval: the calibration used has no held-out residuals of kind {', '.join(missing)} "
+                "(a model, device or length it never held out); fit a profile on cells of several models and "
+                "devices (`--calibrate --engine E`)")
+
+
+def _campaigns(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Stored rows of one catalog device by campaign: the published hardware name of
+    imported cells (two campaigns of one device stay apart), ``local`` for this site's."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        label = ((r.get("device") or {}).get("properties") or {}).get("published_name") or "local"
+        out.setdefault(str(label), []).append(r)
+    return out
 
 
 def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: dict[str, str | None], engine: str,
-               store_path: Path | None, run_id: str | None) -> list[dict[str, Any]]:
+               store_path: Path | None, run_id: str | None, builtin: bool = True,
+               device_label: str | None = None) -> list[dict[str, Any]]:
     """One calibration per (device, engine family) found among the stored cells (only
     ``engine``'s unless it is ``generic``), against the engine's profile; saved, and
-    returned as dicts."""
+    returned as dicts.
+
+    Cells of one catalog device from several campaigns (``Intel PVC GPU`` and ``Intel Max
+    1550`` both map to ``max-1550``) are not merged: ``device_label`` chooses one, and
+    without it several are refused with their names.
+
+    Raises:
+        ConfigError: no cells, several campaigns and no ``device_label`` (or an unknown one),
+            too few cells, or a home that cannot be written.
+    """
     from infbench.analysis import predict as P
-    from infbench.analysis.calibration import calibrate
+    from infbench.analysis.calibration import calibrate, save_device_calibration
 
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     report = []
     for d, lim in limits.items():
-        pts = P.measured_points(P.rows_of_device(pm, rows, d))
+        mine = P.rows_of_device(pm, rows, d)
+        camps = _campaigns(mine)
+        if device_label is not None:
+            chosen = {k: v for k, v in camps.items() if k.lower() == device_label.lower()}
+            if not chosen:
+                raise ConfigError(f"no cells of {d} from campaign {device_label!r}",
+                                  hint="campaigns of this device in the store: " + (", ".join(sorted(camps))
+                                                                                     or "none"))
+            camps = chosen
+        engines_here = {P.engine_family((r.get("spec") or {}).get("engine") or "generic") for r in mine}
+        wanted_e = [P.engine_family(engine)] if engine != "generic" else sorted(engines_here)
+        for e in wanted_e:
+            with_e = {k: [r for r in v if P.engine_family((r.get("spec") or {}).get("engine") or "generic") == e]
+                      for k, v in camps.items()}
+            with_e = {k: v for k, v in with_e.items() if v}
+            if len(with_e) > 1:
+                raise ConfigError(f"the store has cells of {d} / {e} from {len(with_e)} campaigns: "
+                                  + ", ".join(f"{k!r} ({len(v)} cells)" for k, v in sorted(with_e.items()))
+                                  + "; one calibration would merge devices that disagree",
+                                  hint="choose one with --device-label NAME")
+        pts = P.measured_points([r for v in camps.values() for r in v])
         by_engine: dict[str, list[dict[str, Any]]] = {}
         for p in pts:
             by_engine.setdefault(P.engine_family(p["engine"]), []).append(p)
@@ -226,10 +296,13 @@ def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: di
                               hint="run a sweep there, or import published results (`infbench import`)")
         for e in wanted:
             try:
-                cal = calibrate(by_engine.get(e, []), lim, engine=e, stack=stacks.get(d), home=home)
+                cal = calibrate(by_engine.get(e, []), lim, engine=e, stack=stacks.get(d), home=home,
+                                builtin=builtin)
             except ImportError as exc:
                 need("report", exc)
-            path = P.save_calibration(home, cal)
+            if device_label is not None:
+                cal.campaign = next(iter(camps))
+            path = save_device_calibration(home, cal)
             d_ = cal.to_dict()
             d_.pop("fit", None)  # the terms stay in the saved file; the report shows the parameters
             report.append({**d_, "saved": str(path)})
@@ -237,11 +310,16 @@ def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: di
 
 
 def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: Path | None,
-                       run_id: str | None) -> dict[str, Any]:
+                       run_id: str | None, builtin: bool = True) -> dict[str, Any]:
     """Fit ``engine``'s profile over every device with stored cells of it
-    (:func:`infbench.analysis.profile.fit_engine_profile`); saved beside the per-device
-    calibrations; returned as a dict."""
-    from infbench.analysis.calibration import fit_engine_profile, save_profile
+    (:func:`infbench.analysis.calibration.fit_engine_profile`); saved beside the per-device
+    calibrations; returned as a dict with what it was fitted on and what was left out.
+
+    Raises:
+        ConfigError: fewer usable cells than the profile has free parameters, or a home that
+            cannot be written.
+    """
+    from infbench.analysis.calibration import MIN_DEVICE_CELLS, fit_engine_profile, save_profile
     from infbench.analysis.predict import engine_family
     from infbench.analysis.profile import build_groups
 
@@ -249,15 +327,22 @@ def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: P
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     groups, skipped = build_groups(pm, rows, engines={e}, min_cells=1)
     try:
-        fit, table = fit_engine_profile(groups, e, home)
+        fit, table = fit_engine_profile(groups, e, home, builtin=builtin)
     except ImportError as exc:
         need("report", exc)
+    small = [g for g in groups if len(g.points) < MIN_DEVICE_CELLS]
+    skipped += [{"device": g.key, "catalog_id": g.device_id, "engine": e, "cells": len(g.points),
+                 "why": f"{len(g.points)} usable cells (< {MIN_DEVICE_CELLS})"} for g in small]
+    groups = [g for g in groups if len(g.points) >= MIN_DEVICE_CELLS]
     path = save_profile(home, e, fit, table, groups)
     return {"engine": e, "saved": str(path), "cells": sum(len(g.points) for g in groups),
             "devices": [{"device": g.key, "catalog_id": g.device_id, "stack": g.stack, "cells": len(g.points),
                          "parameters": fit.parameters(e, g.stack, g.key)} for g in groups],
             "parameters": fit.parameters(e), "stacks": sorted({g.stack for g in groups}),
-            "n_params": fit.n_params, "dof": fit.dof, "intervals": table.to_dict(), "left_out": skipped}
+            "free_parameters": len(fit.parameters(e)), "n_params": fit.n_params, "dof": fit.dof,
+            "prior": "built-in profile" if builtin else "generic priors (--no-builtin)",
+            "device_count_terms": fit.count_report(e),
+            "intervals": table.to_dict(), "left_out": skipped}
 
 
 def _requirements(pm: PluginManager, home: Path, shapes: list[Any], limits: dict[str, Any],
@@ -338,6 +423,14 @@ def _pct(v: Any) -> str:
 
 def _print_calibrations(report_cal: list[dict[str, Any]]) -> None:
     for c in report_cal:
+        out.print(f"[dim]{c['device_id']} / {c['engine']}: starting from the {c.get('prior') or 'generic priors'}"
+                  + ("" if "stored engine profile" in (c.get("prior") or "") else
+                     f" (fit your own first with `infbench predict --calibrate --engine {c['engine']}`, or pass "
+                     "--no-builtin)") + "[/]")
+        unknown = (c.get("excluded") or {}).get("unknown_model") or []
+        if unknown:
+            out.print(f"  [yellow]{len(unknown)} cells left out: models outside the zoo (no shape to predict "
+                      "from)[/]")
         et, ed, e = c["error_test"], c["error_default"], c["efficiency"]
         out.print(f"[bold]calibrated {c['device_id']} / {c['engine']}[/] on {c['n_train']} cells "
                   f"({c['sources'].get('published', 0)} published), {c['n_test']} held out: "
@@ -354,7 +447,14 @@ def _print_profile(p: dict[str, Any]) -> None:
     """The fitted engine profile: its parameters with 90 % ranges, per device the cells."""
     out.print(f"[bold]engine profile {p['engine']}[/] fitted on {p['cells']} cells of "
               + ", ".join(f"{d['device']} ({d['cells']})" for d in p["devices"])
-              + f"; {p['n_params']} coordinates, {p['dof']:.1f} effective parameters; saved {p['saved']}")
+              + f"; {p['free_parameters']} free parameters in the profile, {p['n_params']} coordinates in all, "
+              f"{p['dof']:.1f} effective; prior: {p['prior']}; saved {p['saved']}")
+    for s in p.get("left_out") or []:
+        out.print(f"  [yellow]left out: {s['device']} / {s['engine']}: {s.get('n', s['cells'])} cells "
+                  f"({s['why']})[/]")
+    for key, terms in (p.get("device_count_terms") or {}).items():
+        by_n = sorted(terms.items(), key=lambda t: int(t[0]))
+        out.print(f"  device-count terms of {key}: " + ", ".join(f"{n} devices x{v['factor']:.2f}" for n, v in by_n))
     t = Table(title="Engine profile (90 % ranges; docs/roofline.md)", header_style="bold")
     for c in ("parameter", "value", "90 % range", "bounds"):
         t.add_column(c, justify="left" if c == "parameter" else "right")
@@ -378,15 +478,22 @@ def _print_predictions(rows: list[dict[str, Any]]) -> None:
     for c in ("model", "device", "engine", "dtype", "tp", "pp", "batch", "in", "out", "TTFT ms", "TPOT ms", "E2E s",
               "batch s", "out tok/s", "total tok/s", "90 %", "waves", "fits"):
         t.add_column(c, justify="left" if c in ("model", "device", "engine", "dtype") else "right")
+    def num(v: float | None, scale: float, fmt: str) -> str:
+        return "[red]refused[/]" if v is None else format(v * scale, fmt)
+
     for r in rows:
         t.add_row(r["model"], r["device"], r["engine"], r["dtype"], str(r["tp"]), str(r["pp"]), str(r["batch"]),
-                  str(r["input_len"]), str(r["output_len"]), f"{r['ttft_s'] * 1e3:,.2f}", f"{r['tpot_s'] * 1e3:,.3f}",
-                  f"{r['e2e_s']:,.3f}", f"{r['duration_s']:,.3f}", f"{r['output_tok_s']:,.1f}",
-                  f"{r['total_tok_s']:,.1f}", _factor(r), f"{r['waves']:.2g}",
+                  str(r["input_len"]), str(r["output_len"]), num(r["ttft_s"], 1e3, ",.2f"),
+                  num(r["tpot_s"], 1e3, ",.3f"), num(r["e2e_s"], 1, ",.3f"), num(r["duration_s"], 1, ",.3f"),
+                  num(r["output_tok_s"], 1, ",.1f"), num(r["total_tok_s"], 1, ",.1f"), _factor(r),
+                  "-" if r.get("waves") is None else f"{r['waves']:.2g}",
                   {True: "yes", False: "[red]no[/]", None: "?"}[r["fits_memory"]])
     out.print(t)
     out.print("[dim]90 %: the E2E's 90 % interval as a factor (value x/ f spans value / f to value x f), from held-out "
               "residuals of the calibration; --json gives every metric's interval[/]")
+    notes = dict.fromkeys(n for r in rows for n in r.get("notes") or [])
+    for n in notes:
+        out.print(f"[yellow]note:[/] {n}")
     seen = set()
     for r in rows:
         cal = r.get("calibration") or {}
@@ -396,7 +503,8 @@ def _print_predictions(rows: list[dict[str, Any]]) -> None:
         seen.add(key)
         out.print(f"[dim]{r['device']} / {r['engine']}: calibration used: [bold]{cal.get('used', '?')}[/bold] "
                   f"({cal.get('detail', r['efficiency']['source'])}); intervals for: "
-                  f"{', '.join(r.get('interval_kinds') or ['-'])}[/]")
+                  f"{', '.join(r.get('interval_kinds') or ['-'])}, from "
+                  + "; ".join(f"{k}: {v or 'none'}" for k, v in (r.get("interval_source") or {}).items()) + "[/]")
 
 
 def register(app: typer.Typer) -> None:

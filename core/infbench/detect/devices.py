@@ -37,13 +37,29 @@ MAX_DEVICE_FILE_BYTES = 1 << 20
 PHYSICAL_LIMITS = {"memory_gib": 1e6, "bandwidth_tb_s": 1e5, "tdp_w": 1e6, "link_bandwidth_gb_s": 1e5}
 MAX_PEAK_TFLOPS = 1e7
 MAX_DEVICES_PER_PACKAGE = 64
+#: What every device that runs an LLM exceeds (per package), with why: a figure below its
+#: minimum is a typo or a unit slip (``1e-300``, TB/s written as B/s), and predicting from
+#: it gives latencies of 10^300 s. The same bounds hold for ``infbench predict --set``.
+PHYSICAL_MINIMA: dict[str, tuple[float, str]] = {
+    "memory_gib": (1 / 1024, "1 MiB: the smallest zoo model's weights alone (tiny-random-llama) take 2.6 MB"),
+    "bandwidth_tb_s": (1e-3, "1 GB/s: one channel of 1999's PC133 SDRAM moved 1.07 GB/s; no memory an LLM runs "
+                             "from is slower"),
+    "tdp_w": (0.1, "0.1 W: a microcontroller's budget; an accelerator or a CPU package draws more"),
+    "link_bandwidth_gb_s": (0.1, "0.1 GB/s: Gigabit Ethernet moves 0.125 GB/s; no device-to-device link is "
+                                 "slower"),
+}
+#: Smallest peak rate of any precision (TFLOP/s): 1 GFLOP/s, one core at 1 GHz doing one
+#: FLOP a cycle (a 1990s Pentium's rate); an LLM on less takes minutes per token.
+MIN_PEAK_TFLOPS = 1e-3
+MIN_PEAK_WHY = "1 GFLOP/s: one core at 1 GHz doing one FLOP a cycle (a 1990s Pentium)"
 
 
 def load_device_specs(path: str | Path) -> list[DeviceSpec]:
     """Read a ``devices.yaml`` (a list of :class:`DeviceSpec` mappings) as
     :mod:`infbench.data.inputs` reads every file: at most :data:`MAX_DEVICE_FILE_BYTES` of UTF-8
     YAML (no duplicate keys, bounded depth and aliases), every figure a finite positive
-    number within :data:`PHYSICAL_LIMITS`.
+    number within :data:`PHYSICAL_LIMITS` and above :data:`PHYSICAL_MINIMA` (peaks within
+    :data:`MIN_PEAK_TFLOPS` .. :data:`MAX_PEAK_TFLOPS`).
 
     Raises:
         ConfigError: an unreadable, binary or malformed file, a file that is not a list,
@@ -77,10 +93,17 @@ def load_device_specs(path: str | Path) -> list[DeviceSpec]:
 
 
 def _check_figures(entry: dict[str, Any], item: Any, p: Path, ident: str) -> None:
-    """Every figure of a device entry finite, positive and within :data:`PHYSICAL_LIMITS`."""
+    """Every figure of a device entry finite, positive and within :data:`PHYSICAL_MINIMA` ..
+    :data:`PHYSICAL_LIMITS` (peaks within :data:`MIN_PEAK_TFLOPS` .. :data:`MAX_PEAK_TFLOPS`)."""
     for key, hi in PHYSICAL_LIMITS.items():
         if entry.get(key) is not None:
-            number(entry[key], key, f"{p}:{node_line(item, key)}: device {ident}", 0.0, hi, lo_open=True)
+            where = f"{p}:{node_line(item, key)}: device {ident}"
+            v = number(entry[key], key, where, 0.0, hi, lo_open=True)
+            lo, why = PHYSICAL_MINIMA[key]
+            if v < lo:
+                raise ConfigError(f"{where}: {key} {v:g} is below {lo:g}, the least any device has ({why})",
+                                  hint="check the unit: bandwidth_tb_s is in TB/s, memory_gib in GiB, "
+                                       "link_bandwidth_gb_s in GB/s, tdp_w in W")
     peaks = entry.get("peak_tflops")
     if peaks is not None:
         where = f"{p}:{node_line(item, 'peak_tflops')}: device {ident}"
@@ -88,7 +111,11 @@ def _check_figures(entry: dict[str, Any], item: Any, p: Path, ident: str) -> Non
             raise ConfigError(f"{where}: peak_tflops is a mapping of precision -> TFLOP/s, got "
                               f"{type(peaks).__name__}")
         for prec, v in peaks.items():
-            number(v, f"peak_tflops.{prec}", where, 0.0, MAX_PEAK_TFLOPS, lo_open=True)
+            x = number(v, f"peak_tflops.{prec}", where, 0.0, MAX_PEAK_TFLOPS, lo_open=True)
+            if x < MIN_PEAK_TFLOPS:
+                raise ConfigError(f"{where}: peak_tflops.{prec} {x:g} is below {MIN_PEAK_TFLOPS:g} TFLOP/s, the "
+                                  f"least any device has ({MIN_PEAK_WHY})", hint="peak_tflops is in TFLOP/s (int8: "
+                                                                                 "TOPS)")
     if "devices_per_package" in entry:
         integer(entry["devices_per_package"], "devices_per_package", f"{p}:{node_line(item, 'devices_per_package')}"
                 f": device {ident}", 1, MAX_DEVICES_PER_PACKAGE)

@@ -215,10 +215,17 @@ def _connected_address(ray: Any) -> str | None:
 
 
 def _same_address(asked: str, current: str) -> bool:
-    """Whether ``--ray-address`` ``asked`` names the cluster at GCS ``current`` (HOST:PORT);
-    ``auto``/``local`` and ``ray://`` addresses count as the same (they cannot be compared)."""
-    if asked in ("auto", "local") or "://" in asked:
+    """Whether ``--ray-address`` ``asked`` names the cluster at GCS ``current`` (HOST:PORT).
+
+    ``auto``/``local`` count as the same (they mean "the cluster this machine knows"). A
+    ``ray://`` address names a Ray Client server, whose port is not the GCS's, so it cannot be
+    compared and never counts as the same: it is probed and connected to (issue 33's probe found a
+    ``ray://`` address silently answered by the cluster this process was already connected to).
+    """
+    if asked in ("auto", "local"):
         return True
+    if "://" in asked:
+        return False
     return asked.strip().rstrip("/") == current.strip()
 
 
@@ -237,7 +244,9 @@ def connect(address: str | None, timeout_s: float | None = None) -> bool:
     ray = import_ray()
     if ray.is_initialized():
         current = _connected_address(ray)
-        if address is None or current is None or _same_address(address, current):
+        if address is None or address in ("auto", "local"):
+            return False
+        if current is not None and _same_address(address, current):
             return False
         # Connected elsewhere (a library user's earlier cluster): the address asked for is
         # probed and connected to, never silently replaced by the one already open.

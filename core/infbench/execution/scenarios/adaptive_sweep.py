@@ -145,7 +145,8 @@ class Adaptive(Scenario):
         """How much was measured and predicted, per engine."""
         return {"adaptive": {"budget": self.spec.budget, "engines": {
             fam: {"planned": len(pl.cells), "measured": len(pl.measured),
-                  "predicted": len(pl.remaining()), "prior": pl.prior_source} for fam, pl in self.planners.items()}}}
+                  "predicted": len(pl.remaining()), "prior": pl.prior_source, "stopped": pl.stop_reason}
+            for fam, pl in self.planners.items()}}}
 
     # -- the host side of executors that run the engine elsewhere --------------------------
     def parts(self, ctx: RunContext) -> list[Part]:
