@@ -15,19 +15,7 @@ from typing import Any
 
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.engines.server_process import ManagedServerEngine
-
-
-def slots_needed(cells) -> int:
-    """Server slots for a group: the largest concurrency, batch or rate cap among its cells."""
-    n = 1
-    for c in cells:
-        ld = c.load
-        if ld is None or ld.mode == "batch":
-            n = max(n, c.batch)
-        else:
-            n = max(n, ld.concurrency or 16)
-    return n
+from infbench.engines.server_process import ManagedServerEngine, slots_needed
 
 
 class LlamaServerEngine(ManagedServerEngine):

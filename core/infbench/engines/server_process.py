@@ -142,6 +142,29 @@ def _stop_all() -> None:
         server.stop(grace_s=2.0)
 
 
+#: Options of a managed server's adapter that configure infbench's OpenAI client, not the
+#: server: they are never passed on as the engine's own arguments. An engine whose server has
+#: an argument of the same name (vLLM's ``tokenizer``) passes that one on; the others add it.
+CLIENT_OPTIONS = frozenset({"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
+                            "startup_timeout_s", "force_output", "extra_body", "extra_headers", "event_loop",
+                            "metrics_url"})
+
+
+def slots_needed(cells: Any) -> int:
+    """Server slots (concurrent sequences: vLLM's ``max_num_seqs``, SGLang's
+    ``max_running_requests``, llama.cpp's ``--parallel``) a group needs: the largest batch
+    (batch cells), concurrency (serving cells; 16 for an open-loop rate without a cap) among
+    ``cells`` (an iterable of :class:`~infbench.data.schema.Cell`), at least 1."""
+    n = 1
+    for c in cells:
+        ld = c.load
+        if ld is None or ld.mode == "batch":
+            n = max(n, c.batch)
+        else:
+            n = max(n, ld.concurrency or 16)
+    return n
+
+
 class ManagedServerEngine(OpenAIEngine):
     """An OpenAI-compatible server that infbench starts, drives and stops itself.
 

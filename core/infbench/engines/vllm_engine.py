@@ -43,18 +43,13 @@ from typing import Any
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
-from infbench.engines.llama_server import slots_needed
-from infbench.engines.server_process import ManagedServerEngine
+from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
 #: ``fp8`` is not a vLLM ``--dtype``: it runs as ``--quantization fp8`` (dynamic per-tensor
 #: FP8 weights and activations) over bfloat16 (vLLM docs, "FP8 W8A8"); the device's
 #: precision list decides where it is offered (H100/H200/MI300X, not A100 or the CPU).
 VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
-
-#: Options of the infbench adapters themselves, not passed to vLLM.
-ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "startup_timeout_s", "force_output", "extra_body", "extra_headers", "event_loop", "metrics_url"}
 
 #: Engine arguments whose False must be passed to the server as ``--no-<flag>`` (argparse
 #: BooleanOptionalAction in vllm/engine/arg_utils.py; their default is on).
@@ -153,7 +148,7 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
     # Off unless asked for: a cell's warm-up sends its timed prompts, so a prefix cache would
     # serve the timed prefill from the warm-up's KV blocks (TTFT without the prefill).
     args["enable_prefix_caching"] = False
-    args.update({k: v for k, v in options.items() if k not in ADAPTER_OPTIONS})
+    args.update({k: v for k, v in options.items() if k not in CLIENT_OPTIONS})
     return args
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.data.engine import EngineSpec
-from infbench.data.schema import DeviceBackends, DeviceInfo, DeviceSpec
-from infbench.detect.devices import packaged_specs
-from infbench.measure.power import NoPower, PowerSampler
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_amd import __version__
 from infbench_amd.smi import (
     AmdSmiCliSampler,

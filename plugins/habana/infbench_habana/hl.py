@@ -22,8 +22,7 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
-from infbench.measure.power import PowerSampler, now_ns
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading, PowerSampler, now_ns
 
 #: hl-smi fields read for detection, in this order.
 QUERY_FIELDS = ("index", "name", "bus_id", "driver_version", "memory.total", "uuid")

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.data.engine import EngineSpec
-from infbench.data.schema import DeviceBackends, DeviceInfo, DeviceSpec
-from infbench.detect.devices import packaged_specs
-from infbench.measure.power import NoPower, PowerSampler, StreamSampler
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    StreamSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_intel import __version__
 from infbench_intel.xpusmi import DumpParser, XpuSmiUnavailable, detect_groups, dump_argv, parse_version, run_xpusmi
 

@@ -18,7 +18,7 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading
 
 #: The dump metrics infbench reads: 1 = GPU Power (W), 8 = GPU Energy Consumed (J).
 POWER_METRIC, ENERGY_METRIC = 1, 8

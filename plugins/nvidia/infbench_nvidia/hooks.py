@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.data.engine import Engine, EngineSpec
-from infbench.data.schema import DeviceBackends, DeviceInfo, DeviceSpec
-from infbench.detect.devices import packaged_specs
-from infbench.measure.power import NoPower, PowerSampler
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    Engine,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_nvidia import __version__
 from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
 from infbench_nvidia.trtllm import TRTLLM_DTYPES
