@@ -100,7 +100,8 @@ class _Alias(importlib.abc.Loader):
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
     """A :data:`sys.meta_path` finder for the old module paths of :data:`MOVED`."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
         """The spec of an old path (its module is the new path's), None for any other name.
 
         Raises:

@@ -4,10 +4,11 @@ Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``wor
 ``ingest`` (:mod:`.run`) -> ``results`` (:mod:`.results`) -> ``report``, ``export``,
 ``compare`` (:mod:`.report`); ``import`` (:mod:`.importer`: published results);
 ``perplexity``, ``quantize`` (:mod:`.quality`); ``predict`` (:mod:`.predict`); ``devices``,
-``models``, ``plugins`` (:mod:`.catalog`) list what is available; ``containers``
-(:mod:`.containers`) builds worker images. The modules hold options and printing; what a
-command computes lives in the library (:mod:`infbench.plan.sweeps`, :mod:`infbench.execution.bookkeeping`, ...),
-where tests call it without a subprocess.
+``models`` (:mod:`.catalog`) and ``plugins`` (:mod:`.plugins_cmd`: also ``check`` and ``new``)
+list what is available; ``containers`` (:mod:`.containers`) builds worker images. The
+modules hold options and printing; what a command computes lives in the library
+(:mod:`infbench.plan.sweeps`, :mod:`infbench.execution.bookkeeping`, ...), where tests call it
+without a subprocess.
 
 Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
 2 bad input, 3 some cells failed (their errors are stored), 130 interrupted.
@@ -21,7 +22,18 @@ from typing import Annotated
 
 import typer
 
-from infbench.cli import catalog, containers, detect_cmd, importer, predict_cmd, quality_cmd, report, results, run_cmd
+from infbench.cli import (
+    catalog,
+    containers,
+    detect_cmd,
+    importer,
+    plugins_cmd,
+    predict_cmd,
+    quality_cmd,
+    report,
+    results,
+    run_cmd,
+)
 from infbench.cli.common import out
 from infbench.data.version import __version__
 
@@ -62,7 +74,8 @@ class _CleanFormatter(logging.Formatter):
 
 
 #: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect_cmd, run_cmd, results, report, importer, quality_cmd, predict_cmd, catalog, containers)
+COMMAND_MODULES = (detect_cmd, run_cmd, results, report, importer, quality_cmd, predict_cmd, catalog, plugins_cmd,
+                   containers)
 for _m in COMMAND_MODULES:
     _m.register(app)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
@@ -77,43 +76,7 @@ def models(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> N
     out.print(t)
 
 
-def plugins(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> None:
-    """List plugins: name, distribution and version, and the hooks each implements.
-
-    Plugins load from the entry-point group `infbench`; set INFBENCH_DISABLE_PLUGINS=a,b
-    to keep some from loading. See docs/plugins.md to write one.
-    """
-    from infbench.contract.registry import engine_specs
-
-    pm = plugin_manager()
-    infos = list(pm.infos.values())
-    specs = engine_specs(pm)
-    if as_json:
-        print_json({"plugins": [i.__dict__ for i in infos],
-                    "engines": [{"name": s.name, "platforms": s.platforms, "dtypes": s.dtypes,
-                                 "installed": s.factory is not None and not s.missing(),
-                                 "install": s.install} for s in specs.values()]})
-        return
-    t = Table(title="Plugins", header_style="bold")
-    for c in ("name", "distribution", "version", "module", "hooks", "status"):
-        t.add_column(c)
-    for i in infos:
-        st = "[red]" + i.error + "[/]" if i.error else ("disabled" if i.disabled else "[green]loaded[/]")
-        hooks = "\n".join(h.removeprefix("infbench_") for h in i.hooks) or "-"
-        t.add_row(i.name, i.distribution, i.version, i.module, hooks, st)
-    out.print(t)
-    e = Table(title="Engines", header_style="bold")
-    for c in ("engine", "platforms", "dtypes", "installed"):
-        e.add_column(c)
-    for s in specs.values():
-        miss = s.missing()
-        e.add_row(s.name, ", ".join(s.platforms), ", ".join(s.dtypes),
-                  "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({escape(s.install)})")
-    out.print(e)
-
-
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.command()(devices)
     app.command()(models)
-    app.command()(plugins)

@@ -166,3 +166,17 @@ def test_amdsmi_library_channels():
     c = channels_from_amdsmi(StandInAmdsmi(), "h0", t_ns=1, device_index=0)
     assert c.values == {"util_pct": 93.0, "mem_util_pct": 37.0, "clock_mhz": 2100.0, "temp_c": 74.0}
     assert c.throttle == ["throttled"]
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check amd``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="amd", kind="gpu", model="AMD Instinct MI300X",
+                       count=1, memory_bytes=192 * 2**30)
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

@@ -108,3 +108,17 @@ def test_catalog_matches_hl_names():
 
     s = match_device(hooks.infbench_device_catalog(), DeviceInfo(vendor="habana", kind="accelerator", model="HL-225"))
     assert s.id == "gaudi2" and s.per_device()["memory_bandwidth_bytes_s"] == pytest.approx(2.46e12)
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check habana``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="habana", kind="accelerator", model="HL-225",
+                       count=1, memory_bytes=96 * 2**30)
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

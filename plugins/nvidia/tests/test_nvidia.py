@@ -307,3 +307,17 @@ def test_device_processes_for_the_noisy_neighbour_check():
     assert rec["other_device_pids"] == seen
     assert sorted(rec["other_device_pids"] + rec["unseen_device_pids"]) == [99, 777, 4242]
     assert bool(contention_reasons(rec, "gpu")) is bool(seen)
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check nvidia``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3",
+                       count=1, memory_bytes=80 * 2**30, properties={"compute_capability": "9.0"})
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}
