@@ -58,7 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.measure.power import PowerSampler
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.8"
+CONTRACT_VERSION = "1.9"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
