@@ -58,8 +58,8 @@ class PowerSampler(ABC):
             ``time.perf_counter_ns()``.
 
         Raises:
-            Any exception: the monitor stops sampling and records the error as the
-            reason energy is unavailable; the cell itself goes on.
+            Exception: any; the monitor stops sampling and records the error as the
+                reason energy is unavailable; the cell itself goes on.
         """
 
     def read_channels(self) -> list[ChannelReading]:
@@ -72,7 +72,7 @@ class PowerSampler(ABC):
             One :class:`~infbench.data.schema.ChannelReading` per device; default ``[]``.
 
         Raises:
-            Any exception: the monitor stops reading channels and notes why; power goes on.
+            Exception: any; the monitor stops reading channels and notes why; power goes on.
         """
         return []
 
@@ -87,7 +87,7 @@ class PowerSampler(ABC):
             The PIDs, or None (the default) when the device cannot list them.
 
         Raises:
-            Any exception: the check notes it and stops asking; the cell goes on.
+            Exception: any; the check notes it and stops asking; the cell goes on.
         """
         return None
 
