@@ -194,29 +194,23 @@ def _run_quality(ex: Any, plan: Any, store: Store, opts: Any, n_ctx: int, as_jso
 
 def perplexity_after_run(plan: Any, text: Path, store: Store, pm: PluginManager, executor: Any, opts: Any, n_ctx: int,
                          chunks: int | None, as_json: bool) -> list[dict[str, Any]]:
-    """``infbench run --perplexity TEXT``: the perplexity of each real-weights group of the
-    run's plan (:func:`infbench.quality.runner.perplexity_requests`), measured by the
-    perplexity scenario on the run's executor; returns the stored rows
-    (:func:`infbench.store.quality.quality_results` items, gated)."""
-    from infbench.execution.scenarios.scoring import perplexity_plan
-    from infbench.quality.gate import with_gate
-    from infbench.quality.runner import perplexity_requests
-    from infbench.store.quality import quality_results
+    """``infbench run --perplexity TEXT``: the perplexity plan of the run's real-weights groups
+    (:func:`infbench.execution.orchestrator.perplexity_after_run_plan`) run on the run's
+    executor with a status line; returns the stored, gated rows
+    (:func:`infbench.execution.orchestrator.perplexity_rows`)."""
+    from infbench.execution.orchestrator import perplexity_after_run_plan, perplexity_rows
 
     try:
-        reqs, notes = perplexity_requests(plan, str(text), n_ctx, chunks, pm)
+        pplan, reqs, notes = perplexity_after_run_plan(plan, str(text), n_ctx, chunks, pm)
     except InfbenchError as exc:
         err.print(f"[red]perplexity not measured:[/] {escape(exc.message)}")
         return []
     for n in notes:
         err.print(f"[yellow]note:[/] {escape(n)}")
-    if not reqs:
+    if pplan is None:
         return []
-    summary = _run_quality(executor, perplexity_plan(reqs, plan.device), store, opts, n_ctx, as_json, "perplexity: ")
-    keys = {req.key() for req in reqs}
-    skipped = set(summary.quality_skipped)
-    return [dict(r, skipped=r["quality_key"] in skipped) for r in with_gate(quality_results(store))
-            if r["quality_key"] in keys]
+    summary = _run_quality(executor, pplan, store, opts, n_ctx, as_json, "perplexity: ")
+    return perplexity_rows(store, reqs, summary)
 
 
 def quantize(

@@ -33,12 +33,13 @@ def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | N
 def run_find_max(the_plan: Any, store: Store, opts: Any, executor: Any, mode: str, ttft_s: float | None,
                  tpot_s: float | None, goodput: float, limit: float | None, probes: int, as_json: bool) -> None:
     """``--find-max``: run the search (``the_plan``, from
-    :func:`infbench.execution.scenarios.find_max.find_max_plan`) on ``executor``, print the knee from the
-    stored probes.
+    :func:`infbench.execution.scenarios.find_max.find_max_plan`) on ``executor`` with a progress bar
+    and print the knee and the probes (:func:`infbench.execution.orchestrator.find_max_result`).
 
     Exits 3 when no probe passed because every probe failed, or nothing was measured."""
     from infbench.analysis.slo_search import SloTarget, knee_text, searches
     from infbench.cli.common import ProgressObserver
+    from infbench.execution.orchestrator import find_max_result
 
     plan = the_plan
     try:
@@ -53,11 +54,7 @@ def run_find_max(the_plan: Any, store: Store, opts: Any, executor: Any, mode: st
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] the probes measured so far are stored.")
         raise typer.Exit(130) from None
-    res = (summary.scenario or {}).get("find_max") or {"search_id": plan.scenario.search_id, "mode": mode,
-                                                       "knee": None, "first_fail": None, "probes": [],
-                                                       "stopped": "nothing measured", "slo": None}
-    rows = [r for r in store.results(run_id=summary.run_id, all_attempts=True)
-            if ((r.get("metrics") or {}).get("find_max") or {}).get("search_id") == plan.scenario.search_id]
+    res, rows = find_max_result(plan, store, summary, mode)
     found = next(iter(searches(rows)), None)
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path), "find_max": res})

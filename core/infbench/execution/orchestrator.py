@@ -388,3 +388,59 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
                       engine_process=r.engine_process)
     warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
     return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)
+
+
+def find_max_result(plan: Plan, store: Any, summary: Any, mode: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """After ``--find-max``'s plan (:func:`infbench.execution.scenarios.find_max.find_max_plan`)
+    ran: the search's result and its stored probes.
+
+    Args:
+        plan: the search's plan (its ``scenario.search_id`` names the probes).
+        store: the :class:`~infbench.store.Store` the run wrote.
+        summary: the run's :class:`~infbench.data.run.RunSummary`.
+        mode: ``concurrency`` or ``rate`` (for the empty result when nothing was measured).
+
+    Returns:
+        ``(result, probes)``: the scenario's ``find_max`` record (``knee``, ``first_fail``,
+        ``probes``, ``stopped``, ``slo``), or an empty one saying "nothing measured"; and the
+        stored rows of the search's probes, every attempt.
+    """
+    search_id = plan.scenario.search_id  # type: ignore[union-attr]  # a find-max plan has its scenario
+    res = (summary.scenario or {}).get("find_max") or {"search_id": search_id, "mode": mode, "knee": None,
+                                                       "first_fail": None, "probes": [],
+                                                       "stopped": "nothing measured", "slo": None}
+    rows = [r for r in store.results(run_id=summary.run_id, all_attempts=True)
+            if ((r.get("metrics") or {}).get("find_max") or {}).get("search_id") == search_id]
+    return res, rows
+
+
+def perplexity_after_run_plan(plan: Plan, text: str, n_ctx: int, chunks: int | None,
+                              pm: PluginManager) -> tuple[Plan | None, list[Any], list[str]]:
+    """``infbench run --perplexity TEXT``: the perplexity plan of the run's real-weights groups.
+
+    Returns:
+        ``(plan, requests, notes)``: the perplexity scenario's plan (None when no group has real
+        weights), its :class:`~infbench.data.scores.PerplexityRequest` items and notes for the
+        user (groups left out and why).
+
+    Raises:
+        InfbenchError: the text or a model cannot be scored (the run's cells stay stored).
+    """
+    from infbench.execution.scenarios.scoring import perplexity_plan
+    from infbench.quality.runner import perplexity_requests
+
+    reqs, notes = perplexity_requests(plan, text, n_ctx, chunks, pm)
+    return (perplexity_plan(reqs, plan.device) if reqs else None), reqs, notes
+
+
+def perplexity_rows(store: Any, reqs: list[Any], summary: Any) -> list[dict[str, Any]]:
+    """The stored, gated perplexity results of ``reqs`` after their plan ran
+    (:func:`infbench.store.quality.quality_results` items with the ``--max-ppl-increase`` gate),
+    each with ``skipped`` (already stored, not measured again)."""
+    from infbench.quality.gate import with_gate
+    from infbench.store.quality import quality_results
+
+    keys = {req.key() for req in reqs}
+    skipped = set(summary.quality_skipped)
+    return [dict(r, skipped=r["quality_key"] in skipped) for r in with_gate(quality_results(store))
+            if r["quality_key"] in keys]
