@@ -61,8 +61,8 @@ from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     names_match,
     torch_backend_problem,
     torch_probe,
@@ -110,7 +110,7 @@ def check_mii(device, backends, engine: str = BATCH) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(engine, device, backends, "PyTorch")
+    refused = local_only(engine, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch != "cuda":

@@ -41,9 +41,10 @@ from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.data.prompts import synthetic_prompts
-from infbench.data.schema import Cell, Load, RequestRecord
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
 from infbench.data.secrets import clean_text, redact_url, url_secrets
 from infbench.data.signals import run_event_loop
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport
 from infbench.measure.client import HttpClient, Response, endpoint_url
 from infbench.measure.derive import failure_causes
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
@@ -894,3 +895,13 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
         behind.append(f"release lag p99 {rel['p99']:.1f} ms > {BEHIND_RELEASE_MS:g} ms (requests left late)")
     return {"loop_lag_ms": lag, "release_lag_ms": rel, "behind": behind, "event_loop": loop,
             "stopped": stats.stopped}
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`) ---------------------
+
+def check_openai(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """The OpenAI client measures remote endpoints only: a local device is not what it runs on."""
+    if device.kind != "remote":
+        return EngineSupport("openai", UNSUPPORTED, "it measures an endpoint infbench did not start; the endpoint's "
+                             "hardware, not this device, serves it", fix="use --base-url URL (a remote device)")
+    return EngineSupport("openai", USABLE, f"endpoint {device.properties.get('base_url', device.model)}")

@@ -49,8 +49,8 @@ from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     torch_backend_problem,
     torch_probe,
 )
@@ -85,7 +85,7 @@ def check_optimum_habana(device, backends) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(NAME, device, backends, "PyTorch")
+    refused = local_only(NAME, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch != "hpu":

@@ -49,8 +49,8 @@ from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     names_match,
     torch_backend_problem,
     torch_probe,
@@ -93,7 +93,7 @@ def check_sglang(device, backends) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(NAME, device, backends, "PyTorch")
+    refused = local_only(NAME, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch not in SGLANG_TORCH:

