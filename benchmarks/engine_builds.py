@@ -16,7 +16,7 @@ least of the rounds) and the load average before and after.
 
 Part 2 (``--compile``): the source build of llama-cpp-python (the version installed here),
 timed as ``pip install --no-cache-dir llama-cpp-python==V`` into a fresh venv, once without
-and once with infbench's ``CMAKE_ARGS`` (:data:`infbench.engines.builds.LLAMA_CPP_CMAKE_ARGS`),
+and once with infbench's ``CMAKE_ARGS`` (:data:`infbench.libs.llama.LLAMA_CPP_CMAKE_ARGS`),
 each build checked by loading the library it made. Minutes each.
 
 Runs on a quiet CPU: under the shared lock, nothing else measuring
@@ -201,7 +201,7 @@ def main() -> None:
         data["command"] = "python benchmarks/engine_builds.py --rounds " \
                           f"{a.rounds}" + (" --compile" if a.compile else "")
     if a.compile:
-        from infbench.engines.builds import LLAMA_CPP_CMAKE_ARGS
+        from infbench.libs.llama import LLAMA_CPP_CMAKE_ARGS
 
         v = llama_cpp.__version__
         before = time_compile(v, None)

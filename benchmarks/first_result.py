@@ -19,6 +19,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -93,10 +94,16 @@ def measure() -> dict[str, Any]:
 
 
 def render(data: dict, variant: str | None = None) -> str:
-    """Markdown for docs/benchmarks.md and the README: the three steps' times and the target;
+    """Markdown for docs/benchmarks.md and the guide: the three steps' times and the target;
+    ``front``: the README's example (the time to the first result and the run's line per cell);
     ``transcript``: what ``infbench detect`` (its CPU engine table and the lines after it) and
     ``infbench run`` printed on that fresh install, as a code block."""
     d = data
+    if variant == "front":  # the README: what the run printed per cell, and the time to it
+        cells = [line for line in d.get("run_out") or [] if re.match(r"\[\d+/\d+\] ", line)]
+        return (f"From a fresh venv on a {d.get('cores', 2)}-core CPU, the first result took "
+                f"{d['first_result_s']:.0f} s (install, detect, run); `infbench run` printed a line per cell:\n\n"
+                "```\n$ infbench run\n...\n" + "\n".join(cells) + "\n```\n")
     if variant == "transcript":
         det = d.get("detect_out") or d.get("detect_tail") or []
         start = next((i for i, line in enumerate(det) if "Engines on cpu" in line), 0)

@@ -21,8 +21,8 @@ CPU-only nodes). The grid is nodes x cells; the cells grow with more output leng
 
 Second part (``makespan``): how long LLM-Inference-Bench's grid takes on a fleet of one
 device type, with whole groups (one task per group, the executor before group splitting)
-and with the driver's splitting (:class:`infbench.fleet.Splitter`), simulated in
-simulated time by :func:`infbench.fleet.simulate` (the driver's own scheduler and
+and with the driver's splitting (:class:`infbench.execution.executors.fleet.Splitter`), simulated in
+simulated time by :func:`infbench.execution.executors.fleet.simulate` (the driver's own scheduler and
 splitter): per device type of the published results, 8, 64 and 1,000 nodes; cell times
 from the calibrated prediction (:func:`lib_groups`), model loads from the weights' size
 over :data:`DISK_BYTES_S` plus the worker's start; the splitter sees each cell's time
@@ -55,8 +55,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 
+from infbench.contract.manager import build_plugin_manager  # noqa: E402
+from infbench.data.run import RunOptions  # noqa: E402
+from infbench.data.schema import DeviceInfo, Sweep  # noqa: E402
 from infbench.detect import detect  # noqa: E402
-from infbench.fleet import (  # noqa: E402
+from infbench.execution.bookkeeping import provenance  # noqa: E402
+from infbench.execution.executors.fleet import (  # noqa: E402
     WORKER_START_S,
     Estimates,
     Fleet,
@@ -67,9 +71,6 @@ from infbench.fleet import (  # noqa: E402
     plan_fleet,
     simulate,
 )
-from infbench.plugins import build_plugin_manager  # noqa: E402
-from infbench.run import RunOptions, provenance  # noqa: E402
-from infbench.schema import DeviceInfo, Sweep  # noqa: E402
 
 TYPES = [  # (device, Ray resources, share of the nodes)
     (DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=8, memory_bytes=80 * 2**30,
@@ -136,9 +137,9 @@ def lib_groups(pm, csv: Path = LIB_CSV, fits: Path = LIB_FITS) -> dict[str, dict
     cover are left out (with the count of cells left out).
     """
     from infbench.analysis import predict as pr
-    from infbench.data.plan import Group
-    from infbench.fleet import weights_bytes
-    from infbench.models import resolve
+    from infbench.data.groups import Group
+    from infbench.data.models import resolve
+    from infbench.execution.executors.fleet import weights_bytes
     from infbench.report.lib_import import published_cells, read_lib_csv
 
     fitted = {(g["device"], g["engine"]): g for g in json.loads(fits.read_text())["groups"] if g.get("efficiency")}
@@ -211,11 +212,12 @@ def fake_nodes(device: DeviceInfo, n: int) -> list[NodeReport]:
 
 
 def makespan(grid: dict, nodes: int, split: bool, seed: int = 0) -> dict:
-    """One simulated run of a device type's grid on ``nodes`` nodes (:func:`infbench.fleet.simulate`).
+    """One simulated run of a device type's grid on ``nodes`` nodes
+    (:func:`infbench.execution.executors.fleet.simulate`).
 
     The splitter does not know the true times: it sees each cell's true time times a
     log-normal error of the type's held-out calibration error (seeded), a load guess of
-    :data:`infbench.fleet.WORKER_START_S` plus the weights at the fleet module's own read
+    :data:`infbench.execution.executors.fleet.WORKER_START_S` plus the weights at the fleet module's own read
     rate until it observes one, and learns from each finished cell and load as the driver does.
     """
     import copy as _copy
@@ -277,7 +279,7 @@ def run_makespan(pm, node_counts=NODE_COUNTS) -> dict:
 
 
 def one(nodes: int, outputs: int, pm, prov: dict) -> dict:
-    from infbench.executors.ray import _spec_json
+    from infbench.execution.executors.ray import _spec_json
 
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     tracemalloc.start()

@@ -46,18 +46,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from infbench.contract.manager import build_plugin_manager
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.run import RunOptions
+from infbench.data.schema import Cell
+from infbench.detect.platforms.cpu import cpu_device
 from infbench.engines.device_proof import start_on_device
 from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
 from infbench.measure.cell import measure_cell
 from infbench.measure.contention import wait_for_quiet
 from infbench.measure.power import device_power_sampler as power_sampler
-from infbench.models import resolve
-from infbench.plan import Group
-from infbench.platforms.cpu import cpu_device
-from infbench.plugins import build_plugin_manager
-from infbench.run import RunOptions
-from infbench.schema import Cell
 from infbench.store import Store
 
 
@@ -129,7 +129,7 @@ def _device(pm, gpu: bool):
 
 
 def _started(pm, dev, g: Group, isolated: bool, opts: dict):
-    from infbench.engines.availability import device_backends
+    from infbench.contract.registry import device_backends
 
     eng = launch(pm, g.engine, dev, opts)
     if isolated:
@@ -283,7 +283,7 @@ def machine() -> dict:
 
     import psutil
 
-    from infbench.platforms.cpu import cpu_device
+    from infbench.detect.platforms.cpu import cpu_device
 
     dev = cpu_device()
     vers = {}

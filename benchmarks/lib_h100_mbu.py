@@ -26,8 +26,8 @@ from pathlib import Path
 
 from infbench.analysis.physics import LIB_H100_LLAMA3_8B, published_utilisation
 from infbench.analysis.roofline import Limits
-from infbench.devices import catalog, find_spec
-from infbench.plugins import get_plugin_manager
+from infbench.contract.manager import get_plugin_manager
+from infbench.detect.devices import catalog, find_spec
 
 
 def main() -> None:

@@ -91,7 +91,7 @@ def run(csv: Path, splits: list[str], write_profiles: bool, log: Any = print,
         run_split,
         summarize,
     )
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
     from infbench.report.lib_import import published_cells, read_lib_csv
     from infbench.store import Store
     from infbench.store.published import file_sha256, import_published
@@ -326,7 +326,7 @@ def run_cli(csv: Path, splits: list[str], log: Any = print, previous: dict[str, 
     out of the way (``--no-builtin``: it was fitted on every published cell)."""
     from infbench.analysis.profile import build_groups
     from infbench.analysis.validation import TARGETS, summarize
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
     from infbench.report.lib_import import published_cells, read_lib_csv
     from infbench.store import Store
     from infbench.store.published import file_sha256, import_published

@@ -39,12 +39,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from infbench.data.groups import Group  # noqa: E402
+from infbench.data.models import resolve  # noqa: E402
+from infbench.data.schema import Cell, Load, Trace  # noqa: E402
 from infbench.engines.openai import OpenAIEngine  # noqa: E402
 from infbench.engines.server_process import ServerProcess, free_port  # noqa: E402
-from infbench.models import resolve  # noqa: E402
-from infbench.plan import Group  # noqa: E402
-from infbench.schema import Cell, Load, Trace  # noqa: E402
-from infbench.target import remote_device  # noqa: E402
+from infbench.plan.target import remote_device  # noqa: E402
 
 IN_LEN, OUT_LEN = 32, 32
 TTFT_S, ITL_S = 0.050, 0.020

@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from infbench.data.schema import PowerReading
+from infbench.detect.platforms.cpu import rapl_sampler
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler, PowerMonitor, StreamSampler
-from infbench.platforms.cpu import rapl_sampler
-from infbench.schema import PowerReading
 
 TOOL = "import time\nwhile True:\n    print('100', flush=True)\n    time.sleep(0.1)\n"
 

@@ -27,9 +27,9 @@ import numpy as np
 
 from infbench.analysis.predict import default_efficiency, paged_schedule, predict, predict_points, serving_for
 from infbench.analysis.roofline import Limits, RooflineError
-from infbench.devices import catalog
-from infbench.models import resolve, zoo
-from infbench.plugins import get_plugin_manager
+from infbench.contract.manager import get_plugin_manager
+from infbench.data.models import resolve, zoo
+from infbench.detect.devices import catalog
 from infbench.report.lib_import import published_cells, read_lib_csv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def group_rows(pm, rows: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
     published hardware name of imported cells, else the catalog id. Rows on devices the
     catalog does not describe are left out."""
     from infbench.analysis.predict import device_catalog_id, engine_family
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     specs = catalog(pm)
     out: dict[tuple[str, str, str], list[dict]] = {}

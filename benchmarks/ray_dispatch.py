@@ -28,13 +28,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "core"), str(ROOT)]
 
+from infbench.contract.manager import build_plugin_manager  # noqa: E402
+from infbench.data import events as ev  # noqa: E402
+from infbench.data.run import RunOptions  # noqa: E402
+from infbench.data.schema import Sweep  # noqa: E402
 from infbench.detect import detect  # noqa: E402
-from infbench.executors import events as ev  # noqa: E402
-from infbench.executors.inprocess import InProcessExecutor  # noqa: E402
+from infbench.execution.bookkeeping import provenance  # noqa: E402
+from infbench.execution.executors.inprocess import InProcessExecutor  # noqa: E402
 from infbench.plan import plan  # noqa: E402
-from infbench.plugins import build_plugin_manager  # noqa: E402
-from infbench.run import RunOptions, provenance  # noqa: E402
-from infbench.schema import Sweep  # noqa: E402
 from infbench.store import Store  # noqa: E402
 
 DTYPES = ["f16", "q8_0", "f32", "q4_0", "bf16"]
@@ -68,7 +69,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ray_dispatch.json"))
     a = ap.parse_args()
-    from infbench.executors.ray import RayExecutor, detect_fleet
+    from infbench.execution.executors.ray import RayExecutor, detect_fleet
     from tests.support.ray_cluster import LocalRayCluster
 
     pm = build_plugin_manager()

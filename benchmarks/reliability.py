@@ -82,7 +82,7 @@ def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict:
 def option_scan(work: Path) -> dict:
     """Every ``infbench run`` option against every mode (:mod:`tests.support.option_scan`):
     how many pairs change the run, are refused, or are accepted and ignored."""
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
     from tests.support.option_scan import scan
 
     d = work / "option-scan"
@@ -109,7 +109,7 @@ def in_process_signals(n: int, rng: random.Random, work: Path) -> dict:
     """SIGINT/SIGTERM at a random observer event of an in-process run, sent there (half of
     the trials) or a random 0-50 ms later from a timer thread (which may land anywhere:
     in a measurement, a store write, or after the run ended)."""
-    from infbench.plugins import build_plugin_manager
+    from infbench.contract.manager import build_plugin_manager
 
     pm = build_plugin_manager()
     out = {"faults": 0, "landed_during_run": 0, "measured": 0, "lost": 0, "left_running": 0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from infbench.plugins import build_plugin_manager, get_plugin_manager
+from infbench.contract.manager import build_plugin_manager, get_plugin_manager
 from tests.support.home import make_home
 
 
@@ -49,6 +49,6 @@ def core_pm(monkeypatch):
 
 @pytest.fixture
 def cpu(pm):
-    from infbench.platforms.cpu import cpu_device
+    from infbench.detect.platforms.cpu import cpu_device
 
     return cpu_device()

@@ -9,17 +9,20 @@ The flow of a run follows the package layout:
 * :mod:`infbench.store`     keep every result with its provenance in SQLite
 * :mod:`infbench.report`    tables (and, later, plots)
 
-:mod:`infbench.run` ties them together; :mod:`infbench.cli` is the command line.
+:mod:`infbench.execution.bookkeeping` ties them together; :mod:`infbench.cli` is the command line.
 """
 
+from infbench import _moved
 from infbench.data.version import SCHEMA_VERSION, __version__
+
+_moved.install()  # infbench 0.1's module paths import, with a DeprecationWarning
 
 __all__ = ["SCHEMA_VERSION", "__version__"]
 
 
-def __getattr__(name: str):  # lazy: plugins write `from infbench import hookimpl`
+def __getattr__(name: str):  # lazy: 0.1's plugins write `from infbench import hookimpl`
     if name in ("hookimpl", "hookspec"):
-        from infbench import hookspecs
+        from infbench.contract import hookspecs
 
         return getattr(hookspecs, name)
     raise AttributeError(name)

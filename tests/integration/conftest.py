@@ -54,8 +54,8 @@ def ray_cluster(cpu_limits_file):
     """A real two-node Ray cluster on 127.0.0.1 (tests/support/ray_cluster.py): the head
     reports the test plugin's ``Raytest Alpha`` accelerator, the worker ``Raytest Beta``;
     both have this host's CPU. Started once per session, on first use."""
-    from infbench.errors import ConfigError
-    from infbench.executors.ray import import_ray
+    from infbench.data.errors import ConfigError
+    from infbench.execution.executors.ray import import_ray
 
     try:
         import_ray()

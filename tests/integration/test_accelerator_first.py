@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from infbench import hookimpl
-from infbench.executors.inprocess import InProcessExecutor
+from infbench.data.schema import DeviceInfo, Sweep
+from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
-from infbench.schema import DeviceInfo, Sweep
 from infbench.store import Store
 
 pytestmark = pytest.mark.integration
@@ -35,7 +35,7 @@ PLUGIN = '''"""Reports the device named by INFBENCH_FAKE_GPU (nvidia or amd) on 
 import os
 
 from infbench import hookimpl
-from infbench.schema import DeviceInfo
+from infbench.data.schema import DeviceInfo
 
 DEVICES = {DEVICES}
 

@@ -155,8 +155,8 @@ def test_engine_without_image_and_skewed_image_are_refused(cpu_image, docker_cli
     # An image that carries another store schema is refused before it starts.
     import io
 
+    from infbench.data.errors import VersionSkew
     from infbench.runtimes.docker_runtime import DockerRuntime
-    from infbench.worker import VersionSkew
 
     df = f"FROM {IMAGE}\nLABEL org.infbench.schema_version={SCHEMA_VERSION + 1}\n"
     docker_client.images.build(fileobj=io.BytesIO(df.encode()), tag="infbench/skew-test:1", network_mode="none",
@@ -179,8 +179,8 @@ def test_vendor_images_fail_clearly_without_their_registry(docker_client):
 
 def test_auto_runtime_on_vendor_hardware_without_its_image_runs_in_process(docker_client, pm):
     """A Docker engine answers but the NVIDIA image is not built: `auto` says so and runs in-process."""
-    from infbench.executors import choose_executor
-    from infbench.schema import DeviceInfo
+    from infbench.data.schema import DeviceInfo
+    from infbench.execution.executors import choose_executor
 
     notes: list[str] = []
     gpu = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")

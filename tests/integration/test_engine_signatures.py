@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, DeviceInfo
 from infbench.engines.hf_checkpoint import dummy_checkpoint
-from infbench.models import resolve
-from infbench.plan import Group
-from infbench.schema import Cell, DeviceInfo
 
 pytestmark = pytest.mark.integration
 

@@ -4,12 +4,12 @@ import time
 
 import pytest
 
-from infbench.errors import CellTimeout
-from infbench.measure.metrics import cell_metrics
-from infbench.models import resolve
-from infbench.plan import Group
-from infbench.schema import Cell
-from infbench.workloads.synthetic import synthetic_prompts
+from infbench.data.errors import CellTimeout
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.prompts import synthetic_prompts
+from infbench.data.schema import Cell
+from infbench.measure.derive import cell_metrics
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The executor contract (:class:`infbench.executors.Executor`), checked the same way for
+"""The executor contract (:class:`infbench.execution.executors.Executor`), checked the same way for
 every executor with the real llama.cpp engine: each pending cell ends as exactly one
 stored attempt with the plan's cell id; typed events arrive in order; stored-ok cells are
 skipped and ``force`` measures them again; the run's status and provenance are recorded.
@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import pytest
 
+from infbench.data import events as ev
+from infbench.data.run import RunOptions
+from infbench.data.schema import Sweep
 from infbench.detect import detect
-from infbench.executors import events as ev
-from infbench.executors.container import ContainerExecutor
-from infbench.executors.inprocess import InProcessExecutor
+from infbench.execution.bookkeeping import provenance
+from infbench.execution.executors.container import ContainerExecutor
+from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
-from infbench.run import RunOptions, provenance
-from infbench.schema import Sweep
 from infbench.store import Store
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def container(pm, cpu_image, tmp_path):
 
 @pytest.fixture
 def ray(pm, ray_cluster):
-    from infbench.executors.ray import RayExecutor
+    from infbench.execution.executors.ray import RayExecutor
 
     ray_cluster.connect()
     return lambda prov: RayExecutor(pm, prov)

@@ -132,12 +132,12 @@ db.execute("COMMIT")
 def test_locked_store(pm, tmp_path):
     """Another process holds an exclusive lock on the store: cells that cannot wait go to
     the journal and reach the store when the lock is gone."""
+    from infbench.data.events import CellStarted
+    from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.executors.events import CellStarted
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.execution.bookkeeping import provenance
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
-    from infbench.run import provenance
-    from infbench.schema import Sweep
     from infbench.store import Store
     from infbench.store.recovery import prepare
 

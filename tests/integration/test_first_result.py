@@ -38,7 +38,7 @@ def readme_first_command() -> str:
 
 def plain_install_examples() -> list[list[str]]:
     """The `infbench run --help` examples listed for a plain install, as argument lists."""
-    from infbench.cli.run import RUN_HELP
+    from infbench.cli.run_cmd import RUN_HELP
 
     block = RUN_HELP.split("**Examples** on a plain install", 1)[1].split("**More examples**", 1)[0]
     lines = [ln.split("#", 1)[0].split() for ln in block.splitlines() if ln.strip().startswith("infbench run")]
@@ -103,7 +103,8 @@ def test_default_sweep_stored_on_the_prebuilt_server(fresh):
 
 def test_detect_says_which_build_runs_and_what_compiling_adds(fresh):
     env, _, output = fresh
-    from infbench.engines.builds import LLAMA_CPP_INSTALL, measured
+    from infbench.engines.builds import measured
+    from infbench.libs.llama import LLAMA_CPP_INSTALL
 
     flat = " ".join(output.split())
     assert "cpu: `infbench run` measures the quick preset" in flat

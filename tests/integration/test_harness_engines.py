@@ -67,11 +67,11 @@ def _serving_cell(pm, tmp_path, starve: bool):
     127.0.0.1, measured by this process's client; with ``starve`` a busy Python thread in this
     process holds the interpreter for 50 ms at a time (switch interval), so the client's event
     loop waits."""
+    from infbench.data.run import RunOptions
+    from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
-    from infbench.run import RunOptions
-    from infbench.schema import Sweep
     from infbench.store import Store
 
     dev = detect(pm).devices[0]

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool(name: str, cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
+def _tool(name: str, cwd: Path, pythonpath: Path | str) -> subprocess.CompletedProcess:
     """Run ``lint-imports`` or ``mypy`` in ``cwd`` (its pyproject.toml) on the package found at ``pythonpath``."""
     env = {**os.environ, "PYTHONPATH": str(pythonpath)}
     cmd = [shutil.which("lint-imports") or "lint-imports"] if name == "lint-imports" else [sys.executable, "-m", "mypy"]
@@ -37,8 +37,13 @@ def scratch(tmp_path):
     return tmp_path
 
 
+def _code(root: Path) -> str:
+    """PYTHONPATH for the core and the six plugins under ``root`` (not the installed copies)."""
+    return os.pathsep.join([str(root / "core"), *(str(d) for d in sorted((root / "plugins").iterdir()) if d.is_dir())])
+
+
 def test_the_layer_contracts_hold():
-    p = _tool("lint-imports", ROOT, ROOT / "core")
+    p = _tool("lint-imports", ROOT, _code(ROOT))
     assert p.returncode == 0, p.stdout[-3000:]
     assert "0 broken" in p.stdout and "KEPT" in p.stdout
 
@@ -57,6 +62,21 @@ def test_a_cycle_between_two_packages_of_one_layer_breaks_them(scratch):
                  "    return PRESETS\n")                        # ...and analysis imports plan back
     p = _tool("lint-imports", scratch, scratch / "core")
     assert p.returncode != 0 and "BROKEN" in p.stdout, p.stdout[-3000:]
+
+
+def test_a_plugin_importing_past_the_public_api_breaks_them(scratch):
+    """A vendor plugin imports infbench.plugin only: a scratch copy of the AMD plugin that
+    reaches into infbench.engines.vllm_engine fails the contract, named with the line."""
+    shutil.copytree(ROOT / "plugins", scratch / "plugins", ignore=shutil.ignore_patterns("__pycache__", "tests"))
+    path = _code(scratch)
+    assert _tool("lint-imports", scratch, path).returncode == 0
+    f = scratch / "plugins/amd/infbench_amd/hooks.py"
+    f.write_text(f.read_text() + "\n\ndef _sneaky():\n    from infbench.engines.vllm_engine import VLLM_DTYPES\n\n"
+                 "    return VLLM_DTYPES\n")
+    p = _tool("lint-imports", scratch, path)
+    assert p.returncode != 0 and "plugins import only infbench.plugin BROKEN" in " ".join(p.stdout.split()), \
+        p.stdout[-3000:]
+    assert "infbench_amd.hooks -> infbench.engines.vllm_engine" in p.stdout
 
 
 def test_mypy_is_clean_and_strict_on_the_data_layer(scratch):

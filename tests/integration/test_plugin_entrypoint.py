@@ -61,3 +61,25 @@ def test_device_detected_and_disable(venv):
     det = json.loads(run(venv, "detect", "--json", INFBENCH_TESTPLUGIN_DEVICE="1",
                          INFBENCH_DISABLE_PLUGINS="testplugin"))
     assert "testvendor" not in [d["vendor"] for d in det["devices"]]
+
+
+def test_a_new_plugin_from_the_template_installs_lists_conforms_and_tests(tmp_path):
+    """`infbench plugins new acme`, then pip-installed (built by setuptools from its own
+    pyproject, into a folder on the path as above), listed by `infbench plugins`, passing
+    `infbench plugins check acme` and its own pytest suite."""
+    subprocess.run([sys.executable, "-m", "infbench.cli", "plugins", "new", "acme", "--out", str(tmp_path)],
+                   check=True, capture_output=True, text=True)
+    root, site = tmp_path / "infbench-acme", tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-index", "--target", str(site), str(root)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    plugins = {q["name"]: q for q in json.loads(run(site, "plugins", "--json"))["plugins"]}
+    assert plugins["acme"]["distribution"] == "infbench-acme" and plugins["acme"]["error"] is None
+    assert set(plugins["acme"]["hooks"]) == {"infbench_detect", "infbench_supported_precisions",
+                                             "infbench_power_sampler", "infbench_device_catalog"}
+    check = json.loads(run(site, "plugins", "check", "acme", "--json"))
+    assert check["conforming"] and check["failed"] == []
+    path = os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH", "")) if x)
+    t = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=root,
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": path}, timeout=600)
+    assert t.returncode == 0 and "1 passed" in t.stdout, t.stdout[-2000:]

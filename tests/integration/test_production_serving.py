@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from infbench.analysis.slo_search import saturation
+from infbench.data.groups import Group
+from infbench.data.models import ModelShape, resolve
+from infbench.data.run import RunOptions
+from infbench.data.schema import Cell, Load
+from infbench.detect.platforms.cpu import cpu_device, infbench_power_sampler
 from infbench.engines.openai import OpenAIEngine
 from infbench.measure.cell import measure_cell
 from infbench.measure.power import NoPower
-from infbench.models import ModelShape, resolve
-from infbench.plan import Group
-from infbench.platforms.cpu import cpu_device, infbench_power_sampler
-from infbench.run import RunOptions
-from infbench.schema import Cell, Load
-from infbench.target import remote_device
+from infbench.plan.target import remote_device
 from tests.integration.test_cli import infbench
 from tests.support.slo_stub import SloStub
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from infbench.executors import events as ev
+from infbench.data import events as ev
 from infbench.store import Store
 from infbench.store.nodes import cell_node
 from tests.integration.test_cli import infbench
@@ -100,11 +100,11 @@ def test_one_sweep_per_device_type(ray_cluster, tmp_path):
 def test_missing_model_path_fails_its_group(ray_cluster, pm, tmp_path):
     """A real model path must exist on the node that runs its group (no shared file
     system): a path the node does not have fails the group with a clear error."""
+    from infbench.data.groups import Group, Plan
+    from infbench.data.models import resolve
+    from infbench.data.schema import Cell
     from infbench.detect import detect
-    from infbench.executors.ray import RayExecutor
-    from infbench.models import resolve
-    from infbench.plan import Group, Plan
-    from infbench.schema import Cell
+    from infbench.execution.executors.ray import RayExecutor
 
     dev = detect(pm).devices[0]
     ghost = str(tmp_path / "not-on-the-node.gguf")
@@ -183,11 +183,11 @@ def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
     """The Ray driver claims its cells like the other executors: a cell another live run on
     the store is measuring is skipped with who holds it, the rest is measured, and the
     driver's own claims are gone when it ends."""
+    from infbench.data.groups import Group, Plan
+    from infbench.data.models import resolve
+    from infbench.data.schema import Cell
     from infbench.detect import detect
-    from infbench.executors.ray import RayExecutor
-    from infbench.models import resolve
-    from infbench.plan import Group, Plan
-    from infbench.schema import Cell
+    from infbench.execution.executors.ray import RayExecutor
     from infbench.store import claims
 
     dev = detect(pm).devices[0]
@@ -211,11 +211,12 @@ def _split_run(ray_cluster, pm, tmp_path, observer):
     seconds each here, so the cells outweigh a second part's start on this busy 2-core host: about
     17 s from the task's start to its first cell), each node loading it from the same path, through
     the Ray executor."""
+    from infbench.data.run import RunOptions
+    from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.executors.ray import RayExecutor
+    from infbench.execution.bookkeeping import provenance
+    from infbench.execution.executors.ray import RayExecutor
     from infbench.plan import plan
-    from infbench.run import RunOptions, provenance
-    from infbench.schema import Sweep
     from tests.integration.test_real_weights import _smollm2
 
     det = detect(pm)
@@ -365,11 +366,12 @@ def test_node_killed_mid_sweep(ray_cluster, pm, tmp_path):
     """A worker raylet dies after finishing a cell: its finished cells are kept, the rest
     of its group runs on the surviving node, every cell is stored once. Runs last: it
     replaces the killed node with a fresh one for whatever follows."""
+    from infbench.data.run import RunOptions
+    from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.executors.ray import RayExecutor
+    from infbench.execution.bookkeeping import provenance
+    from infbench.execution.executors.ray import RayExecutor
     from infbench.plan import plan
-    from infbench.run import RunOptions, provenance
-    from infbench.schema import Sweep
 
     head, worker = ray_cluster.nodes[:2]
     det = detect(pm)

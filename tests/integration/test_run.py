@@ -4,12 +4,13 @@ the sweep goes on, Ctrl-C keeps what finished, a re-run resumes."""
 import pytest
 
 from infbench import hookimpl
+from infbench.data.run import RunOptions
+from infbench.data.schema import Sweep
 from infbench.detect import detect
 from infbench.engines.llama_cpp_engine import LlamaCppEngine
-from infbench.executors.inprocess import InProcessExecutor
+from infbench.execution.bookkeeping import provenance
+from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
-from infbench.run import RunOptions, provenance
-from infbench.schema import Sweep
 from infbench.store import Store
 
 pytestmark = pytest.mark.integration
@@ -134,8 +135,8 @@ class SteadyTenWatts:
     def infbench_power_sampler(self, device):
         import time
 
+        from infbench.data.schema import PowerReading
         from infbench.measure.power import PowerSampler
-        from infbench.schema import PowerReading
 
         class S(PowerSampler):
             name, source = "steady-10w", "energy_counter"

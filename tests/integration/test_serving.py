@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
+from infbench.data.groups import Group
+from infbench.data.models import ModelShape
+from infbench.data.schema import Cell, Load
 from infbench.engines.openai import OpenAIEngine
-from infbench.models import ModelShape
-from infbench.plan import Group
-from infbench.schema import Cell, Load
-from infbench.target import remote_device
+from infbench.plan.target import remote_device
 from tests.support.stub_server import StubServer
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def test_each_load_mode(stub):
 
 
 def test_missing_key_variable_is_a_clear_error(stub, monkeypatch):
-    from infbench.errors import ConfigError
+    from infbench.data.errors import ConfigError
 
     monkeypatch.delenv("INFBENCH_TEST_KEY", raising=False)
     with pytest.raises(ConfigError, match="INFBENCH_TEST_KEY"):

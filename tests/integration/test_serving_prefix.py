@@ -14,11 +14,11 @@ import sys
 
 import pytest
 
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, Dataset, Load, Trace
+from infbench.detect.platforms.cpu import cpu_device
 from infbench.engines.llama_server import LlamaServerEngine
-from infbench.models import resolve
-from infbench.plan import Group
-from infbench.platforms.cpu import cpu_device
-from infbench.schema import Cell, Dataset, Load, Trace
 from infbench.workloads.chat import file_digest
 
 pytestmark = pytest.mark.integration

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
+from infbench.data.groups import Group
+from infbench.data.models import ModelShape
+from infbench.data.run import RunOptions
+from infbench.data.schema import Cell, Dataset, Load, Trace
 from infbench.engines.openai import OpenAIEngine
 from infbench.measure.cell import measure_cell
 from infbench.measure.power import NoPower
-from infbench.models import ModelShape
-from infbench.plan import Group
-from infbench.run import RunOptions
-from infbench.schema import Cell, Dataset, Load, Trace
-from infbench.target import remote_device
+from infbench.plan.target import remote_device
 from tests.support.stub_server import StubServer
 
 pytestmark = pytest.mark.integration
@@ -164,8 +164,8 @@ def test_no_stream_measures_e2e_only(stub, endpoint):
 
 
 def test_tokenizer_counts_compared_with_usage(stub, tmp_path):
+    from infbench.data.models import resolve
     from infbench.engines.hf_dummy import dummy_hf_dir
-    from infbench.models import resolve
 
     tok = str(dummy_hf_dir(resolve("tiny"), tmp_path / "hf"))
     same = measure(engine(stub, tokenizer=tok), cell("normal", batch=3))

@@ -14,11 +14,11 @@ import time
 import httpx
 import pytest
 
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, Load
+from infbench.detect.platforms.cpu import cpu_device
 from infbench.engines.vllm_engine import VllmServerEngine, server_argv, vllm_args
-from infbench.models import resolve
-from infbench.plan import Group
-from infbench.platforms.cpu import cpu_device
-from infbench.schema import Cell, Load
 from infbench.store import Store
 
 pytestmark = [pytest.mark.integration, pytest.mark.vllm]
@@ -160,7 +160,7 @@ def test_cli_serving_run_then_ctrl_c(tmp_path):
 def test_server_replays_conversations(server_engine, tmp_path):
     """A dataset cell on vLLM's chat endpoint: output lengths forced per conversation; the
     prompt tokens vLLM counted are the words plus its chat template's tokens."""
-    from infbench.schema import Dataset
+    from infbench.data.schema import Dataset
     from infbench.workloads.chat import chat_requests, file_digest, word_count
     from tests.support.conversations import write_conversations
 
@@ -207,7 +207,7 @@ def test_prefix_cache_hits_from_traces_and_shared_prefixes_only(server_engine, t
     """Repeated trace hash_ids and the shared-prefix workload give vLLM prefix-cache hits;
     distinct prompts give none (vLLM caches whole blocks, 128 tokens on the CPU: no chance
     match, and a shared prefix must span whole blocks to be reused)."""
-    from infbench.schema import Trace
+    from infbench.data.schema import Trace
     from infbench.workloads.chat import file_digest
 
     e, base = server_engine
@@ -254,7 +254,7 @@ def test_tokenizer_gives_exact_text_prompts(server_engine):
 
 def test_multi_turn_sessions_on_vllm_chat(server_engine, tmp_path):
     """Turn k+1's prompt (vLLM's own count) holds turn k's prompt and vLLM's answer to it."""
-    from infbench.schema import Dataset
+    from infbench.data.schema import Dataset
     from infbench.workloads.chat import file_digest
     from tests.support.conversations import write_conversations
 
@@ -282,9 +282,9 @@ def test_server_metrics_scraped_per_cell_with_prefix_hits_only_on_reuse(server_e
     """The cell's own scrape of vLLM's /metrics (issue 16 part 7): the server's TTFT histogram
     counts exactly this cell's requests (+1 warm-up) and sits below the client's TTFT;
     prefix-cache hits appear only when prompts repeat (vLLM V1 caches prefixes by default)."""
+    from infbench.data.run import RunOptions
     from infbench.measure.cell import measure_cell
     from infbench.measure.power import NoPower
-    from infbench.run import RunOptions
 
     e, cell = server_engine
     m = resolve("tiny")

@@ -80,12 +80,13 @@ def signal_in_process(store_path: Path, signum: int, at_event: int, delay_s: flo
         ``{"measured": cell ids the engine measured, "kept": ids in the store,
         "statuses": run statuses, "interrupted": bool, "attempts": stored attempts}``.
     """
-    from infbench import session, signals
+    from infbench.data import signals
+    from infbench.data.schema import Sweep
     from infbench.detect import detect
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.execution import session
+    from infbench.execution.bookkeeping import provenance
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
-    from infbench.run import provenance
-    from infbench.schema import Sweep
     from infbench.store import Store
 
     det = detect(pm)

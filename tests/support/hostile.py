@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from infbench import SCHEMA_VERSION, __version__
-from infbench.measure.metrics import cell_metrics
-from infbench.schema import Cell, CellResult, DeviceInfo, RequestRecord
+from infbench.data.schema import Cell, CellResult, DeviceInfo, RequestRecord
+from infbench.measure.derive import cell_metrics
 from infbench.store import Store
 
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="Hostile CPU")

@@ -52,13 +52,14 @@ def main(store: str, where: str, engine_process: bool = True) -> None:
     """Measure 3 cells with :class:`NativeBlock` blocking in ``where``, with SIGTERM handled as the
     command line handles it; prints each model load and cell start, then JSON. ``engine_process``
     False measures it beside infbench, as before issue 30 (SIGTERM then waits for the C call)."""
-    from infbench import signals, testing
+    from infbench import testing
+    from infbench.data import signals
     from infbench.data.events import CellStarted, GroupLoading
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.data.run import RunOptions
+    from infbench.data.schema import Sweep
+    from infbench.detect.platforms.cpu import cpu_device
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
-    from infbench.platforms.cpu import cpu_device
-    from infbench.run import RunOptions
-    from infbench.schema import Sweep
     from infbench.store import Store
     from tests.support.native_engine import Launcher as Importable  # not __main__'s: the engine process imports it
 

@@ -4,7 +4,7 @@ options do nothing in which mode.
 For each mode (:data:`MODES`: a batch sweep, serving cells, ``--find-max``, ``--adaptive``,
 ``--perplexity``) and each option of ``infbench run`` (read from the command itself, so a
 new option cannot be forgotten), the run is prepared as ``infbench run`` prepares it
-(:func:`infbench.orchestrator.prepare`, then the executor and the user's power source),
+(:func:`infbench.execution.orchestrator.prepare`, then the executor and the user's power source),
 once without the option and once with a value of it (:data:`VALUES`). The two are compared
 by :func:`effect`, a summary of everything the run will do: the executor, every planned
 cell (its spec, warm-up and load), the scenario (a search's settings, an adaptive budget),
@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from infbench.errors import InfbenchError
+from infbench.data.errors import InfbenchError
 
 #: The modes of ``infbench run``: the flags each adds to a small sweep of the tiny model.
 MODES: dict[str, dict[str, Any]] = {
@@ -133,7 +133,7 @@ def flag(name: str) -> str:
 
 def effect(prep: Any) -> dict[str, Any]:
     """What a prepared run will do (see the module doc), as plain data to compare."""
-    from infbench.registry import engine_specs
+    from infbench.contract.registry import engine_specs
 
     specs = engine_specs(prep.pm)
     cells = [c for p in prep.plans for c in p.cells]
@@ -181,7 +181,7 @@ def prepared_effect(flags: dict[str, Any], pm: Any) -> tuple[str, Any]:
     """``("ok", effect)`` for a run given ``flags`` (RunRequest field values), or
     ``("refused", message)`` when infbench refuses it as a usage error."""
     from infbench.data.request import checked_request
-    from infbench.orchestrator import prepare
+    from infbench.execution.orchestrator import prepare
 
     try:
         prep = prepare(checked_request(**flags), pm)

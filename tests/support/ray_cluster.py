@@ -39,7 +39,7 @@ def _free_port() -> int:
 
 def _amdsmi_broken() -> bool:
     """An amdsmi binding without ROCm's library raises KeyError on import (see
-    :func:`infbench.executors.ray.import_ray`); Ray's processes then need it hidden."""
+    :func:`infbench.execution.executors.ray.import_ray`); Ray's processes then need it hidden."""
     import sys
 
     if "amdsmi" in sys.modules and sys.modules["amdsmi"] is None:
@@ -70,7 +70,7 @@ class LocalRayCluster:
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         os.environ["RAY_TMPDIR"] = str(self.root)
         os.environ.pop("RAY_ADDRESS", None)
-        from infbench.executors.ray import import_ray
+        from infbench.execution.executors.ray import import_ray
 
         ray = import_ray()
         import ray._private.ray_constants as rc

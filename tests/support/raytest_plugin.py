@@ -10,9 +10,7 @@ so it is found through the ``infbench`` entry point like an installed plugin.
 
 import os
 
-from infbench import hookimpl
-from infbench.engines.base import EngineSpec
-from infbench.schema import DeviceInfo
+from infbench.plugin import DeviceInfo, EngineSpec, hookimpl
 
 
 @hookimpl

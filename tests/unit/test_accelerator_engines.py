@@ -11,12 +11,13 @@ import types
 import pytest
 
 from infbench import hookimpl
+from infbench.contract.registry import engine_specs
+from infbench.data.errors import ConfigError, DeviceMismatch
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, DeviceInfo
 from infbench.engines import availability as av
 from infbench.engines.options import unknown_engine_args
-from infbench.errors import ConfigError, DeviceMismatch
-from infbench.models import resolve
-from infbench.plan import Group, engine_specs
-from infbench.schema import Cell, DeviceInfo
 
 H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=1, memory_bytes=80 * 2**30,
                   properties={"compute_capability": "9.0"})
@@ -104,8 +105,8 @@ def test_sglang_arguments_and_command_line():
 
 
 def test_sglang_refuses_gguf_and_unknown_models():
+    from infbench.data.models import ModelShape
     from infbench.engines.sglang_server import sglang_args
-    from infbench.models import ModelShape
 
     g = group("sglang-server", "bfloat16")
     with pytest.raises(ConfigError, match="llama.cpp-server"):
@@ -129,8 +130,8 @@ def test_mii_pipeline_and_generation_arguments():
 
 
 def test_mii_checkpoint_is_written_at_the_dtype_and_a_real_folder_must_match(tmp_path):
+    from infbench.data.models import ModelShape
     from infbench.engines.mii_engine import model_folder
-    from infbench.models import ModelShape
 
     g = group("deepspeed-mii", "bfloat16", batch=(1,))
     path, dummy = model_folder(g)
@@ -314,7 +315,7 @@ def test_detect_rows_name_status_and_install_command(pm, device, rows):
 
 
 def test_cpu_detect_lists_none_of_them(pm):
-    from infbench.platforms.cpu import cpu_device
+    from infbench.detect.platforms.cpu import cpu_device
 
     names = {r.engine for r in av.engine_table(pm, cpu_device())}
     assert not names & {"deepspeed-mii", "deepspeed-mii-server", "sglang-server", "optimum-habana"}

@@ -61,7 +61,7 @@ def _store_with_models(path: Path, models: list[str]) -> Path:
 def test_engine_arg_url_credentials_are_redacted_where_the_store_writes_them(tmp_path):
     """``--engine-arg base_url=http://bob:pw@host/v1`` was stored verbatim in the run's
     command and provenance (only the key's name was checked)."""
-    from infbench.secrets import command_line
+    from infbench.data.secrets import command_line
 
     argv = ["infbench", "run", "--engine", "openai", "--engine-arg", f"base_url=http://bob:{SECRET}@host/v1",
             "--base-url", f"http://h/v1?api_key={SECRET}", "--engine-arg", f"extra=http://h/v1?token={SECRET}x",

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.workloads.chat import ChatRequest, chat_requests, read_conversations, word_count
 from tests.support.conversations import write_conversations
 

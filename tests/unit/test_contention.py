@@ -117,7 +117,7 @@ def test_monitor_without_a_device_list_and_without_proc(tmp_path):
 
 def test_physics_check_names_the_neighbours():
     """The contention record in a cell's metrics becomes one of its suspect reasons."""
-    from infbench.schema import Cell, CellResult, DeviceInfo, RequestRecord
+    from infbench.data.schema import Cell, CellResult, DeviceInfo, RequestRecord
 
     cell = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=4, output_len=2)
     dev = DeviceInfo(vendor="cpu", kind="cpu", model="x")

@@ -1,6 +1,6 @@
 """CPU plugin: precisions from ISA flags, device info of this host."""
 
-from infbench.platforms.cpu import isa_flags, precisions_from_flags
+from infbench.detect.platforms.cpu import isa_flags, precisions_from_flags
 
 
 def test_precisions_from_flags():

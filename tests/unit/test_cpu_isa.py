@@ -1,4 +1,4 @@
-"""CPU theoretical peaks (infbench.platforms.cpu_isa) against hand calculations:
+"""CPU theoretical peaks (infbench.detect.platforms.cpu_isa) against hand calculations:
 cores x max clock x FLOP per cycle per core, for real CPUs' published figures."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import struct
 
 import pytest
 
-from infbench.platforms.cpu import cpu_limits
-from infbench.platforms.cpu_isa import (
+from infbench.data.schema import DeviceInfo
+from infbench.detect.platforms.cpu import cpu_limits
+from infbench.detect.platforms.cpu_isa import (
     avx512_fma_units,
     cpu_theoretical,
     dimm_bandwidth,
@@ -16,7 +17,6 @@ from infbench.platforms.cpu_isa import (
     max_clock_hz,
     platform_bandwidth,
 )
-from infbench.schema import DeviceInfo
 
 
 def cpu(model: str, flags: list[str], cores: int, vendor: str = "GenuineIntel", family: int = 6,
@@ -147,7 +147,7 @@ def test_server_platform_bandwidth():
 
 
 def test_cpu_limits_keep_attainable_beside_the_peaks(monkeypatch):
-    from infbench.platforms import cpu_isa
+    from infbench.detect.platforms import cpu_isa
 
     monkeypatch.setattr(cpu_isa, "dimm_bandwidth", lambda: (None, "no SMBIOS memory devices"))
     d = cpu("Intel(R) Xeon(R) Gold 6248 CPU", ["avx2", "fma", "avx512f"], 20)

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 
 from infbench import hookimpl
-from infbench.default_sweep import default_for_run, default_sweep
+from infbench.contract.hookspecs import CONTRACT_VERSION
+from infbench.data.errors import ConfigError, DeviceMismatch
+from infbench.data.schema import DeviceBackends, DeviceInfo
 from infbench.detect import detect
 from infbench.engines import availability as av
 from infbench.engines.device_proof import check_ggml_placement, ggml_placement, group_failure, vllm_log_device
-from infbench.errors import ConfigError, DeviceMismatch
-from infbench.hookspecs import CONTRACT_VERSION
+from infbench.execution.default_sweep import default_for_run, default_sweep
 from infbench.plan import PRESETS, plan
-from infbench.schema import DeviceBackends, DeviceInfo
-from infbench.sweeps import build_sweep
+from infbench.plan.sweeps import build_sweep
 
 H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", properties={"compute_capability": "9.0"})
 MI300X = DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI300X", properties={"gfx_version": "gfx942"})
@@ -48,7 +48,7 @@ def gpu_pm(pm):
 @pytest.fixture
 def no_image(monkeypatch):
     """The image candidate as on a host where the image is not built (no Docker engine needed)."""
-    import infbench.default_sweep as ds
+    import infbench.execution.default_sweep as ds
 
     def image(pm, device, engine, runtime="auto"):
         return av.EngineSupport(engine, av.MISSING, "the worker image is not built on this host",
@@ -64,7 +64,7 @@ def probes(monkeypatch, torch=CPU_TORCH, vllm=CPU_VLLM, ggml=CPU_GGML):
 
 
 def test_contract_has_the_default_sweep_hook():
-    import infbench.hookspecs as hs
+    import infbench.contract.hookspecs as hs
 
     assert tuple(map(int, CONTRACT_VERSION.split("."))) >= (1, 4)
     assert "1.4 adds ``infbench_default_sweep``" in " ".join(hs.__doc__.split())

@@ -1,8 +1,8 @@
 """PCI detection on a sysfs tree the test writes, merged with plugin reports."""
 
+from infbench.contract.hookspecs import hookimpl
+from infbench.data.schema import DeviceInfo
 from infbench.detect import detect, scan_pci
-from infbench.hookspecs import hookimpl
-from infbench.schema import DeviceInfo
 
 
 def pci(root, addr, vendor, cls, device="0x0000"):

@@ -3,12 +3,12 @@ merge of engine specs across plugins."""
 
 import pytest
 
-from infbench.devices import find_spec, load_device_specs, match_device
-from infbench.engines.base import EngineSpec
-from infbench.errors import ConfigError
-from infbench.plan import engine_specs
-from infbench.schema import DeviceInfo, DeviceSpec
-from infbench.site import site_config, site_section
+from infbench.contract.registry import engine_specs
+from infbench.contract.site import site_config, site_section
+from infbench.data.engine import EngineSpec
+from infbench.data.errors import ConfigError
+from infbench.data.schema import DeviceInfo, DeviceSpec
+from infbench.detect.devices import find_spec, load_device_specs, match_device
 
 
 def spec(**kw):
@@ -55,7 +55,7 @@ def test_site_config(tmp_path, monkeypatch):
 
 
 def test_engine_specs_merge_platforms_and_dtypes(pm):
-    from infbench.hookspecs import hookimpl
+    from infbench.contract.hookspecs import hookimpl
 
     class Vendor:
         @hookimpl

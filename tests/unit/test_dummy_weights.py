@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from infbench.data.models import resolve  # noqa: E402
 from infbench.engines.dummy_weights import INIT_STD, build_hf_model, fill_block, random_block  # noqa: E402
-from infbench.models import resolve  # noqa: E402
 
 
 def config_of(name):

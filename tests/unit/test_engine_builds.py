@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from infbench.default_sweep import default_sweep
 from infbench.engines import availability as av
 from infbench.engines import builds
+from infbench.execution.default_sweep import default_sweep
+from infbench.libs import llama as llama_lib
 from infbench.plan import PRESETS, plan
-from infbench.sweeps import build_sweep
+from infbench.plan.sweeps import build_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A stand-in of benchmarks/results/engine_builds.json (the figures are made up for the test).
@@ -37,7 +38,7 @@ def data(monkeypatch):
 @pytest.fixture
 def cpu_image(monkeypatch):
     """The CPU worker image as built and answering (no Docker engine needed)."""
-    import infbench.default_sweep as ds
+    import infbench.execution.default_sweep as ds
 
     def image(pm, device, engine, runtime=None):
         return av.EngineSupport(engine, av.USABLE, "built", where="docker image infbench/cpu-llamacpp:x")
@@ -163,8 +164,8 @@ def test_setup_pyproject_and_readme_build_llama_cpp_with_infbench_flags():
     def flat(text):
         return " ".join(text.replace("\\\n", "").split())
 
-    want = f'CMAKE_ARGS="{builds.LLAMA_CPP_CMAKE_ARGS}"'
+    want = f'CMAKE_ARGS="{llama_lib.LLAMA_CPP_CMAKE_ARGS}"'
     assert want in flat((ROOT / "scripts" / "setup.sh").read_text())
-    assert want in flat((ROOT / "README.md").read_text())
+    assert want in flat((ROOT / "docs" / "guide.md").read_text())  # the README links the guide
     py = flat((ROOT / "pyproject.toml").read_text().replace("#", ""))
-    assert all(f in py for f in builds.LLAMA_CPP_CMAKE_ARGS.split())
+    assert all(f in py for f in llama_lib.LLAMA_CPP_CMAKE_ARGS.split())

@@ -18,11 +18,11 @@ import time
 import psutil
 import pytest
 
-from infbench.data.plan import Group
+from infbench.data.errors import CellTimeout, ConfigError, DeviceMismatch
+from infbench.data.groups import Group
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, DeviceInfo
 from infbench.engines import process as P
-from infbench.errors import CellTimeout, ConfigError, DeviceMismatch
-from infbench.models import resolve
-from infbench.schema import Cell, DeviceInfo
 from infbench.testing import FakeEngine
 
 CPU = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU")
@@ -109,7 +109,7 @@ def test_errors_arrive_with_their_type_message_and_place():
     try:
         with pytest.raises(RuntimeError, match="fake failure at batch 2") as info:
             ep.run(cell(batch=2), [[1] * 4] * 2)
-        assert "(at testing.py:" in info.value.remote_description
+        assert "(at __init__.py:" in info.value.remote_description  # infbench/testing/__init__.py
         out = ep.run(cell(batch=1), [[1] * 4])          # the engine goes on after an error
         assert len(out.records) == 1
     finally:
@@ -204,8 +204,8 @@ class _Steady:
 
     @staticmethod
     def sampler():
+        from infbench.data.schema import PowerReading
         from infbench.measure.power import PowerSampler
-        from infbench.schema import PowerReading
 
         class S(PowerSampler):
             name, source = "steady", "power"
@@ -221,9 +221,9 @@ def test_the_session_isolates_in_process_engines_only(tmp_path):
     its own process (no infbench thread beside it, harness mode 'own process'); the stand-in
     stays here; --no-engine-process keeps an isolating engine here and flags its cells."""
     from infbench import hookimpl, testing
-    from infbench.data.plan import Plan
-    from infbench.executors.inprocess import InProcessExecutor
-    from infbench.run import RunOptions
+    from infbench.data.groups import Plan
+    from infbench.data.run import RunOptions
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.store import Store
 
     class Launch:

@@ -7,10 +7,18 @@ import signal
 
 import pytest
 
-from infbench.errors import ConfigError
-from infbench.fleet import Fleet, NodeReport, Scheduler, WorkItem, fleet_dict, plan_fleet, task_resources
-from infbench.plan import Group
-from infbench.schema import Cell, DeviceInfo, Sweep
+from infbench.data.errors import ConfigError
+from infbench.data.groups import Group
+from infbench.data.schema import Cell, DeviceInfo, Sweep
+from infbench.execution.executors.fleet import (
+    Fleet,
+    NodeReport,
+    Scheduler,
+    WorkItem,
+    fleet_dict,
+    plan_fleet,
+    task_resources,
+)
 
 CPU = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU", count=1)
 H100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=4)
@@ -119,7 +127,7 @@ def test_eligibility_excludes_nodes_without_the_engine():
 
 
 def test_sigterm_becomes_an_interrupt_and_composes():
-    from infbench.executors.ray import _sigterm_interrupts
+    from infbench.execution.executors.ray import _sigterm_interrupts
 
     before = signal.getsignal(signal.SIGTERM)
     with _sigterm_interrupts(signal.SIG_DFL), pytest.raises(KeyboardInterrupt):
@@ -140,7 +148,7 @@ def test_sigterm_becomes_an_interrupt_and_composes():
 
 # -- splitting a group over free nodes (simulated fleets) --------------------------------------------------
 
-from infbench.fleet import Estimates, Splitter, best_tail, simulate, split_item  # noqa: E402
+from infbench.execution.executors.fleet import Estimates, Splitter, best_tail, simulate, split_item  # noqa: E402
 
 
 def group_item(key, device, n, engine="llama.cpp", tp=1, output_len=16):

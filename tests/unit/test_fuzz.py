@@ -22,8 +22,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infbench.errors import InfbenchError
-from infbench.schema import Sweep
+from infbench.data.errors import InfbenchError
+from infbench.data.schema import Sweep
 from infbench.store import Store
 from tests.support.hostile import cell_result, cli, digest, make_store, worker_folder
 
@@ -67,7 +67,7 @@ def _tmp(tmp_path_factory, name: str) -> Path:
 @FUZZ
 @given(data=st.dictionaries(st.sampled_from(FIELDS), values, max_size=6))
 def test_fuzz_sweep_files_structured(tmp_path_factory, data):
-    from infbench.sweeps import build_sweep
+    from infbench.plan.sweeps import build_sweep
 
     count("sweep files (structured YAML)")
     f = _tmp(tmp_path_factory, "sw") / "s.yaml"
@@ -93,7 +93,7 @@ yaml_tokens = st.sampled_from(["models:", "batch:", " [", "]", "{", "}", "&a", "
 @given(parts=st.lists(st.one_of(yaml_tokens, st.text(max_size=10)), max_size=60),
        raw=st.binary(max_size=200))
 def test_fuzz_sweep_files_raw(tmp_path_factory, parts, raw):
-    from infbench.sweeps import build_sweep
+    from infbench.plan.sweeps import build_sweep
 
     count("sweep files (raw text and bytes)")
     d = _tmp(tmp_path_factory, "raw")
@@ -203,7 +203,7 @@ PROV_PATHS = [("status",), ("provenance",), ("schema_version",), ("spec_hash",),
        prov_edits=st.lists(st.tuples(st.sampled_from(PROV_PATHS), values), max_size=2),
        junk=st.lists(st.binary(max_size=30), max_size=2), cut=st.integers(min_value=0, max_value=400))
 def test_fuzz_ingest_folders(tmp_path_factory, fixed_store, cell_edits, prov_edits, junk, cut):
-    from infbench.worker import check_cell, ingest
+    from infbench.execution.worker import check_cell, ingest
 
     count("ingest folders")
     d = _tmp(tmp_path_factory, "w")
@@ -376,7 +376,7 @@ device_entry = st.fixed_dictionaries(
 def test_fuzz_device_files(tmp_path_factory, entries, raw):
     import math
 
-    from infbench.devices import MAX_PEAK_TFLOPS, PHYSICAL_LIMITS, load_device_specs
+    from infbench.detect.devices import MAX_PEAK_TFLOPS, PHYSICAL_LIMITS, load_device_specs
 
     count("device files (--device-file)")
     f = _tmp(tmp_path_factory, "dev") / "dev.yaml"
@@ -457,8 +457,8 @@ toml_key = st.sampled_from(["base_url", "api_key_env", "system", "count", "power
                                  st.lists(st.tuples(toml_key, toml_value), max_size=4)), max_size=3),
        raw=st.one_of(st.none(), st.binary(max_size=60)))
 def test_fuzz_site_config(tmp_path_factory, monkeypatch_module, tables, raw):
-    from infbench.platforms.remote import RemotePlatform
-    from infbench.site import site_config, site_section
+    from infbench.contract.site import site_config, site_section
+    from infbench.detect.platforms.remote import RemotePlatform
 
     count("site config (site.toml)")
     f = _tmp(tmp_path_factory, "site") / "site.toml"
@@ -501,7 +501,7 @@ def test_fuzz_writer_targets(tmp_path_factory, kind, writer, nested):
     import os
     import stat
 
-    from infbench.outputs import EXPORT_JSON, WORKER_SPEC, OutputRefused, write_output
+    from infbench.data.outputs import EXPORT_JSON, WORKER_SPEC, OutputRefused, write_output
     from infbench.report.data import LIB_CSV
     from infbench.report.tables import RESULTS_CSV
     from tests.support.hostile import special_file
@@ -511,7 +511,7 @@ def test_fuzz_writer_targets(tmp_path_factory, kind, writer, nested):
     target = (d / "sub" / "out") if nested else d / "out"
     target.parent.mkdir(parents=True, exist_ok=True)
     out_kind = {"csv": RESULTS_CSV, "json": EXPORT_JSON, "lib-csv": LIB_CSV, "spec": WORKER_SPEC}.get(writer)
-    from infbench.outputs import COMPARE_HTML
+    from infbench.data.outputs import COMPARE_HTML
 
     out_kind = out_kind or COMPARE_HTML
     sample = {"csv": "cell_id,spec_hash,run_id,status\n", "json": '[{"cell_id": "x"}]',
@@ -554,10 +554,10 @@ arg_text = st.one_of(values.map(lambda v: json.dumps(v, default=str)), st.text(m
 def test_fuzz_engine_argument_types(engine, picks):
     """Any `--engine-arg KEY=VALUE` on an engine's own keys is typed within its bounds or
     refused with exit 2, before anything runs; never a traceback, never a value out of bounds."""
+    from infbench.contract.manager import get_plugin_manager
+    from infbench.contract.registry import engine_specs
     from infbench.data.engine_options import check_engine_args, parse_engine_args
-    from infbench.plugins import get_plugin_manager
-    from infbench.registry import engine_specs
-    from infbench.schema import canonical_json
+    from infbench.data.schema import canonical_json
 
     count("engine-argument types (--engine-arg)")
     specs = engine_specs(get_plugin_manager())
@@ -670,9 +670,9 @@ def test_fuzz_nan_and_inf_in_every_gate(tmp_path_factory, fixed_store, gate, val
 def test_fuzz_lengths_against_context(n_in, n_out):
     """A sweep is refused when planned exactly when input + output exceeds the model's
     context (tiny-random-llama: 2,048 tokens)."""
+    from infbench.contract.manager import get_plugin_manager
+    from infbench.detect.platforms.cpu import cpu_device
     from infbench.plan import plan
-    from infbench.platforms.cpu import cpu_device
-    from infbench.plugins import get_plugin_manager
 
     count("lengths against the model's context")
     sw = Sweep(models=["tiny-random-llama"], engines=["llama.cpp"], dtypes=["f16"], batch=[1], input_len=[n_in],
@@ -691,7 +691,7 @@ def test_fuzz_lengths_against_context(n_in, n_out):
 def test_fuzz_options_by_modes(tmp_path_factory, mode, pair):
     """Two options together in one mode: with the second given, the first still changes the
     run or is refused; never accepted and ignored (the scan of test_option_scan.py, by pairs)."""
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
     from tests.support.option_scan import ALWAYS, BASE, MODES, files, prepared_effect, run_options
     from tests.support.option_scan import values as option_values
 

@@ -3,9 +3,9 @@
 import gguf
 import pytest
 
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape, gguf_config, resolve
 from infbench.engines.gguf_dummy import dummy_gguf_size, write_dummy_gguf
-from infbench.errors import ConfigError
-from infbench.models import ModelShape, gguf_config, resolve
 
 
 @pytest.mark.parametrize("dtype,qtype", [("f16", "F16"), ("q8_0", "Q8_0"), ("q4_0", "Q4_0"), ("bf16", "BF16")])

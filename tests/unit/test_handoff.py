@@ -11,14 +11,14 @@ from infbench import testing
 from infbench.data import events as ev
 from infbench.data import handoff
 from infbench.data.run import RunOptions, RunSummary
-from infbench.executors.inprocess import InProcessExecutor
-from infbench.executors.raynode import hand_off_here
+from infbench.data.schema import Sweep
+from infbench.execution.executors.inprocess import InProcessExecutor
+from infbench.execution.executors.raynode import hand_off_here
+from infbench.execution.scenarios import make_scenario
+from infbench.execution.scenarios.find_max import FindMax
+from infbench.execution.scenarios.scoring import Perplexity
+from infbench.execution.session import RunContext
 from infbench.plan import plan
-from infbench.scenarios import make_scenario
-from infbench.scenarios.find_max import FindMax
-from infbench.scenarios.perplexity import Perplexity
-from infbench.schema import Sweep
-from infbench.session import RunContext
 from infbench.store import Store
 
 

@@ -20,7 +20,7 @@ import pytest
 from rich.console import Console
 
 from infbench import SCHEMA_VERSION
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.store import Store, StoreError
 from tests.support.hostile import (
     cell_result,
@@ -351,7 +351,7 @@ def test_site_config_problems(tmp_path, monkeypatch):
 
 def test_detect_exit_status_on_plugin_errors(monkeypatch):
     from infbench import hookimpl
-    from infbench.plugins import build_plugin_manager
+    from infbench.contract.manager import build_plugin_manager
 
     class Broken:
         @hookimpl
@@ -361,7 +361,7 @@ def test_detect_exit_status_on_plugin_errors(monkeypatch):
     pm = build_plugin_manager()
     pm.register(Broken(), name="broken")
     monkeypatch.setattr("infbench.cli.common.plugin_manager", lambda: pm)
-    monkeypatch.setattr("infbench.cli.detect.plugin_manager", lambda: pm)
+    monkeypatch.setattr("infbench.cli.detect_cmd.plugin_manager", lambda: pm)
     r = cli("detect", code=1)
     assert "plugin broken failed to detect" in r.output and "\x1b" not in r.output
     det = json.loads(cli("detect", "--json", code=1).stdout)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from infbench.errors import ConfigError
-from infbench.schema import Cell, DeviceInfo, Load, Sweep
+from infbench.data.errors import ConfigError
+from infbench.data.schema import Cell, DeviceInfo, Load, Sweep
 from tests.support.hostile import SPECIAL_KINDS, assert_no_secret, cli, make_store, same_node, special_file
 
 DRY = ["run", "--model", "tiny", "--dry-run"]
@@ -165,7 +165,7 @@ def test_a_run_with_engine_args_is_not_skipped(tmp_path, cpu):
     from infbench import testing
     from infbench.data import events as ev
     from infbench.data.run import RunOptions
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
     from infbench.store import Store
 
@@ -232,13 +232,14 @@ def test_bad_openai_options_are_refused(arg, message):
 def test_extra_body_and_headers_are_parsed_as_json():
     """The probe: `--engine-arg 'extra_body={"token": ...}'` failed every request with
     "dictionary update sequence element #0 has length 1" (the text was merged as a dict)."""
+    from infbench.contract.registry import engine_specs
     from infbench.data.engine_options import check_engine_args, parse_engine_args
     from infbench.engines.openai import OpenAIEngine
-    from infbench.registry import engine_specs
 
     raw = parse_engine_args(['extra_body={"top_k": 5, "token": "s3cretTOKEN"}', 'extra_headers={"X-Team": "abcd1234"}'])
-    checked = check_engine_args(engine_specs(__import__("infbench.plugins").plugins.get_plugin_manager()), ["openai"],
-                                raw)
+    from infbench.contract.manager import get_plugin_manager
+
+    checked = check_engine_args(engine_specs(get_plugin_manager()), ["openai"], raw)
     assert checked.values["extra_body"] == {"top_k": 5, "token": "s3cretTOKEN"}
     eng = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="x"), {"base_url": "http://h/v1",
                                                                                **checked.values})
@@ -252,8 +253,8 @@ def test_extra_body_and_headers_are_parsed_as_json():
 
 
 def test_options_models_declare_the_engines_options(pm):
+    from infbench.contract.registry import engine_specs
     from infbench.data.engine_options import TransformersOptions
-    from infbench.registry import engine_specs
 
     specs = engine_specs(pm)
     assert specs["transformers"].options_model is TransformersOptions
@@ -371,11 +372,11 @@ def test_non_finite_perplexity_is_a_failed_result(tmp_path, cpu, monkeypatch):
 
     from infbench import testing
     from infbench.data import events as ev
+    from infbench.data.models import resolve
     from infbench.data.run import RunOptions
-    from infbench.executors.inprocess import InProcessExecutor
-    from infbench.models import resolve
+    from infbench.execution.executors.inprocess import InProcessExecutor
+    from infbench.execution.scenarios.scoring import perplexity_plan
     from infbench.quality.perplexity import PerplexityRequest
-    from infbench.scenarios.perplexity import perplexity_plan
     from infbench.store import Store
     from infbench.store.quality import quality_results
 
@@ -390,7 +391,7 @@ def test_non_finite_perplexity_is_a_failed_result(tmp_path, cpu, monkeypatch):
 
     req = PerplexityRequest(resolve("tiny-random-llama"), W(), "fake", "f16", text.read_text(), str(text), "ab" * 32,
                             64, 2)
-    monkeypatch.setattr("infbench.scenarios.perplexity.request_for", lambda item, spec, pm=None: req)
+    monkeypatch.setattr("infbench.execution.scenarios.scoring.request_for", lambda item, spec, pm=None: req)
     monkeypatch.setattr(testing.FakeScorer, "chunk_nll",
                         lambda self, chunks, first: ([np.full(chunks.shape[1] - first - 1, np.nan)] * len(chunks),
                                                      None))
@@ -405,7 +406,7 @@ def test_non_finite_perplexity_is_a_failed_result(tmp_path, cpu, monkeypatch):
 
 
 def test_non_finite_perplexity_from_any_source_is_failed():
-    from infbench.data.quality import PerplexityResult
+    from infbench.data.scores import PerplexityResult
 
     for v in (float("nan"), float("inf")):
         r = PerplexityResult(model="m", weights_sha256="0", engine="llama.cpp", dtype="f16", text_path="t",
@@ -467,10 +468,10 @@ def test_a_power_reading_below_zero_makes_energy_unavailable(tmp_path, cpu):
     from infbench import testing
     from infbench.data import events as ev
     from infbench.data.run import RunOptions
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.data.schema import PowerReading
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.measure.power import CommandPowerSampler, energy_j, energy_summary
     from infbench.plan import plan
-    from infbench.schema import PowerReading
     from infbench.store import Store
 
     neg = [PowerReading(t_ns=0, power_w=100.0), PowerReading(t_ns=10**9, power_w=-50.0)]
@@ -523,7 +524,7 @@ def test_the_ray_address_secret_is_never_printed(tmp_path, address):
 
 
 def test_one_redaction_covers_scheme_less_addresses():
-    from infbench.secrets import redact, redact_argv
+    from infbench.data.secrets import redact, redact_argv
 
     assert redact(f"at user:{RAY_SECRET}@10.0.0.1:6379 now") == "at [redacted]@10.0.0.1:6379 now"
     assert RAY_SECRET not in " ".join(redact_argv(["infbench", "run", "--ray-address", f"u:{RAY_SECRET}@h:6379"]))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.measure.client import HttpClient, _Conn, endpoint_url
 
 BODY = b"data: {\"x\": 1}\n\ndata: {\"x\": 2}\n\ndata: [DONE]\n\n"

@@ -10,11 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from infbench.cli import app
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
+from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.report.compare import compare_rows
 from infbench.report.data import flat_row, lib_csv
 from infbench.report.lib_import import is_published, published_cells, read_lib_csv
-from infbench.schema import Cell, CellResult, DeviceInfo
 from infbench.store import Store
 from infbench.store.published import import_published, published_runs
 

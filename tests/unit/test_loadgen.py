@@ -6,8 +6,8 @@ import time
 import numpy as np
 import pytest
 
+from infbench.data.schema import Load, RequestRecord
 from infbench.measure.loadgen import arrival_offsets_s, run_load
-from infbench.schema import Load, RequestRecord
 
 
 def test_arrivals_poisson_and_bursty():

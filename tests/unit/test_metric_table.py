@@ -4,8 +4,8 @@ producers write, no duplicates, and the labels, units and scales every consumer 
 import pytest
 
 from infbench.data import metrics as M
-from infbench.measure.metrics import cell_metrics
-from infbench.schema import RequestRecord
+from infbench.data.schema import RequestRecord
+from infbench.measure.derive import cell_metrics
 
 MS = 1_000_000
 
@@ -45,9 +45,9 @@ def test_summaries_keep_the_statistics_the_table_names():
 
 
 def test_server_and_telemetry_producers_write_defined_keys():
+    from infbench.data.schema import ChannelReading
     from infbench.measure.server_metrics import SERVERS, from_timings, summarize
     from infbench.measure.telemetry import CHANNELS, summarize_channels
-    from infbench.schema import ChannelReading
 
     fam = next(f for f in SERVERS if f.name == "vllm")
     hist = {"count": 2, "sum": 0.3, "buckets": {"0.1": 1, "0.5": 2, "inf": 2}}
@@ -266,9 +266,9 @@ def test_every_key_a_measured_cell_stores_is_defined(cpu, tmp_path):
     from infbench import testing
     from infbench.data import events as ev
     from infbench.data.run import RunOptions
-    from infbench.executors.inprocess import InProcessExecutor
+    from infbench.data.schema import Sweep
+    from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.plan import plan
-    from infbench.schema import Sweep
     from infbench.store import Store
 
     fpm = testing.plugin_manager()

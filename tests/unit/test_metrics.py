@@ -2,8 +2,8 @@
 
 import pytest
 
-from infbench.measure.metrics import cell_metrics, e2e_s, flatten, itl_samples_s, summarize, tpot_s, ttft_s
-from infbench.schema import RequestRecord
+from infbench.data.schema import RequestRecord
+from infbench.measure.derive import cell_metrics, e2e_s, flatten, itl_samples_s, summarize, tpot_s, ttft_s
 
 MS = 1_000_000  # ns per ms
 
@@ -82,14 +82,14 @@ def test_flatten_names():
 # --- serving-mode additions (issue 16) ----------------------------------------------------
 
 def _rec(**kw):
-    from infbench.schema import RequestRecord
+    from infbench.data.schema import RequestRecord
 
     base = dict(t_send_ns=1_000, t_sched_ns=500, t_tokens_ns=[3_000, 4_000, 5_000], n_in=4, n_out=3)
     return RequestRecord(**{**base, **kw})
 
 
 def test_release_lag_reasoning_and_turns():
-    from infbench.measure.metrics import cell_metrics
+    from infbench.measure.derive import cell_metrics
 
     recs = [_rec(t_first_reasoning_ns=3_000, t_first_answer_ns=5_000, n_reasoning=2, n_reasoning_source="usage",
                  turn=1, session=0),
@@ -105,7 +105,7 @@ def test_release_lag_reasoning_and_turns():
 
 
 def test_non_streamed_cells_have_no_ttft_tpot_itl():
-    from infbench.measure.metrics import cell_metrics
+    from infbench.measure.derive import cell_metrics
 
     m = cell_metrics([_rec(t_tokens_ns=[9_000], n_out=30, streamed=False)] * 2)
     assert "ttft_s" not in m and "tpot_s" not in m and "itl_s" not in m and m["lib_itl_s"] is None
@@ -113,7 +113,7 @@ def test_non_streamed_cells_have_no_ttft_tpot_itl():
 
 
 def test_failure_summary_names_the_causes():
-    from infbench.measure.metrics import failure_summary
+    from infbench.measure.derive import failure_summary
 
     boom = [_rec(error="HTTP 500: internal boom", t_tokens_ns=[]) for _ in range(4)]
     assert failure_summary(boom) == "4/4 failed: HTTP 500: internal boom"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from infbench.errors import ConfigError
-from infbench.models import resolve, zoo
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve, zoo
 
 # Parameter counts of the HF checkpoints (safetensors metadata / model cards).
 PUBLISHED = {"llama-2-7b": 6.738e9, "llama-3-8b": 8.030e9, "mistral-7b": 7.242e9, "qwen-2-7b": 7.616e9,

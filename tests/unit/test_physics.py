@@ -9,8 +9,8 @@ import pytest
 from infbench.analysis.floor import add_roofline
 from infbench.analysis.physics import PhysicalLimits, limits_from_info, mark_suspect
 from infbench.analysis.roofline import Limits, roofline_for
-from infbench.models import resolve
-from infbench.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
 
 A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 312e12, "fp32": 19.5e12})
 GPU = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA A100-SXM4-40GB")
@@ -27,7 +27,7 @@ def records(n: int, ttft: float, tpot: float, n_out: int, n_in: int = 128, serve
 
 
 def result(cell: Cell, recs: list[RequestRecord], status: str = "ok") -> CellResult:
-    from infbench.measure.metrics import cell_metrics
+    from infbench.measure.derive import cell_metrics
 
     return CellResult(cell_id="c", spec_hash="h", cell=cell, device=GPU, status=status,
                       metrics=cell_metrics(recs, devices_used=1) if status == "ok" else {}, records=recs,
@@ -174,7 +174,7 @@ def test_workloads_that_reuse_prefixes_by_design_are_not_suspect_for_it():
     prefix cache on purpose: no prefix-cache reason and no TTFT floor; a trace's per-request
     output lengths are not measured against its mean; an Azure trace (unique prompts) and a
     plain cell still are checked for hits."""
-    from infbench.schema import Dataset, Trace
+    from infbench.data.schema import Dataset, Trace
 
     f = floors()
     load = Load(mode="concurrency", concurrency=1, num_requests=2)

@@ -2,10 +2,10 @@
 
 import pytest
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
+from infbench.data.schema import Cell, DeviceInfo, Sweep
 from infbench.plan import plan
-from infbench.schema import Cell, DeviceInfo, Sweep
-from infbench.sweeps import build_sweep
+from infbench.plan.sweeps import build_sweep
 
 
 def sweep(**kw):
@@ -106,8 +106,8 @@ def test_build_sweep_errors(tmp_path):
 
 
 def test_engine_args_parsed_as_yaml_scalars():
+    from infbench.data.errors import ConfigError
     from infbench.engines.options import parse_engine_args
-    from infbench.errors import ConfigError
 
     got = parse_engine_args(["quantization=fp8", "gpu-memory-utilization=0.85", "enforce_eager=true",
                              "max_num_batched_tokens=8192", "kv_cache_dtype=", "x={a: 1}"])

@@ -4,7 +4,7 @@ import pluggy
 import pytest
 
 from infbench import hookimpl
-from infbench.plugins import build_plugin_manager
+from infbench.contract.manager import build_plugin_manager
 from tests.conftest import VENDOR_PLUGINS
 
 
@@ -49,7 +49,7 @@ def test_firstresult_precisions_dispatch(pm, cpu):
     assert "fp32" in pm.hook.infbench_supported_precisions(device=cpu)
     other = cpu.model_copy(update={"vendor": "nobody"})
     # no vendor plugin owns it: the core's trylast default answers, last (every precision class)
-    from infbench.schema import PRECISIONS
+    from infbench.data.schema import PRECISIONS
 
     assert pm.hook.infbench_supported_precisions(device=other) == list(PRECISIONS)
     impls = pm.hook.infbench_supported_precisions.get_hookimpls()
@@ -73,10 +73,10 @@ def test_core_defaults_are_trylast_hooks_inside_pluggy(pm, cpu):
 
 
 def test_dict_answers_of_older_plugins_are_validated_into_the_models(pm, cpu):
+    from infbench.contract.hookspecs import hookimpl
+    from infbench.contract.registry import container_spec
     from infbench.data.contract import ContainerSpec
-    from infbench.errors import ConfigError
-    from infbench.hookspecs import hookimpl
-    from infbench.registry import container_spec
+    from infbench.data.errors import ConfigError
 
     class Old:
         @hookimpl

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
+from infbench.data.schema import PowerReading
+from infbench.detect.platforms.cpu import RaplSampler, rapl_sampler
 from infbench.measure.power import NoPower, PowerMonitor, PowerSampler, energy_j
-from infbench.platforms.cpu import RaplSampler, rapl_sampler
-from infbench.schema import PowerReading
 
 S = 1_000_000_000
 

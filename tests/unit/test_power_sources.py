@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from infbench.data.schema import PowerReading
 from infbench.measure.power import (
     CommandPowerSampler,
     FixedPowerSampler,
@@ -14,7 +15,6 @@ from infbench.measure.power import (
     energy_summary,
     parse_watts,
 )
-from infbench.schema import PowerReading
 
 S = 1_000_000_000
 

@@ -26,8 +26,8 @@ from infbench.analysis.predict import (
 from infbench.analysis.roofline import Limits
 from infbench.analysis.validation import summary, validate
 from infbench.cli import app
-from infbench.errors import ConfigError
-from infbench.models import resolve
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
 from infbench.report.lib_import import published_cells, read_lib_csv
 from infbench.store import Store
 from infbench.store.published import import_published
@@ -41,7 +41,7 @@ A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 31
 def published_rows(tmp_path_factory):
     """LLM-Inference-Bench's Llama-2-7B cells on three devices (A100 vLLM, H100 TensorRT-LLM,
     MI250 llama.cpp), imported into a store."""
-    from infbench.plugins import build_plugin_manager
+    from infbench.contract.manager import build_plugin_manager
 
     pm = build_plugin_manager()
     store = Store(tmp_path_factory.mktemp("pub") / "r.db")

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from infbench.analysis.calibration import builtin_profile, prior_terms, resolve_basis
 from infbench.analysis.predict import limits_for_id
 from infbench.cli import app
-from infbench.devices import load_device_specs
-from infbench.plugins import get_plugin_manager
+from infbench.contract.manager import get_plugin_manager
+from infbench.detect.devices import load_device_specs
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 DEVICE = ("- id: future-gpu\n  name: Future GPU\n  vendor: nvidia\n  memory_gib: 288\n  bandwidth_tb_s: {bw}\n"

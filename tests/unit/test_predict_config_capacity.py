@@ -21,8 +21,8 @@ from infbench.analysis.predict import (
 )
 from infbench.analysis.profile import FleetFit, Group, Priors, fit_fleet, predict_group
 from infbench.analysis.roofline import Limits, config_terms, expected_experts, operators
-from infbench.errors import ConfigError
-from infbench.models import resolve
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
 
 A100 = Limits("a100-40gb", 1.555e12, {"fp16": 312e12, "bf16": 312e12}, link_bytes_s=300e9, memory_bytes=40 * 2**30)
 H100 = Limits("h100-sxm", 3.35e12, {"fp16": 989e12, "bf16": 989e12}, link_bytes_s=450e9, memory_bytes=80 * 2**30)

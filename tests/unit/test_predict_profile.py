@@ -21,9 +21,9 @@ from infbench.analysis.profile import (
     to_value,
 )
 from infbench.analysis.roofline import Limits
-from infbench.errors import ConfigError
-from infbench.models import resolve
-from infbench.schema import Cell, CellResult, DeviceInfo
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, CellResult, DeviceInfo
 
 A100 = Limits("a100-40gb", 1.555e12, {"fp16": 312e12, "bf16": 312e12}, link_bytes_s=300e9, memory_bytes=40 * 2**30)
 H100 = Limits("h100-sxm", 3.35e12, {"fp16": 989e12, "bf16": 989e12}, link_bytes_s=450e9, memory_bytes=80 * 2**30)

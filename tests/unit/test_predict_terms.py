@@ -25,8 +25,8 @@ from infbench.analysis.predict import (
     waves,
 )
 from infbench.analysis.roofline import SCORE_BYTES, Limits, operators, pass_time, pass_totals
-from infbench.errors import ConfigError
-from infbench.models import resolve
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
 
 #: NVIDIA A100-SXM4-40GB: 40 GiB, 1.555 TB/s, 312 TFLOP/s fp16, NVLink 300 GB/s each way.
 A100 = Limits("a100-40gb", 1.555e12, {"fp16": 312e12, "bf16": 312e12}, link_bytes_s=300e9, memory_bytes=40 * 2**30)

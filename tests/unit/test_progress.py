@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from infbench.cli.progress import SweepProgress, cell_line, cell_weight, first_run_note, fmt_duration
-from infbench.executors import events as ev
-from infbench.schema import Cell, CellResult, DeviceInfo, Load
+from infbench.data import events as ev
+from infbench.data.schema import Cell, CellResult, DeviceInfo, Load
 
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU")
 

@@ -13,19 +13,12 @@ import gguf
 import numpy as np
 import pytest
 
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
+from infbench.data.scores import PerplexityResult, quality_key
 from infbench.engines.gguf_dummy import write_dummy_gguf
-from infbench.errors import ConfigError
-from infbench.models import resolve
 from infbench.quality.gate import parse_increase, precision_class, with_gate
-from infbench.quality.perplexity import (
-    PerplexityResult,
-    chunk_tokens,
-    first_scored,
-    hf_tokenize,
-    nll_from_logits,
-    quality_key,
-    summarize,
-)
+from infbench.quality.perplexity import chunk_tokens, first_scored, hf_tokenize, nll_from_logits, summarize
 from infbench.quality.weights import dtype_name, folder_sha256, require_real_weights, weights_info
 
 
@@ -250,7 +243,7 @@ def test_store_keeps_the_newest_measurement_per_key(tmp_path):
 
 def _cell(dtype, tok_s, engine="llama.cpp", sha="w1", batch=1):
     spec = {"model": "m.gguf", "engine": engine, "dtype": dtype, "batch": batch, "input_len": 16, "output_len": 8}
-    from infbench.schema import short_hash
+    from infbench.data.schema import short_hash
 
     return {"cell_id": short_hash([spec, "d"]), "spec_hash": short_hash(spec), "run_id": "r1", "status": "ok",
             "error": None, "spec": spec, "device": {"vendor": "cpu", "kind": "cpu", "model": "CPU", "count": 1},

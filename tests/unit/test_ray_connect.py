@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from infbench.errors import ConfigError
-from infbench.executors import ray as rayx
+from infbench.data.errors import ConfigError
+from infbench.execution.executors import ray as rayx
 
 
 class _ConnectedRay:

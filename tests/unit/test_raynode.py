@@ -3,10 +3,10 @@ the node is refused before any worker starts, with a message naming the node."""
 
 from __future__ import annotations
 
-from infbench.executors.raynode import group_events
-from infbench.plan import Group, Plan
-from infbench.schema import Cell
-from infbench.worker import make_spec
+from infbench.data.groups import Group, Plan
+from infbench.data.schema import Cell
+from infbench.data.worker_spec import make_spec
+from infbench.execution.executors.raynode import group_events
 
 
 def test_missing_model_refused_before_any_worker(cpu, tmp_path, infbench_home):

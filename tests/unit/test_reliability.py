@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from infbench import signals
-from infbench.executors.events import CellFinished, Collector, Note
-from infbench.run import RunSummary, finishing, record
+from infbench.data import signals
+from infbench.data.events import CellFinished, Collector, Note
+from infbench.data.run import RunSummary
+from infbench.execution.bookkeeping import finishing, record
 from infbench.store import Store, claims, journal, process_started
 from infbench.store.recovery import interrupt_stale_runs, prepare
 from tests.support.hostile import cell_result, make_store
@@ -352,7 +353,7 @@ def _zombie(pid):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_server_dies_with_its_parent(tmp_path):
     """SIGKILL the process that started a server: the kernel sends the server SIGTERM."""
-    code = ("import subprocess, sys, time; from infbench.signals import dying_with_parent;"
+    code = ("import subprocess, sys, time; from infbench.data.signals import dying_with_parent;"
             "p = subprocess.Popen(dying_with_parent(['sleep', '60']), start_new_session=True);"
             "print(p.pid, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -370,7 +371,7 @@ def test_a_server_dies_with_its_parent(tmp_path):
 
 # -- section 5: containers -----------------------------------------------------------
 def test_cache_symlinks_are_never_followed_into_a_writable_mount(tmp_path):
-    from infbench.runtimes import cache_link_mounts
+    from infbench.runtimes.mounts import cache_link_mounts
 
     cache, private = tmp_path / "cache", tmp_path / "private"
     cache.mkdir()
@@ -389,8 +390,8 @@ def test_cache_symlinks_are_never_followed_into_a_writable_mount(tmp_path):
 
 
 def test_allowed_mount_roots_from_site_and_env(tmp_path, monkeypatch):
-    from infbench.errors import ConfigError
-    from infbench.runtimes import allowed_mount_roots
+    from infbench.data.errors import ConfigError
+    from infbench.runtimes.mounts import allowed_mount_roots
 
     site = tmp_path / "site.toml"
     monkeypatch.setenv("INFBENCH_SITE_CONFIG", str(site))
@@ -403,9 +404,9 @@ def test_allowed_mount_roots_from_site_and_env(tmp_path, monkeypatch):
 
 
 def test_every_loosened_container_setting_is_announced(pm):
-    from infbench.registry import container_spec
+    from infbench.contract.registry import container_spec
+    from infbench.data.schema import DeviceInfo
     from infbench.runtimes.docker_runtime import security_notes
-    from infbench.schema import DeviceInfo
 
     def spec(vendor):
         return container_spec(pm, DeviceInfo(vendor=vendor, kind="gpu", model="x"), "vllm").as_dict()

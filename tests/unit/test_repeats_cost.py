@@ -6,9 +6,9 @@ import math
 import pytest
 
 from infbench.analysis.repeats import base_cell_id, fmt_ci, repeat_groups, t_interval
+from infbench.data.schema import Cell, CellResult, DeviceInfo, Sweep
 from infbench.measure.cost import cost_metrics, usd_per_mtok
 from infbench.plan import plan
-from infbench.schema import Cell, CellResult, DeviceInfo, Sweep
 from infbench.store import Store
 
 

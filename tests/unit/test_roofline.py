@@ -3,7 +3,7 @@
 import pytest
 
 from infbench.analysis.roofline import Limits, RooflineError, cell_roofline, effective_batch, roofline_for
-from infbench.models import resolve
+from infbench.data.models import resolve
 
 #: NVIDIA A100-SXM4-40GB datasheet: 1.555 TB/s, 312 TFLOP/s fp16 dense.
 A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 312e12, "bf16": 312e12, "fp32": 19.5e12})

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from infbench import __version__
-from infbench.errors import ConfigError
-from infbench.executors import choose_executor
-from infbench.executors.follow import JsonlTail
+from infbench.data.errors import ConfigError
+from infbench.data.schema import DeviceInfo
+from infbench.execution.executors import choose_executor
+from infbench.execution.executors.follow import JsonlTail
 from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_args, sif_name
 from infbench.runtimes.images import find_recipes, source_root
-from infbench.schema import DeviceInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def dev(vendor: str, kind: str = "gpu") -> DeviceInfo:
 
 def _spec(pm, device, engine):
     """The plugin's container spec as the runtimes take it (a dict), or None."""
-    from infbench.registry import container_spec
+    from infbench.contract.registry import container_spec
 
     spec = container_spec(pm, device, engine)
     return spec.as_dict() if spec is not None else None
@@ -131,7 +131,7 @@ def test_apptainer_command_line(pm, tmp_path, monkeypatch):
 
 
 def test_cells_tail_waits_for_complete_lines(tmp_path):
-    from infbench.schema import Cell, CellResult
+    from infbench.data.schema import Cell, CellResult
 
     c = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=2)
     d = dev("cpu", "cpu")

@@ -12,12 +12,12 @@ from infbench import testing
 from infbench.analysis.slo_search import SloTarget
 from infbench.data import events as ev
 from infbench.data.run import RunOptions
-from infbench.executors.inprocess import InProcessExecutor
+from infbench.data.schema import DeviceInfo, Sweep
+from infbench.execution.executors.inprocess import InProcessExecutor
+from infbench.execution.scenarios import make_scenario
+from infbench.execution.scenarios.find_max import find_max_plan
+from infbench.execution.session import RunContext
 from infbench.plan import plan
-from infbench.scenarios import make_scenario
-from infbench.scenarios.find_max import find_max_plan
-from infbench.schema import DeviceInfo, Sweep
-from infbench.session import RunContext
 from infbench.store import Store
 
 
@@ -133,7 +133,7 @@ def test_find_max_server_that_does_not_start_stores_the_start_probe_failed(fpm, 
 
 def test_find_max_resumes_from_known_probes_on_the_same_path(fpm, cpu, store, tmp_path):
     from infbench.data.run import RunSummary
-    from infbench.schema import CellResult
+    from infbench.data.schema import CellResult
 
     opts = {"ttft_s": 0.01, "capacity": 4}
     p = _search_plan(fpm, cpu)
@@ -159,9 +159,9 @@ def test_find_max_resumes_from_known_probes_on_the_same_path(fpm, cpu, store, tm
 
 
 def test_perplexity_scenario_scores_stores_and_skips(fpm, cpu, store, tmp_path, monkeypatch):
-    from infbench.models import resolve
+    from infbench.data.models import resolve
+    from infbench.execution.scenarios.scoring import perplexity_plan
     from infbench.quality.perplexity import PerplexityRequest
-    from infbench.scenarios.perplexity import perplexity_plan
 
     text = tmp_path / "t.txt"
     text.write_text("abcdefgh" * 64)
@@ -174,7 +174,7 @@ def test_perplexity_scenario_scores_stores_and_skips(fpm, cpu, store, tmp_path, 
             return {"real": True}
 
     req = PerplexityRequest(shape, W(), "fake", "f16", text.read_text(), str(text), "ab" * 32, 64, 2)
-    monkeypatch.setattr("infbench.scenarios.perplexity.request_for", lambda item, spec, pm=None: req)
+    monkeypatch.setattr("infbench.execution.scenarios.scoring.request_for", lambda item, spec, pm=None: req)
     p = perplexity_plan([req], cpu)
     s = _run(fpm, p, store)
     assert [q.status for q in s.quality] == ["ok"] and s.quality[0].perplexity == pytest.approx(2.0)
@@ -212,7 +212,7 @@ def test_sweep_after_crash_fails_the_running_cell_and_keeps_the_rest(fpm, cpu, s
 
 
 def test_adaptive_measures_a_share_and_predicts_the_rest(fpm, cpu, store):
-    from infbench.scenarios.adaptive import adaptive_plan
+    from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
 
     sw = Sweep(models=["tiny-random-llama"], engines=["fake"], dtypes=["f16"], batch=[1, 2, 4, 8],
                input_len=[64, 128, 256, 512], output_len=[8])

@@ -3,7 +3,7 @@ printed (issue 14, section 4)."""
 
 import pytest
 
-from infbench.secrets import (
+from infbench.data.secrets import (
     REDACTED,
     SECRET_OPTIONS,
     clean_text,
@@ -145,7 +145,7 @@ def test_control_characters_and_escapes_are_stripped():
 # -- issue 22: one redaction for every stored or printed text ------------------------------
 import base64  # noqa: E402
 
-from infbench.secrets import is_secret_key, redact, redact_tree, scrub, url_secrets  # noqa: E402
+from infbench.data.secrets import is_secret_key, redact, redact_tree, scrub, url_secrets  # noqa: E402
 
 BASIC = base64.b64encode(f"bob:{SECRET}".encode()).decode()
 

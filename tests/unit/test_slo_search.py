@@ -12,8 +12,8 @@ from infbench.analysis.slo_search import (
     search,
     searches,
 )
-from infbench.errors import ConfigError
-from infbench.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
+from infbench.data.errors import ConfigError
+from infbench.data.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
 
 MS = 1_000_000
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="x")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from infbench.data.schema import Cell, Load, RequestRecord
+from infbench.measure.derive import cell_metrics, ttft_s
 from infbench.measure.loadgen import arrival_offsets_s
-from infbench.measure.metrics import cell_metrics, ttft_s
-from infbench.measure.spread import NodeOutput, Timed, merge, partition, shares_of
-from infbench.schema import Cell, Load, RequestRecord
+from infbench.measure.remote_load import NodeOutput, Timed, merge, partition, shares_of
 
 
 def serving(load, **kw):
@@ -100,10 +100,10 @@ def test_merge_shifts_whole_records_so_clock_skew_never_enters_ttft():
 
 
 def test_load_nodes_needs_a_cluster_and_a_measuring_process_with_ray(pm, monkeypatch):
+    from infbench.data.errors import ConfigError
     from infbench.data.request import checked_request
-    from infbench.errors import ConfigError
-    from infbench.orchestrator import spread_nodes
-    from infbench.schema import Sweep
+    from infbench.data.schema import Sweep
+    from infbench.execution.orchestrator import spread_nodes
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     serving_sweep = Sweep(models=["tiny-random-llama"], engines=["llama.cpp-server"], dtypes=["f16"], batch=[1],

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from infbench.schema import Cell, CellResult, DeviceInfo, PowerReading, RequestRecord
+from infbench.data.schema import Cell, CellResult, DeviceInfo, PowerReading, RequestRecord
 from infbench.store import Store, StoreVersionError
 
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU")

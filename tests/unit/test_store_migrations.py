@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infbench import SCHEMA_VERSION
-from infbench.schema import Cell, CellResult, DeviceInfo, RequestRecord
+from infbench.data.schema import Cell, CellResult, DeviceInfo, RequestRecord
 from infbench.store import Store, StoreError, StoreVersionError, migrations
 
 FIXTURES = sorted((Path(__file__).parents[1] / "fixtures" / "stores").glob("schema*.db"))

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
+from infbench.data.schema import ChannelReading, PowerReading
+from infbench.detect.platforms.cpu import CpuTelemetry, infbench_power_sampler
 from infbench.measure.power import NoPower, PowerMonitor, PowerSampler, WithChannels
 from infbench.measure.telemetry import CHANNELS, summarize_channels
-from infbench.platforms.cpu import CpuTelemetry, infbench_power_sampler
-from infbench.schema import ChannelReading, PowerReading
 
 
 def test_real_cpu_channels_through_the_plugin_sampler(cpu):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.workloads.prompt import PromptMaker
 from infbench.workloads.trace import TraceRequest, detect_format, read_trace, select
 
@@ -47,9 +47,9 @@ def test_each_trace_cell_draws_its_own_blocks(tmp_path):
     draws other blocks and other warm-ups, so it does not replay the last cell's prompts
     from the server's cache; the same cell twice is the same replay."""
     from infbench.analysis.repeats import repeat_cell
+    from infbench.data.models import resolve
+    from infbench.data.schema import Cell, DeviceInfo, Load, Trace
     from infbench.engines.openai import OpenAIEngine
-    from infbench.models import resolve
-    from infbench.schema import Cell, DeviceInfo, Load, Trace
     from infbench.workloads.chat import file_digest
 
     path = mooncake(tmp_path / "t.jsonl", ROWS)
@@ -77,9 +77,9 @@ def test_each_served_cell_draws_its_own_synthetic_prompts(fmt, options):
     """A server's prefix cache outlives a cell: cells that differ only in load or output
     length must not send the prompts of the cell before them (TTFT against a warm cache);
     the same cell measured again sends the same prompts; shared prefixes stay shared."""
+    from infbench.data.models import resolve
+    from infbench.data.schema import Cell, DeviceInfo, Load
     from infbench.engines.openai import OpenAIEngine
-    from infbench.models import resolve
-    from infbench.schema import Cell, DeviceInfo, Load
 
     e = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="endpoint"), {"prompt_format": fmt, **options})
     m = resolve("tiny")
@@ -152,8 +152,8 @@ def test_shared_prefix_prompts():
 
 
 def test_tokenizer_gives_exact_lengths(tmp_path):
+    from infbench.data.models import resolve
     from infbench.engines.hf_dummy import dummy_hf_dir
-    from infbench.models import resolve
     from infbench.workloads.tokenizer import load_tokenizer, tokenizer_text
 
     folder = dummy_hf_dir(resolve("tiny"), tmp_path / "hf")
@@ -185,9 +185,9 @@ def test_multi_turn_sessions(tmp_path):
 
 
 def test_planning_trace_prefix_and_multi_turn_cells(tmp_path, pm):
+    from infbench.data.schema import Sweep
     from infbench.plan import plan
-    from infbench.schema import Sweep
-    from infbench.target import remote_device
+    from infbench.plan.target import remote_device
 
     dev = remote_device("http://127.0.0.1:1/v1")
     trace = mooncake(tmp_path / "t.jsonl", ROWS)

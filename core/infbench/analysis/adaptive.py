@@ -59,9 +59,9 @@ from infbench.analysis.predict import (
 )
 from infbench.analysis.profile import FleetFit, Group, K, Priors, _block_params, efficiency_of, fit_fleet
 from infbench.analysis.roofline import Limits, effective_batch
-from infbench.errors import ConfigError
-from infbench.models import resolve
-from infbench.schema import Cell, CellResult, DeviceInfo
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
+from infbench.data.schema import Cell, CellResult, DeviceInfo
 
 #: The status a predicted cell is stored with.
 PREDICTED: Literal["predicted"] = "predicted"
@@ -81,7 +81,7 @@ PLANNER_PRIORS = Priors()
 
 
 #: Longest budget text (``AdaptiveScenario.budget``), and the longest measuring time (s,
-#: the sweep's bound on durations, :data:`infbench.schema.SWEEP_LIMITS`).
+#: the sweep's bound on durations, :data:`infbench.data.schema.SWEEP_LIMITS`).
 MAX_BUDGET_TEXT = 16
 MAX_BUDGET_S = 1e7
 

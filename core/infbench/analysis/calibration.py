@@ -50,8 +50,8 @@ from infbench.analysis.predict import (
 )
 from infbench.analysis.profile import PARAM_NAMES, FleetFit, Group, Priors, fit_fleet, predict_group
 from infbench.analysis.roofline import Limits
-from infbench.errors import ConfigError
-from infbench.models import resolve
+from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
 
 # -- stored profiles and which calibration a prediction uses --------------------------------
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.contract.manager import PluginManager
 from infbench.data import metrics as M
-from infbench.plugins import PluginManager
-from infbench.schema import CellResult, DeviceInfo
+from infbench.data.schema import CellResult, DeviceInfo
 
 
 def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, str | None]:
@@ -17,7 +17,7 @@ def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, 
     or its description lacks bandwidth or peak rate."""
     from infbench.analysis.physics import limits_from_info
     from infbench.analysis.roofline import RooflineError
-    from infbench.devices import device_limits
+    from infbench.detect.devices import device_limits
 
     try:
         info = device_limits(pm, device)

@@ -25,7 +25,7 @@ and one that breaks a physical bound keeps its numbers but is stored with
   cell"); the numbers are real but measured on a shared machine.
 
 Peaks are upper bounds (datasheets; ISA x clock x cores for CPUs:
-:mod:`infbench.platforms.cpu_isa`), so a sound cell is never suspect. Measured attainable
+:mod:`infbench.detect.platforms.cpu_isa`), so a sound cell is never suspect. Measured attainable
 rates, where the device description has them, give the utilisations against them beside
 (``roofline.attainable``), clearly named.
 """
@@ -100,8 +100,8 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
     """Reasons about token counts and prefix caching (no device limits needed).
 
     Args:
-        cell: the :class:`~infbench.schema.Cell`.
-        records: its :class:`~infbench.schema.RequestRecord` list.
+        cell: the :class:`~infbench.data.schema.Cell`.
+        records: its :class:`~infbench.data.schema.RequestRecord` list.
     """
     out: list[str] = []
     done = [r for r in records if r.error is None and r.t_tokens_ns]
@@ -233,7 +233,7 @@ def attainable_utilisations(roof: dict[str, Any], metrics: dict[str, Any], limit
 
 
 def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[str]:
-    """Every reason the ok cell ``result`` (a :class:`~infbench.schema.CellResult` with its
+    """Every reason the ok cell ``result`` (a :class:`~infbench.data.schema.CellResult` with its
     metrics and, if computed, ``metrics["roofline"]``) breaks physics; ``[]`` when sound.
 
     Args:

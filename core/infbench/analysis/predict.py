@@ -84,11 +84,11 @@ from infbench.analysis.roofline import (
 )
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
-from infbench.errors import ConfigError
-from infbench.models import ModelShape
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape
 
 if TYPE_CHECKING:
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 
 #: Link bandwidth assumed for collectives when a device description gives none (B/s):
@@ -872,7 +872,7 @@ def _point_groups(pts: list[dict[str, Any]], shapes: dict[str, ModelShape] | Non
     """Points grouped by (model, dtype, engine, options): ``(shape, dtype, serving,
     indices, {"batch", "n_in", "n_out", "tp": arrays})`` each; cached per list of points
     (a fit predicts the same points hundreds of times)."""
-    from infbench.models import resolve
+    from infbench.data.models import resolve
 
     key = (id(pts), len(pts))
     hit = _GROUP_CACHE.get(key)
@@ -1058,12 +1058,12 @@ def limits_for_id(pm: PluginManager, ident: str) -> Limits:
         ConfigError: an unknown id, or a description without bandwidth or peak rate.
     """
     from infbench.analysis.roofline import RooflineError
-    from infbench.devices import catalog, find_spec
+    from infbench.detect.devices import catalog, find_spec
 
     try:
         if ident.lower() == "cpu":
             from infbench.analysis.floor import device_roofline_limits
-            from infbench.platforms.cpu import cpu_device
+            from infbench.detect.platforms.cpu import cpu_device
 
             lim, why = device_roofline_limits(pm, cpu_device())
             if lim is None:
@@ -1078,8 +1078,8 @@ def device_catalog_id(pm: PluginManager, device: dict[str, Any], specs: list[Any
     """The catalog id a stored device maps to: ``properties.catalog_id`` (set by
     ``infbench import``), else the description whose ``match`` fits its model name; None
     for CPUs and undescribed devices."""
-    from infbench.devices import catalog, match_device
-    from infbench.schema import DeviceInfo
+    from infbench.data.schema import DeviceInfo
+    from infbench.detect.devices import catalog, match_device
 
     ident = (device.get("properties") or {}).get("catalog_id")
     if ident:
@@ -1092,7 +1092,7 @@ def rows_of_device(pm: PluginManager, rows: list[dict[str, Any]], ident: str) ->
     """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
     matched through the catalog as the roofline matches them (published cells through
     the catalog id their import recorded)."""
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     specs = catalog(pm)
     keep = []

@@ -4,8 +4,8 @@ made for what no hardware or model can be (a batch of -4, a negative input lengt
 ``--set memory_bandwidth_tb_s=inf``, a ``peak__tflops`` key, an efficiency above 1).
 
 Device files (``--device-file``) are checked where they are read
-(:func:`infbench.devices.load_device_specs`: finite, positive figures within
-:data:`infbench.devices.PHYSICAL_LIMITS`, with the line); the ``--set`` figures here hold to
+(:func:`infbench.detect.devices.load_device_specs`: finite, positive figures within
+:data:`infbench.detect.devices.PHYSICAL_LIMITS`, with the line); the ``--set`` figures here hold to
 the same limits.
 """
 
@@ -15,11 +15,11 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, field_validator
 
+from infbench.data.errors import ConfigError
+from infbench.data.inputs import Flags, Seconds, checked
 from infbench.data.request import split_values
-from infbench.devices import MAX_PEAK_TFLOPS, MIN_PEAK_TFLOPS, MIN_PEAK_WHY, PHYSICAL_LIMITS, PHYSICAL_MINIMA
-from infbench.errors import ConfigError
-from infbench.inputs import Flags, Seconds, checked
-from infbench.schema import PRECISIONS, SWEEP_LIMITS
+from infbench.data.schema import PRECISIONS, SWEEP_LIMITS
+from infbench.detect.devices import MAX_PEAK_TFLOPS, MIN_PEAK_TFLOPS, MIN_PEAK_WHY, PHYSICAL_LIMITS, PHYSICAL_MINIMA
 
 #: ``--set`` keys -> (unit, upper bound); every value is a finite number above 0.
 SET_LIMITS: dict[str, tuple[str, float]] = {

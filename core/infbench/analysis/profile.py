@@ -62,11 +62,11 @@ from infbench.analysis.predict import (
     predict_points,
 )
 from infbench.analysis.roofline import Limits
-from infbench.errors import ConfigError
-from infbench.models import ModelShape, resolve
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape, resolve
 
 if TYPE_CHECKING:
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 
 
@@ -821,7 +821,7 @@ def predict_group(fit: FleetFit, g: Group, seen: bool = True) -> dict[str, np.nd
 
 def vendor_of(pm: PluginManager, device_id: str) -> str | None:
     """The catalog vendor of a described device id (``cpu`` for ``cpu``), None if unknown."""
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     if device_id.lower() == "cpu":
         return "cpu"
@@ -852,7 +852,7 @@ def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str
         "cells", "why"}``; every group's ``excluded`` counts are in ``skipped`` too when
         nonzero (``why`` = ``below_floor``/``unknown_model``).
     """
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     specs = catalog(pm)
     vendors = {s.id: s.vendor for s in specs}

@@ -21,7 +21,7 @@ from typing import Any
 
 from infbench.data import metrics as M
 from infbench.data.metrics import Column
-from infbench.schema import Cell, DeviceInfo
+from infbench.data.schema import Cell, DeviceInfo
 
 #: Seed offset between repeats (a prime, so repeats of nearby user seeds do not collide).
 SEED_STRIDE = 7919

@@ -37,8 +37,8 @@ from infbench.analysis.predict import Efficiency, default_efficiency, predict, s
 from infbench.analysis.predict_inputs import parse_sets as _checked_sets
 from infbench.analysis.roofline import Limits, act_bytes, decode_ops, pass_totals, prefill_ops, weight_bytes
 from infbench.data import metrics as M
-from infbench.errors import ConfigError
-from infbench.models import ModelShape
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape
 
 #: ``--set`` keys and what they set (units of ``devices.yaml``).
 SET_KEYS = {
@@ -71,7 +71,7 @@ def custom_limits(base: Limits | None = None, sets: dict[str, float] | None = No
             and a peak in ``sets``), an unreadable file, or an id not in it.
     """
     from infbench.analysis.roofline import RooflineError
-    from infbench.devices import load_device_specs
+    from infbench.detect.devices import load_device_specs
 
     sets = sets or {}
     if device_file is not None:

@@ -64,7 +64,7 @@ import numpy as np
 
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
-from infbench.models import ModelShape
+from infbench.data.models import ModelShape
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
 #: q8_0 = 34 B per 32 weights, q4_0 = 18 B per 32; ggml's block_q8_0 / block_q4_0).
@@ -343,8 +343,8 @@ def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: L
         RooflineError: the device lacks a figure.
     """
     from infbench.data.engine import precision_of
-    from infbench.errors import ConfigError
-    from infbench.models import resolve
+    from infbench.data.errors import ConfigError
+    from infbench.data.models import resolve
 
     if spec.get("dataset") or spec.get("trace"):
         return None

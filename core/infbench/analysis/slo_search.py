@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.errors import ConfigError
-from infbench.measure.metrics import tpot_s, ttft_s
-from infbench.schema import Cell, CellResult, Load, RequestRecord
+from infbench.data.errors import ConfigError
+from infbench.data.schema import Cell, CellResult, Load, RequestRecord
+from infbench.measure.derive import tpot_s, ttft_s
 
 MODES = ("rate", "concurrency")
 #: Default upper bound of the search per mode (requests in flight; requests per s).

@@ -51,7 +51,7 @@ from infbench.analysis.profile import (
 )
 
 if TYPE_CHECKING:
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 #: The split kinds and the interval kind their held-out cells need.
 SPLITS = {"random": "random", "length": "length", "lomo": "model", "lodo": "device"}

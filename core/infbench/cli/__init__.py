@@ -4,10 +4,11 @@ Commands follow the flow of a run: ``detect`` (:mod:`.detect`) -> ``run``, ``wor
 ``ingest`` (:mod:`.run`) -> ``results`` (:mod:`.results`) -> ``report``, ``export``,
 ``compare`` (:mod:`.report`); ``import`` (:mod:`.importer`: published results);
 ``perplexity``, ``quantize`` (:mod:`.quality`); ``predict`` (:mod:`.predict`); ``devices``,
-``models``, ``plugins`` (:mod:`.catalog`) list what is available; ``containers``
-(:mod:`.containers`) builds worker images. The modules hold options and printing; what a
-command computes lives in the library (:mod:`infbench.sweeps`, :mod:`infbench.run`, ...),
-where tests call it without a subprocess.
+``models`` (:mod:`.catalog`) and ``plugins`` (:mod:`.plugins_cmd`: also ``check`` and ``new``)
+list what is available; ``containers`` (:mod:`.containers`) builds worker images. The
+modules hold options and printing; what a command computes lives in the library
+(:mod:`infbench.plan.sweeps`, :mod:`infbench.execution.bookkeeping`, ...), where tests call it
+without a subprocess.
 
 Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
 2 bad input, 3 some cells failed (their errors are stored), 130 interrupted.
@@ -21,7 +22,18 @@ from typing import Annotated
 
 import typer
 
-from infbench.cli import catalog, containers, detect, importer, predict, quality, report, results, run
+from infbench.cli import (
+    catalog,
+    containers,
+    detect_cmd,
+    importer,
+    plugins_cmd,
+    predict_cmd,
+    quality_cmd,
+    report,
+    results,
+    run_cmd,
+)
 from infbench.cli.common import out
 from infbench.data.version import __version__
 
@@ -53,16 +65,17 @@ def _main(
 
 
 class _CleanFormatter(logging.Formatter):
-    """A log formatter whose lines pass through :func:`infbench.outputs.terminal_text`."""
+    """A log formatter whose lines pass through :func:`infbench.data.outputs.terminal_text`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from infbench.outputs import terminal_text
+        from infbench.data.outputs import terminal_text
 
         return terminal_text(super().format(record))
 
 
 #: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect, run, results, report, importer, quality, predict, catalog, containers)
+COMMAND_MODULES = (detect_cmd, run_cmd, results, report, importer, quality_cmd, predict_cmd, catalog, plugins_cmd,
+                   containers)
 for _m in COMMAND_MODULES:
     _m.register(app)
 
@@ -77,8 +90,8 @@ def main() -> None:
     import sqlite3
     import traceback
 
-    from infbench.errors import InfbenchError
-    from infbench.outputs import terminal_text as clean
+    from infbench.data.errors import InfbenchError
+    from infbench.data.outputs import terminal_text as clean
 
     try:
         app()

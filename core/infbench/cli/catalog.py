@@ -6,11 +6,10 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
-from infbench.errors import InfbenchError
+from infbench.data.errors import InfbenchError
 
 Opt = typer.Option
 
@@ -26,7 +25,7 @@ def devices(
     They are what the roofline (MBU/MFU per cell) and `infbench predict` read. Install a
     vendor plugin (e.g. `pip install infbench-nvidia`) to get its devices.
     """
-    from infbench.devices import catalog
+    from infbench.detect.devices import catalog
 
     try:
         specs = [s for s in catalog(plugin_manager()) if vendor is None or s.vendor == vendor]
@@ -60,7 +59,7 @@ def models(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> N
     Any of these names (or its HF id) works with `--model`; engines build random weights
     from the shape, which is valid for speed because output lengths are forced.
     """
-    from infbench.models import zoo
+    from infbench.data.models import zoo
 
     rows = [m.summary() for m in zoo().values()]
     if as_json:
@@ -77,43 +76,7 @@ def models(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> N
     out.print(t)
 
 
-def plugins(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> None:
-    """List plugins: name, distribution and version, and the hooks each implements.
-
-    Plugins load from the entry-point group `infbench`; set INFBENCH_DISABLE_PLUGINS=a,b
-    to keep some from loading. See docs/plugins.md to write one.
-    """
-    from infbench.registry import engine_specs
-
-    pm = plugin_manager()
-    infos = list(pm.infos.values())
-    specs = engine_specs(pm)
-    if as_json:
-        print_json({"plugins": [i.__dict__ for i in infos],
-                    "engines": [{"name": s.name, "platforms": s.platforms, "dtypes": s.dtypes,
-                                 "installed": s.factory is not None and not s.missing(),
-                                 "install": s.install} for s in specs.values()]})
-        return
-    t = Table(title="Plugins", header_style="bold")
-    for c in ("name", "distribution", "version", "module", "hooks", "status"):
-        t.add_column(c)
-    for i in infos:
-        st = "[red]" + i.error + "[/]" if i.error else ("disabled" if i.disabled else "[green]loaded[/]")
-        hooks = "\n".join(h.removeprefix("infbench_") for h in i.hooks) or "-"
-        t.add_row(i.name, i.distribution, i.version, i.module, hooks, st)
-    out.print(t)
-    e = Table(title="Engines", header_style="bold")
-    for c in ("engine", "platforms", "dtypes", "installed"):
-        e.add_column(c)
-    for s in specs.values():
-        miss = s.missing()
-        e.add_row(s.name, ", ".join(s.platforms), ", ".join(s.dtypes),
-                  "[green]yes[/]" if s.factory and not miss else f"[yellow]no[/] ({escape(s.install)})")
-    out.print(e)
-
-
 def register(app: typer.Typer) -> None:
     """Add this module's commands to ``app``."""
     app.command()(devices)
     app.command()(models)
-    app.command()(plugins)

@@ -20,13 +20,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
-from infbench.errors import ConfigError, InfbenchError
-from infbench.outputs import SafeConsole, json_text, terminal_text
-from infbench.secrets import printable
-from infbench.sweeps import split_values
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.outputs import SafeConsole, json_text, terminal_text
+from infbench.data.request import split_values
+from infbench.data.secrets import printable
 
 # Wide tables when piped (rich falls back to 80 columns without a terminal). Every string
-# printed through them is stripped of escape sequences and redacted (infbench.outputs).
+# printed through them is stripped of escape sequences and redacted (infbench.data.outputs).
 out: Console = SafeConsole(width=None if sys.stdout.isatty() else 160)
 err: Console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 160)
 
@@ -50,19 +50,19 @@ def need(extra: str, exc: ImportError) -> NoReturn:
 
 def plugin_manager():
     """A fresh plugin manager (built-ins + installed plugins)."""
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
 
     return get_plugin_manager()
 
 
 def print_json(obj: Any) -> None:
-    """Write ``obj`` as indented, strict JSON to stdout (:func:`infbench.outputs.json_text`:
+    """Write ``obj`` as indented, strict JSON to stdout (:func:`infbench.data.outputs.json_text`:
     strings redacted, no NaN or Infinity, ``str()`` for paths and times)."""
     sys.stdout.write(json_text(obj) + "\n")
 
 
 def split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
-    """:func:`infbench.sweeps.split_values`, exiting with status 2 on a bad item."""
+    """:func:`infbench.plan.sweeps.split_values`, exiting with status 2 on a bad item."""
     try:
         return split_values(values, flag, cast)
     except ConfigError as exc:
@@ -136,7 +136,7 @@ def store_for_writing(store_path: Path | None):
 def writing(path: Path, what: str = "--out") -> Iterator[None]:
     """Turn an OS error while writing ``path`` (read-only folder, a parent that cannot be
     created, ``/proc``, a full disk) into ``error: cannot write ...`` and exit 2, and a write
-    the output boundary refuses (:class:`infbench.outputs.OutputRefused`: the store, an
+    the output boundary refuses (:class:`infbench.data.outputs.OutputRefused`: the store, an
     SQLite file, a file infbench did not write) into its error, exit 2."""
     try:
         yield
@@ -183,7 +183,7 @@ def print_side_event(console: Any, event: Any) -> bool:
     elif isinstance(event, ev.Note):
         console.print(f"[yellow]note:[/] {escape(printable(event.text))}")
     elif isinstance(event, ev.LogLine):
-        logging.getLogger("infbench.worker").debug("%s", printable(event.line))
+        logging.getLogger("infbench.execution.worker").debug("%s", printable(event.line))
     else:
         return False
     return True

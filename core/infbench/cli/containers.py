@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, fail, out, print_json, split
-from infbench.errors import ConfigError, InfbenchError
+from infbench.data.errors import ConfigError, InfbenchError
 
 Opt = typer.Option
 

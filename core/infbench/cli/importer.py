@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
-from infbench.errors import ConfigError, InfbenchError
-from infbench.inputs import ImportFlags, checked
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.inputs import ImportFlags, checked
 
 Opt = typer.Option
 

@@ -1,7 +1,7 @@
 """What ``infbench run`` shows while it measures, and after its first run.
 
 * :class:`SweepProgress`: the run's observer on the terminal (it consumes the typed events
-  of :mod:`infbench.executors.events`): one progress bar over the whole sweep with its
+  of :mod:`infbench.data.events`): one progress bar over the whole sweep with its
   elapsed time and an ETA, and one line per finished cell (its headline figures, or its
   error), plus notes, lost nodes and, with ``-v``, the workers' log lines.
 * :func:`first_run_note`: after the first run stored in a results database, where the
@@ -43,9 +43,9 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.text import Text
 
 from infbench.cli.common import print_side_event
+from infbench.data import events as ev
 from infbench.data import metrics as M
-from infbench.executors import events as ev
-from infbench.secrets import printable
+from infbench.data.secrets import printable
 
 if TYPE_CHECKING:
     from infbench.store import Store
@@ -100,7 +100,7 @@ def warmup_weight(cell: Any, device_kind: str = "cpu") -> float:
 
 
 def cell_weight(cell: Any, device_kind: str = "cpu") -> float:
-    """The expected cost of measuring ``cell`` (a :class:`~infbench.schema.Cell`): its timed part
+    """The expected cost of measuring ``cell`` (a :class:`~infbench.data.schema.Cell`): its timed part
     plus its warm-up (:func:`timed_weight` + :func:`warmup_weight`)."""
     return timed_weight(cell, device_kind) + warmup_weight(cell, device_kind)
 
@@ -349,7 +349,7 @@ def first_run_note(store: Store, summary: Any, console: Console, as_json: bool =
 def _is_default_store(path: Any) -> bool:
     from pathlib import Path
 
-    from infbench.store import default_store_path
+    from infbench.data.paths import default_store_path
 
     try:
         return Path(path).resolve() == default_store_path().resolve()

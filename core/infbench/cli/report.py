@@ -27,9 +27,9 @@ from infbench.cli.common import (
     store_paths,
     writing,
 )
-from infbench.errors import ConfigError, InfbenchError
-from infbench.inputs import CompareFlags, ExportFlags, ReportFlags, checked
-from infbench.secrets import printable
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.inputs import CompareFlags, ExportFlags, ReportFlags, checked
+from infbench.data.secrets import printable
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -85,7 +85,7 @@ def report(
     filters (device, engine, model, precision, batch, lengths, tp, run) and axis
     selectors. Example: `infbench report --out report && xdg-open report/index.html`.
     """
-    from infbench.outputs import check_folder
+    from infbench.data.outputs import check_folder
     from infbench.report.data import flat_row, limits_resolver
 
     try:
@@ -167,7 +167,7 @@ def export(
     suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
     dashboard (InferenceGraphPlotter) and notebooks read infbench results.
     """
-    from infbench.outputs import EXPORT_JSON, check_output, json_text, write_output
+    from infbench.data.outputs import EXPORT_JSON, check_output, json_text, write_output
     from infbench.report.data import LIB_CSV, lib_csv, lib_rows
     from infbench.report.tables import RESULTS_CSV, results_csv, results_json
 
@@ -235,7 +235,7 @@ def compare(
     try:
         checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes)
         if html_out:
-            from infbench.outputs import COMPARE_HTML, check_output
+            from infbench.data.outputs import COMPARE_HTML, check_output
 
             check_output(html_out, COMPARE_HTML, protect)
         if dtypes is not None:

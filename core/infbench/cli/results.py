@@ -11,8 +11,8 @@ from rich.markup import escape
 
 from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
 from infbench.data import metrics as M
-from infbench.errors import ConfigError, InfbenchError
-from infbench.inputs import ResultsFlags, checked
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.inputs import ResultsFlags, checked
 
 Opt = typer.Option
 #: Values of ``--status``.
@@ -97,7 +97,7 @@ def results(
     if measured_only:
         rows = [r for r in rows if r["status"] != "predicted"]
     if repeats or searches:
-        from infbench.cli.serving import print_repeats, print_searches
+        from infbench.cli.serving_cmd import print_repeats, print_searches
 
         (print_repeats if repeats else print_searches)(rows, fmt)
         return

@@ -1,7 +1,7 @@
 """The bottom layer of infbench: the types every other layer shares, and nothing else.
 
-Nothing here imports from any other infbench package except :mod:`infbench.schema` and
-:mod:`infbench.errors` (both part of this layer). The import-linter contract in
+Nothing here imports from any other infbench package except :mod:`infbench.data.schema` and
+:mod:`infbench.data.errors` (both part of this layer). The import-linter contract in
 ``pyproject.toml`` checks it (docs/architecture.md draws the layers):
 
 * :mod:`.version`     the infbench version and the store schema version;
@@ -15,6 +15,6 @@ Nothing here imports from any other infbench package except :mod:`infbench.schem
 * :mod:`.quality`     a perplexity measurement as stored;
 * :mod:`.metrics`     the one table of metric definitions (key, label, unit, direction, scale).
 
-Devices, cells, sweeps, raw records and cell results are in :mod:`infbench.schema`
+Devices, cells, sweeps, raw records and cell results are in :mod:`infbench.data.schema`
 (also this layer).
 """

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -113,7 +113,7 @@ class DefaultSweepAnswer(BaseModel):
         engines: the engines in order of preference: the core takes the first that runs here,
             trying the plugin's image first when it is built and a container runtime answers.
 
-    Any other :class:`~infbench.schema.Sweep` field (``models``, ``dtypes``, ``batch``...) may
+    Any other :class:`~infbench.data.schema.Sweep` field (``models``, ``dtypes``, ``batch``...) may
     be given too; it is validated with the sweep.
     """
 

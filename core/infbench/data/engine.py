@@ -3,7 +3,7 @@ cell (:class:`RunOutput`), and the dtype spellings of the engines mapped to prec
 classes (:func:`precision_of`).
 
 and the adapter interface every engine implements (:class:`Engine`), the contract of
-engine adapters (re-exported by :mod:`infbench.engines.base`).
+engine adapters.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from infbench.data.errors import CellTimeout, DeviceMismatch
 from infbench.data.prompts import synthetic_prompts
-from infbench.errors import CellTimeout, DeviceMismatch
-from infbench.schema import Cell, DeviceInfo, RequestRecord
+from infbench.data.schema import Cell, DeviceInfo, RequestRecord
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.data.plan import Group
+    from infbench.data.groups import Group
 
-#: Common dtype spellings -> precision class (:data:`infbench.schema.PRECISIONS`).
+#: Common dtype spellings -> precision class (:data:`infbench.data.schema.PRECISIONS`).
 DTYPE_ALIASES = {
     "float32": "fp32", "f32": "fp32", "float": "fp32",
     "float16": "fp16", "f16": "fp16", "half": "fp16",
@@ -49,7 +49,7 @@ def precision_of(dtype: str) -> str:
 
 @dataclass
 class RunOutput:
-    """What :meth:`infbench.engines.base.Engine.run` returns.
+    """What :meth:`infbench.data.engine.Engine.run` returns.
 
     Attributes:
         records: one raw record per request, in submission order.
@@ -83,7 +83,7 @@ class EngineSpec:
     Attributes:
         name: engine name used on the command line (``llama.cpp``).
         factory: ``factory(device, options) -> Engine`` (an
-            :class:`infbench.engines.base.Engine`, created, not started); None when a
+            :class:`infbench.data.engine.Engine`, created, not started); None when a
             plugin only declares that an engine provided elsewhere runs on its ``platforms``.
         platforms: device vendors it runs on (``cpu``, ``nvidia``...).
         dtypes: the engine's dtype names mapped to precision classes
@@ -186,7 +186,7 @@ class Engine(ABC):
 
     @property
     def backends(self) -> Any:
-        """The device's :class:`~infbench.schema.DeviceBackends` (its plugin's
+        """The device's :class:`~infbench.data.schema.DeviceBackends` (its plugin's
         ``infbench_device_backends``), or None when no plugin declares them. Set by the
         engine session before :meth:`start`
         (:func:`infbench.engines.device_proof.start_on_device`)."""

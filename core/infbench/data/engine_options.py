@@ -16,11 +16,11 @@ an adapter passes through to its library (``EngineSpec.native_options``: ``vllm.
 fields) are checked by that library.
 
 **Identity.** The ``--engine-arg`` items that change what is measured become the cell's
-``engine_args`` (:class:`infbench.schema.Cell`), so a tuned re-run is a new cell and never
+``engine_args`` (:class:`infbench.data.schema.Cell`), so a tuned re-run is a new cell and never
 "already stored". A field marked ``identity=False`` (:func:`not_identity`: where to connect,
 which key variable, a start-up timeout, the client's event loop, headers that carry
 credentials) is left out; so is every option that is not given, which keeps each existing
-cell id what it was. Values are redacted (:func:`infbench.secrets.redact_tree`) before they
+cell id what it was. Values are redacted (:func:`infbench.data.secrets.redact_tree`) before they
 enter the identity, so a token inside ``extra_body`` is never stored or printed.
 """
 
@@ -37,8 +37,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 
-from infbench.errors import ConfigError, suggest
-from infbench.secrets import redact, redact_tree
+from infbench.data.errors import ConfigError, suggest
+from infbench.data.secrets import redact, redact_tree
 
 #: An HTTP header name (RFC 9110 ``token``).
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")

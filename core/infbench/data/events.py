@@ -5,7 +5,7 @@ started, its warm-up ended, a cell finished (stored ok or failed), a cell was sk
 a perplexity measurement started, progressed or finished, a node was lost (Ray), a note
 for the user (e.g. a privileged container), a log line of a worker that is not an event.
 The command line turns them into a progress bar; a worker turns them into its stderr
-event lines (:func:`infbench.worker.event_line`); tests
+event lines (:func:`infbench.execution.worker.event_line`); tests
 collect them. ``node`` names where it happened (a Ray node id, or None for this host).
 """
 
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.data.plan import Group
-    from infbench.data.quality import PerplexityResult
-    from infbench.schema import Cell, CellResult
+    from infbench.data.groups import Group
+    from infbench.data.schema import Cell, CellResult
+    from infbench.data.scores import PerplexityResult
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Cells handed from a running worker to another one: the part of the worker contract
-that lets the Ray driver split a group while its worker runs (:mod:`infbench.fleet`,
-:mod:`infbench.executors.ray`).
+that lets the Ray driver split a group while its worker runs (:mod:`infbench.execution.executors.fleet`,
+:mod:`infbench.execution.executors.ray`).
 
 A worker whose spec allows it (:attr:`~infbench.data.scenarios.SweepScenario.handoff`)
 *takes* each cell before measuring it by creating ``<out>/taken/<spec_hash>`` with

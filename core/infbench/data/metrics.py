@@ -30,7 +30,7 @@ from typing import Any, Literal
 #: Which direction of a metric is better (None: neither, e.g. a duration or a count).
 Better = Literal["lower", "higher"]
 
-#: Statistics of a per-request summary (:func:`infbench.measure.metrics.summarize`).
+#: Statistics of a per-request summary (:func:`infbench.measure.derive.summarize`).
 SUMMARY_STATS = ("mean", "p50", "p90", "p99", "max", "count")
 #: Statistics of a server's latency histogram (:mod:`infbench.measure.server_metrics`).
 HISTOGRAM_STATS = ("mean", "p50", "p90", "p99", "count")

@@ -1,10 +1,10 @@
 """What ``infbench run`` was asked to do, as one typed object (:class:`RunRequest`): built
-from the command line (:mod:`infbench.cli.run`), checked here before anything is detected,
-stored or started, and carried out by :func:`infbench.orchestrator.prepare`.
+from the command line (:mod:`infbench.cli.run_cmd`), checked here before anything is detected,
+stored or started, and carried out by :func:`infbench.execution.orchestrator.prepare`.
 
 Every number is bounded and finite (NaN and infinity are refused); list flags may repeat
 or take comma lists (``--batch 1,4 --batch 8``), parsed by :func:`split_values`. A bad value
-is a :class:`~infbench.errors.ConfigError` naming the flag (:func:`checked_request`).
+is a :class:`~infbench.data.errors.ConfigError` naming the flag (:func:`checked_request`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 _short = reprlib.Repr()
 _short.maxstring = 60

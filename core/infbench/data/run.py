@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from infbench.data.quality import PerplexityResult
-from infbench.schema import Cell, CellResult
+from infbench.data.schema import Cell, CellResult
+from infbench.data.scores import PerplexityResult
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RunOptions:
         price_per_hour: USD per hour of the measured machine (``--price-per-hour``);
             every cell then gets ``usd_per_mtok``.
         load_nodes: send each serving cell's load from this many nodes of a Ray cluster
-            (``--load-nodes``; :mod:`infbench.executors.spread`); None: from this process.
+            (``--load-nodes``; :mod:`infbench.execution.executors.spread`); None: from this process.
         ray_address: the Ray cluster of ``load_nodes`` (``--ray-address``; default
             ``RAY_ADDRESS``).
         engine_process: run each in-process engine (an adapter whose ``isolate`` is True:

@@ -2,8 +2,8 @@
 
 A scenario decides the next unit of work from the results so far; an executor runs it
 wherever the engine is (this process, a worker container, a Ray node), through the one
-engine session (:mod:`infbench.session`). The spec travels inside the worker contract
-(:class:`infbench.worker.WorkerSpec`), so every field is plain data, validated here:
+engine session (:mod:`infbench.execution.session`). The spec travels inside the worker contract
+(:class:`infbench.execution.worker.WorkerSpec`), so every field is plain data, validated here:
 
 * :class:`SweepScenario`: every planned cell once (``infbench run``);
 * :class:`FindMaxScenario`: the highest load meeting an SLO (``infbench run --find-max``);
@@ -12,7 +12,7 @@ engine session (:mod:`infbench.session`). The spec travels inside the worker con
 * :class:`AdaptiveScenario`: a designed subset of the cells measured, the rest predicted
   (``infbench run --adaptive 25%``).
 
-The logic of each lives in :mod:`infbench.scenarios`.
+The logic of each lives in :mod:`infbench.execution.scenarios`.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class PerplexityItem(BaseModel):
         dtype: the engine's dtype spelling.
         weights_sha256: SHA-256 of the weights the host planned with (the worker refuses
             other weights at that path).
-        key: the measurement's identity (:func:`infbench.data.quality.quality_key`).
+        key: the measurement's identity (:func:`infbench.data.scores.quality_key`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

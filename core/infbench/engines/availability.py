@@ -2,7 +2,7 @@
 
 Three places ask: ``infbench detect`` (an engine table per device), the default sweep (the
 first usable engine in the device plugin's order of preference,
-:mod:`infbench.default_sweep`) and every adapter's device check
+:mod:`infbench.execution.default_sweep`) and every adapter's device check
 (:mod:`infbench.engines.device_proof`). Every answer is an :class:`EngineSupport`:
 ``usable``, ``not installed`` (a module, command or image is missing) or ``unsupported``
 (installed without support for this device), with the reason in the library's own terms
@@ -10,7 +10,7 @@ first usable engine in the device plugin's order of preference,
 and the exact command that fixes it.
 
 What a device needs comes from its plugin (``infbench_device_backends`` ->
-:class:`~infbench.schema.DeviceBackends`); how to ask a library what it was built with is
+:class:`~infbench.data.schema.DeviceBackends`); how to ask a library what it was built with is
 here, in the library's vocabulary: ``torch.version.cuda`` / ``torch.version.hip`` /
 ``torch.xpu`` / ``habana_frameworks``; ggml's backend and device registry
 (``ggml_backend_dev_*`` in llama-cpp-python's ``libggml``, ``xllamacpp.get_device_info``);
@@ -33,11 +33,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.registry import device_backends  # noqa: F401 - re-exported
-from infbench.schema import DeviceBackends, DeviceInfo
+from infbench.contract.registry import device_backends
+from infbench.data.schema import DeviceBackends, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 USABLE, MISSING, UNSUPPORTED = "usable", "not installed", "unsupported"
 
@@ -306,10 +306,13 @@ def names_match(a: str, b: str) -> bool:
     return bool(tokens(x) & tokens(y))
 
 
-# --- per-engine checks (EngineSpec.check) -------------------------------------------------
+# --- what the per-engine checks share (each check lives beside its adapter: check_llama_cpp in
+# llama_cpp_engine.py, check_vllm in vllm_engine.py, ...) ---------------------------------------
 
-def _local_only(engine: str, device: DeviceInfo, backends: DeviceBackends | None, need: str) -> EngineSupport | None:
-    """The refusal shared by local engines: a remote device, or no declared build."""
+def local_only(engine: str, device: DeviceInfo, backends: DeviceBackends | None, need: str) -> EngineSupport | None:
+    """The refusal every local engine's check starts with: a remote device, or a plugin that
+    declares no build of the engine's library for its devices (``need``: "PyTorch", "ggml"...);
+    None when neither applies."""
     if device.kind == "remote":
         return EngineSupport(engine, UNSUPPORTED, f"{device.vendor} is a remote endpoint: it serves through its own "
                              "engine (use --engine openai)")
@@ -320,101 +323,22 @@ def _local_only(engine: str, device: DeviceInfo, backends: DeviceBackends | None
     return None
 
 
-def check_transformers(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """transformers runs where torch has the device's backend (:attr:`DeviceBackends.torch`)."""
-    refused = _local_only("transformers", device, backends, "PyTorch")
-    if refused:
-        return refused
-    assert backends is not None  # _local_only refused a missing declaration
-    if backends.torch is None:
-        return EngineSupport("transformers", UNSUPPORTED, f"PyTorch has no backend for {backends.label} devices")
-    t = torch_probe()
-    problem = torch_backend_problem(t, backends.torch)
-    if problem:
-        return EngineSupport("transformers", UNSUPPORTED, problem, backends.install.get("torch"), t["version"])
-    return EngineSupport("transformers", USABLE, f"torch {t['version']} ({backends.torch})", version=t["version"])
 
 
-def check_llama_cpp(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """llama.cpp (llama-cpp-python) runs where its ggml has one of the device's backends
-    (:attr:`DeviceBackends.ggml`) with a device: ``llama_supports_gpu_offload()`` for GPUs."""
-    refused = _local_only("llama.cpp", device, backends, "ggml")
-    if refused:
-        return refused
-    assert backends is not None  # _local_only refused a missing declaration
-    g = ggml_probe()
-    v = f"llama-cpp-python {g['version']}"
-    fix = backends.install.get("llama_cpp")
-    if not backends.ggml:
-        return EngineSupport("llama.cpp", UNSUPPORTED, f"llama.cpp has no backend for {backends.label} devices")
-    if backends.ggml == ["CPU"]:
-        return EngineSupport("llama.cpp", USABLE, f"{v} (CPU)", version=g["version"])
-    if not g["gpu_offload"]:
-        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} built without GPU offload (ggml backends: "
-                             f"{', '.join(g['backends']) or 'CPU'})", fix, g["version"])
-    devs = [d for d in g["devices"] if ggml_backend_of(d["name"]) in backends.ggml]
-    if g["devices"] and not devs:
-        have = ", ".join(d["name"] for d in g["devices"])
-        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} sees no {'/'.join(backends.ggml)} device (ggml devices: "
-                             f"{have})", fix, g["version"])
-    return EngineSupport("llama.cpp", USABLE, f"{v} ({', '.join(d['name'] for d in devs) or 'GPU offload'})",
-                         version=g["version"])
 
 
-def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """llama.cpp's server (the xllamacpp wheel) runs where it sees a device of one of the
-    device's ggml backends."""
-    refused = _local_only("llama.cpp-server", device, backends, "ggml")
-    if refused:
-        return refused
-    assert backends is not None  # _local_only refused a missing declaration
-    x = xllamacpp_probe()
-    v = f"xllamacpp {x['version']}"
-    if backends.ggml == ["CPU"]:
-        return EngineSupport("llama.cpp-server", USABLE, f"{v} (CPU)", version=x["version"])
-    devs = [d for d in x["devices"] if ggml_backend_of(d["name"]) in backends.ggml and d["type"] != "cpu"]
-    if not devs:
-        have = ", ".join(d["name"] for d in x["devices"]) or "none"
-        return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{v} is a build without {'/'.join(backends.ggml)} "
-                             f"(devices: {have})", backends.install.get("xllamacpp"), x["version"])
-    return EngineSupport("llama.cpp-server", USABLE, f"{v} ({', '.join(d['name'] for d in devs)})",
-                         version=x["version"])
 
 
-def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str = "vllm") -> EngineSupport:
-    """vLLM runs where the platform it selects (``current_platform.device_name``) is the
-    device's (:attr:`DeviceBackends.vllm`)."""
-    refused = _local_only(engine, device, backends, "vLLM")
-    if refused:
-        return refused
-    assert backends is not None  # _local_only refused a missing declaration
-    if backends.vllm is None:
-        return EngineSupport(engine, UNSUPPORTED, f"vLLM has no platform for {backends.label} devices")
-    p = vllm_probe()
-    v = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
-    if p["platform"] != backends.vllm:
-        return EngineSupport(engine, UNSUPPORTED, f"{v} selected the {p['platform']} platform, not {backends.vllm}",
-                             backends.install.get("vllm"), p["version"])
-    return EngineSupport(engine, USABLE, f"{v}, {p['platform']} platform", version=p["version"])
 
 
-def check_vllm_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """:func:`check_vllm` for ``vllm-server``."""
-    return check_vllm(device, backends, "vllm-server")
 
 
-def check_openai(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """The OpenAI client measures remote endpoints only: a local device is not what it runs on."""
-    if device.kind != "remote":
-        return EngineSupport("openai", UNSUPPORTED, "it measures an endpoint infbench did not start; the endpoint's "
-                             "hardware, not this device, serves it", fix="use --base-url URL (a remote device)")
-    return EngineSupport("openai", USABLE, f"endpoint {device.properties.get('base_url', device.model)}")
 
 
 # --- the registry-level view ---------------------------------------------------------------
 
 def engine_support(spec: Any, device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """Whether the engine of ``spec`` (an :class:`~infbench.engines.base.EngineSpec`)
+    """Whether the engine of ``spec`` (an :class:`~infbench.data.engine.EngineSpec`)
     runs on ``device`` here: its platforms, its adapter, its modules and commands, then
     its ``check`` against the device's ``backends``. Never raises."""
     name = spec.name
@@ -444,8 +368,8 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
     apptainer; or the one ``container_runtime`` names) and the image is built with this
     store schema. None when the plugin has no image for the engine."""
-    from infbench.errors import InfbenchError
-    from infbench.registry import container_spec
+    from infbench.contract.registry import container_spec
+    from infbench.data.errors import InfbenchError
 
     try:
         spec = container_spec(pm, device, engine)
@@ -476,7 +400,7 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
 def engine_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """Every registered engine that lists ``device``'s vendor among its platforms, with
     its support here (``infbench detect``), in registry order."""
-    from infbench.registry import engine_specs
+    from infbench.contract.registry import engine_specs
 
     backends = device_backends(pm, device)
     return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
@@ -486,7 +410,7 @@ def image_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""
-    from infbench.registry import container_spec, engine_specs
+    from infbench.contract.registry import container_spec, engine_specs
 
     by_image: dict[str, list[str]] = {}
     for name, spec in engine_specs(pm).items():

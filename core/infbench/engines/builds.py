@@ -23,7 +23,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from infbench.libs.llama import LLAMA_CPP_CMAKE_ARGS, LLAMA_CPP_INSTALL  # noqa: F401 - re-exported
+from infbench.libs.llama import LLAMA_CPP_INSTALL
 
 #: ggml ``system_info`` entries every x86-64 build of interest has, left out of the feature lists.
 _BASELINE = {"SSE3", "SSSE3", "AVX", "F16C", "FMA", "BMI2", "LLAMAFILE", "OPENMP", "REPACK"}

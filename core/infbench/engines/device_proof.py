@@ -2,11 +2,11 @@
 timed request of each group, and the refusal when it does not.
 
 Every executor starts a group's engine with :func:`start_on_device`: the adapter gets the
-device's :class:`~infbench.schema.DeviceBackends`, loads the model (``start``; an adapter
+device's :class:`~infbench.data.schema.DeviceBackends`, loads the model (``start``; an adapter
 refuses there, before loading weights, when the installed library has no build for the
 device) and proves where the model sits (``verify_device``: torch parameter devices,
 ggml's layer placement, vLLM's platform and device config, a server's own log). Any
-:class:`~infbench.errors.DeviceMismatch` fails the group before its first request; the
+:class:`~infbench.data.errors.DeviceMismatch` fails the group before its first request; the
 executor stores every cell failed with :func:`group_failure`, which names the device,
 where the cells would have run instead and the command that fixes it.
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from infbench.errors import DeviceMismatch, describe_error
+from infbench.data.errors import DeviceMismatch, describe_error
 
 _LAYER = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -34,9 +34,9 @@ def start_on_device(engine: Any, group: Any, backends: Any = None) -> dict[str, 
     """Start ``engine`` for ``group`` and prove it runs on ``engine.device``.
 
     Args:
-        engine: an :class:`~infbench.engines.base.Engine`, created, not started.
+        engine: an :class:`~infbench.data.engine.Engine`, created, not started.
         group: the group (model, dtype, cells).
-        backends: the device's :class:`~infbench.schema.DeviceBackends`; None lets the
+        backends: the device's :class:`~infbench.data.schema.DeviceBackends`; None lets the
             engine look them up through the process-wide plugin manager.
 
     Returns:
@@ -93,8 +93,8 @@ def check_ggml_placement(engine: str, device: Any, backends: Any, placement: dic
 
     Args:
         engine: engine name, for the error.
-        device: the planned :class:`~infbench.schema.DeviceInfo`.
-        backends: its :class:`~infbench.schema.DeviceBackends`.
+        device: the planned :class:`~infbench.data.schema.DeviceInfo`.
+        backends: its :class:`~infbench.data.schema.DeviceBackends`.
         placement: :func:`ggml_placement` output.
         descriptions: ggml device name -> description (``CUDA0`` -> ``NVIDIA H100 ...``).
         fix_layers: the fix to show when not every layer was offloaded.

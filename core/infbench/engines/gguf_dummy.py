@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape
+from infbench.data.schema import short_hash
 from infbench.engines.hf_dummy import CHAT_TEMPLATE
-from infbench.errors import ConfigError
-from infbench.models import ModelShape
-from infbench.schema import short_hash
 
 #: llama.cpp dtype names this writer produces -> precision class.
 GGUF_DTYPES = {"f16": "fp16", "f32": "fp32", "bf16": "bf16", "q8_0": "int8", "q4_0": "int4"}

@@ -27,10 +27,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from infbench.data.models import ModelShape
+from infbench.data.schema import short_hash
 from infbench.engines.dummy_weights import INIT_STD as DUMMY_STD
 from infbench.engines.dummy_weights import fill_block, random_block
-from infbench.models import ModelShape
-from infbench.schema import short_hash
 
 #: Bump when the written files change, so cached checkpoints are rewritten (2: the block fill).
 WRITER_VERSION = 2

@@ -2,7 +2,7 @@
 
 vLLM (``load_format="dummy"``) and TensorRT-LLM build random weights from a model folder's
 ``config.json`` but still need a tokenizer. :func:`dummy_hf_dir` writes, from a zoo
-:class:`~infbench.models.ModelShape`:
+:class:`~infbench.data.models.ModelShape`:
 
 * ``config.json``: the zoo's config fields, with ``bos_token_id``/``eos_token_id`` set to
   the dummy vocabulary's ``<s>``/``</s>`` (1, 2);
@@ -22,8 +22,8 @@ import json
 import shutil
 from pathlib import Path
 
-from infbench.models import ModelShape
-from infbench.schema import short_hash
+from infbench.data.models import ModelShape
+from infbench.data.schema import short_hash
 
 #: Bump when the written files change, so cached folders are rewritten.
 WRITER_VERSION = 1

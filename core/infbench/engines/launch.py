@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from infbench.engines.base import Engine
-from infbench.errors import ConfigError
-from infbench.plugins import PluginManager
-from infbench.schema import DeviceInfo
+from infbench.contract.manager import PluginManager
+from infbench.data.engine import Engine
+from infbench.data.errors import ConfigError
+from infbench.data.schema import DeviceInfo
 
 
 def launch(pm: PluginManager, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine:
     """Create (not start) the adapter of ``engine`` for ``device``: a plugin's
     ``infbench_launch_engine`` if one answers, else the core's default, the engine's registered
-    factory (:class:`infbench.platforms.defaults.CoreDefaults`).
+    factory (:class:`infbench.detect.platforms.defaults.CoreDefaults`).
 
     Args:
         pm: the plugin manager.

@@ -20,12 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from infbench.engines.base import Engine, RunOutput
+from infbench.data.engine import Engine, RunOutput
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
+from infbench.data.signals import c_callback
+from infbench.engines import availability as av
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, ggml_backend_of, ggml_probe, local_only
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.libs.llama import Batch, backend, default_threads, load_lines
-from infbench.schema import Cell, RequestRecord
-from infbench.signals import c_callback
 
 
 class LlamaCppEngine(Engine):
@@ -107,7 +109,7 @@ class LlamaCppEngine(Engine):
                 device's ggml backend (before loading), or ``n_gpu_layers`` > 0 asked for a
                 CPU device of a build that would honour it.
         """
-        from infbench.engines.availability import device_label, ggml_probe
+        from infbench.engines.availability import device_label
 
         g = ggml_probe()
         label = device_label(self.device)
@@ -143,7 +145,6 @@ class LlamaCppEngine(Engine):
         Raises:
             DeviceMismatch: see :func:`infbench.engines.device_proof.check_ggml_placement`.
         """
-        from infbench.engines.availability import ggml_probe
         from infbench.engines.device_proof import check_ggml_placement, ggml_placement
 
         desc = {d["name"]: d["description"] for d in ggml_probe()["devices"]}
@@ -237,3 +238,32 @@ class LlamaCppEngine(Engine):
                 "system_info": llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
                 "n_threads": getattr(self, "threads", None), "model_file": self.model_file,
                 "weights": getattr(self, "weights", None)}
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
+# through the module, where tests stand them in) ------------------------------------------------
+
+def check_llama_cpp(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """llama.cpp (llama-cpp-python) runs where its ggml has one of the device's backends
+    (:attr:`DeviceBackends.ggml`) with a device: ``llama_supports_gpu_offload()`` for GPUs."""
+    refused = local_only("llama.cpp", device, backends, "ggml")
+    if refused:
+        return refused
+    assert backends is not None  # local_only refused a missing declaration
+    g = av.ggml_probe()
+    v = f"llama-cpp-python {g['version']}"
+    fix = backends.install.get("llama_cpp")
+    if not backends.ggml:
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"llama.cpp has no backend for {backends.label} devices")
+    if backends.ggml == ["CPU"]:
+        return EngineSupport("llama.cpp", USABLE, f"{v} (CPU)", version=g["version"])
+    if not g["gpu_offload"]:
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} built without GPU offload (ggml backends: "
+                             f"{', '.join(g['backends']) or 'CPU'})", fix, g["version"])
+    devs = [d for d in g["devices"] if ggml_backend_of(d["name"]) in backends.ggml]
+    if g["devices"] and not devs:
+        have = ", ".join(d["name"] for d in g["devices"])
+        return EngineSupport("llama.cpp", UNSUPPORTED, f"{v} sees no {'/'.join(backends.ggml)} device (ggml devices: "
+                             f"{have})", fix, g["version"])
+    return EngineSupport("llama.cpp", USABLE, f"{v} ({', '.join(d['name'] for d in devs) or 'GPU offload'})",
+                         version=g["version"])

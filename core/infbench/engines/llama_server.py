@@ -13,21 +13,18 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import DeviceBackends, DeviceInfo
+from infbench.engines import availability as av
+from infbench.engines.availability import (
+    UNSUPPORTED,
+    USABLE,
+    EngineSupport,
+    ggml_backend_of,
+    local_only,
+)
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
-from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-
-
-def slots_needed(cells) -> int:
-    """Server slots for a group: the largest concurrency, batch or rate cap among its cells."""
-    n = 1
-    for c in cells:
-        ld = c.load
-        if ld is None or ld.mode == "batch":
-            n = max(n, c.batch)
-        else:
-            n = max(n, ld.concurrency or 16)
-    return n
+from infbench.engines.server_process import ManagedServerEngine, slots_needed
 
 
 class LlamaServerEngine(ManagedServerEngine):
@@ -85,7 +82,7 @@ class LlamaServerEngine(ManagedServerEngine):
         """
         if self.device.kind == "cpu":
             return
-        from infbench.engines.availability import check_llama_server, device_label
+        from infbench.engines.availability import device_label
 
         s = check_llama_server(self.device, self.backends)
         if not s.usable:
@@ -133,3 +130,26 @@ class LlamaServerEngine(ManagedServerEngine):
         d["build"] = xllamacpp_build()
         d["weights"] = getattr(self, "weights", None)
         return d
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
+# through the module, where tests stand them in) ------------------------------------------------
+
+def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """llama.cpp's server (the xllamacpp wheel) runs where it sees a device of one of the
+    device's ggml backends."""
+    refused = local_only("llama.cpp-server", device, backends, "ggml")
+    if refused:
+        return refused
+    assert backends is not None  # local_only refused a missing declaration
+    x = av.xllamacpp_probe()
+    v = f"xllamacpp {x['version']}"
+    if backends.ggml == ["CPU"]:
+        return EngineSupport("llama.cpp-server", USABLE, f"{v} (CPU)", version=x["version"])
+    devs = [d for d in x["devices"] if ggml_backend_of(d["name"]) in backends.ggml and d["type"] != "cpu"]
+    if not devs:
+        have = ", ".join(d["name"] for d in x["devices"]) or "none"
+        return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{v} is a build without {'/'.join(backends.ggml)} "
+                             f"(devices: {have})", backends.install.get("xllamacpp"), x["version"])
+    return EngineSupport("llama.cpp-server", USABLE, f"{v} ({', '.join(d['name'] for d in devs)})",
+                         version=x["version"])

@@ -54,29 +54,27 @@ import sys
 import time
 from typing import Any
 
+from infbench.data.engine import Engine, RunOutput
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     names_match,
     torch_backend_problem,
     torch_probe,
 )
-from infbench.engines.base import Engine, RunOutput
-from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
+from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine
 
 BATCH, SERVER = "deepspeed-mii", "deepspeed-mii-server"
 #: FastGen's dtypes (the checkpoint's ``torch_dtype``; ``activation_dtype`` of its model
 #: implementations) -> precision class; the first is the default.
 MII_DTYPES = {"float16": "fp16", "bfloat16": "bf16"}
 #: Options of the infbench adapters themselves, not passed to MII.
-ADAPTER_OPTIONS = ("n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "force_output", "tokenizer", "extra_body", "extra_headers", "event_loop", "startup_timeout_s",
-                   "metrics_url")
+ADAPTER_OPTIONS = CLIENT_OPTIONS | {"tokenizer"}
 #: ``mii.config.ModelConfig`` fields the batch adapter sets itself.
 SET_BY_ADAPTER = ("model_name_or_path", "tensor_parallel", "max_length")
 #: Lowest CUDA compute capability DeepSpeed-Kernels (FastGen) supports.
@@ -112,7 +110,7 @@ def check_mii(device, backends, engine: str = BATCH) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(engine, device, backends, "PyTorch")
+    refused = local_only(engine, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch != "cuda":

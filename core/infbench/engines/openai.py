@@ -21,7 +21,7 @@ uvloop is installed. Rules (docs/metrics.md):
   server that returns another length gets a warning stored with the cell.
 * The API key is read from the environment variable named by ``api_key_env`` and is never
   stored, logged or exported. Credentials in the URL (userinfo, query) are used to connect
-  but stored, printed and hashed nowhere (:func:`infbench.secrets.redact_url`); server
+  but stored, printed and hashed nowhere (:func:`infbench.data.secrets.redact_url`); server
   error text is stripped of control characters and scrubbed before it is cut.
 """
 
@@ -38,15 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.engines.base import Engine, RunOutput
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.data.engine import Engine, RunOutput
+from infbench.data.errors import ConfigError, EngineUnavailable
+from infbench.data.prompts import synthetic_prompts
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
+from infbench.data.secrets import clean_text, redact_url, url_secrets
+from infbench.data.signals import run_event_loop
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport
 from infbench.measure.client import HttpClient, Response, endpoint_url
+from infbench.measure.derive import failure_causes
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
-from infbench.measure.metrics import failure_causes
-from infbench.schema import Cell, Load, RequestRecord
-from infbench.secrets import clean_text, redact_url, url_secrets
-from infbench.signals import run_event_loop
-from infbench.workloads.synthetic import synthetic_prompts, synthetic_text
+from infbench.workloads.synthetic import synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
 SERVER_FIELDS = ("timings", "time_info", "system_fingerprint")
@@ -357,7 +359,7 @@ def unsent_after_timeout(cell: Cell, load: Load, prompts: list[Any], records: li
             records, the batch) were never sent: the cell is stored failed, naming how many
             and why, never ``ok`` with part of its requests.
     """
-    from infbench.errors import CellTimeout
+    from infbench.data.errors import CellTimeout
 
     timed = len(prompts) - load.warmup_requests if load.mode == "trace" else (
         cell.batch if load.mode == "batch" else load.num_requests)
@@ -448,8 +450,8 @@ class OpenAIEngine(Engine):
             DeviceMismatch: the cells are planned on a local device.
         """
         if self.device.kind != "remote":
+            from infbench.data.errors import DeviceMismatch
             from infbench.engines.availability import device_label
-            from infbench.errors import DeviceMismatch
 
             raise DeviceMismatch(self.name, device_label(self.device), f"{self.public_url} is an endpoint infbench "
                                  "did not start; its own hardware serves it", f"the endpoint {self.public_url}",
@@ -881,7 +883,7 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
         p99 exceeds :data:`BEHIND_RELEASE_MS`. The flag is not a warning of the cell: the
         figures stand, and ``client_lag_p99_ms`` says how far the client's own stamps may lag.
     """
-    from infbench.measure.metrics import release_lags_s, summarize
+    from infbench.measure.derive import release_lags_s, summarize
 
     lag = summarize(stats.loop_lag_ms)
     rel = summarize([x * 1e3 for x in release_lags_s(records)])
@@ -893,3 +895,13 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
         behind.append(f"release lag p99 {rel['p99']:.1f} ms > {BEHIND_RELEASE_MS:g} ms (requests left late)")
     return {"loop_lag_ms": lag, "release_lag_ms": rel, "behind": behind, "event_loop": loop,
             "stopped": stats.stopped}
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`) ---------------------
+
+def check_openai(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """The OpenAI client measures remote endpoints only: a local device is not what it runs on."""
+    if device.kind != "remote":
+        return EngineSupport("openai", UNSUPPORTED, "it measures an endpoint infbench did not start; the endpoint's "
+                             "hardware, not this device, serves it", fix="use --base-url URL (a remote device)")
+    return EngineSupport("openai", USABLE, f"endpoint {device.properties.get('base_url', device.model)}")

@@ -41,20 +41,20 @@ import os
 import time
 from typing import Any
 
+from infbench.data.engine import RunOutput
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
     MISSING,
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     torch_backend_problem,
     torch_probe,
 )
-from infbench.engines.base import RunOutput
 from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, TransformersEngine, _TimingStreamer
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
 
 NAME = "optimum-habana"
 #: Gaudi runs bf16 natively; fp32 and fp16 as transformers does.
@@ -85,7 +85,7 @@ def check_optimum_habana(device, backends) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(NAME, device, backends, "PyTorch")
+    refused = local_only(NAME, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch != "hpu":

@@ -63,7 +63,7 @@ def unknown_engine_args(specs: dict[str, Any], engines: Iterable[str], keys: Ite
     """Refuse ``--engine-arg`` keys that no engine of the sweep reads (only the names: the
     values are checked by :func:`~infbench.data.engine_options.check_engine_args`).
 
-    A key is known to an engine when its :class:`~infbench.engines.base.EngineSpec`
+    A key is known to an engine when its :class:`~infbench.data.engine.EngineSpec`
     declares it (``options_model``, ``options`` or ``native_options()``); an engine whose
     spec declares nothing accepts anything.
 

@@ -16,7 +16,7 @@ infbench.engines.process``) and forwards every call (``start``, ``verify_device`
 over a socket pair. That process runs only the adapter; infbench's samplers, the
 contention monitor and the display stay in the measuring process, whose main thread
 waits on the socket (no interpreter lock held) while a cell runs. Every
-:class:`~infbench.schema.RequestRecord` keeps its ``perf_counter_ns`` stamps: on Linux
+:class:`~infbench.data.schema.RequestRecord` keeps its ``perf_counter_ns`` stamps: on Linux
 that clock is ``CLOCK_MONOTONIC``, one clock for every process of the host, so the
 records, the power readings and the telemetry of both processes share one time axis.
 
@@ -58,7 +58,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
-from infbench.errors import CellTimeout, InfbenchError, describe_error
+from infbench.data.errors import CellTimeout, InfbenchError, describe_error
 
 #: Seconds a cell may run past its ``--cell-timeout`` deadline before its engine process
 #: is killed from outside (the adapter's own deadline check normally stops it first).
@@ -199,7 +199,7 @@ class EngineProcess(Engine):
             op: the operation (``start``, ``verify_device``, ``make_prompts``, ``warmup``,
                 ``run``, ``describe``, ``score``, ``stop``).
             kill_at_ns: ``perf_counter_ns`` after which the process is killed and
-                :class:`~infbench.errors.CellTimeout` raised (a cell that does not stop).
+                :class:`~infbench.data.errors.CellTimeout` raised (a cell that does not stop).
             on_progress: called with each progress message the operation sends.
 
         Raises:
@@ -403,7 +403,7 @@ def _die_with_parent(parent: int) -> None:
     if sys.platform.startswith("linux"):
         import ctypes
 
-        from infbench.signals import PR_SET_PDEATHSIG
+        from infbench.data.signals import PR_SET_PDEATHSIG
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:

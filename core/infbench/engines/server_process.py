@@ -5,9 +5,9 @@ Shared by the server engines (llama.cpp's and vLLM's, through
 its own process group with its output in a log file kept beside the results
 (``$INFBENCH_HOME/logs/``), is polled on its health URL, and its whole process group is
 terminated (SIGTERM, then SIGKILL after a grace period) on every exit path: stop, error,
-Ctrl-C, SIGTERM (:mod:`infbench.signals` turns it into an interrupt), and interpreter
+Ctrl-C, SIGTERM (:mod:`infbench.data.signals` turns it into an interrupt), and interpreter
 exit (an ``atexit`` hook). If infbench itself is killed (SIGKILL, the OOM killer) the
-server gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``, :func:`infbench.signals.dying_with_parent`)
+server gets SIGTERM from the kernel (``PR_SET_PDEATHSIG``, :func:`infbench.data.signals.dying_with_parent`)
 and no server outlives the run.
 """
 
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from infbench.engines.base import Engine
+from infbench.data.engine import Engine
+from infbench.data.errors import EngineUnavailable
 from infbench.engines.openai import OpenAIEngine
-from infbench.errors import EngineUnavailable
 
 
 def free_port() -> int:
@@ -64,7 +64,7 @@ class ServerProcess:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the child's exit
-        from infbench.signals import dying_with_parent
+        from infbench.data.signals import dying_with_parent
 
         self.proc = subprocess.Popen(dying_with_parent(self.argv), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env={**os.environ, **self.env}, start_new_session=True)
@@ -140,6 +140,29 @@ def _group_alive(pgid: int) -> bool:
 def _stop_all() -> None:
     for server in list(_live):
         server.stop(grace_s=2.0)
+
+
+#: Options of a managed server's adapter that configure infbench's OpenAI client, not the
+#: server: they are never passed on as the engine's own arguments. An engine whose server has
+#: an argument of the same name (vLLM's ``tokenizer``) passes that one on; the others add it.
+CLIENT_OPTIONS = frozenset({"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
+                            "startup_timeout_s", "force_output", "extra_body", "extra_headers", "event_loop",
+                            "metrics_url"})
+
+
+def slots_needed(cells: Any) -> int:
+    """Server slots (concurrent sequences: vLLM's ``max_num_seqs``, SGLang's
+    ``max_running_requests``, llama.cpp's ``--parallel``) a group needs: the largest batch
+    (batch cells), concurrency (serving cells; 16 for an open-loop rate without a cap) among
+    ``cells`` (an iterable of :class:`~infbench.data.schema.Cell`), at least 1."""
+    n = 1
+    for c in cells:
+        ld = c.load
+        if ld is None or ld.mode == "batch":
+            n = max(n, c.batch)
+        else:
+            n = max(n, ld.concurrency or 16)
+    return n
 
 
 class ManagedServerEngine(OpenAIEngine):

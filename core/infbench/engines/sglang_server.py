@@ -44,29 +44,26 @@ import re
 import sys
 from typing import Any
 
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
-    _local_only,
     device_label,
+    local_only,
     names_match,
     torch_backend_problem,
     torch_probe,
 )
-from infbench.engines.llama_server import slots_needed
-from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 NAME = "sglang-server"
 #: SGLang's ``--dtype`` choices (``ServerArgs.dtype``) -> precision class (the first is the default).
 SGLANG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 #: Options of the infbench adapter itself (the OpenAI client's and the managed server's), not
 #: passed to SGLang.
-ADAPTER_OPTIONS = ("n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "force_output", "tokenizer", "extra_body", "extra_headers", "event_loop", "startup_timeout_s",
-                   "metrics_url")
-#: The torch backends SGLang runs on (:attr:`~infbench.schema.DeviceBackends.torch`):
+ADAPTER_OPTIONS = CLIENT_OPTIONS | {"tokenizer"}
+#: The torch backends SGLang runs on (:attr:`~infbench.data.schema.DeviceBackends.torch`):
 #: CUDA and ROCm builds, both with torch device ``cuda``.
 SGLANG_TORCH = ("cuda", "hip")
 #: Key of :attr:`DeviceBackends.install` with the command installing SGLang for the device.
@@ -96,7 +93,7 @@ def check_sglang(device, backends) -> EngineSupport:
     Returns:
         An :class:`~infbench.engines.availability.EngineSupport` row for ``infbench detect``.
     """
-    refused = _local_only(NAME, device, backends, "PyTorch")
+    refused = local_only(NAME, device, backends, "PyTorch")
     if refused:
         return refused
     if backends.torch not in SGLANG_TORCH:

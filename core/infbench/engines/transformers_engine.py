@@ -15,10 +15,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from infbench.engines.base import Engine, RunOutput
+from infbench.data.engine import Engine, RunOutput
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
+from infbench.engines import availability as av
+from infbench.engines.availability import (
+    UNSUPPORTED,
+    USABLE,
+    EngineSupport,
+    local_only,
+    torch_backend_problem,
+    torch_probe,
+)
 from infbench.engines.dummy_weights import build_hf_model
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
 
 TRANSFORMERS_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
@@ -125,7 +134,7 @@ class TransformersEngine(Engine):
             DeviceMismatch: the installed torch has no build for the device (before any
                 weights are loaded).
         """
-        from infbench.engines.availability import device_label, torch_backend_problem, torch_probe
+        from infbench.engines.availability import device_label, torch_backend_problem
 
         if self.device.kind == "cpu":
             return "cpu"
@@ -220,3 +229,21 @@ class TransformersEngine(Engine):
                 "compiled": bool(self.static and getattr(self, "dev", "cpu").split(":")[0] in ("cuda", "xpu")),
                 "build_s": round(getattr(self, "build_s", 0.0), 3),
                 "weights": getattr(self, "weights", None)}
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
+# through the module, where tests stand them in) ------------------------------------------------
+
+def check_transformers(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """transformers runs where torch has the device's backend (:attr:`DeviceBackends.torch`)."""
+    refused = local_only("transformers", device, backends, "PyTorch")
+    if refused:
+        return refused
+    assert backends is not None  # local_only refused a missing declaration
+    if backends.torch is None:
+        return EngineSupport("transformers", UNSUPPORTED, f"PyTorch has no backend for {backends.label} devices")
+    t = av.torch_probe()
+    problem = torch_backend_problem(t, backends.torch)
+    if problem:
+        return EngineSupport("transformers", UNSUPPORTED, problem, backends.install.get("torch"), t["version"])
+    return EngineSupport("transformers", USABLE, f"torch {t['version']} ({backends.torch})", version=t["version"])

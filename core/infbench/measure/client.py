@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 #: Largest response head accepted (bytes).
 MAX_HEAD = 64 * 1024

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from infbench.schema import Load, RequestRecord
+from infbench.data.schema import Load, RequestRecord
 
 #: Sends unit ``index`` at scheduled ``t_sched_ns``; its awaitable gives a record, a list of them
 #: (a session), or an engine-private raw object that the engine turns into records later.

@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
 
 #: Counter energy and integrated power disagreeing by more than this fraction means one
 #: of them is wrong (AMD: some GPUs report bad counters; MI250's second GCD reads 0 W).
@@ -54,12 +54,12 @@ class PowerSampler(ABC):
         """Take one reading per device now.
 
         Returns:
-            One :class:`~infbench.schema.PowerReading` per device, ``t_ns`` from
+            One :class:`~infbench.data.schema.PowerReading` per device, ``t_ns`` from
             ``time.perf_counter_ns()``.
 
         Raises:
-            Any exception: the monitor stops sampling and records the error as the
-            reason energy is unavailable; the cell itself goes on.
+            Exception: any; the monitor stops sampling and records the error as the
+                reason energy is unavailable; the cell itself goes on.
         """
 
     def read_channels(self) -> list[ChannelReading]:
@@ -69,10 +69,10 @@ class PowerSampler(ABC):
         thread, also when the sampler has no power (:class:`NoPower`).
 
         Returns:
-            One :class:`~infbench.schema.ChannelReading` per device; default ``[]``.
+            One :class:`~infbench.data.schema.ChannelReading` per device; default ``[]``.
 
         Raises:
-            Any exception: the monitor stops reading channels and notes why; power goes on.
+            Exception: any; the monitor stops reading channels and notes why; power goes on.
         """
         return []
 
@@ -87,7 +87,7 @@ class PowerSampler(ABC):
             The PIDs, or None (the default) when the device cannot list them.
 
         Raises:
-            Any exception: the check notes it and stops asking; the cell goes on.
+            Exception: any; the check notes it and stops asking; the cell goes on.
         """
         return None
 
@@ -412,7 +412,7 @@ class CommandPowerSampler(PowerSampler):
     source = "power"
 
     def __init__(self, command: str, label: str | None = None, timeout_s: float = 5.0):
-        from infbench.secrets import command_label
+        from infbench.data.secrets import command_label
 
         self.command = command
         self.timeout_s = timeout_s
@@ -423,7 +423,7 @@ class CommandPowerSampler(PowerSampler):
         """Run the command once; one reading stamped halfway through the call.
 
         Errors name the executable, never the command line (it may hold a secret)."""
-        from infbench.secrets import command_label
+        from infbench.data.secrets import command_label
 
         t0 = now_ns()
         try:
@@ -607,7 +607,7 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
     Raises:
         ConfigError: both given, or a non-positive wattage.
     """
-    from infbench.errors import ConfigError
+    from infbench.data.errors import ConfigError
 
     if command and watts is not None:
         raise ConfigError("give --power-command or --power-watts, not both")
@@ -622,7 +622,7 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
 
 def device_power_sampler(pm: Any, device: DeviceInfo) -> PowerSampler:  # Any: the plugin manager sits above measure
     """The device plugin's sampler, or :class:`NoPower` with the reason (the core's default
-    answer when no plugin reads the device, :mod:`infbench.platforms.defaults`)."""
+    answer when no plugin reads the device, :mod:`infbench.detect.platforms.defaults`)."""
     try:
         s = pm.hook.infbench_power_sampler(device=device)
     except Exception as exc:  # noqa: BLE001

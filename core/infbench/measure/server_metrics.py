@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.measure.metrics import NS
+from infbench.measure.derive import NS
 
 #: Labels that distinguish samples of one series rather than separate series.
 _BUCKET = "le"
@@ -269,7 +269,7 @@ class ServerMetricsScraper:
 
     Args:
         url: the ``/metrics`` URL (``http://127.0.0.1:8000/metrics``); stored and printed
-            without userinfo or query (:func:`infbench.secrets.redact_url`).
+            without userinfo or query (:func:`infbench.data.secrets.redact_url`).
         interval_s: time between scrapes in s (> 0).
         timeout_s: limit of one request.
 
@@ -281,7 +281,7 @@ class ServerMetricsScraper:
     def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0):
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be > 0 s, got {interval_s}")
-        from infbench.secrets import redact_url
+        from infbench.data.secrets import redact_url
 
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.public_url = redact_url(url)  # what is stored and printed: no userinfo, no query
@@ -296,7 +296,7 @@ class ServerMetricsScraper:
 
     def _secrets(self) -> list[str]:
         """The URL's credentials and query values, scrubbed from anything stored."""
-        from infbench.secrets import url_secrets
+        from infbench.data.secrets import url_secrets
 
         return url_secrets(self.url)
 
@@ -327,7 +327,7 @@ class ServerMetricsScraper:
         try:
             first = self._scrape()
         except Exception as exc:  # noqa: BLE001 - no metrics is a note, not a failure
-            from infbench.secrets import clean_text
+            from infbench.data.secrets import clean_text
 
             self.error = clean_text(f"no Prometheus metrics at {self.public_url}: {type(exc).__name__}: {exc}",
                                     self._secrets())
@@ -443,15 +443,15 @@ def from_timings(records: list[Any]) -> dict[str, Any]:
     ``/metrics`` has no latency histograms.
 
     Args:
-        records: the cell's :class:`~infbench.schema.RequestRecord` objects.
+        records: the cell's :class:`~infbench.data.schema.RequestRecord` objects.
 
     Returns:
         ``{"server_ttft_s": summary, "server_tpot_s": summary, "server_latency_source":
-        "timings"}`` (:func:`infbench.measure.metrics.summarize`, s) over the completed
+        "timings"}`` (:func:`infbench.measure.derive.summarize`, s) over the completed
         requests that carry timings; ``{}`` when none does. ``prompt_ms`` is the prompt's
         processing time in the slot, without the time the request waited for a slot.
     """
-    from infbench.measure.metrics import summarize as stats
+    from infbench.measure.derive import summarize as stats
 
     ts = [r.server["timings"] for r in records
           if r.error is None and r.server and isinstance(r.server.get("timings"), dict)]

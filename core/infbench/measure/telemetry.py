@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from infbench.data.metrics import TELEMETRY_CHANNELS
-from infbench.schema import ChannelReading
+from infbench.data.schema import ChannelReading
 
 #: The channel names, with what they measure and their unit (the unit is in the name; the
 #: definitions: :data:`infbench.data.metrics.TELEMETRY_CHANNELS`).

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 #: Precision classes from most to least precise (rank 0 is the preferred baseline).
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")

@@ -54,11 +54,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infbench.data.quality import PerplexityResult, quality_key  # noqa: F401 - re-exported
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
+from infbench.data.scores import PerplexityResult, quality_key
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 #: Engines that can score a text, and the dtype each uses when none is given (llama.cpp:
 #: the GGUF's own type).
@@ -131,7 +131,7 @@ class Scorer(ABC):
     Args:
         engine: the started adapter.
         n_ctx: tokens per chunk.
-        model: the :class:`~infbench.models.ModelShape` it loaded (its path has the tokenizer).
+        model: the :class:`~infbench.data.models.ModelShape` it loaded (its path has the tokenizer).
         gguf_vocab: a GGUF whose vocabulary (through llama.cpp) tokenizes the text instead
             of the engine's own tokenizer (:func:`tokenizer_source`), so every engine scores
             the same ids; None: the engine's tokenizer.
@@ -434,11 +434,11 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
             model's context (``max_position_embeddings``, a GGUF's ``context_length``).
         EngineUnavailable: an engine's library is missing.
     """
-    from infbench.errors import EngineUnavailable
-    from infbench.models import resolve
-    from infbench.plugins import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager
+    from infbench.contract.registry import engine_specs, require_engine
+    from infbench.data.errors import EngineUnavailable
+    from infbench.data.models import resolve
     from infbench.quality.weights import require_real_weights
-    from infbench.registry import engine_specs, require_engine
 
     bad = [e for e in engines if e not in SCORERS]
     if bad:
@@ -493,11 +493,11 @@ def score_loaded(engine: Any, req: PerplexityRequest, res: PerplexityResult,
                  on_chunks: Callable[[int], None] | None = None) -> None:
     """Measure the perplexity of ``req``'s text on an engine adapter that has loaded its
     model (started and proven on its device by the engine session,
-    :class:`infbench.session.EngineSession`), filling ``res`` in place: the values, the
+    :class:`infbench.execution.session.EngineSession`), filling ``res`` in place: the values, the
     tokenizer, the engine's description and weights record, and ``wall_s``.
 
     Args:
-        engine: the started :class:`~infbench.engines.base.Engine` of ``req.engine``.
+        engine: the started :class:`~infbench.data.engine.Engine` of ``req.engine``.
         req: from :func:`plan_perplexity`.
         res: from :func:`new_result`.
         on_chunks: called with the number of chunks once the text is tokenized.

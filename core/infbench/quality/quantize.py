@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.quality.weights import PARENT_NAME_KEY, PARENT_SHA_KEY, file_sha256, gguf_dtype
 
 #: Target dtypes (infbench's lower-case spelling) -> (llama.cpp ``LLAMA_FTYPE_*`` name, precision class).
@@ -186,7 +186,7 @@ def quantize_gguf(src: Path, dst: Path, dtype: str, threads: int | None = None) 
         ConfigError: an unknown target or a failed quantization (the return code is given).
         EngineUnavailable: llama-cpp-python is missing.
     """
-    from infbench.errors import EngineUnavailable
+    from infbench.data.errors import EngineUnavailable
 
     dtype = normalize_dtype(dtype)
     try:

@@ -1,24 +1,24 @@
 """Which perplexity measurements a sweep's plan asks for (``infbench run --perplexity
 TEXT``): one per group with real weights on an engine that can score. They are measured
-by the perplexity scenario (:mod:`infbench.scenarios.perplexity`) on the run's executor."""
+by the perplexity scenario (:mod:`infbench.execution.scenarios.scoring`) on the run's executor."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from infbench.errors import InfbenchError
+from infbench.contract.registry import PERPLEXITY_TWIN
+from infbench.data.errors import InfbenchError
 from infbench.quality.perplexity import PerplexityRequest, plan_perplexity
-from infbench.registry import PERPLEXITY_TWIN
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 
 def perplexity_requests(plan: Any, text: str, n_ctx: int = 512, max_chunks: int | None = None,
                         pm: PluginManager | None = None) -> tuple[list[PerplexityRequest], list[str]]:
     """The perplexity requests of every group of a sweep's plan that has real weights on an
     engine that can score (``llama.cpp``, ``transformers``, ``vllm``; a server engine is
-    scored by its in-process twin, :data:`infbench.registry.PERPLEXITY_TWIN`).
+    scored by its in-process twin, :data:`infbench.contract.registry.PERPLEXITY_TWIN`).
 
     Returns:
         ``(requests, notes)``: notes say which groups are not scored and why (dummy

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 #: ``general.name`` prefix of the GGUF files infbench writes with random weights.
 DUMMY_GGUF_PREFIX = "infbench-dummy-"
@@ -152,7 +152,7 @@ def weights_info(model: Any) -> WeightsInfo:
     """Real or dummy, with the hash of real weights.
 
     Args:
-        model: a :class:`~infbench.models.ModelShape` (its ``path`` decides).
+        model: a :class:`~infbench.data.models.ModelShape` (its ``path`` decides).
 
     Raises:
         ConfigError: a GGUF file that cannot be read.

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.data.errors import ConfigError
 from infbench.data.metrics import Column
-from infbench.errors import ConfigError
 from infbench.report.data import flat_row
 from infbench.report.lib_import import is_published
 
@@ -135,7 +135,7 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
 
 def _without_args(spec: dict[str, Any]) -> str:
     """The canonical JSON of a stored cell spec without its engine arguments."""
-    from infbench.schema import canonical_json
+    from infbench.data.schema import canonical_json
 
     return canonical_json({k: v for k, v in spec.items() if k != "engine_args"})
 
@@ -150,8 +150,8 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
 
     from infbench.analysis.predict import engine_family
     from infbench.data.engine import precision_of
-    from infbench.errors import ConfigError
-    from infbench.models import resolve
+    from infbench.data.errors import ConfigError
+    from infbench.data.models import resolve
 
     s = r["spec"]
     if s.get("dataset"):
@@ -173,14 +173,14 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
 def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
     """A self-contained plotly page: one bar per matched cell of the B / A ratio of
     output throughput, TTFT p50 and TPOT p50 (1 = equal). The figure travels as JSON in a
-    ``<script type="application/json">`` element (:func:`infbench.outputs.html_json`:
+    ``<script type="application/json">`` element (:func:`infbench.data.outputs.html_json`:
     ``<``, ``>`` and ``&`` escaped), so no label can change how the page parses."""
     import html
 
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
-    from infbench.outputs import generator_meta, html_json
+    from infbench.data.outputs import generator_meta, html_json
 
     pairs = result["pairs"]
     fig = go.Figure()
@@ -199,22 +199,22 @@ def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
 
 def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path: Path,
                        protect: Any = ()) -> Path:
-    """Write :func:`compare_html` to ``path`` through :func:`infbench.outputs.write_output`
+    """Write :func:`compare_html` to ``path`` through :func:`infbench.data.outputs.write_output`
     (atomic; never over a store in ``protect``, an SQLite file or a file that is not an
     earlier compare plot).
 
     Raises:
-        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OutputRefused: see :func:`infbench.data.outputs.check_output`.
         OSError: ``path`` cannot be written.
     """
-    from infbench.outputs import COMPARE_HTML, write_output
+    from infbench.data.outputs import COMPARE_HTML, write_output
 
     return write_output(path, compare_html(result, label_a, label_b), COMPARE_HTML, protect)
 
 
 def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:
     """A stored row whose ``spec_hash`` ignores the dtype (so two precisions of one workload match)."""
-    from infbench.schema import short_hash
+    from infbench.data.schema import short_hash
 
     spec = {k: v for k, v in r["spec"].items() if k != "dtype"}
     return {**r, "spec_hash": short_hash(spec)}

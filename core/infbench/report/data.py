@@ -14,15 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infbench.analysis.roofline import effective_batch
+from infbench.contract.registry import PERPLEXITY_TWIN
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
 from infbench.data.metrics import Column
-from infbench.outputs import OutputKind, starts_with
-from infbench.registry import PERPLEXITY_TWIN
-from infbench.schema import engine_args_label
+from infbench.data.outputs import OutputKind, starts_with
+from infbench.data.schema import engine_args_label
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 #: Dimensions a report can filter on, with their labels.
 DIMENSIONS = {
@@ -155,14 +155,14 @@ def config_label(row: dict[str, Any]) -> str:
 
 def args_text(args: Any) -> str | None:
     """A stored cell's engine arguments (``spec.engine_args``) as ``n_ubatch=4 ...``
-    (:meth:`infbench.schema.Cell.args_label`), None when it has none."""
+    (:meth:`infbench.data.schema.Cell.args_label`), None when it has none."""
     return engine_args_label(args) or None
 
 
 def limits_resolver(pm: PluginManager) -> Any:
     """A cached ``device dict -> Limits | None`` for :func:`flat_row`'s backfill."""
     from infbench.analysis.floor import device_roofline_limits
-    from infbench.schema import DeviceInfo
+    from infbench.data.schema import DeviceInfo
 
     cache: dict[str, Any] = {}
 
@@ -204,8 +204,8 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     length when input = output (their grid) and ``"IN/OUT"`` otherwise. ``Model`` is the
     HF id where the zoo knows it.
     """
-    from infbench.errors import ConfigError
-    from infbench.models import resolve
+    from infbench.data.errors import ConfigError
+    from infbench.data.models import resolve
 
     out = []
     for r in rows:
@@ -246,9 +246,9 @@ LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Outpu
 def lib_csv(rows: list[dict[str, Any]]) -> str:
     """The CSV text of ``export --format lib-csv``: a header of :data:`LIB_COLUMNS` and one
     line per ok batch-mode cell (:func:`lib_rows`), text cells through
-    :func:`infbench.outputs.csv_cell` (a model name ``=HYPERLINK(...)`` is written
+    :func:`infbench.data.outputs.csv_cell` (a model name ``=HYPERLINK(...)`` is written
     ``'=HYPERLINK(...)``; ``infbench import`` reads it back without the quote)."""
-    from infbench.outputs import csv_text
+    from infbench.data.outputs import csv_text
 
     return csv_text(lib_rows(rows), LIB_COLUMNS, lineterminator="\n")
 

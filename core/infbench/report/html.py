@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.outputs import REPORT_HTML, generator_meta, html_json, write_output
+from infbench.data.outputs import REPORT_HTML, generator_meta, html_json, write_output
+from infbench.data.secrets import printable, redact
 from infbench.report.data import DIMENSIONS, METRICS
-from infbench.secrets import printable, redact
 
 FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
 #: The metrics the first figure's Y axis selector offers (the first is the default).
@@ -136,11 +136,11 @@ def write_report(rows: list[dict[str, Any]], out_dir: Path, title: str = "infben
                  slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None, extra_html: str = "",
                  ppl_gate: float | None = None, protect: Any = ()) -> Path:
     """Write ``out_dir/index.html`` (self-contained) through
-    :func:`infbench.outputs.write_output` (atomic; never over a store in ``protect``, an
+    :func:`infbench.data.outputs.write_output` (atomic; never over a store in ``protect``, an
     SQLite file or a file that is not an earlier report page); returns its path.
 
     Raises:
-        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OutputRefused: see :func:`infbench.data.outputs.check_output`.
         OSError: the folder cannot be written.
     """
     failed = sum(1 for r in rows if r["status"] not in ("ok", "predicted"))

@@ -42,14 +42,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infbench.data import metrics as M
-from infbench.errors import ConfigError
-from infbench.inputs import integer_text, number_text, read_text
-from infbench.outputs import FORMULA_START
-from infbench.schema import Cell, CellResult, DeviceInfo, short_hash
-from infbench.secrets import printable
+from infbench.data.errors import ConfigError
+from infbench.data.inputs import integer_text, number_text, read_text
+from infbench.data.outputs import FORMULA_START
+from infbench.data.schema import Cell, CellResult, DeviceInfo, short_hash
+from infbench.data.secrets import printable
 
 if TYPE_CHECKING:  # pragma: no cover
-    from infbench.plugins import PluginManager
+    from infbench.contract.manager import PluginManager
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def read_lib_csv(path: str | Path) -> list[LibRow]:
     """Parse a CSV in LLM-Inference-Bench's layout. Lines starting with ``#`` are
     comments (the fixtures record their source that way).
 
-    The file is read as :mod:`infbench.inputs` reads every file: at most
+    The file is read as :mod:`infbench.data.inputs` reads every file: at most
     :data:`MAX_IMPORT_BYTES`, UTF-8 (a Latin-1 file is named with its line), every number
     finite and physically possible (``Num of Hardware`` 1..:data:`MAX_UNITS`, lengths and
     batch whole numbers, times and throughput positive), a row on one line. Each row is
@@ -342,7 +342,7 @@ def published_device(name: str, units: int, pm: PluginManager | None = None) -> 
                               properties={"published_name": name}), 1
         spec = None
         if pm is not None:
-            from infbench.devices import catalog
+            from infbench.detect.devices import catalog
 
             best = None
             for s in catalog(pm):
@@ -365,7 +365,7 @@ def published_device(name: str, units: int, pm: PluginManager | None = None) -> 
 
 def _model_name(name: str) -> tuple[str, bool]:
     """The zoo key of a published model name (HF id), and whether the zoo knows it."""
-    from infbench.models import resolve
+    from infbench.data.models import resolve
 
     try:
         return resolve(name).name, True

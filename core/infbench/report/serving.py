@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.outputs import html_json
-from infbench.secrets import printable, redact
+from infbench.data.outputs import html_json
+from infbench.data.secrets import printable, redact
 
 #: Ids of the HTML figures, when their data exists.
 SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")

@@ -217,19 +217,19 @@ FIGURE_METADATA = {"png": {"Software": "infbench report"}, "svg": {"Creator": "i
 
 def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int, protect: Any = ()) -> list[Path]:
     """Write a matplotlib figure as ``out_dir/<name>.<fmt>`` for each format (tight layout)
-    through :func:`infbench.outputs.write_output` (atomic; never over a store in
+    through :func:`infbench.data.outputs.write_output` (atomic; never over a store in
     ``protect``, an SQLite file or a file that is not an earlier infbench figure) and close
     it. Returns the paths written.
 
     Raises:
-        OutputRefused: see :func:`infbench.outputs.check_output`.
+        OutputRefused: see :func:`infbench.data.outputs.check_output`.
         OSError: the folder cannot be written.
     """
     import io
 
     import matplotlib.pyplot as plt
 
-    from infbench.outputs import FIGURE, write_output
+    from infbench.data.outputs import FIGURE, write_output
 
     try:
         fig.tight_layout()

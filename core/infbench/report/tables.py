@@ -5,7 +5,7 @@ a pipe) too narrow for every column, the columns are split over several tables, 
 repeating the key columns (model, engine...), and text columns wrap instead of ending in
 an ellipsis. Text that came from outside (model names, errors from an ingested folder or
 a server) is printed and written to CSV without control characters
-(:func:`infbench.secrets.printable`).
+(:func:`infbench.data.secrets.printable`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from rich.table import Table
 from rich.text import Text
 
 from infbench.data import metrics as M
-from infbench.measure.metrics import flatten
-from infbench.outputs import OutputKind, csv_text, starts_with
-from infbench.schema import engine_args_label, load_label
-from infbench.secrets import printable
+from infbench.data.outputs import OutputKind, csv_text, starts_with
+from infbench.data.schema import engine_args_label, load_label
+from infbench.data.secrets import printable
+from infbench.measure.derive import flatten
 
 
 def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
@@ -67,7 +67,7 @@ RESULTS_CSV = OutputKind("export --format csv", "--out", starts_with(b"cell_id,s
 
 def results_csv(rows: list[dict[str, Any]]) -> str:
     """Stored cells as CSV, one flattened row per cell (:func:`result_row`); every text cell
-    cleaned and neutralised (:func:`infbench.outputs.csv_cell`: no control characters, no
+    cleaned and neutralised (:func:`infbench.data.outputs.csv_cell`: no control characters, no
     credentials, no formula a spreadsheet would run)."""
     flat = [result_row(r) for r in rows]
     cols: list[str] = []
@@ -78,7 +78,7 @@ def results_csv(rows: list[dict[str, Any]]) -> str:
 
 def dicts_csv(rows: list[dict[str, Any]]) -> str:
     """Any list of flat dicts as CSV (columns in order of first appearance), through
-    :func:`infbench.outputs.csv_text`; empty text for no rows."""
+    :func:`infbench.data.outputs.csv_text`; empty text for no rows."""
     cols: list[str] = []
     for f in rows:
         cols += [k for k in f if k not in cols]

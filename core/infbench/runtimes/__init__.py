@@ -2,9 +2,9 @@
 
 The flow is detect -> plan -> **launch** -> measure -> store -> report. With a container
 runtime the launch step starts the vendor plugin's image (its
-:func:`~infbench.hookspecs.infbench_container_spec`), the image's ``infbench worker``
-measures (:mod:`infbench.worker`), and the container executor
-(:mod:`infbench.executors.container`) stores what it measured in the host's store.
+:func:`~infbench.contract.hookspecs.infbench_container_spec`), the image's ``infbench worker``
+measures (:mod:`infbench.execution.worker`), and the container executor
+(:mod:`infbench.execution.executors.container`) stores what it measured in the host's store.
 
 * :mod:`~infbench.runtimes.docker_runtime`: the docker SDK.
 * :mod:`~infbench.runtimes.apptainer`: ``apptainer exec`` from a ``.sif``.
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infbench.errors import ConfigError
-from infbench.runtimes.mounts import MOUNT_ROOTS_ENV, allowed_mount_roots, cache_link_mounts, under  # noqa: F401 - re-exported
+from infbench.data.errors import ConfigError
 
 #: Container runtimes of ``infbench run --executor container --container-runtime NAME``.
 RUNTIMES = ("docker", "apptainer")

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
 
 

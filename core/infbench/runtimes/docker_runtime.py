@@ -1,7 +1,7 @@
 """Run an ``infbench worker`` in a Docker container through the docker SDK.
 
 The container's keyword arguments come from the plugin's
-:func:`~infbench.hookspecs.infbench_container_spec` (image, device requests, devices,
+:func:`~infbench.contract.hookspecs.infbench_container_spec` (image, device requests, devices,
 runtime, env, ipc, shm, ulimits...); this module adds what every worker needs:
 
 * the job's ``spec.json`` read-only at ``/job/spec.json`` and its ``out/`` folder at
@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.version import SCHEMA_VERSION, __version__
-from infbench.errors import ConfigError, InfbenchError
 from infbench.runtimes.labels import LABEL_SCHEMA, LABEL_VERSION
 from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
 
@@ -173,7 +173,7 @@ class DockerRuntime:
         """
         import docker
 
-        from infbench.errors import VersionSkew
+        from infbench.data.errors import VersionSkew
 
         try:
             img = self.client.images.get(image)

@@ -6,7 +6,7 @@ Recipes follow one convention (``docs/plugins.md``, ``containers/README.md``):
 * ``plugins/<vendor>/docker/Dockerfile.<name>``: a vendor plugin's images.
 
 Each builds the image ``infbench/<vendor>-<name>``, tagged ``<infbench version>`` (the tag a
-plugin's :func:`~infbench.hookspecs.infbench_container_spec` names) and
+plugin's :func:`~infbench.contract.hookspecs.infbench_container_spec` names) and
 ``<infbench version>-<engine><engine version>``. A Dockerfile declares its engine and the
 engine's version as ``ARG ENGINE=...`` and ``ARG ENGINE_VERSION=...`` (defaults read from
 the file, overridable with build args). Images carry labels (:data:`LABEL_VERSION`...)
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.version import SCHEMA_VERSION, __version__
-from infbench.errors import ConfigError, InfbenchError
 from infbench.runtimes.docker_runtime import docker_client
-from infbench.runtimes.labels import (  # noqa: E402,F401 - re-exported
+from infbench.runtimes.labels import (  # noqa: E402
     LABEL_BASE,
     LABEL_ENGINE,
     LABEL_ENGINE_VERSION,

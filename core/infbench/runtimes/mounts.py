@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infbench.errors import ConfigError
-from infbench.site import site_section
+from infbench.contract.site import site_section
+from infbench.data.errors import ConfigError
 
 #: Where the job folder and the worker's home are mounted inside a container.
 JOB, HOME = "/job", "/job/home"

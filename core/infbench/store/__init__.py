@@ -12,7 +12,7 @@ Default location: ``$INFBENCH_HOME/results.db``, with ``INFBENCH_HOME`` defaulti
   serving-mode details under the reserved key ``_client``: :meth:`RequestRecord.client`).
 * ``power_samples``: raw power readings per cell.
 * ``telemetry_samples``, ``server_metric_samples``, ``server_metrics``: telemetry channels
-  and the server's Prometheus metrics per cell (:mod:`infbench.store.telemetry`).
+  and the server's Prometheus metrics per cell (:mod:`infbench.store.channels`).
 
 The layout is built and upgraded by numbered migrations (:mod:`infbench.store.migrations`);
 a store written by a newer infbench is refused.
@@ -48,11 +48,11 @@ from urllib.parse import quote
 
 import numpy as np
 
-from infbench.data.paths import default_home, default_store_path  # noqa: F401 - re-exported
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.paths import default_store_path
+from infbench.data.schema import CellResult, PowerReading, RequestRecord
 from infbench.data.version import SCHEMA_VERSION
-from infbench.errors import ConfigError, InfbenchError
-from infbench.schema import CellResult, PowerReading, RequestRecord
-from infbench.store import migrations, telemetry
+from infbench.store import channels, migrations
 
 #: Key of ``requests.server`` that holds the client's details of a request (``RequestRecord.client()``).
 CLIENT_KEY = "_client"
@@ -74,9 +74,9 @@ def _loads(text: str | None) -> Any:
 
 
 def _metric_shapes() -> dict[str, type]:
-    """Each metric :func:`~infbench.measure.metrics.cell_metrics` derives -> ``dict``
+    """Each metric :func:`~infbench.measure.derive.cell_metrics` derives -> ``dict``
     (a summary or the SLO: numbers inside), ``bool`` or ``float`` (a number or None)."""
-    from infbench.measure.metrics import cell_metrics
+    from infbench.measure.derive import cell_metrics
 
     rec = RequestRecord(t_send_ns=0, t_tokens_ns=[1, 2, 3], n_in=1, n_out=3, t_sched_ns=0)
     m = cell_metrics([rec], energy_j=1.0, slo={"ttft_s": 1.0})
@@ -92,7 +92,7 @@ def _number(v: Any) -> bool:
 
 def checked_metrics(metrics: Any) -> dict[str, Any]:
     """A stored cell's metrics as readers expect them: each metric that
-    :func:`~infbench.measure.metrics.cell_metrics` derives has its shape (a summary dict of
+    :func:`~infbench.measure.derive.cell_metrics` derives has its shape (a summary dict of
     finite numbers, a bool, or a finite number or None); a value of another shape (a
     string where a number belongs, NaN, a list...) is replaced by None, and its key listed
     under ``"invalid"``. Other keys are kept as stored. One bad cell so never breaks a
@@ -117,9 +117,9 @@ def checked_metrics(metrics: Any) -> dict[str, Any]:
 
 
 def redacted_cell(r: CellResult) -> CellResult:
-    """A copy of ``r`` with every stored text redacted (:func:`infbench.secrets.redact_tree`);
+    """A copy of ``r`` with every stored text redacted (:func:`infbench.data.secrets.redact_tree`);
     the spec, ids and numbers are kept as they are."""
-    from infbench.secrets import redact, redact_tree
+    from infbench.data.secrets import redact, redact_tree
 
     def text(v: str | None) -> str | None:
         return redact(v) if v else v
@@ -344,9 +344,9 @@ class Store:
     # -- writing -------------------------------------------------------------------
     def begin_run(self, provenance: dict[str, Any], command: str = "") -> str:
         """Record the start of a run; returns its id (uuid4 hex). The command line and the
-        provenance are stored redacted (:func:`infbench.secrets.redact_tree`), whichever path
+        provenance are stored redacted (:func:`infbench.data.secrets.redact_tree`), whichever path
         began the run."""
-        from infbench.secrets import redact, redact_tree
+        from infbench.data.secrets import redact, redact_tree
 
         provenance, command = redact_tree(provenance), redact(command)
         run_id = uuid.uuid4().hex[:12]
@@ -362,7 +362,7 @@ class Store:
     def update_provenance(self, run_id: str, provenance: dict[str, Any]) -> None:
         """Replace a run's provenance (a container run learns the worker's once it starts);
         stored redacted, as :meth:`begin_run` does."""
-        from infbench.secrets import redact_tree
+        from infbench.data.secrets import redact_tree
 
         provenance = redact_tree(provenance)
         self.run_meta.setdefault(run_id, {})["provenance"] = provenance
@@ -378,7 +378,7 @@ class Store:
     def save_cell(self, run_id: str, r: CellResult) -> int:
         """Store one cell attempt with its records and power readings in one transaction.
         Every text that is not part of the cell's identity is stored redacted
-        (:func:`infbench.secrets.redact`): the error, the device (its properties: a site's
+        (:func:`infbench.data.secrets.redact`): the error, the device (its properties: a site's
         endpoint URL), the engine description, the metrics' notes, the power note, each
         request's error and server fields, the /metrics URL.
 
@@ -401,7 +401,7 @@ class Store:
             self.db.executemany(
                 "INSERT INTO power_samples VALUES (?,?,?,?,?,?)",
                 [(row, p.t_ns, p.device_index, p.power_w, p.energy_j, p.energy_range_j) for p in r.power])
-            telemetry.save(self.db, row, r)
+            channels.save(self.db, row, r)
         return row
 
     # -- reading -------------------------------------------------------------------

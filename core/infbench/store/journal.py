@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.errors import InfbenchError
+from infbench.data.errors import InfbenchError
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -76,7 +76,7 @@ _open: dict[tuple[str, str], _Open] = {}
 
 
 def keep(store: Store, run_id: str, result: Any, error: BaseException | str) -> Path:
-    """Append ``result`` (a :class:`~infbench.schema.CellResult`) to the run's journal
+    """Append ``result`` (a :class:`~infbench.data.schema.CellResult`) to the run's journal
     file, fsynced, because ``store`` could not take it.
 
     Args:
@@ -178,7 +178,7 @@ def replay(store: Store) -> dict[str, int]:
     Raises:
         sqlite3.Error: the store cannot take them yet (the files are kept).
     """
-    from infbench.schema import CellResult
+    from infbench.data.schema import CellResult
 
     counts = {"files": 0, "cells": 0, "statuses": 0, "busy": 0}
     for path in pending(store):

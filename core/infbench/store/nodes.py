@@ -1,4 +1,4 @@
-"""Where a stored cell ran, for runs of the Ray executor (:mod:`infbench.executors.ray`).
+"""Where a stored cell ran, for runs of the Ray executor (:mod:`infbench.execution.executors.ray`).
 
 A Ray run stores, on every cell's device, ``properties["ray_node"] = {"node_id",
 "hostname", "ip"}``, and in the run's provenance ``ray.nodes[node_id] = {"hostname",

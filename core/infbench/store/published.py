@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.schema import CellResult
+from infbench.data.schema import CellResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store

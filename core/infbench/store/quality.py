@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from infbench.data.quality import PerplexityResult
+from infbench.data.scores import PerplexityResult
 from infbench.store import Store
 
 
 def save_quality(store: Store, r: PerplexityResult) -> int:
     """Store one measurement (ok or failed), its error redacted
-    (:func:`infbench.secrets.redact`); returns its row id."""
-    from infbench.secrets import redact
+    (:func:`infbench.data.secrets.redact`); returns its row id."""
+    from infbench.data.secrets import redact
 
     if r.error:
         r = r.model_copy(update={"error": redact(r.error)})

@@ -33,8 +33,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from infbench.errors import ConfigError
-from infbench.inputs import check_size, jsonl
+from infbench.data.errors import ConfigError
+from infbench.data.inputs import check_size, jsonl
 
 #: Largest conversation file read (ShareGPT's JSON is ~0.7 GB; LMSYS-Chat-1M ~2.4 GB as JSONL).
 MAX_DATASET_BYTES = 8 << 30
@@ -89,7 +89,7 @@ def _messages(obj: Any, line: int, path: Path) -> list[dict[str, str]]:
 
 def read_conversations(path: str | Path) -> list[tuple[int, list[dict[str, str]]]]:
     """``(line number, messages)`` for every non-empty line of a JSONL file, read as
-    :mod:`infbench.inputs` reads every file: at most :data:`MAX_DATASET_BYTES`, UTF-8,
+    :mod:`infbench.data.inputs` reads every file: at most :data:`MAX_DATASET_BYTES`, UTF-8,
     strict JSON (no ``NaN``, no duplicate keys, nesting at most 32 deep).
 
     Raises:

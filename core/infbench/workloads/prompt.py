@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from infbench.workloads.synthetic import WORDS, token_range
+from infbench.data.prompts import token_range
+from infbench.workloads.synthetic import WORDS
 from infbench.workloads.tokenizer import TokenizerText
 
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from infbench.data.prompts import synthetic_prompts, token_range  # noqa: F401 - re-exported
-
 #: Common English words that most BPE and SentencePiece vocabularies hold as single tokens
 #: (with a leading space), so ``n`` words are close to ``n`` tokens.
 WORDS = ("the of and to in is was for on are with as his they be at one have this from or had by word but "

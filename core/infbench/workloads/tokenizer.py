@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from infbench.errors import ConfigError
+from infbench.data.errors import ConfigError
 
 #: Word-start markers of common vocabularies: SentencePiece / Metaspace, GPT-2 byte-level BPE.
 WORD_MARKERS = ("\u2581", "\u0120")

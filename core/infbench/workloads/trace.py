@@ -18,7 +18,7 @@ Two public formats are read:
   ``TIMESTAMP`` as a date-time (or a number of seconds); prompts are unique per request.
 
 Each replayed request is released at ``t0 + (timestamp - first timestamp) / speed`` and
-forces its own output length. The readers hold to :mod:`infbench.inputs`: UTF-8, at most
+forces its own output length. The readers hold to :mod:`infbench.data.inputs`: UTF-8, at most
 :data:`MAX_TRACE_BYTES`, strict JSON (no ``NaN``), lengths that are real integers, finite
 timestamps spanning at most :data:`MAX_SPAN_S`, a line number in every error; a replay
 longer than ``--cell-timeout`` is refused when planned (:func:`check_replay`). A replay's
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from infbench.errors import ConfigError
-from infbench.inputs import (
+from infbench.data.errors import ConfigError
+from infbench.data.inputs import (
     MAX_LINE_BYTES,
     check_size,
     check_utf8,

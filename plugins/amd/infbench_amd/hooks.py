@@ -1,12 +1,19 @@
-"""Hook implementations of the AMD plugin (contract: :mod:`infbench.hookspecs`)."""
+"""Hook implementations of the AMD plugin (contract: :mod:`infbench.contract.hookspecs`)."""
 
 from __future__ import annotations
 
-from infbench.devices import packaged_specs
-from infbench.engines.base import EngineSpec
-from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.measure.power import NoPower, PowerSampler
-from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_amd import __version__
 from infbench_amd.smi import (
     AmdSmiCliSampler,

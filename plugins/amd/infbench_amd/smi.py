@@ -21,8 +21,7 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading, PowerSampler, now_ns
 
 #: Energy units amd-smi prints -> J.
 ENERGY_UNITS = {"j": 1.0, "mj": 1e-3, "uj": 1e-6, "µj": 1e-6, "kj": 1e3}

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import DeviceInfo, PowerReading
 from infbench.measure.power import energy_summary
-from infbench.plugins import check_plugin
-from infbench.schema import DeviceInfo, PowerReading
 from infbench_amd import hooks
 from infbench_amd.smi import (
     energy_j_from_count,
@@ -115,7 +115,7 @@ def test_container_spec_rocm_devices():
 
 
 def test_mi250_catalog_is_per_gcd():
-    from infbench.devices import match_device
+    from infbench.detect.devices import match_device
 
     cat = hooks.infbench_device_catalog()
     s = match_device(cat, DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI250X / MI250"))
@@ -166,3 +166,17 @@ def test_amdsmi_library_channels():
     c = channels_from_amdsmi(StandInAmdsmi(), "h0", t_ns=1, device_index=0)
     assert c.values == {"util_pct": 93.0, "mem_util_pct": 37.0, "clock_mhz": 2100.0, "temp_c": 74.0}
     assert c.throttle == ["throttled"]
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check amd``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="amd", kind="gpu", model="AMD Instinct MI300X",
+                       count=1, memory_bytes=192 * 2**30)
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

@@ -178,7 +178,7 @@ def test_a_failed_init_falls_back_to_the_cli_and_says_why(monkeypatch):
     with pytest.raises(smi.SmiUnavailable, match="amdsmi_init failed: AMDSMI_STATUS_DRIVER_NOT_LOADED"):
         smi.load_amdsmi()
     assert hooks.infbench_detect() == []
-    from infbench.schema import DeviceInfo
+    from infbench.data.schema import DeviceInfo
 
     none = hooks.infbench_power_sampler(DeviceInfo(vendor="amd", kind="gpu", model="AMD Instinct MI300X", count=1))
     assert "amdsmi_init failed" in none.reason and "amd-smi CLI" in none.reason

@@ -2,7 +2,7 @@
 Inference's defaults. Its streamed ``time_info`` is stored per request by the core's
 OpenAI client (``RequestRecord.server``)."""
 
-from infbench.platforms.remote import RemotePlatformPlugin
+from infbench.plugin import RemotePlatformPlugin
 
 #: The entry point object (``cerebras = "infbench_cerebras.hooks:plugin"``).
 plugin = RemotePlatformPlugin(

@@ -22,8 +22,7 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading, PowerSampler, now_ns
 
 #: hl-smi fields read for detection, in this order.
 QUERY_FIELDS = ("index", "name", "bus_id", "driver_version", "memory.total", "uuid")
@@ -140,7 +139,7 @@ def power_argv(exe: str = "hl-smi", interval_s: int = 1) -> list[str]:
 class PowerLineParser:
     """Parses ``index, power.draw[, utilization.aip, temperature.aip, clocks.current.soc]``
     lines (numbers with or without units) of the group's devices; the telemetry fields,
-    when present, give a :class:`~infbench.schema.ChannelReading`.
+    when present, give a :class:`~infbench.data.schema.ChannelReading`.
 
     Raises (per line):
         ValueError: a line that is not ``index, number[, ...]`` with 2 or 5 fields.

@@ -1,12 +1,20 @@
-"""Hook implementations of the Intel Gaudi plugin (contract: :mod:`infbench.hookspecs`)."""
+"""Hook implementations of the Intel Gaudi plugin (contract: :mod:`infbench.contract.hookspecs`)."""
 
 from __future__ import annotations
 
-from infbench.devices import packaged_specs
-from infbench.engines.base import EngineSpec
-from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.measure.power import NoPower, PowerSampler, StreamSampler
-from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    StreamSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_habana import __version__
 from infbench_habana.hl import (
     HlmlSampler,

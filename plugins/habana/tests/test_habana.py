@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import DeviceInfo
 from infbench.measure.power import energy_summary
-from infbench.plugins import check_plugin
-from infbench.schema import DeviceInfo
 from infbench_habana import hooks
 from infbench_habana.hl import PowerLineParser, groups_from_query, number, power_argv
 
@@ -58,7 +58,7 @@ def test_fields_with_and_without_units():
 
 
 def test_telemetry_loop_lines_give_channels():
-    from infbench.schema import ChannelReading
+    from infbench.data.schema import ChannelReading
 
     p = PowerLineParser([0, 3])
     rs = [r for line in (SAMPLES / "telemetry-loop.csv").read_text().splitlines() for r in p(line, 0)]
@@ -104,7 +104,21 @@ def test_precisions_and_container_spec():
 
 
 def test_catalog_matches_hl_names():
-    from infbench.devices import match_device
+    from infbench.detect.devices import match_device
 
     s = match_device(hooks.infbench_device_catalog(), DeviceInfo(vendor="habana", kind="accelerator", model="HL-225"))
     assert s.id == "gaudi2" and s.per_device()["memory_bandwidth_bytes_s"] == pytest.approx(2.46e12)
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check habana``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="habana", kind="accelerator", model="HL-225",
+                       count=1, memory_bytes=96 * 2**30)
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

@@ -145,7 +145,7 @@ def test_a_failed_init_falls_back_to_hl_smi_and_says_why(monkeypatch):
     with pytest.raises(hl.HlUnavailable, match="HLML_ERROR_DRIVER_NOT_LOADED"):
         hl.load_hlml()
     assert hooks.infbench_detect() == []
-    from infbench.schema import DeviceInfo
+    from infbench.data.schema import DeviceInfo
 
     none = hooks.infbench_power_sampler(DeviceInfo(vendor="habana", kind="accelerator", model="HL-225", count=1))
     assert "HLML_ERROR_DRIVER_NOT_LOADED" in none.reason and "hl-smi is not installed" in none.reason

@@ -18,7 +18,7 @@ import subprocess
 from collections import defaultdict
 from typing import Any
 
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading
 
 #: The dump metrics infbench reads: 1 = GPU Power (W), 8 = GPU Energy Consumed (J).
 POWER_METRIC, ENERGY_METRIC = 1, 8
@@ -91,7 +91,7 @@ class DumpParser:
     The header (``Timestamp, DeviceId, GPU Power (W), GPU Energy Consumed (J)``) fixes
     the columns; rows with a ``TileId`` value are per-tile and skipped (the device row
     is the sum of tiles for energy and power). Telemetry columns
-    (:data:`CHANNEL_COLUMNS`) give a :class:`~infbench.schema.ChannelReading` per row
+    (:data:`CHANNEL_COLUMNS`) give a :class:`~infbench.data.schema.ChannelReading` per row
     ("N/A" left out). Unknown columns are ignored.
 
     Args:

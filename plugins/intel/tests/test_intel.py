@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
 from infbench.measure.power import PowerMonitor
-from infbench.plugins import check_plugin
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
 from infbench_intel import hooks
 from infbench_intel.xpusmi import DumpParser, dump_argv, groups_from_discovery, parse_discovery, parse_version
 
@@ -149,3 +149,17 @@ def test_hooks_against_a_streaming_xpusmi(xpusmi_on_path):
     # the same lines' telemetry comes through the channel side of the sampler
     assert len(mon.channels) >= 4 and mon.channel_error is None
     assert mon.channels[-1].values == {"util_pct": 97.0, "clock_mhz": 1600.0, "temp_c": 55.0}
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check intel``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="intel", kind="gpu", model="Intel(R) Data Center GPU Max 1550",
+                       count=1, memory_bytes=128 * 2**30)
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

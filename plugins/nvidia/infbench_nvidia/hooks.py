@@ -1,14 +1,22 @@
-"""Hook implementations of the NVIDIA plugin (contract: :mod:`infbench.hookspecs`)."""
+"""Hook implementations of the NVIDIA plugin (contract: :mod:`infbench.contract.hookspecs`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from infbench.devices import packaged_specs
-from infbench.engines.base import Engine, EngineSpec
-from infbench.hookspecs import ContainerSpec, DefaultSweepAnswer, hookimpl
-from infbench.measure.power import NoPower, PowerSampler
-from infbench.schema import DeviceBackends, DeviceInfo, DeviceSpec
+from infbench.plugin import (
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceBackends,
+    DeviceInfo,
+    DeviceSpec,
+    Engine,
+    EngineSpec,
+    NoPower,
+    PowerSampler,
+    hookimpl,
+    packaged_specs,
+)
 from infbench_nvidia import __version__
 from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
 from infbench_nvidia.trtllm import TRTLLM_DTYPES

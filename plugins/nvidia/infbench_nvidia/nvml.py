@@ -15,8 +15,7 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Any
 
-from infbench.measure.power import PowerSampler, now_ns
-from infbench.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.plugin import ChannelReading, DeviceInfo, PowerReading, PowerSampler, now_ns
 
 #: Clock event (throttle) reasons that lower the clocks below what was asked, by their
 #: bit in ``nvmlDeviceGetCurrentClocksEventReasons`` (nvml.h ``nvmlClocksEventReason*``).

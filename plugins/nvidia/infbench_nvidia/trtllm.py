@@ -19,8 +19,7 @@ from typing import Any
 
 import yaml
 
-from infbench.engines.server_process import ManagedServerEngine
-from infbench.errors import ConfigError, EngineUnavailable
+from infbench.plugin import ConfigError, EngineUnavailable, ManagedServerEngine
 
 #: trtllm-serve ``dtype`` spellings (LLM API ``TorchLlmArgs.dtype``) -> precision class.
 TRTLLM_DTYPES = {"bfloat16": "bf16", "float16": "fp16"}
@@ -52,9 +51,7 @@ class TrtllmServeEngine(ManagedServerEngine):
             EngineUnavailable: ``trtllm-serve`` is not on PATH, or the server did not come up.
             ConfigError: the model has no shape or folder to serve.
         """
-        from infbench.data.paths import default_home
-        from infbench.engines.hf_dummy import dummy_hf_dir
-        from infbench.engines.vllm_engine import ADAPTER_OPTIONS, slots_needed
+        from infbench.plugin import CLIENT_OPTIONS, default_home, dummy_hf_dir, slots_needed
 
         if shutil.which("trtllm-serve") is None:
             raise EngineUnavailable("trtllm-serve is not installed",
@@ -69,7 +66,7 @@ class TrtllmServeEngine(ManagedServerEngine):
             llm_args["load_format"] = "dummy"
         else:
             raise ConfigError(f"{m.name} is not a zoo model or a local folder", hint="see `infbench models`")
-        llm_args.update({k: v for k, v in self.options.items() if k not in ADAPTER_OPTIONS})
+        llm_args.update({k: v for k, v in self.options.items() if k not in CLIENT_OPTIONS})
         opts_file = default_home() / "cache" / f"trtllm-{group.label().replace(' ', '_')}.yaml"
         opts_file.parent.mkdir(parents=True, exist_ok=True)
         opts_file.write_text(yaml.safe_dump(llm_args))
@@ -89,8 +86,7 @@ class TrtllmServeEngine(ManagedServerEngine):
         Raises:
             DeviceMismatch: the planned device is not an NVIDIA GPU.
         """
-        from infbench.engines.availability import device_label
-        from infbench.errors import DeviceMismatch
+        from infbench.plugin import DeviceMismatch, device_label
 
         if self.device.vendor != "nvidia":
             raise DeviceMismatch(self.name, device_label(self.device), "TensorRT-LLM runs on NVIDIA GPUs only",

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from infbench.contract.manager import check_plugin
+from infbench.data.schema import DeviceInfo
 from infbench.measure.power import energy_summary
-from infbench.plugins import check_plugin
-from infbench.schema import DeviceInfo
 from infbench_nvidia import hooks
 from infbench_nvidia.nvml import NvmlSampler, device_groups, field_value, precisions_for_cc
 
@@ -221,7 +221,7 @@ def test_container_spec_requests_gpus_host_ipc_and_trtllm_ulimits():
 
 
 def test_catalog_matches_driver_names():
-    from infbench.devices import match_device
+    from infbench.detect.devices import match_device
 
     cat = hooks.infbench_device_catalog()
     assert {s.id for s in cat} == {"a100-40gb", "a100-80gb", "h100-sxm", "h200", "gh200"}
@@ -262,11 +262,11 @@ def test_nvml_channels_are_stored_and_flag_a_throttled_cell(tmp_path):
     results store and read back; the throttle reason flags the cell."""
     import time
 
+    from infbench.data.schema import Cell, CellResult
     from infbench.measure.power import PowerMonitor
     from infbench.measure.telemetry import summarize_channels
-    from infbench.schema import Cell, CellResult
     from infbench.store import Store
-    from infbench.store.telemetry import telemetry
+    from infbench.store.channels import telemetry
 
     nv = NvmlStandIn()
     nv.reasons = [0x0, 0x20]
@@ -307,3 +307,17 @@ def test_device_processes_for_the_noisy_neighbour_check():
     assert rec["other_device_pids"] == seen
     assert sorted(rec["other_device_pids"] + rec["unseen_device_pids"]) == [99, 777, 4242]
     assert bool(contention_reasons(rec, "gpu")) is bool(seen)
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check nvidia``) on this host's answers and on a
+    stand-in device of the vendor: every hook answers in the contract's types, none raises,
+    and a power sampler's readings (NoPower without the driver) are finite and non-negative."""
+    from infbench.plugin import DeviceInfo as _Device
+    from infbench.testing.conformance import assert_conforms
+
+    detected = hooks.infbench_detect()
+    stand_in = _Device(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3",
+                       count=1, memory_bytes=80 * 2**30, properties={"compute_capability": "9.0"})
+    findings = assert_conforms(hooks, devices=[*detected, stand_in])
+    assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}

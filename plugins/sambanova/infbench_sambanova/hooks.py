@@ -1,7 +1,7 @@
 """SambaNova as a remote platform: the core's :class:`RemotePlatformPlugin` with SambaNova
 Cloud's defaults. SambaStudio sites set ``base_url`` to their endpoint's OpenAI URL."""
 
-from infbench.platforms.remote import RemotePlatformPlugin
+from infbench.plugin import RemotePlatformPlugin
 
 #: The entry point object (``sambanova = "infbench_sambanova.hooks:plugin"``).
 plugin = RemotePlatformPlugin(

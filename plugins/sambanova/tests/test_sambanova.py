@@ -4,9 +4,9 @@ test_remote_platforms.py."""
 
 import pytest
 
-from infbench.errors import ConfigError
+from infbench.contract.manager import check_plugin
+from infbench.data.errors import ConfigError
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler
-from infbench.plugins import check_plugin
 from infbench_sambanova.hooks import plugin
 
 
@@ -60,3 +60,12 @@ def test_engine_and_catalog():
     (spec,) = plugin.infbench_engines()
     assert spec.name == "openai" and spec.platforms == ["sambanova"] and spec.factory is None
     assert [s.id for s in plugin.infbench_device_catalog()] == ["sn40l"]
+
+
+def test_the_plugin_conforms_to_the_contract():
+    """The conformance kit (``infbench plugins check sambanova``): every hook answers in the
+    contract's types and none raises."""
+    from infbench.testing.conformance import assert_conforms
+
+    findings = assert_conforms(plugin)
+    assert {"hooks", "infbench_detect"} <= {f.hook for f in findings}

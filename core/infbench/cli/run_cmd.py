@@ -1,0 +1,582 @@
+"""``infbench run`` (plan, launch, measure, store), ``infbench worker`` (the same cells in
+another place) and ``infbench ingest`` (a worker's results into the store)."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from infbench.cli.common import (
+    JSON_HELP,
+    err,
+    fail,
+    out,
+    plugin_manager,
+    print_json,
+    stdout_to_stderr,
+    store_for_writing,
+    store_paths,
+    writing,
+)
+from infbench.data.errors import InfbenchError
+from infbench.data.request import RunRequest
+from infbench.data.version import __version__
+from infbench.store import StoreError, describe_db_error
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.store import Store
+
+RUN_HELP = """Run a sweep of cells and store every result.
+
+With no arguments: the detected device's default sweep, named by its plugin. On the CPU,
+the `quick` preset (smollm2-135m with dummy weights, batch 1/4/8, input 128/512, output
+64) on llama.cpp compiled in-process when installed (`infbench[llamacpp]`), else on
+llama.cpp's prebuilt server (`llama.cpp-server`, part of a plain install), else in the CPU
+worker image; a few minutes on 2 cores; on an NVIDIA, AMD or Intel GPU or a
+Gaudi, LLM-Inference-Bench's corner (llama-3-8b with dummy weights, batch 1/16/64, input
+= output 128/1024) on the best engine that runs there: the plugin's image when built and a
+container runtime answers, else vLLM, else transformers on the device, else llama.cpp
+built for it. `--dry-run` shows the choice, why, and the command installing each better
+engine; with none usable the run is refused, never measured on the CPU instead. Every
+engine proves it runs on the device before its first timed request.
+
+**Examples** on a plain install (`pip install infbench`: llama.cpp's prebuilt server)
+
+    infbench run                                                   # the device's default sweep
+    infbench run --dry-run                                         # its cells, engine, build and why
+    infbench run --engine llama.cpp-server --batch 1,8 --input-len 128 --output-len 32
+    infbench run --engine llama.cpp-server --concurrency 1,4 --num-requests 16
+    infbench run --engine llama.cpp-server --input-len 128 --request-rate 1 --find-max rate --slo-ttft-ms 300
+    infbench run --preset genz-qa --engine llama.cpp-server --batch 1 --dry-run
+
+**More examples** (some need another engine: `pip install 'infbench[llamacpp]'`, `'infbench[transformers]'`,
+vLLM; or files of yours: a sweep, conversations, a trace; or a server, a cluster)
+
+    infbench run --model qwen2.5-0.5b --engine llama.cpp,transformers --dtype fp16 --batch 1,8
+    infbench run --preset paper --model tinyllama-1.1b
+    infbench run --sweep my-sweep.yaml --force
+    infbench run --engine vllm --model tiny --batch 1,8          # vLLM offline, batch mode
+    infbench run --engine vllm-server --concurrency 1,16,64 --num-requests 200
+    infbench run --engine vllm-server --dataset chats.jsonl --request-rate 2,4 --slo-ttft 0.5
+    infbench run --engine openai --base-url http://127.0.0.1:8000/v1 --model my-model --concurrency 8
+    infbench run --engine vllm-server --trace mooncake.jsonl --trace-speed 0.5,1 --num-requests 500
+    infbench run --engine llama.cpp-server --dataset chats.jsonl --multi-turn --think-time 1 -c 4
+    infbench run --engine vllm-server --prefix-len 256 --num-prefixes 4 --input-len 512 -c 8
+    infbench run --engine openai --base-url URL --model M --tokenizer ./tok --no-stream -c 4
+    infbench run --executor container                              # inside the worker image
+    infbench run --executor ray --ray-address 10.0.0.1:6379 --device all   # a Ray cluster
+    infbench run --executor ray --device nvidia --container-runtime apptainer
+    infbench run --engine vllm-server --concurrency 1 --find-max concurrency --slo-ttft-ms 500 --slo-tpot-ms 50
+    infbench run --repeat 5 --price-per-hour 2.5                   # mean ± 95 % CI, USD per Mtok
+
+**Serving as production looks**: `--find-max rate|concurrency` brackets then bisects for
+the highest load at which `--goodput` (default 0.9) of the requests meet `--slo-ttft-ms`
+and `--slo-tpot-ms`, each probe a stored cell (starting at the first `--concurrency` /
+`--request-rate`); it stops going up when the server saturates. Server engines are
+scraped for their Prometheus `/metrics` every `--scrape-interval` s (server TTFT, queue,
+KV cache, prefix-cache hits). `--repeat N` measures each cell N times (`infbench results
+--repeats` shows mean ± 95 % t-interval); `--price-per-hour` adds `usd_per_mtok`.
+    infbench run -m model.gguf --dtype f16,q8_0,q4_K_M --perplexity wiki.test.raw   # speed and quality
+
+**Real weights**: `--model` a `.gguf` file (llama.cpp; at its own type, or `--dtype` names
+precisions derived from it, see `infbench quantize`) or a Hugging Face folder with weights
+(transformers, vLLM). Each cell records that its weights are real, their SHA-256 and the
+model's greedy answer to a factual question (its own tokenizer and chat template).
+
+**Where cells run** (`--executor`): `auto` runs in-process on the CPU and, on vendor
+hardware, inside the plugin's worker image when a Docker engine (or apptainer) is
+present; `container` forces the worker image (`--container-runtime docker|apptainer`;
+build images with `infbench containers build`); `inprocess` forces this process; `ray`
+spreads the groups over a Ray cluster's nodes: the sweep is planned once per device
+type of the fleet (`--device all`, or a comma list; default every accelerator type,
+else the CPUs), each group runs on a node with its device, and a node lost mid-sweep
+hands its remaining cells to another node of the same type (docs/cluster.md). Results are stored the same way whichever
+executor ran them, with the image or node in the provenance. (`--runtime` is the old
+name: none = inprocess, docker/apptainer = container.)
+
+Cells already stored with status ok are skipped (re-run to resume an interrupted sweep;
+`--force` measures again). A failed cell (OOM, crash, timeout) is stored with its error
+and the sweep goes on.
+"""
+
+Opt = typer.Option
+ListOpt = list[str] | None
+
+
+def run(
+    model: Annotated[ListOpt, Opt("--model", "-m", help="Zoo name, HF id, HF folder or .gguf file. "
+                                  "Repeat or comma list.")] = None,
+    engine: Annotated[ListOpt, Opt("--engine", "-e", help="Engine(s): llama.cpp, transformers, vllm (batch "
+                                   "mode); llama.cpp-server, vllm-server, openai (serving mode). See `infbench "
+                                   "plugins`.")] = None,
+    dtype: Annotated[ListOpt, Opt("--dtype", help="Engine dtype (f16, q8_0, bfloat16...) or class (fp16, bf16, "
+                                  "int8).")] = None,
+    batch: Annotated[ListOpt, Opt("--batch", "-b", help="Prompts submitted together.")] = None,
+    input_len: Annotated[ListOpt, Opt("--input-len", help="Prompt length in tokens.")] = None,
+    output_len: Annotated[ListOpt, Opt("--output-len", help="Generated tokens per request (forced).")] = None,
+    tp: Annotated[ListOpt, Opt("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
+    sweep_file: Annotated[Path | None, Opt("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
+    preset: Annotated[str | None, Opt("--preset", help="quick (the CPU's default), lib-corner (the GPUs' "
+                                      "default), paper (LLM-Inference-Bench grid), genz-qa, genz-chat, genz-rag, "
+                                      "genz-summarization, genz-codegen (GenZ use cases with SLOs). Default: the "
+                                      "device's default sweep.")] = None,
+    device: Annotated[str | None, Opt("--device", help="Device vendor to run on (cpu, nvidia...). Default: first "
+                                      "accelerator, else cpu.")] = None,
+    store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
+                                           "$INFBENCH_HOME/results.db (~/.infbench).")] = None,
+    force: Annotated[bool, Opt("--force", help="Measure cells again even if stored ok.")] = False,
+    warmup: Annotated[int | None, Opt("--warmup", help="Warm-up passes per cell (default 1).")] = None,
+    seed: Annotated[int | None, Opt("--seed", help="Seed of the synthetic prompts.")] = None,
+    cell_timeout: Annotated[float | None, Opt("--cell-timeout", help="Seconds before a cell is stopped and "
+                                              "stored as failed.")] = None,
+    threads: Annotated[int | None, Opt("--threads", min=1, help="CPU threads for the engine.")] = None,
+    power_interval: Annotated[float, Opt("--power-interval", help="Power sampling interval (s).")] = 0.1,
+    power_command: Annotated[str | None, Opt("--power-command", help="Replace the device's power sampler by a "
+                                             "shell command that prints watts (a PDU or BMC reading); energy is "
+                                             "then labelled user-supplied.")] = None,
+    power_watts: Annotated[float | None, Opt("--power-watts", help="Replace the device's power sampler by a "
+                                             "declared constant power in W (not measured; labelled so).")] = None,
+    power_label: Annotated[str | None, Opt("--power-label", help="What --power-command/--power-watts covers, "
+                                           "stored with the energy (e.g. 'rack PDU, 8 nodes').")] = None,
+    engine_process: Annotated[bool, Opt("--engine-process/--no-engine-process", help="Run in-process engines "
+                                        "(transformers, llama.cpp, vLLM's LLM...) in a process of their own, apart "
+                                        "from infbench's samplers and display (default). --no-engine-process "
+                                        "measures them beside infbench's threads, as before, and flags their cells "
+                                        "suspect: for diagnosis only.")] = True,
+    concurrency: Annotated[ListOpt, Opt("--concurrency", "-c", help="Serving mode: requests kept in flight "
+                                        "(server engines).")] = None,
+    request_rate: Annotated[ListOpt, Opt("--request-rate", "-r", help="Serving mode: mean arrivals per s "
+                                         "(Poisson; see --burstiness).")] = None,
+    burstiness: Annotated[float | None, Opt("--burstiness", help="Gamma shape of inter-arrival times: 1 = "
+                                            "Poisson, <1 burstier.")] = None,
+    num_requests: Annotated[int | None, Opt("--num-requests", "-n", help="Serving mode: timed requests per "
+                                            "cell.")] = None,
+    duration: Annotated[float | None, Opt("--duration", help="Serving mode: seconds to offer requests per "
+                                          "cell.")] = None,
+    warmup_requests: Annotated[int | None, Opt("--warmup-requests", help="Serving mode: untimed requests first "
+                                               "(default 1).")] = None,
+    request_timeout: Annotated[float | None, Opt("--request-timeout", help="Serving mode: per-request limit in "
+                                                 "s (default 600); a request past it is stored as failed, and a "
+                                                 "cell stops offering requests once as many have timed out as are "
+                                                 "in flight with none completed.")] = None,
+    base_url: Annotated[str | None, Opt("--base-url", help="--engine openai: the server, e.g. "
+                                        "http://127.0.0.1:8000/v1. Credentials in it (user:password@, "
+                                        "?api_key=) are used to connect but never stored or printed.")] = None,
+    api_key_env: Annotated[str | None, Opt("--api-key-env", help="Name of the environment variable holding the "
+                                           "API key (never stored).")] = None,
+    endpoint: Annotated[str | None, Opt("--endpoint", help="completions (default) or chat.")] = None,
+    served_model_name: Annotated[str | None, Opt("--served-model-name", help="Model name sent to the server "
+                                                 "(default: --model).")] = None,
+    prompt_format: Annotated[str | None, Opt("--prompt-format", help="token_ids (exact lengths, zoo model "
+                                             "served with dummy weights) or text.")] = None,
+    engine_arg: Annotated[ListOpt, Opt("--engine-arg", help="KEY=VALUE passed to the engine as its own "
+                                       "argument (vLLM: any EngineArgs name, e.g. quantization=fp8, "
+                                       "gpu_memory_utilization=0.85). Repeat for more.")] = None,
+    dataset: Annotated[Path | None, Opt("--dataset", help="Serving mode: replay chat conversations from a JSONL "
+                                        "file (OpenAI messages, ShareGPT or LMSYS); each request's output is "
+                                        "forced to its dropped final assistant turn's length.")] = None,
+    max_input_len: Annotated[int | None, Opt("--max-input-len", help="--dataset: skip conversations whose "
+                                             "prompt is longer (tokens; default 1024).")] = None,
+    max_output_len: Annotated[int | None, Opt("--max-output-len", help="--dataset: skip conversations whose "
+                                              "final assistant turn is longer (tokens; default 1024).")] = None,
+    # -- serving workloads (issue 16): traces, sessions, shared prefixes, streaming, tokenizer --
+    trace: Annotated[Path | None, Opt("--trace", help="Serving mode: replay a request trace at its own timing: "
+                                      "Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids: equal "
+                                      "ids give identical 512-token prompt blocks) or the Azure LLM inference CSV "
+                                      "(TIMESTAMP, ContextTokens, GeneratedTokens). Output lengths are forced; "
+                                      "--num-requests/--duration cut it; --concurrency caps it.")] = None,
+    trace_speed: Annotated[ListOpt, Opt("--trace-speed", help="--trace: time compression, 2 = twice as fast; a "
+                                        "list sweeps it (default 1).")] = None,
+    multi_turn: Annotated[bool, Opt("--multi-turn", help="--dataset: replay each conversation turn by turn as a "
+                                    "session, each user turn sent after the server's own answer (TTFT per turn "
+                                    "index); --num-requests then counts sessions, --concurrency sessions in "
+                                    "flight.")] = False,
+    think_time: Annotated[float | None, Opt("--think-time", help="--multi-turn: seconds between an answer and "
+                                            "the next user turn.")] = None,
+    prefix_len: Annotated[int | None, Opt("--prefix-len", help="Serving mode: synthetic prompts start with one of "
+                                          "--num-prefixes shared prefixes of this many tokens (a system prompt "
+                                          "reused across requests; part of --input-len).")] = None,
+    num_prefixes: Annotated[int | None, Opt("--num-prefixes", help="--prefix-len: distinct shared prefixes "
+                                            "(default 1).")] = None,
+    no_stream: Annotated[bool, Opt("--no-stream", help="Serving mode: non-streaming requests; E2E and throughput "
+                                   "only (TTFT, TPOT and ITL are not measured).")] = False,
+    tokenizer: Annotated[str | None, Opt("--tokenizer", help="Serving mode: a tokenizer folder or a Hugging Face "
+                                         "id in the local cache, for text prompts of exact token counts against "
+                                         "any endpoint; the server's usage stays the authority, mismatches are "
+                                         "reported.")] = None,
+    slo_ttft: Annotated[float | None, Opt("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
+    slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
+    slo_e2e: Annotated[float | None, Opt("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
+    dry_run: Annotated[bool, Opt("--dry-run", help="Print the planned cells and exit.")] = False,
+    write_spec: Annotated[Path | None, Opt("--write-spec", help="Write the planned cells as a worker spec (for "
+                                           "`infbench worker --spec FILE --out DIR` elsewhere, then `infbench "
+                                           "ingest DIR`) and exit.")] = None,
+    executor: Annotated[str | None, Opt("--executor", help="auto (default), inprocess, container (the plugin's "
+                                        "worker image) or ray. auto: in-process on the CPU, the image on vendor "
+                                        "hardware when a container runtime is present.")] = None,
+    container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
+                                                 "apptainer (default: Docker when an engine answers). With "
+                                                 "--executor ray: run each group in the plugin's image with this "
+                                                 "runtime on its node (default: in-process there).")] = None,
+    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the Ray cluster (HOST:PORT of "
+                                           "the head; default $RAY_ADDRESS). With it, --device takes device types "
+                                           "of the fleet: a comma list, or all.")] = None,
+    load_nodes: Annotated[int | None, Opt("--load-nodes", help="Send each serving cell's load from N nodes of the "
+                                          "Ray cluster (--ray-address or $RAY_ADDRESS), merged into one cell: a "
+                                          "rate as N Poisson streams, a concurrency in N shares, a trace by request "
+                                          "(docs/cluster.md).")] = None,
+    runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
+                                       "inprocess, docker/apptainer = container).")] = None,
+    repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
+                                      "95 % t-interval across repeats (`infbench results --repeats`). How many a "
+                                      "difference of X % needs: docs/metrics.md#repeatability.")] = None,
+    price_per_hour: Annotated[float | None, Opt("--price-per-hour", help="USD per hour of the measured machine: "
+                                                "every cell gets usd_per_mtok (USD per million output "
+                                                "tokens).")] = None,
+    scrape_interval: Annotated[float, Opt("--scrape-interval", help="Seconds between scrapes of a server "
+                                          "engine's Prometheus /metrics (0: off).")] = 1.0,
+    find_max: Annotated[str | None, Opt("--find-max", help="rate or concurrency: search for the highest load "
+                                        "meeting the SLO (--slo-ttft-ms/--slo-tpot-ms, --goodput).")] = None,
+    slo_ttft_ms: Annotated[float | None, Opt("--slo-ttft-ms", help="TTFT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    slo_tpot_ms: Annotated[float | None, Opt("--slo-tpot-ms", help="TPOT limit per request in ms (goodput, "
+                                             "--find-max).")] = None,
+    goodput: Annotated[float, Opt("--goodput", help="--find-max: fraction of requests that must meet the SLO.")
+                       ] = 0.9,
+    find_max_limit: Annotated[float | None, Opt("--find-max-limit", help="--find-max: highest load tried "
+                                                "(default 512 in flight, 1000 req/s).")] = None,
+    find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
+                                        "measure.")] = 20,
+    adaptive: Annotated[str | None, Opt("--adaptive", help="Measure only a designed share of the planned cells "
+                                        "(25%) or for a time (10m, 90s), grid corners first, then the cells "
+                                        "whose predicted interval is widest; store the rest as `predicted` cells "
+                                        "with 90 % intervals (never ok: a later run measures them).")] = None,
+    perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
+                                           "text for each group with real weights (`infbench perplexity`; stored "
+                                           "beside the throughput).")] = None,
+    ppl_n_ctx: Annotated[int, Opt("--ppl-n-ctx", help="--perplexity: tokens per chunk.")] = 512,
+    ppl_chunks: Annotated[int | None, Opt("--ppl-chunks", help="--perplexity: score only the first N "
+                                          "chunks.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
+) -> None:
+    from infbench.data import signals
+    from infbench.data.outputs import WORKER_SPEC, check_output
+    from infbench.data.request import checked_request
+
+    try:
+        req = checked_request(
+        model=model, engine=engine, dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, tp=tp,
+        sweep_file=sweep_file, preset=preset, device=device, store_path=store_path, force=force, warmup=warmup,
+        seed=seed, cell_timeout=cell_timeout, threads=threads, power_interval=power_interval,
+        power_command=power_command, power_watts=power_watts, power_label=power_label, engine_process=engine_process,
+        concurrency=concurrency,
+        request_rate=request_rate, burstiness=burstiness, num_requests=num_requests, duration=duration,
+        warmup_requests=warmup_requests, request_timeout=request_timeout, base_url=base_url, api_key_env=api_key_env,
+        endpoint=endpoint, served_model_name=served_model_name, prompt_format=prompt_format, engine_arg=engine_arg,
+        dataset=dataset, max_input_len=max_input_len, max_output_len=max_output_len, trace=trace,
+        trace_speed=trace_speed, multi_turn=multi_turn, think_time=think_time, prefix_len=prefix_len,
+        num_prefixes=num_prefixes, no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
+        slo_e2e=slo_e2e, dry_run=dry_run, write_spec=write_spec, executor=executor,
+        container_runtime=container_runtime, ray_address=ray_address, load_nodes=load_nodes, runtime=runtime,
+        repeat=repeat,
+        price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
+        adaptive=adaptive, perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
+        if req.write_spec is not None:  # refused before anything is detected or planned
+            check_output(req.write_spec, WORKER_SPEC, store_paths(req.store_path))
+    except InfbenchError as exc:
+        fail(exc)
+    # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
+    try:
+        with signals.terminate_as_interrupt():
+            _run(req)
+    except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
+        err.print("[yellow]interrupted[/] before any cell was measured")
+        raise typer.Exit(signals.exit_status(exc)) from None
+
+
+def _run(req: RunRequest) -> None:
+    """Prepare (:func:`infbench.execution.orchestrator.prepare`), then write a spec, print a dry run, or
+    run on the chosen executor and print the summary."""
+    from infbench.data import signals
+    from infbench.execution.orchestrator import prepare
+
+    try:
+        prep = prepare(req, plugin_manager())
+        for n in prep.notes:
+            err.print(f"[yellow]note:[/] {escape(n)}")
+        prep.notes.clear()
+        for w in prep.warnings:
+            err.print(f"[yellow]warning:[/] {w}")
+        cells = prep.cells()
+        if req.write_spec is not None:
+            with writing(req.write_spec, "--write-spec"):
+                wspec = prep.write_spec()
+            if req.as_json:
+                print_json({"spec": str(req.write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
+            else:
+                out.print(f"wrote worker spec {req.write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
+            return
+        if req.dry_run:
+            _print_dry_run(prep.plans, req.as_json, prep.fleet, prep.default)
+            if prep.refused():
+                raise prep.default.refusal()
+            return
+        if prep.default is not None:
+            _print_default_notes(prep.default)  # on stderr, also with --json
+        ex = prep.executor()
+        for n in prep.notes:
+            err.print(f"[yellow]note:[/] {escape(n)}")
+    except InfbenchError as exc:
+        fail(exc)
+    store = store_for_writing(req.store_path)
+    opts, as_json = prep.options, req.as_json
+    if req.find_max is not None:
+        from infbench.cli.serving_cmd import run_find_max
+
+        run_find_max(prep.plan, store, opts, ex, req.find_max, req.slo_ttft_s(), req.slo_tpot_s(), req.goodput,
+                     req.find_max_limit, req.find_max_probes, as_json)
+        return
+    if not as_json:
+        dev, fleet = prep.device, prep.fleet
+        where = f", in {ex.runtime.name} worker containers" if ex.name == "container" else (
+            f", on {ex.name}" if ex.name != "inprocess" else "")
+        if fleet is not None:
+            types = "; ".join(f"{p.device.vendor} ({p.device.model})" for p in prep.plans)
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {types}, over the {len(fleet.nodes)} "
+                      f"node(s) of the Ray cluster {fleet.address}, store {store.path}")
+        else:
+            out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
+                      f"store {store.path}")
+    from infbench.cli.progress import SweepProgress, first_run_note
+
+    kind = "cpu" if all(p.device.kind == "cpu" for p in prep.plans) else "accelerator"
+    observer = SweepProgress(cells, err, disable=as_json, device_kind=kind)  # one bar, its ETA, a line per cell
+    try:
+        with observer, stdout_to_stderr(as_json):
+            summary = ex.run(prep.plans if prep.fleet is not None else prep.plan, store, opts, observer)
+    except InfbenchError as exc:
+        fail(exc)
+    except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
+        fail(StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
+                        hint="free disk space, wait for the process holding it, or pass --store another file"))
+    except KeyboardInterrupt as exc:
+        with signals.deferred():
+            _print_interrupted(store, as_json, exc)
+        raise typer.Exit(signals.exit_status(exc)) from None
+    quality = None
+    if req.perplexity is not None:
+        from infbench.cli.quality_cmd import perplexity_after_run
+
+        quality = perplexity_after_run(prep.plan, req.perplexity, store, prep.pm, ex, opts, req.ppl_n_ctx,
+                                       req.ppl_chunks, as_json)
+    _print_summary(store, summary, as_json, quality)
+    first_run_note(store, summary, out, as_json)  # where results went, and the commands that show them
+    if summary.failed or any(q["status"] != "ok" for q in quality or []):
+        raise typer.Exit(3)
+
+
+def _print_interrupted(store: Store, as_json: bool, exc: BaseException) -> None:
+    """What an interrupted run kept: its status and counts (JSON with ``--json``)."""
+    from infbench.data.signals import Terminated
+
+    why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+    run_id = next(reversed(store.run_meta), None)
+    counts = {"ok": 0, "failed": 0}
+    try:
+        rows = store.results(run_id=run_id, all_attempts=True) if run_id else []
+        for r in rows:
+            counts["ok" if r["status"] == "ok" else "failed"] += 1
+        status = next((r["status"] for r in store.runs() if r["run_id"] == run_id), "interrupted")
+    except Exception:  # noqa: BLE001 - a broken store must not hide the interruption
+        status = "interrupted"
+    if as_json:
+        print_json({"run_id": run_id, "status": status, "store": str(store.path), **counts, "signal": why})
+    err.print(f"[yellow]{why}:[/] {counts['ok']} ok and {counts['failed']} failed cell(s) of run {run_id} are "
+              "stored; run the same command again to resume.")
+
+
+def _print_default(default: Any) -> None:
+    """The default sweep, every engine considered (best first) with its status and the
+    command installing it, and the choice."""
+    d = default.device
+    out.print(f"default sweep for {d.vendor} ({escape(d.model)}), from "
+              f"{'infbench' if default.source == 'core' else 'the ' + default.source + ' plugin'}: "
+              f"{escape(default.description)}")
+    out.print("engines, best first:" if not default.user_engines else "engines given with --engine:")
+    for i, c in enumerate(default.candidates, 1):
+        mark = "->" if c is default.chosen else "  "
+        colour = "green" if c.usable else "red" if c.status == "unsupported" else "yellow"
+        out.print(f" {mark} {i}. {c.engine} ({escape(c.where)}): [{colour}]{c.status}[/] {escape(c.reason)}")
+        if c.fix and not c.usable:
+            out.print(f"        install: {escape(c.fix)}")
+    out.print(f"chosen: {escape(default.why())}")
+
+
+def _print_default_notes(default: Any) -> None:
+    """Before a run: the engine choice and each better engine that is missing, as notes."""
+    err.print(f"[yellow]note:[/] default sweep for {default.device.vendor}: {escape(default.why())}")
+    for c in default.better_missing():
+        err.print(f"[yellow]note:[/] better engine not available: {c.engine} ({escape(c.where)}), {c.status}: "
+                  f"{escape(c.reason)}" + (f"; install: {escape(c.fix)}" if c.fix else ""))
+    if default.user_engines:
+        for c in default.candidates:
+            if not c.usable:
+                err.print(f"[yellow]warning:[/] {c.engine} cannot run on {default.device.vendor} here ({c.status}: "
+                          f"{escape(c.reason)}); its cells will be stored failed" +
+                          (f"; install: {escape(c.fix)}" if c.fix else ""))
+
+
+def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: Any = None) -> None:
+    """The planned cells: one plan per device type (several on a Ray fleet), with the
+    default sweep's engine choice when the device's default sweep is used."""
+    def nodes(dev: Any) -> list[str]:
+        t = fleet.type_of(dev) if fleet is not None else None
+        return [n.name() for n in t.nodes] if t is not None else []
+
+    if as_json:
+        docs = [{"device": p.device.model_dump(), **({"nodes": nodes(p.device)} if fleet is not None else {}),
+                 "cells": [{"cell_id": c.cell_id(p.device), **c.model_dump()} for c in p.cells]} for p in plans]
+        if fleet is not None:
+            print_json({"plans": docs})
+        else:
+            print_json({**docs[0], "default_sweep": default.to_dict() if default else None})
+        return
+    if default is not None:
+        _print_default(default)
+    for the_plan in plans:
+        dev = the_plan.device
+        on = f" on node(s) {', '.join(nodes(dev))}" if fleet is not None else ""
+        out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}){on}:")
+        for g in the_plan.groups:
+            out.print(f"  [bold]{g.label()}[/]")
+            for c in g.cells:
+                args = f"  {escape(c.args_label())}" if c.engine_args else ""
+                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}{args}")
+
+
+def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+    from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
+
+    try:
+        rows = store.results(run_id=summary.run_id)
+    except sqlite3.Error:
+        rows = []
+    if summary.journaled and not summary.journal_stored:
+        rows += [{**r.model_dump(mode="json", exclude={"records", "power"}), "run_id": summary.run_id,
+                  "spec": r.cell.model_dump(mode="json")} for r in summary.journaled]
+        err.print(f"[yellow]note:[/] {len(summary.journaled)} measured cell(s) could not be written to {store.path}; "
+                  f"they are kept in {summary.journal} and the next `infbench run` on this store stores them")
+    elif summary.journaled:
+        err.print(f"[yellow]note:[/] {len(summary.journaled)} cell(s) the store refused for a while are stored now")
+    if as_json:
+        print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
+                    "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+                    "predicted": len(summary.predicted), **({"scenario": summary.scenario} if summary.scenario else {}),
+                    "claimed_elsewhere": len(summary.claimed), "journaled": len(summary.journaled),
+                    "journal": summary.journal if not summary.journal_stored else None,
+                    "cells": results_json(rows), **({"perplexity": quality_json(quality)} if quality is not None
+                                                    else {})})
+        return
+    if rows:
+        print_results(out, rows, title=f"run {summary.run_id}")
+    for line in suspect_notes(rows):
+        out.print(f"[yellow]suspect:[/] {escape(line)}")
+    if quality:
+        out.print(quality_table(quality, title="perplexity"))
+    if summary.claimed:
+        out.print(f"{len(summary.claimed)} cell(s) skipped: another process on this store measured them "
+                  f"({escape(summary.claimed[0][1])}{', ...' if len(summary.claimed) > 1 else ''}).")
+    if len(summary.skipped) > len(summary.claimed):
+        out.print(f"{len(summary.skipped) - len(summary.claimed)} cell(s) skipped: already stored ok (use --force to "
+                  "measure again).")
+    for n in {r["power_note"] for r in rows if r["power_note"]}:
+        out.print(f"[dim]energy: {n}[/]")
+    for r in rows:
+        behind = ((r["metrics"] or {}).get("client") or {}).get("behind")
+        if behind:
+            out.print(f"[yellow]note:[/] the client fell behind in cell {r['cell_id']}: {escape('; '.join(behind))} "
+                      "(its own stamps may lag by up to client_lag_p99_ms)")
+    predicted = f", {len(summary.predicted)} predicted (not measured)" if summary.predicted else ""
+    out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "
+              f"{len(summary.skipped)} skipped{predicted}. See `infbench results`.")
+
+
+def worker(
+    spec: Annotated[Path, Opt("--spec", help="Worker spec (`infbench run --write-spec FILE` writes one).")],
+    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db.")],
+) -> None:
+    """Run the cells of a worker spec here and write raw results and provenance to --out.
+
+    This is what a vendor image runs (`ENTRYPOINT ["infbench", "worker"]`), with --out
+    mounted from the host; a batch job on another node runs it the same way. Bring the
+    results back with `infbench ingest DIR`. Each finished cell is appended to
+    cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
+    from an infbench with another store schema is refused (exit 2).
+    """
+    from infbench.data import signals
+    from infbench.data.outputs import check_folder
+    from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
+    from infbench.execution.worker import event_line, run_worker
+
+    def observer(event: Any) -> None:
+        line = event_line(event)
+        if line is not None:
+            print(line, file=sys.stderr, flush=True)
+
+    try:
+        check_folder(out_dir, "--out", "a worker's results",  # never a store or another file
+                     files=[CELLS_FILE, QUALITY_FILE, PROVENANCE_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm"])
+        with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
+            prov = run_worker(spec, out_dir, observer)
+    except InfbenchError as exc:
+        fail(exc)
+    except KeyboardInterrupt as exc:
+        err.print("[yellow]interrupted:[/] finished cells are in cells.jsonl")
+        raise typer.Exit(signals.exit_status(exc)) from None
+    out.print(f"worker {prov['status']}: results in {out_dir}")
+    if prov["status"] not in ("completed",):
+        raise typer.Exit(3)
+
+
+def ingest(
+    out_dir: Annotated[Path, typer.Argument(help="A worker's --out folder.")],
+    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
+    as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Store a worker's results (its --out folder) as one run, with the worker's provenance.
+
+    Cell ids and spec hashes are kept as the worker computed them, so the same workload
+    run in another image or on another site compares cell by cell (`infbench compare`).
+    """
+    from infbench.execution.bookkeeping import run_command
+    from infbench.execution.worker import ingest as do_ingest
+
+    store = store_for_writing(store_path)
+    try:
+        res = do_ingest(out_dir, store, command=run_command())
+    except InfbenchError as exc:
+        fail(exc)
+    except sqlite3.Error as exc:
+        fail(StoreError(f"the results store {store.path} refused the ingest ({describe_db_error(exc)}); nothing "
+                        "was stored", hint=f"free disk space or wait for the process holding it, then ingest {out_dir} "
+                                           "again (the folder is untouched)"))
+    cells = res.pop("cells")
+    if as_json:
+        print_json({**res, "cell_ids": [c.cell_id for c in cells]})
+        return
+    skipped = f"; {res['skipped_lines']} incomplete last line skipped" if res["skipped_lines"] else ""
+    out.print(f"run {res['run_id']}: {res['ok']} ok, {res['failed']} failed ingested from {out_dir} "
+              f"(worker status {res['status']}{skipped})")
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to ``app``."""
+    app.command(help=RUN_HELP)(run)
+    app.command()(worker)
+    app.command()(ingest)

@@ -1,0 +1,168 @@
+"""The plugin manager: built-in plugins, entry-point plugins, and safe hook calls.
+
+Built-in plugins (``cpu`` and ``engines``) are part of the core; third-party plugins
+are found through the entry-point group ``infbench``. Set ``INFBENCH_DISABLE_PLUGINS``
+to a comma-separated list of plugin names to keep them from loading (built-ins too).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import pluggy
+
+from infbench.contract import hookspecs
+
+ENTRY_POINT_GROUP = "infbench"
+BUILTIN_PLUGINS = {
+    "cpu": "infbench.detect.platforms.cpu",
+    "engines": "infbench.engines.builtin",
+}
+#: The module of the core's ``trylast`` hook implementations (:class:`CoreDefaults`), the
+#: built-in plugin ``core``.
+CORE_DEFAULTS = "infbench.detect.platforms.defaults"
+
+
+@dataclass
+class PluginInfo:
+    """What ``infbench plugins`` shows about one plugin.
+
+    Attributes:
+        name: plugin name (entry-point name, or the built-in's name).
+        module: module path of the plugin object.
+        distribution: distribution that ships it (``infbench`` for built-ins).
+        version: that distribution's version.
+        hooks: names of the hooks it implements.
+        error: why it failed to load, if it did (then it is not registered).
+        disabled: True when ``INFBENCH_DISABLE_PLUGINS`` names it.
+    """
+
+    name: str
+    module: str
+    distribution: str
+    version: str
+    hooks: list[str] = field(default_factory=list)
+    error: str | None = None
+    disabled: bool = False
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager with the ``infbench`` hook specs and a record of each plugin."""
+
+    def __init__(self) -> None:
+        super().__init__("infbench")
+        self.add_hookspecs(hookspecs)
+        self.infos: dict[str, PluginInfo] = {}
+
+    def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any, BaseException | None]]:
+        """Call every implementation of ``hook_name`` separately, isolating failures.
+
+        Returns:
+            ``[(plugin_name, result, exception_or_None), ...]`` in pluggy's call order,
+            so one broken plugin cannot hide the others (used for detection).
+        """
+        out: list[tuple[str, Any, BaseException | None]] = []
+        caller = getattr(self.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            try:
+                args = {k: kwargs[k] for k in impl.argnames}
+                out.append((impl.plugin_name, impl.function(**args), None))
+            except Exception as exc:  # noqa: BLE001 - a plugin must not break the run
+                out.append((impl.plugin_name, None, exc))
+        return out
+
+
+def disabled_plugins() -> set[str]:
+    """Names listed in ``INFBENCH_DISABLE_PLUGINS`` (comma separated)."""
+    raw = os.environ.get("INFBENCH_DISABLE_PLUGINS", "")
+    return {p.strip() for p in raw.split(",") if p.strip()}
+
+
+def _hooks_of(pm: PluginManager, plugin: object) -> list[str]:
+    return sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
+
+
+def build_plugin_manager() -> PluginManager:
+    """Create a fresh :class:`PluginManager` with built-ins and entry-point plugins.
+
+    A plugin that fails to import is recorded with its error (see ``infbench
+    plugins``) instead of aborting; a plugin whose hook names are misspelled makes
+    :meth:`pluggy.PluginManager.check_pending` raise ``PluginValidationError``.
+    """
+    pm = PluginManager()
+    blocked = disabled_plugins()
+    version = md.version("infbench") if _has_dist("infbench") else "unknown"
+    for name, modpath in BUILTIN_PLUGINS.items():
+        info = PluginInfo(name, modpath, "infbench", version, disabled=name in blocked)
+        pm.infos[name] = info
+        if info.disabled:
+            continue
+        module = importlib.import_module(modpath)
+        pm.register(module, name=name)
+        info.hooks = _hooks_of(pm, module)
+    if "core" not in blocked:  # the core's trylast defaults, answering last; loaded by name like the built-ins
+        defaults = importlib.import_module(CORE_DEFAULTS).CoreDefaults(pm)
+        pm.infos["core"] = PluginInfo("core", CORE_DEFAULTS, "infbench", version)
+        pm.register(defaults, name="core")
+        pm.infos["core"].hooks = _hooks_of(pm, defaults)
+    for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+        dist = ep.dist.name if ep.dist else "?"
+        ver = ep.dist.version if ep.dist else "?"
+        info = PluginInfo(ep.name, ep.value, dist, ver, disabled=ep.name in blocked)
+        pm.infos[ep.name] = info
+        if info.disabled or pm.has_plugin(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:  # noqa: BLE001 - report, keep the others
+            info.error = f"{type(exc).__name__}: {exc}"
+            continue
+        info.hooks = _hooks_of(pm, plugin)
+    pm.check_pending()
+    return pm
+
+
+def _has_dist(name: str) -> bool:
+    try:
+        md.version(name)
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager (built once; tests call :func:`build_plugin_manager`)."""
+    return build_plugin_manager()
+
+
+def check_plugin(plugin: object, name: str = "plugin-under-test") -> list[str]:
+    """Validate a plugin object against the hook specs, for plugin authors' tests.
+
+    Registers ``plugin`` in a fresh :class:`PluginManager` (pluggy checks that each
+    ``@hookimpl``'s arguments are a subset of its spec's) and requires every function
+    named ``infbench_*`` to be a marked implementation of a known hook.
+
+    Returns:
+        The names of the hooks it implements, sorted.
+
+    Raises:
+        pluggy.PluginValidationError: an implementation's arguments do not match its spec,
+            or a hook name is unknown (misspelled).
+        ValueError: an ``infbench_*`` function lacks ``@hookimpl`` (pluggy would ignore it).
+    """
+    pm = PluginManager()
+    pm.register(plugin, name=name)
+    pm.check_pending()
+    hooks = _hooks_of(pm, plugin)
+    unmarked = sorted(n for n in dir(plugin) if n.startswith("infbench_") and callable(getattr(plugin, n))
+                      and n not in hooks)
+    if unmarked:
+        raise ValueError(f"{', '.join(unmarked)} look like hooks but lack @infbench.contract.hookspecs.hookimpl")
+    return hooks

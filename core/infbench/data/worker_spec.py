@@ -1,0 +1,125 @@
+"""The worker contract's spec (:class:`WorkerSpec`): what a worker runs (cells, device,
+options, scenario), written by the host and read by ``infbench worker`` where it runs
+(:mod:`infbench.execution.worker`). Both ends check the store schema version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from infbench.data.errors import ConfigError, VersionSkew
+from infbench.data.scenarios import ScenarioSpec, SweepScenario
+from infbench.data.schema import Cell, DeviceInfo, short_hash
+from infbench.data.secrets import redact_options
+from infbench.data.version import SCHEMA_VERSION, __version__
+
+SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
+QUALITY_FILE = "quality.jsonl"
+
+
+class WorkerOptions(BaseModel):
+    """Run options carried to the worker (the identity-free knobs of :class:`infbench.data.run.RunOptions`)."""
+
+    cell_timeout_s: float | None = None
+    power_interval_s: float = 0.1
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    slo: dict[str, float] | None = None
+    server_metrics_interval_s: float = 1.0
+    price_per_hour: float | None = None
+    load_nodes: int | None = Field(default=None, ge=0)
+    ray_address: str | None = None
+    engine_process: bool = True
+
+
+class WorkerSpec(BaseModel):
+    """What a worker runs: the cells, the device group they were planned for, options.
+
+    Attributes:
+        schema_version: the host's store schema; the worker refuses another one.
+        infbench_version: the host's infbench version (for messages).
+        device: the device group the host planned for; the worker runs on the detected
+            device of the same vendor and model.
+        cells: the cells, in run order (a search's template cell, a perplexity item's
+            placeholder cell: the scenario decides what is measured of them).
+        options: run options.
+        scenario: what to measure (default: every cell, a sweep).
+    """
+
+    schema_version: int
+    infbench_version: str
+    device: DeviceInfo
+    cells: list[Cell] = Field(min_length=1)
+    options: WorkerOptions = Field(default_factory=WorkerOptions)
+    scenario: ScenarioSpec = Field(default_factory=SweepScenario)
+
+    def spec_hash(self) -> str:
+        """Hash of the workload: the cells' spec hashes in order (device and options excluded)."""
+        return short_hash([c.spec_hash() for c in self.cells])
+
+
+def skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
+    return VersionSkew(
+        f"{what} was written by infbench {their_version} (store schema {their_schema}); this is infbench "
+        f"{__version__} (store schema {SCHEMA_VERSION})",
+        hint="use the same infbench on host and worker: rebuild the worker image from this checkout "
+             "(`infbench containers build`) or install the matching infbench version on the host")
+
+
+def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
+    """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device, cells and
+    scenario, and the identity-free knobs of ``opts`` (:class:`infbench.execution.bookkeeping.RunOptions`: timeout,
+    power interval, engine options with URL credentials redacted by
+    :func:`infbench.data.secrets.redact_options`, SLO, /metrics interval, price), stamped with
+    this infbench's store schema."""
+    o = WorkerOptions()
+    if opts is not None:
+        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
+                          engine_options=redact_options(opts.engine_options), slo=opts.slo,
+                          server_metrics_interval_s=opts.server_metrics_interval_s,
+                          price_per_hour=opts.price_per_hour, load_nodes=getattr(opts, "load_nodes", None),
+                          ray_address=getattr(opts, "ray_address", None),
+                          engine_process=getattr(opts, "engine_process", True))
+    return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
+                      cells=plan.cells, options=o, scenario=plan.scenario)
+
+
+def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
+    """Write the worker spec of ``plan`` (a :class:`~infbench.plan.Plan`) to ``path``.
+
+    Args:
+        plan: the planned cells and their device.
+        path: the ``spec.json`` to write (folders created).
+        opts: optional :class:`infbench.execution.bookkeeping.RunOptions` (timeout, power interval, engine
+            options, SLO).
+    """
+    spec = make_spec(plan, opts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec.model_dump_json(indent=2))
+    return spec
+
+
+def read_spec(path: Path) -> WorkerSpec:
+    """Read and check a worker spec.
+
+    Raises:
+        VersionSkew: the spec's schema version is not this infbench's.
+        ConfigError: unreadable or invalid file.
+    """
+    from infbench.data.inputs import read_text, strict_json
+
+    try:  # a regular file of bounded size (a FIFO would wait forever), strict JSON
+        raw = strict_json(read_text(path, "worker spec", 256 << 20), str(path))
+    except ConfigError as exc:
+        raise ConfigError(f"cannot read worker spec {path}: {exc.message[:300]}",
+                          hint="write one with `infbench run --write-spec FILE`") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"worker spec {path} must hold a JSON object, got {type(raw).__name__}",
+                          hint="write one with `infbench run --write-spec FILE`")
+    if raw.get("schema_version") != SCHEMA_VERSION:
+        raise skew(f"worker spec {path}", raw.get("schema_version"), raw.get("infbench_version", "?"))
+    try:
+        return WorkerSpec(**raw)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid worker spec {path}: {str(exc)[:600]}") from None

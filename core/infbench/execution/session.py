@@ -1,0 +1,316 @@
+"""The one engine session: the only place infbench starts an engine and measures with it.
+
+Every scenario (:mod:`infbench.execution.scenarios`: the sweep, the ``--find-max`` search,
+perplexity) on every executor (:mod:`infbench.execution.executors`: in this process, in a worker
+container, on a Ray node, where ``infbench worker`` runs the same code) measures through
+:class:`EngineSession`, which keeps infbench's promises in one place:
+
+* **the device**: the engine is launched for the group on the run's device and proves it
+  runs there before its first request (:func:`~infbench.engines.device_proof.start_on_device`,
+  refusing with :class:`~infbench.data.errors.DeviceMismatch` otherwise); the proof is stored
+  with every result;
+* **once**: each cell is claimed before it is measured (:func:`infbench.execution.bookkeeping.take_cell`), so
+  two processes on one store never measure it twice;
+* **stored**: every result goes through :func:`infbench.execution.bookkeeping.record` (cells) or
+  :meth:`RunContext.record_quality` (perplexity), with signals held back while it is written;
+  the run itself was begun by :func:`infbench.execution.bookkeeping.started_run`, whose command line and
+  provenance are redacted (:mod:`infbench.data.secrets`) in the store;
+* **stopped**: the engine is stopped on every path (:meth:`EngineSession.stop`).
+
+A scenario never starts an engine itself: it asks the session to measure a cell
+(:meth:`EngineSession.measure`) or score a text (:meth:`EngineSession.score`) and decides
+what comes next from the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from infbench.analysis.floor import add_roofline
+from infbench.contract.manager import PluginManager
+from infbench.data import signals
+from infbench.data.engine import Engine
+from infbench.data.errors import describe_error
+from infbench.data.events import (
+    CellSkipped,
+    CellStarted,
+    CellTimed,
+    GroupLoading,
+    Note,
+    Observer,
+    ScoreFinished,
+    ScoreProgress,
+    ScoreStarted,
+    ignore,
+)
+from infbench.data.groups import Group
+from infbench.data.run import RunOptions, RunSummary
+from infbench.data.schema import Cell, CellResult, DeviceInfo
+from infbench.data.scores import PerplexityResult
+from infbench.engines.device_proof import group_failure, start_on_device
+from infbench.engines.launch import launch
+from infbench.engines.process import EngineProcess
+from infbench.execution.bookkeeping import record, take_cell, unmeasured_failure
+from infbench.measure.cell import measure_cell
+from infbench.store import Store, describe_db_error
+
+
+class GroupStartFailed(Exception):
+    """A group's engine did not start or was refused on the device; ``error`` is the text
+    stored with each of its cells (:func:`~infbench.engines.device_proof.group_failure`)."""
+
+    def __init__(self, error: str):
+        super().__init__(error)
+        self.error = error
+
+
+@dataclass
+class RunContext:
+    """One run on one device, as the session and the scenarios see it.
+
+    Attributes:
+        pm: the plugin manager.
+        device: the device group the cells are planned on.
+        store: the store of this process (the host's, or a worker's own ``worker.db``).
+        summary: the run's summary (filled as results are stored).
+        options: the run's knobs.
+        observer: receives the run's events.
+        sampler: the device's power sampler (None where nothing is measured here: the host
+            side of a container or Ray run).
+        limits, limits_reason: the device's roofline limits, or None and why.
+        backends: the device's :class:`~infbench.data.schema.DeviceBackends` (None: no plugin
+            declares them).
+        done: cell ids stored ok before the run (empty with ``force``).
+        node: where the units run (a Ray node), for events; None: this host.
+        stamp: applied to every cell result before it is stored (the Ray executor adds the
+            node to the result's device); None: stored as measured.
+        take: asked before each cell is claimed; False: another worker took the cell (a
+            worker whose cells the Ray driver may hand to another node,
+            :mod:`infbench.data.handoff`), and it is skipped. None: every cell is this run's.
+        spread: where serving load is sent from when not from this process: its
+            ``runner(engine, cell)`` returns the function that runs a cell's load instead of
+            the engine's own client, or None for a cell it does not take
+            (:class:`infbench.execution.executors.spread.LoadSpread`, ``--load-nodes``).
+    """
+
+    pm: PluginManager
+    device: DeviceInfo
+    store: Store
+    summary: RunSummary
+    options: RunOptions = field(default_factory=RunOptions)
+    observer: Observer = ignore
+    sampler: Any = None
+    limits: Any = None
+    limits_reason: str | None = None
+    backends: Any = None
+    done: set[str] = field(default_factory=set)
+    node: str | None = None
+    stamp: Callable[[CellResult], CellResult] | None = None
+    take: Callable[[Cell], bool] | None = None
+    spread: Any = None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id in :attr:`store`."""
+        return self.summary.run_id
+
+    def claim(self, cell: Cell, force: bool | None = None) -> bool:
+        """Claim ``cell`` for this run (:func:`infbench.execution.bookkeeping.take_cell`); False (announced as
+        skipped) when another live process measures it or stored it ok meanwhile, or when
+        :attr:`take` says another worker took it."""
+        if self.take is not None and not self.take(cell):
+            self.observer(CellSkipped(cell, "handed to another worker"))
+            return False
+        return take_cell(self.store, self.run_id, cell, self.device, self.summary, self.observer,
+                         self.options.force if force is None else force)
+
+    def record(self, result: CellResult) -> None:
+        """Store one cell result (:func:`infbench.execution.bookkeeping.record`), count and announce it."""
+        if self.stamp is not None:
+            result = self.stamp(result)
+        record(self.store, self.run_id, self.summary, result, self.observer, self.node)
+
+    def fail(self, cell: Cell, error: str, started_at: float | None = None,
+             metrics: dict[str, Any] | None = None) -> CellResult:
+        """Store ``cell`` as failed without a measurement (its engine did not start, its
+        worker died), with the scenario's ``metrics`` if any, and return the stored result."""
+        r = unmeasured_failure(cell, self.device, error, started_at)
+        if metrics:
+            r.metrics.update(metrics)
+        self.record(r)
+        return r
+
+    def record_quality(self, result: PerplexityResult) -> None:
+        """Store one perplexity measurement (:func:`infbench.store.quality.save_quality`),
+        count it in the summary and announce it (:class:`~infbench.data.events.ScoreFinished`).
+        SIGINT and SIGTERM wait until it is written. A store that refuses it (disk full,
+        locked) loses no earlier result: a note says so and the run goes on."""
+        from infbench.store.quality import save_quality
+
+        with signals.deferred():
+            try:
+                save_quality(self.store, result)
+            except (sqlite3.Error, OSError) as exc:
+                self.observer(Note(f"the store {self.store.path} refused the perplexity of {result.model} on "
+                                   f"{result.engine} ({describe_db_error(exc)}); measure it again later"))
+            self.summary.quality.append(result)
+            self.observer(ScoreFinished(result, self.node))
+
+
+class EngineSession:
+    """One engine loaded for one group on the run's device (see the module doc).
+
+    Create it with :meth:`start`; always :meth:`stop` it (``with`` does).
+
+    Args:
+        ctx: the run.
+        group: the group the engine loaded (what the scenario measures with it).
+        engine: the started adapter, proven on ``ctx.device``.
+    """
+
+    def __init__(self, ctx: RunContext, group: Group, engine: Engine, load_s: float | None = None):
+        self.ctx, self.group, self.engine = ctx, group, engine
+        #: Seconds the engine took to launch, load and prove its device.
+        self.load_s = load_s
+
+    @classmethod
+    def start(cls, ctx: RunContext, group: Group, load: Group | None = None) -> EngineSession:
+        """Launch the engine of ``group`` on ``ctx.device`` and prove it runs there.
+
+        Args:
+            ctx: the run.
+            group: the group to measure (announced as
+                :class:`~infbench.data.events.GroupLoading`).
+            load: what to load, when the scenario sizes the engine for more than
+                ``group``'s cells (``--find-max``: its highest load); default ``group``.
+
+        Raises:
+            GroupStartFailed: the engine did not start or runs elsewhere (it is stopped).
+            KeyboardInterrupt: Ctrl-C or SIGTERM while loading (the engine is stopped).
+        """
+        ctx.observer(GroupLoading(group, ctx.node))
+        engine: Engine | None = None
+        t0 = time.perf_counter()
+        try:
+            engine = launch(ctx.pm, group.engine, ctx.device, ctx.options.engine_options)
+            if ctx.options.engine_process and engine.isolate:  # nothing of infbench beside the engine's host thread
+                engine = EngineProcess(engine)
+            start_on_device(engine, load or group, ctx.backends)  # refuses a device it is not on
+        except BaseException as exc:
+            if engine is not None:
+                with contextlib.suppress(Exception):
+                    engine.stop()
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise GroupStartFailed(group_failure(exc)) from exc
+        return cls(ctx, group, engine, time.perf_counter() - t0)
+
+    def __enter__(self) -> EngineSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def measure(self, cell: Cell, options: RunOptions | None = None,
+                annotate: Callable[[CellResult], None] | None = None) -> CellResult | None:
+        """Claim, measure and store one cell on the loaded engine.
+
+        Args:
+            cell: a cell of the loaded group (same model, engine, dtype and TP).
+            options: knobs for this cell instead of the run's (``--find-max`` sets its SLO).
+            annotate: called with the result before it is stored (a scenario adds its own
+                metrics, e.g. ``metrics["find_max"]``).
+
+        Returns:
+            The stored result (ok or failed), or None when the cell was claimed by another
+            process (announced as skipped).
+
+        Raises:
+            KeyboardInterrupt: after storing a cell that finished before the signal.
+        """
+        opts = options or self.ctx.options
+        if not self.ctx.claim(cell, opts.force):
+            return None
+        self.ctx.observer(CellStarted(cell, self.ctx.node))
+        r = None
+        run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
+        try:
+            r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run,
+                             on_timed=lambda: self.ctx.observer(CellTimed(cell, self.ctx.node)))
+            add_roofline(r, self.group.model, self.ctx.limits, self.ctx.limits_reason)
+            if annotate is not None:
+                annotate(r)
+        except KeyboardInterrupt:
+            if r is not None:  # measured before the signal: keep it
+                self.ctx.record(r)
+            raise
+        self.ctx.record(r)
+        return r
+
+    def score(self, req: Any) -> PerplexityResult:
+        """Measure and store the perplexity of a :class:`~infbench.quality.perplexity.PerplexityRequest`
+        on the loaded engine (:func:`~infbench.quality.perplexity.score_loaded`).
+
+        Returns:
+            The stored result; ``status`` ``failed`` with the error when the engine failed (a
+            failed measurement is a result too, and the run goes on).
+
+        Raises:
+            ConfigError: the text is too short for ``n_ctx`` (nothing is stored for it).
+            KeyboardInterrupt: Ctrl-C or SIGTERM (nothing is stored for it).
+        """
+        from infbench.data.errors import ConfigError, EngineUnavailable
+        from infbench.quality.perplexity import new_result, score_loaded
+
+        res = new_result(req, self.ctx.device)
+        res.load_s = self.load_s
+        self.ctx.observer(ScoreStarted(req.label(), req.key(), self.ctx.node))
+        def on_chunks(n: int) -> None:
+            self.ctx.observer(ScoreProgress(req.key(), n, req.n_ctx, self.ctx.node))
+
+        try:
+            if isinstance(self.engine, EngineProcess):  # scored where the model is
+                res = self.engine.score(req, res, on_chunks)
+            else:
+                score_loaded(self.engine, req, res, on_chunks=on_chunks)
+        except (KeyboardInterrupt, ConfigError, EngineUnavailable):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed measurement is a result
+            res.status, res.error = "failed", describe_error(exc)
+        res.finished_at = time.time()
+        self.ctx.record_quality(res)
+        return res
+
+    def stop(self) -> None:
+        """Stop the engine (safe to call twice)."""
+        engine, self.engine = self.engine, None  # type: ignore[assignment]
+        if engine is not None:
+            engine.stop()
+
+
+def measuring_context(pm: PluginManager, device: DeviceInfo, store: Store, summary: RunSummary,
+                      options: RunOptions, observer: Observer = ignore, node: str | None = None) -> RunContext:
+    """The :class:`RunContext` of a run that measures in this process: the device's power
+    sampler (or ``options.power_override`` with the device's telemetry channels), its
+    roofline limits and engine backends, and the cell ids stored ok (none with ``force``).
+    The caller closes ``ctx.sampler``."""
+    from infbench.analysis.floor import device_roofline_limits
+    from infbench.contract.registry import device_backends
+    from infbench.measure.power import WithChannels, device_power_sampler
+
+    sampler = device_power_sampler(pm, device)
+    if options.power_override is not None:  # the user's power, the device's telemetry channels
+        sampler = WithChannels(options.power_override, sampler)
+    try:
+        limits, reason = device_roofline_limits(pm, device)
+        done = set() if options.force else store.finished_cell_ids()
+    except BaseException:
+        sampler.close()
+        raise
+    return RunContext(pm, device, store, summary, options, observer, sampler, limits, reason,
+                      device_backends(pm, device), done, node)
