@@ -232,6 +232,24 @@ def attainable_utilisations(roof: dict[str, Any], metrics: dict[str, Any], limit
     return out
 
 
+#: A server whose prefix-cache hit rate over a cell exceeds this, on a workload that shares no
+#: prefix by design, reused cached prompt blocks (issue 31; vLLM #52884 saw results inflated
+#: by up to 86 % this way).
+PREFIX_CACHE_RATE = 0.05
+
+
+def prefix_rate_reasons(cell: Any, metrics: dict[str, Any]) -> list[str]:
+    """A reason when the server's own prefix-cache hit rate over the cell
+    (``server_prefix_cache_hit_rate``, scraped from ``/metrics``) is above
+    :data:`PREFIX_CACHE_RATE` while the workload shares no prefix (:func:`reuses_prefixes`)."""
+    rate = metrics.get(M.SERVER_PREFIX_CACHE_HIT_RATE.key)
+    if rate is None or rate <= PREFIX_CACHE_RATE or reuses_prefixes(cell):
+        return []
+    return [f"prefix cache hit: the server's prefix-cache hit rate over the cell was {100 * rate:.1f} % "
+            f"(above {100 * PREFIX_CACHE_RATE:g} %) though no prefix was shared by design (TTFT skipped part of "
+            "the prefill)"]
+
+
 def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[str]:
     """Every reason the ok cell ``result`` (a :class:`~infbench.data.schema.CellResult` with its
     metrics and, if computed, ``metrics["roofline"]``) breaks physics; ``[]`` when sound.
@@ -242,6 +260,7 @@ def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[st
         shape: the model shape (for the batch-of-one floors of serving cells).
     """
     reasons = token_reasons(result.cell, result.records)
+    reasons += prefix_rate_reasons(result.cell, result.metrics)
     reasons += contention_reasons(result.metrics.get("contention"), getattr(result.device, "kind", "cpu"))
     reasons += harness_reasons(result.metrics, getattr(result.device, "kind", "cpu"))
     roof = result.metrics.get("roofline")

@@ -207,6 +207,52 @@ def export(
         sys.stdout.write(text)
 
 
+def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str, as_json: bool) -> None:
+    """``compare --frontier``: the fronts of both sides paired by (device, engine), or the one
+    front of each side, compared at equal interactivity (:func:`infbench.analysis.frontier.compare`).
+
+    Raises:
+        typer.Exit: 2 for an unknown axis or fronts that cannot be paired; 1 when no pair
+            shares an interactivity.
+    """
+    from infbench.analysis.frontier import AXES, compare, fronts
+    from infbench.report.data import device_label
+
+    if axis not in AXES:
+        fail(ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}"))
+    fa, fb = fronts(a, axis, device_label), fronts(b, axis, device_label)
+    ka, kb = {(f.device, f.engine): f for f in fa}, {(f.device, f.engine): f for f in fb}
+    pairs = [(ka[k], kb[k]) for k in ka if k in kb]
+    if not pairs and len(fa) == 1 and len(fb) == 1:
+        pairs = [(fa[0], fb[0])]
+    if not pairs:
+        names = lambda fs: ", ".join(f"{f.device} {f.engine}" for f in fs) or "none"  # noqa: E731
+        fail(ConfigError(f"no front to pair: A has {names(fa)}; B has {names(fb)}",
+                         hint="compare runs (or stores) that hold one device and engine each, or the same ones"))
+    res = [compare(x, y) for x, y in pairs]
+    if as_json:
+        print_json({"a": la, "b": lb, "axis": axis, "comparisons": res})
+        return
+    label = AXES[axis][0]
+    for r in res:
+        t = Table(title=f"{label}: B / A at equal interactivity (A = {escape(r['a'])}, B = {escape(r['b'])})",
+                  header_style="bold")
+        for c in ("tok/s/user", "A", "B", "B / A"):
+            t.add_column(c, justify="right")
+        for p in r["points"]:
+            t.add_row(f"{p['tok_s_per_user']:,.1f}", "-" if p["a"] is None else f"{p['a']:,.4g}",
+                      "-" if p["b"] is None else f"{p['b']:,.4g}", "-" if p["ratio"] is None else f"{p['ratio']:.3f}")
+        out.print(t)
+        if r["overlap"] is None:
+            out.print("  the fronts share no interactivity: nothing to compare at equal tok/s/user")
+        else:
+            g = r["geomean_ratio"]
+            out.print(f"  overlap {r['overlap'][0]:,.1f}-{r['overlap'][1]:,.1f} tok/s/user; geometric mean B / A "
+                      + ("-" if g is None else f"{g:.3f}"))
+    if all(r["overlap"] is None for r in res):
+        raise typer.Exit(1)
+
+
 def compare(
     run_a: Annotated[str | None, typer.Argument(help="Side A: run id (prefix), results .db file, or FILE.db:RUN. "
                                                 "With --dtypes it may be left out (the whole store).")] = None,
@@ -217,10 +263,18 @@ def compare(
                                       "against the same workloads at B, and the perplexity change.")] = None,
     max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="With --dtypes: flag a perplexity "
                                                 "change above this (e.g. 1%).")] = None,
+    frontier: Annotated[bool, Opt("--frontier", help="Compare the two sides' throughput-interactivity fronts: "
+                                  "B's throughput per device over A's at equal tok/s/user (docs/report.md).")] = False,
+    axis: Annotated[str, Opt("--axis", help="With --frontier: tok_s_per_device (default), output_tok_s_per_device, "
+                             "j_per_token or usd_per_mtok.")] = "tok_s_per_device",
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
     power and tokens per joule, for cells with the same workload (spec hash).
+
+    `--frontier` compares fronts instead: per device and engine on both sides (or the one
+    front of each side), B / A of the throughput per device at equal interactivity, read
+    where both fronts are defined; `infbench compare --frontier runA runB`.
 
     Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
     `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them;
@@ -255,6 +309,10 @@ def compare(
         lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
+    if frontier:
+        assert a is not None and b is not None  # two sides were required above
+        _compare_frontier(a, b, la, lb, axis, as_json)
+        return
     if pair is not None:
         from infbench.store.quality import quality_results
 

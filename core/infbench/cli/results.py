@@ -44,6 +44,11 @@ def results(
     max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Flag precisions whose perplexity "
                                                 "exceeds their model's highest precision by more than this "
                                                 "(e.g. 1%).")] = None,
+    frontier: Annotated[bool, Opt("--frontier", help="The throughput-interactivity front per device and engine, "
+                                  "pooled over configurations: Pareto-optimal cells by tok/s/user (1 / TPOT p50) and "
+                                  "--axis (docs/report.md).")] = False,
+    axis: Annotated[str, Opt("--axis", help="With --frontier: tok_s_per_device (default), output_tok_s_per_device, "
+                             "j_per_token or usd_per_mtok.")] = "tok_s_per_device",
 ) -> None:
     """Show stored results: the newest attempt of every cell.
 
@@ -96,6 +101,9 @@ def results(
         rows = [r for r in rows if r["status"] == status]
     if measured_only:
         rows = [r for r in rows if r["status"] != "predicted"]
+    if frontier:
+        _frontier(rows, axis, fmt)
+        return
     if repeats or searches:
         from infbench.cli.serving_cmd import print_repeats, print_searches
 
@@ -139,6 +147,41 @@ def results(
         q = quality_results(store, all_attempts=all_attempts, status=status)
         if q:
             out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
+
+
+def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
+    """``results --frontier``: one front per (device, engine) as a table or JSON
+    (:func:`infbench.analysis.frontier.fronts`)."""
+    from rich.table import Table
+
+    from infbench.analysis.frontier import AXES, DEFAULT_INTERACTIVITIES, fronts
+    from infbench.report.data import device_label
+
+    if axis not in AXES:
+        fail(ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}"))
+    fs = fronts(rows, axis, device_label)
+    if fmt == "json":
+        print_json({"axis": axis, "x": "tok_s_per_user", "fronts": [f.as_dict() for f in fs]})
+        return
+    if fmt == "csv":
+        fail(ConfigError("--frontier prints a table or JSON", hint="--format table or --format json"))
+    if not fs:
+        err.print("no ok serving cell with a TPOT and the axis; measure one with `infbench run --preset frontier`")
+        raise typer.Exit(1)
+    label, _ = AXES[axis]
+    for f in fs:
+        t = Table(title=f"frontier: {escape(f.device)}, {f.engine} ({len(f.front)} of {len(f.points)} cells on "
+                        "the front)", header_style="bold", title_justify="left")
+        for c in ("tok/s/user", label, "configuration", "cell"):
+            t.add_column(c, justify="right" if c != "configuration" else "left")
+        for p in f.front:
+            t.add_row(f"{p.x:,.1f}", f"{p.y:,.4g}", escape(p.config) + (" (predicted)" if p.predicted else ""),
+                      p.cell_id[:12])
+        out.print(t)
+        at = ", ".join(f"{x:g}: " + (f"{v:,.4g}" if (v := f.interpolate(x)) is not None else "-")
+                       for x in DEFAULT_INTERACTIVITIES)
+        out.print(f"  {label} at tok/s/user {at}; area {f.area() or 0:,.4g}; "
+                  f"{len(f.points) - len(f.front)} dominated")
 
 
 def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:

@@ -477,6 +477,7 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path),
                     "ok": len(summary.ok), "failed": len(summary.failed), "skipped": len(summary.skipped),
+                    **({"not_reached": len(summary.not_reached)} if summary.not_reached else {}),
                     "predicted": len(summary.predicted), **({"scenario": summary.scenario} if summary.scenario else {}),
                     "claimed_elsewhere": len(summary.claimed), "journaled": len(summary.journaled),
                     "journal": summary.journal if not summary.journal_stored else None,
@@ -492,6 +493,10 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
     if summary.claimed:
         out.print(f"{len(summary.claimed)} cell(s) skipped: another process on this store measured them "
                   f"({escape(summary.claimed[0][1])}{', ...' if len(summary.claimed) > 1 else ''}).")
+    if summary.not_reached:
+        out.print(f"{len(summary.not_reached)} cell(s) not reached: the frontier stopped their series (a doubling "
+                  "added under 5 % throughput, the SLO broke, or a cell failed); `infbench results --frontier` "
+                  "shows the front.")
     if len(summary.skipped) > len(summary.claimed):
         out.print(f"{len(summary.skipped) - len(summary.claimed)} cell(s) skipped: already stored ok (use --force to "
                   "measure again).")

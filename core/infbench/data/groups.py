@@ -35,8 +35,11 @@ class Group:
         return f"{self.model.name} on {self.engine} ({self.dtype}{tp})"
 
     def key(self) -> tuple[Any, ...]:
-        """What makes two groups load the same model: ``(model, engine, dtype, tp)``."""
-        return (self.model.name, self.engine, self.dtype, self.tensor_parallel_size)
+        """What makes two groups load the same model: ``(model, engine, dtype, tp)``, and
+        the engine arguments of its cells' identity when they have any
+        (:meth:`~infbench.data.schema.Cell.group_key`)."""
+        base: tuple[Any, ...] = (self.model.name, self.engine, self.dtype, self.tensor_parallel_size)
+        return base + self.cells[0].group_key()[4:] if self.cells else base
 
     def with_cells(self, cells: list[Cell]) -> Group:
         """The same group holding ``cells`` instead."""

@@ -288,6 +288,12 @@ TOTAL_TOK_S = MetricDef("total_tok_s", "total throughput", "tok/s", "higher",
 OUTPUT_TOK_S_PER_DEVICE = MetricDef("output_tok_s_per_device", "output throughput per device", "tok/s", "higher",
                                     f"{_MD} Per cell: output_tok_s / tensor_parallel_size (Perplexity's A100/H100 "
                                     "study)", short="output/device", digits=1)
+TOK_S_PER_DEVICE = MetricDef("tok_s_per_device", "total throughput per device", "tok/s", "higher",
+                             f"{_MD} Per cell: total_tok_s / devices_used (InferenceX's y axis: total tok/s / "
+                             "(tp x pp))", short="total/device", digits=1)
+TOK_S_PER_USER = MetricDef("tok_s_per_user", "interactivity", "tok/s", "higher",
+                           f"{_MD} Per cell: 1 / TPOT p50 (InferenceX's x axis: 1000 / median TPOT in ms)",
+                           short="tok/s/user", digits=1)
 REQUEST_S = MetricDef("request_s", "request throughput", "req/s", "higher",
                       f"{_MD} Per cell: completed requests / duration_s", short="")
 LIB_ITL = MetricDef("lib_itl_s", "LLM-Inference-Bench ITL", "s", "lower",
@@ -302,6 +308,11 @@ TOKENS_PER_J = MetricDef("tokens_per_j", "tokens per joule", "tok/J", "higher",
                          f"{_MD} Per cell: (sum n_in + sum n_out) / energy_j (Beyond Throughput)", short="")
 OUTPUT_TOKENS_PER_J = MetricDef("output_tokens_per_j", "output tokens per joule", "tok/J", "higher",
                                 f"{_MD} Per cell: sum n_out / energy_j", short="output")
+J_PER_TOKEN = MetricDef("j_per_token", "energy per token", "J/tok", "lower",
+                        f"{_MD} Per cell: energy_j / (sum n_in + sum n_out) (InferenceX's J/token axis)", short="J/tok",
+                        digits=4)
+J_PER_OUTPUT_TOKEN = MetricDef("j_per_output_token", "energy per output token", "J/tok", "lower",
+                               f"{_MD} Per cell: energy_j / sum n_out", short="J/out tok", digits=4)
 USD_PER_MTOK = MetricDef("usd_per_mtok", "cost per million output tokens", "USD/Mtok", "lower",
                          f"{_MD} Repeats, SLO search and cost: price_per_hour / 3600 x duration_s / (sum n_out / "
                          "1e6) (inference-perf #139)", short="")
@@ -407,8 +418,9 @@ PPL_INCREASE = MetricDef("ppl_increase", "perplexity increase", "", "lower",
 
 _ALL = (TTFT, TPOT, ITL, E2E, TTFRT, TTFAT, RELEASE_LAG, QUEUE_WAIT, TTFT_BY_TURN, REASONING_TOKENS, ANSWER_TOKENS,
         N_REQUESTS, N_COMPLETED, N_FAILED, N_IN_TOTAL, N_OUT_TOTAL, DEVICES_USED, DURATION, OUTPUT_TOK_S,
-        TOTAL_TOK_S, OUTPUT_TOK_S_PER_DEVICE, REQUEST_S, LIB_ITL, GOODPUT, ENERGY, AVG_POWER, TOKENS_PER_J,
-        OUTPUT_TOKENS_PER_J, USD_PER_MTOK, CLIENT_LAG_P99, HARNESS_SHARE, WARMUP, COMPILE, MBU, MFU, MBU_ATTAINABLE,
+        TOTAL_TOK_S, OUTPUT_TOK_S_PER_DEVICE, TOK_S_PER_DEVICE, TOK_S_PER_USER, REQUEST_S, LIB_ITL, GOODPUT, ENERGY,
+        AVG_POWER, TOKENS_PER_J, OUTPUT_TOKENS_PER_J, J_PER_TOKEN, J_PER_OUTPUT_TOKEN, USD_PER_MTOK, CLIENT_LAG_P99,
+        HARNESS_SHARE, WARMUP, COMPILE, MBU, MFU, MBU_ATTAINABLE,
         MFU_ATTAINABLE_FP32, TTFT_FLOOR, TPOT_FLOOR, SERVER_TTFT, SERVER_TPOT, SERVER_QUEUE_TIME, SERVER_RUNNING,
         SERVER_WAITING, SERVER_KV_CACHE_USAGE,
         SERVER_PREEMPTIONS, SERVER_PREFIX_CACHE_HIT_RATE, SERVER_SPEC_ACCEPTANCE_RATE, UTIL_PCT, MEM_UTIL_PCT,

@@ -66,6 +66,8 @@ class RunSummary:
             ``ok``, never counted as failed either).
         quality: perplexity measurements stored by the run (ok and failed).
         quality_skipped: quality keys already stored ok, not measured again.
+        not_reached: cells a frontier sweep did not measure: their series stopped below them
+            (a doubling added too little throughput, or the SLO broke); not stored.
         scenario: what the scenario concluded (``--find-max``: the knee and why the
             search stopped), also stored in the run's provenance under ``scenario``.
     """
@@ -82,4 +84,5 @@ class RunSummary:
     predicted: list[CellResult] = field(default_factory=list)
     quality: list[PerplexityResult] = field(default_factory=list)
     quality_skipped: list[str] = field(default_factory=list)
+    not_reached: list[Cell] = field(default_factory=list)
     scenario: dict[str, Any] = field(default_factory=dict)

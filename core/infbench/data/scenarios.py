@@ -10,7 +10,9 @@ engine session (:mod:`infbench.execution.session`). The spec travels inside the 
 * :class:`PerplexityScenario`: the perplexity of a text per engine and dtype
   (``infbench perplexity``, ``infbench run --perplexity``);
 * :class:`AdaptiveScenario`: a designed subset of the cells measured, the rest predicted
-  (``infbench run --adaptive 25%``).
+  (``infbench run --adaptive 25%``);
+* :class:`FrontierScenario`: concurrency doubling per configuration until it stops paying
+  (``infbench run --preset frontier``).
 
 The logic of each lives in :mod:`infbench.execution.scenarios`.
 """
@@ -140,6 +142,26 @@ class AdaptiveScenario(BaseModel):
     known: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class FrontierScenario(BaseModel):
+    """The frontier sweep (``infbench run --preset frontier``): each series of cells that differ
+    only in concurrency (one engine configuration, one shape) is measured from the lowest
+    concurrency up, and stops when a doubling adds less than ``min_gain`` of total throughput
+    or a cell breaks the SLO; the cells not reached are not measured (and not stored).
+
+    Attributes:
+        min_gain: the smallest relative gain in ``total_tok_s`` a doubling must bring to go on
+            (0.05: 5 %).
+        ttft_s: the SLO's TTFT limit on the cell's p50, s (None: none).
+        tpot_s: the SLO's TPOT limit on the cell's p50, s (None: none).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["frontier"] = "frontier"
+    min_gain: float = Field(0.05, ge=0, le=10, allow_inf_nan=False)
+    ttft_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    tpot_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+
+
 #: Any scenario spec (tagged by ``kind``).
-ScenarioSpec = Annotated[SweepScenario | FindMaxScenario | PerplexityScenario | AdaptiveScenario,
+ScenarioSpec = Annotated[SweepScenario | FindMaxScenario | PerplexityScenario | AdaptiveScenario | FrontierScenario,
                          Field(discriminator="kind")]

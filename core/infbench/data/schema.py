@@ -357,9 +357,12 @@ class Cell(BaseModel):
         """Stable id of this workload on this device (spec + device signature)."""
         return short_hash({"spec": self.spec(), "device": device.signature()})
 
-    def group_key(self) -> tuple[str, str, str, int]:
-        """Cells with the same key share one loaded model: (model, engine, dtype, tp)."""
-        return (self.model, self.engine, self.dtype, self.tensor_parallel_size)
+    def group_key(self) -> tuple[Any, ...]:
+        """Cells with the same key share one loaded model: (model, engine, dtype, tp), and
+        the engine arguments in the cell's identity when it has any (an engine configuration
+        of ``engine_configs`` is a server started of its own)."""
+        base: tuple[Any, ...] = (self.model, self.engine, self.dtype, self.tensor_parallel_size)
+        return base + (canonical_json(self.engine_args),) if self.engine_args else base
 
     def label(self) -> str:
         """Short human label: ``smollm2-135m llama.cpp f16 b4 i128 o64``."""
@@ -441,6 +444,15 @@ class Sweep(BaseModel):
         engine_args: engine options by name (``--engine-arg KEY=VALUE``, which wins over the
             file's), checked against each engine's options when planned; those that change
             what is measured enter each cell's identity (:attr:`Cell.engine_args`).
+        engine_configs: engine configurations to measure side by side (each a dict of engine
+            arguments over ``engine_args``, for example ``[{parallel: 4}, {parallel: 16}]``):
+            one group (one server start) per configuration, its arguments in its cells'
+            identity. The throughput-interactivity front pools them (docs/report.md).
+        frontier: the frontier sweep (``--preset frontier``, docs/report.md): serving cells
+            over doubling ``concurrency``, each with ``num_requests`` = max(32, 10 x
+            concurrency) (unless given) and 2 x concurrency warm-up requests; the
+            :class:`~infbench.data.scenarios.FrontierScenario` stops a configuration's series
+            when a doubling adds less than 5 % throughput or the SLO is broken.
 
     Types are strict (``batch: [true]`` or ``batch: ["4"]`` is an error, not batch 1 or
     4), numbers must be finite, and sizes have upper bounds (:data:`SWEEP_LIMITS`) so a
@@ -489,6 +501,8 @@ class Sweep(BaseModel):
     tokenizer: str | None = None
     repeat: int = Field(1, ge=1)
     engine_args: dict[str, Any] | None = None
+    engine_configs: list[dict[str, Any]] | None = Field(None, min_length=1, max_length=64)
+    frontier: bool = False
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""
@@ -526,6 +540,11 @@ class Sweep(BaseModel):
         if self.trace:
             cap = self.concurrency[0] if self.concurrency else None
             return [Load(mode="trace", trace_speed=x, concurrency=cap, **common) for x in self.trace_speed or [1.0]]
+        if self.frontier:  # InferenceX's benchmark_lib.sh: 10 x concurrency prompts, 2 x concurrency warm-up
+            out = [Load(mode="concurrency", concurrency=c, **{**common, "num_requests": self.num_requests or
+                                                             max(32, 10 * c), "warmup_requests": 2 * c})
+                   for c in sorted(set(self.concurrency or []))]
+            return out
         out = [Load(mode="concurrency", concurrency=c, **common) for c in self.concurrency or []]
         out += [Load(mode="rate", request_rate=r, burstiness=self.burstiness, **common)
                 for r in self.request_rate or []]

@@ -50,8 +50,9 @@ from infbench.data.events import (
 )
 from infbench.data.groups import Group
 from infbench.data.run import RunOptions, RunSummary
-from infbench.data.schema import Cell, CellResult, DeviceInfo
+from infbench.data.schema import Cell, CellResult, DeviceInfo, canonical_json
 from infbench.data.scores import PerplexityResult
+from infbench.data.secrets import REDACTED
 from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
@@ -162,6 +163,18 @@ class RunContext:
             self.observer(ScoreFinished(result, self.node))
 
 
+
+def group_engine_options(run_options: dict[str, Any], group: Group) -> dict[str, Any]:
+    """The engine options a group starts with: the run's, with the engine arguments of its
+    cells' identity over them (an engine configuration of ``engine_configs``: its ``parallel``
+    or ``max_num_seqs``). An identity value holding a redacted secret is not used: the run's
+    options hold it whole."""
+    own = group.cells[0].engine_args if group.cells else None
+    if not own:
+        return run_options
+    return {**run_options, **{k: v for k, v in own.items() if REDACTED not in canonical_json(v)}}
+
+
 class EngineSession:
     """One engine loaded for one group on the run's device (see the module doc).
 
@@ -197,7 +210,7 @@ class EngineSession:
         engine: Engine | None = None
         t0 = time.perf_counter()
         try:
-            engine = launch(ctx.pm, group.engine, ctx.device, ctx.options.engine_options)
+            engine = launch(ctx.pm, group.engine, ctx.device, group_engine_options(ctx.options.engine_options, group))
             if ctx.options.engine_process and engine.isolate:  # nothing of infbench beside the engine's host thread
                 engine = EngineProcess(engine)
             start_on_device(engine, load or group, ctx.backends)  # refuses a device it is not on

@@ -125,13 +125,15 @@ def cell_metrics(
     Returns:
         A dict with the per-request summaries ``ttft_s``, ``tpot_s``, ``e2e_s``,
         ``itl_s`` (each :func:`summarize`), the scalars ``duration_s``, ``output_tok_s``,
-        ``total_tok_s``, ``output_tok_s_per_device``, ``request_s``, ``lib_itl_s``,
+        ``total_tok_s``, ``output_tok_s_per_device``, ``tok_s_per_device`` (total / devices),
+        ``tok_s_per_user`` (1 / TPOT p50; None without streamed TPOT), ``request_s``, ``lib_itl_s``,
         counts (``n_requests``, ``n_completed``, ``n_failed``, ``n_in_total``,
         ``n_out_total``), ``token_counts_estimated`` (True if any count came from a
         client-side estimate), ``queue_wait_s`` (summary of ``t_send - t_sched``, the time a
         request waited in the client's own queue, when the load generator set it), and when
         ``energy_j`` is given ``energy_j``,
-        ``avg_power_w``, ``tokens_per_j``, ``output_tokens_per_j``; with ``slo``,
+        ``avg_power_w``, ``tokens_per_j``, ``output_tokens_per_j``, ``j_per_token``,
+        ``j_per_output_token``; with ``slo``,
         ``goodput_req_s``. Throughputs are None when nothing completed.
 
     ``lib_itl_s`` is LLM-Inference-Bench eq. 1, (E2E - TTFT) / (batch x (n_out - 1)),
@@ -183,6 +185,7 @@ def cell_metrics(
     m[M.OUTPUT_TOK_S.key] = out_tps
     m[M.TOTAL_TOK_S.key] = (n_in + n_out) / span if span else None
     m[M.OUTPUT_TOK_S_PER_DEVICE.key] = out_tps / devices_used if out_tps is not None else None
+    m[M.TOK_S_PER_DEVICE.key] = (n_in + n_out) / span / devices_used if span else None
     m[M.REQUEST_S.key] = len(done) / span if span else None
     mean_out = n_out / len(done) if done else 0
     if done and not streamed:
@@ -194,6 +197,8 @@ def cell_metrics(
         m[M.LIB_ITL.key] = (float(np.mean(e2es)) - float(np.mean(ttfts))) / (len(done) * (mean_out - 1))
     else:
         m[M.LIB_ITL.key] = None
+    tpot_p50 = (m.get(M.TPOT.key) or {}).get("p50")
+    m[M.TOK_S_PER_USER.key] = 1.0 / tpot_p50 if tpot_p50 else None
     if slo:
         good = sum(1 for r in done if meets_slo(r, slo))
         m[M.GOODPUT.key] = good / span if span else None
@@ -203,6 +208,8 @@ def cell_metrics(
         m[M.AVG_POWER.key] = energy_j / span if span else None
         m[M.TOKENS_PER_J.key] = (n_in + n_out) / energy_j
         m[M.OUTPUT_TOKENS_PER_J.key] = n_out / energy_j
+        m[M.J_PER_TOKEN.key] = energy_j / (n_in + n_out) if n_in + n_out else None
+        m[M.J_PER_OUTPUT_TOKEN.key] = energy_j / n_out if n_out else None
     return m
 
 

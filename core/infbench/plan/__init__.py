@@ -19,6 +19,7 @@ from infbench.data.engine_options import check_engine_args
 from infbench.data.errors import ConfigError
 from infbench.data.groups import Group, Plan
 from infbench.data.models import ModelShape, resolve
+from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell, Dataset, DeviceInfo, Load, Sweep, Trace
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
@@ -45,11 +46,19 @@ PRESETS: dict[str, dict[str, Any]] = {
     "genz-rag": {"input_len": [10000], "output_len": [200], "slo_ttft_s": 0.4, "slo_tpot_s": 0.010},
     "genz-summarization": {"input_len": [15000], "output_len": [1000], "slo_ttft_s": 2.0, "slo_tpot_s": 0.020},
     "genz-codegen": {"input_len": [20000], "output_len": [50], "slo_ttft_s": 0.5, "slo_tpot_s": 0.020},
+    # The throughput-interactivity frontier (InferenceX's sweep: concurrency doubling from 1,
+    # 10 x concurrency prompts, 2 x concurrency warm-up; docs/report.md). Lengths sized for a
+    # CPU; on an accelerator pass InferenceX's 1024/1024, 1024/8192 or 8192/1024.
+    "frontier": {"models": ["smollm2-135m"], "engines": ["llama.cpp-server"], "dtypes": ["f16"], "batch": [1],
+                 "input_len": [256], "output_len": [64], "concurrency": [1, 2, 4, 8, 16, 32, 64, 128, 256],
+                 "frontier": True},
 }
 #: What the presets a default sweep names are, for ``infbench run --dry-run``.
 PRESET_DESCRIPTIONS = {
     "quick": "the quick preset: smollm2-135m (dummy weights), batch 1/4/8, input 128/512, output 64",
     "lib-corner": "LLM-Inference-Bench's corner: llama-3-8b (dummy weights), batch 1/16/64, input = output 128/1024",
+    "frontier": "the throughput-interactivity frontier: concurrency 1, 2, 4 ... 256 per engine configuration, "
+                "stopping when a doubling adds under 5 % throughput",
 }
 #: Presets that set only lengths and SLOs take the rest from ``quick``.
 for _name, _p in PRESETS.items():
@@ -214,6 +223,8 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                     hint=f"this device supports: {', '.join(precisions)}")
             engine_dtypes[e].append(native)
     args = check_engine_args(specs, sweep.engines, sweep.engine_args)  # unknown keys, bad values: exit 2
+    configs = [check_engine_args(specs, sweep.engines, {**(sweep.engine_args or {}), **cfg})
+               for cfg in sweep.engine_configs or []]
     lenient = all(specs[e].any_model for e in sweep.engines)
     models = {m: _resolve(m, lenient) for m in sweep.models}
     loads = sweep.loads()
@@ -276,7 +287,14 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                                     warmup=sweep.warmup, load=ld, **prefix))
     for g in groups.values():
         _check_context(g)
-    if args.identity:  # the engine arguments that change what is measured: part of each cell's id
+    if configs:  # one group per engine configuration, its arguments in its cells' identity
+        split: list[Group] = []
+        for g in groups.values():
+            for cfg in configs:
+                ident = cfg.identity.get(g.engine)
+                split.append(g.with_cells([c.model_copy(update={"engine_args": ident}) for c in g.cells]))
+        groups = {g.key(): g for g in split}  # configurations an engine reads identically are one
+    elif args.identity:  # the engine arguments that change what is measured: part of each cell's id
         for g in groups.values():
             if args.identity.get(g.engine):
                 g.cells = [c.model_copy(update={"engine_args": args.identity[g.engine]}) for c in g.cells]
@@ -285,4 +303,11 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
 
         for g in groups.values():
             g.cells = g.cells + [repeat_cell(c, r) for r in range(2, sweep.repeat + 1) for c in g.cells]
-    return Plan(device=device, groups=list(groups.values()), warnings=warnings)
+    result = Plan(device=device, groups=list(groups.values()), warnings=warnings)
+    if sweep.frontier:
+        if not loads or any(ld.mode != "concurrency" for ld in loads) or batch_only:
+            raise ConfigError("the frontier sweep doubles concurrency on a server engine",
+                              hint="--engine llama.cpp-server, vllm-server, sglang-server, deepspeed-mii-server, "
+                                   "trtllm-serve or openai (--base-url), with --concurrency 1,2,4,... (the preset's)")
+        result.scenario = FrontierScenario(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s)
+    return result

@@ -1,4 +1,4 @@
-// infbench report: draws the six figures from the embedded cells and redraws them on every
+// infbench report: draws the figures from the embedded cells and redraws them on every
 // filter or selector change. Loaded inline by infbench.report.html (no server, works offline).
 // Metric headings come from D.metrics (infbench.data.metrics, the one table of definitions).
 (function(){
@@ -20,7 +20,7 @@ for (const [k, label] of Object.entries(dims)) {
   for (const v of vals) { const o = document.createElement('option'); o.value = String(v); o.textContent = String(v); o.selected = true; s.appendChild(o); }
   s.addEventListener('change', render); l.appendChild(s); fbox.appendChild(l);
 }
-for (const id of ['x-axis', 'y-axis', 'color-by', 'latency-metric', 'slo-ttft', 'slo-tpot']) $(id).addEventListener('change', render);
+for (const id of ['x-axis', 'y-axis', 'color-by', 'latency-metric', 'frontier-axis', 'slo-ttft', 'slo-tpot']) $(id).addEventListener('change', render);
 function filtered() {
   const sel = {};
   for (const k of Object.keys(dims)) {
@@ -114,6 +114,65 @@ function figPareto(rs) {
   const n = pts.filter(meets).length;
   Plotly.react(id, traces, {...base('Latency vs throughput per device: ' + n + ' of ' + pts.length + ' cells meet the SLO (stars)'), xaxis: {title: {text: mets[lm]}, type: 'log'}, yaxis: {title: {text: mets.output_tok_s_per_device}}}, {responsive: true});
 }
+// The throughput-interactivity frontier (issue 31; the same arithmetic as infbench.analysis.frontier):
+// x = tok/s/user (1 / TPOT p50), y = the selected axis; one front per device and engine, pooled over
+// configurations; predicted cells hollow with their 90 % interval; the table reads each front
+// at D.frontier_at tok/s/user (linear between front points, nothing outside) and gives its area.
+function paretoFront(pts, y, higher) {
+  const s = higher ? 1 : -1;
+  const order = pts.slice().sort((a, b) => b.tok_s_per_user - a.tok_s_per_user || s * (b[y] - a[y]));
+  const front = []; let best = null;
+  for (const p of order) {
+    if (best === null || s * p[y] > s * best[y]) { front.push(p); best = p; }
+    else if (p[y] === best[y] && p.tok_s_per_user === best.tok_s_per_user) front.push(p);
+  }
+  return front.sort((a, b) => a.tok_s_per_user - b.tok_s_per_user);
+}
+function frontAt(front, y, x) {
+  if (!front.length || x < front[0].tok_s_per_user || x > front[front.length - 1].tok_s_per_user) return null;
+  for (let i = 0; i + 1 < front.length; i++) {
+    const a = front[i], b = front[i + 1];
+    if (a.tok_s_per_user <= x && x <= b.tok_s_per_user)
+      return b.tok_s_per_user === a.tok_s_per_user ? Math.max(a[y], b[y]) : a[y] + (b[y] - a[y]) * (x - a.tok_s_per_user) / (b.tok_s_per_user - a.tok_s_per_user);
+  }
+  return front[front.length - 1][y];
+}
+function frontArea(front, y) {
+  let s = 0; for (let i = 0; i + 1 < front.length; i++) s += (front[i + 1].tok_s_per_user - front[i].tok_s_per_user) * (front[i][y] + front[i + 1][y]) / 2;
+  return front.length > 1 ? s : null;
+}
+function figFrontier(rs) {
+  const id = 'fig-frontier', y = $('frontier-axis').value, higher = !(D.frontier_lower || []).includes(y);
+  const all = rs.concat(filteredPredicted()).filter(r => num(r.tok_s_per_user) !== null && num(r[y]) !== null && r[y] > 0);
+  const table = $('frontier-table');
+  if (!all.length) { table.innerHTML = ''; window.infbench.fronts = []; return empty(id, 'Throughput-interactivity frontier', 'no serving cell with a TPOT and ' + mets[y] + ' (infbench run --preset frontier)'); }
+  const groups = new Map();
+  for (const r of all) { const k = r.device + ' | ' + r.engine; if (!groups.has(k)) groups.set(k, []); groups.get(k).push(r); }
+  const traces = [], fronts = [];
+  for (const [k, pts] of groups) {
+    const front = paretoFront(pts, y, higher);
+    fronts.push({name: k, points: pts.length, front: front.map(r => ({x: r.tok_s_per_user, y: r[y], cell_id: r.cell_id, label: r.label})),
+      at: (D.frontier_at || []).map(x => frontAt(front, y, x)), area: frontArea(front, y)});
+    const meas = pts.filter(r => !r.predicted), pred = pts.filter(r => r.predicted);
+    traces.push({type: 'scatter', mode: 'markers', name: k, legendgroup: k, x: meas.map(r => r.tok_s_per_user), y: meas.map(r => r[y]),
+      text: meas.map(r => r.label), hovertemplate: '%{text}<br>%{x:.3g} tok/s/user, %{y:.4g}<extra></extra>', marker: {size: 8}});
+    if (pred.length) {
+      const lo = r => num(r[y + '_lo']), hi = r => num(r[y + '_hi']);
+      traces.push({type: 'scatter', mode: 'markers', name: k + ' predicted (90 % interval)', legendgroup: k, x: pred.map(r => r.tok_s_per_user), y: pred.map(r => r[y]),
+        text: pred.map(r => r.label), hovertemplate: '%{text}<br>%{x:.3g} tok/s/user, %{y:.4g} (predicted)<extra></extra>', marker: {symbol: 'circle-open', size: 10},
+        error_y: {type: 'data', symmetric: false, array: pred.map(r => hi(r) === null ? 0 : hi(r) - r[y]), arrayminus: pred.map(r => lo(r) === null ? 0 : r[y] - lo(r))}});
+    }
+    traces.push({type: 'scatter', mode: 'lines', name: k + ' front', legendgroup: k, x: front.map(r => r.tok_s_per_user), y: front.map(r => r[y]),
+      text: front.map(r => r.label), hovertemplate: '%{text}<extra>front</extra>', line: {shape: 'linear'}});
+  }
+  Plotly.react(id, traces, {...base('Throughput-interactivity frontier: ' + mets[y] + ' against tok/s/user (1 / TPOT p50), one front per device and engine'),
+    xaxis: {title: {text: mets.tok_s_per_user}}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
+  const fmt = v => v === null ? '-' : (Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3));
+  table.innerHTML = '<tr><th>device | engine</th><th>front / cells</th>' + (D.frontier_at || []).map(x => '<th>at ' + x + ' tok/s/user</th>').join('') + '<th>area</th></tr>'
+    + fronts.map(f => '<tr><td>' + f.name.replace(/[<>&]/g, c => ({'<': '&lt;', '>': '&gt;', '&': '&amp;'}[c])) + '</td><td>' + f.front.length + ' / ' + f.points + '</td>'
+      + f.at.map(v => '<td>' + fmt(v) + '</td>').join('') + '<td>' + fmt(f.area) + '</td></tr>').join('');
+  window.infbench.fronts = fronts;
+}
 function figRoofline(rs) {
   const id = 'fig-roofline';
   const t = rs.filter(r => num(r.ttft_floor_ms) !== null && num(r.ttft_ms_mean) !== null), p = rs.filter(r => num(r.tpot_floor_ms) !== null && num(r.tpot_ms_mean) !== null);
@@ -155,9 +214,9 @@ function figQuality(rs) {
 function render() {
   const rs = filtered();
   $('status').textContent = rs.length + ' of ' + rows.length + ' ok cells shown' + (D.failed ? ' (' + D.failed + ' failed cells are in the store, not plotted)' : '');
-  figThroughput(rs); figHeatmap(rs); figLatency(rs); figPower(rs); figPareto(rs); figRoofline(rs); figQuality(rs);
+  figThroughput(rs); figHeatmap(rs); figLatency(rs); figPower(rs); figPareto(rs); figFrontier(rs); figRoofline(rs); figQuality(rs);
   window.infbench.renders += 1;
 }
-window.infbench = {rows: rows, filtered: filtered, render: render, renders: 0};
+window.infbench = {rows: rows, filtered: filtered, render: render, renders: 0, fronts: []};
 render();
 })();

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from infbench.analysis.frontier import axis_value
 from infbench.analysis.roofline import effective_batch
 from infbench.contract.registry import PERPLEXITY_TWIN
 from infbench.data import metrics as M
@@ -51,7 +52,7 @@ METRICS: dict[str, str] = {c.key: c.label for c in (
     M.E2E.col("p50"), M.E2E.col("p99"), M.AVG_POWER.col(), M.TOKENS_PER_J.col(), M.MBU.col(), M.MFU.col(),
     M.MBU_ATTAINABLE.col(), M.MFU_ATTAINABLE_FP32.col(), M.TTFT_FLOOR.col(), M.TPOT_FLOOR.col(),
     M.SERVER_TTFT.col("p50"), M.SERVER_PREFIX_CACHE_HIT_RATE.col(), M.UTIL_PCT.col("mean"), M.USD_PER_MTOK.col(),
-    M.PERPLEXITY.col())}
+    M.PERPLEXITY.col(), M.TOK_S_PER_USER.col(), M.TOK_S_PER_DEVICE.col(), M.J_PER_TOKEN.col())}
 
 #: TTFT's mean as flat rows hold it (ms): LLM-Inference-Bench's ``TTFT Latency`` is in s.
 _TTFT_MEAN = M.TTFT.col("mean")
@@ -136,6 +137,15 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         lo, hi = (iv.get(k) or [None, None])[:2] if isinstance(iv.get(k), list) else (None, None)
         row[f"{name}_lo"] = lo * scale if lo is not None else None
         row[f"{name}_hi"] = hi * scale if hi is not None else None
+    # The frontier's axes (docs/report.md), computed for cells stored before they existed.
+    for k in (M.TOK_S_PER_USER.key, M.TOK_S_PER_DEVICE.key, M.J_PER_TOKEN.key):
+        row[k] = axis_value(m, k)
+    devs = m.get(M.DEVICES_USED.key) or row["tp"] or 1
+    for end in ("lo", "hi"):  # a predicted cell's intervals on the frontier's axes
+        t = row.get(f"{M.TOTAL_TOK_S.key}_{end}")
+        row[f"{M.TOK_S_PER_DEVICE.key}_{end}"] = t / devs if t is not None else None
+        tp = row.get(f"tpot_ms_p50_{'hi' if end == 'lo' else 'lo'}")
+        row[f"{M.TOK_S_PER_USER.key}_{end}"] = 1e3 / tp if tp else None
     row["label"] = config_label(row) + (" (predicted)" if row["predicted"] else "")
     return row
 

@@ -13,6 +13,12 @@ from the filtered cells:
 * ``fig-power``: average power (W) and tokens per joule per device / engine / model.
 * ``fig-pareto``: latency against throughput per device, the Pareto front drawn and the
   cells meeting the SLO (TTFT and TPOT limits typed into the page) marked.
+* ``fig-frontier``: the throughput-interactivity frontier (issue 31): tok/s/user (1 / TPOT
+  p50) against tok/s per device, switchable to output tok/s per device, J/token and USD per
+  million tokens; one front per device and engine pooled over configurations, every point's
+  configuration on hover, predicted points hollow with their intervals; the table under it
+  reads each front at 20, 50 and 100 tok/s/user and gives its area
+  (:mod:`infbench.analysis.frontier` computes the same in Python).
 * ``fig-roofline``: measured TTFT and TPOT against their roofline floors (the
   diagonal is the hardware limit), with MBU / MFU on hover.
 * ``fig-quality``: perplexity against output throughput, one point per precision of a
@@ -37,7 +43,12 @@ from infbench.data.outputs import REPORT_HTML, generator_meta, html_json, write_
 from infbench.data.secrets import printable, redact
 from infbench.report.data import DIMENSIONS, METRICS
 
-FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-roofline", "fig-quality")
+FIGURES = ("fig-throughput", "fig-heatmap", "fig-latency", "fig-power", "fig-pareto", "fig-frontier", "fig-roofline",
+           "fig-quality")
+#: The frontier figure's y axes (docs/report.md; the first is the default), and the
+#: interactivities (tok/s/user) its table reads each front at.
+FRONTIER_AXES = (M.TOK_S_PER_DEVICE.col(), M.OUTPUT_TOK_S_PER_DEVICE.col(), M.J_PER_TOKEN.col(), M.USD_PER_MTOK.col())
+FRONTIER_AT = (20, 50, 100)
 #: The metrics the first figure's Y axis selector offers (the first is the default).
 Y_AXES = (M.OUTPUT_TOK_S.col(), M.TOTAL_TOK_S.col(), M.OUTPUT_TOK_S_PER_DEVICE.col(), M.TOKENS_PER_J.col(),
           M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p50"), M.E2E.col("p50"), M.MBU.col(), M.MFU.col(),
@@ -90,7 +101,9 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     """
     from plotly.offline import get_plotlyjs
 
-    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate}
+    data = {"rows": rows, "dimensions": DIMENSIONS, "metrics": METRICS, "failed": failed, "ppl_gate": ppl_gate,
+            "frontier_at": list(FRONTIER_AT),
+            "frontier_lower": [c.key for c in FRONTIER_AXES if c.better == "lower"]}
     payload = html_json(data)  # <, > and & as \u003c...: no stored text can end the script or open a comment
     xs = {k: DIMENSIONS[k] for k in ("batch", "input_len", "output_len", "tp")}
     ys = {c.key: c.label for c in Y_AXES}
@@ -102,6 +115,7 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
         + _select("x-axis", "X axis", xs, "batch") + _select("y-axis", "Y axis", ys, Y_AXES[0].key)
         + _select("color-by", "Colour by", colors, "config")
         + _select("latency-metric", "Trade-off latency", lat, TRADE_OFF[0].key)
+        + _select("frontier-axis", "Frontier axis", {c.key: c.label for c in FRONTIER_AXES}, FRONTIER_AXES[0].key)
         + f'<label>SLO {html.escape(M.TTFT.col("p99").label)}<input id="slo-ttft" type="number" min="0" '
           f'value="{"" if slo_ttft_ms is None else slo_ttft_ms:}"></label>'
         + f'<label>SLO {html.escape(M.TPOT.col("p99").label)}<input id="slo-tpot" type="number" min="0" '
@@ -109,8 +123,11 @@ def render_html(rows: list[dict[str, Any]], title: str = "infbench report", fail
     titles = {"fig-throughput": "Throughput vs batch size", "fig-heatmap": "Input x output length",
               "fig-latency": "TTFT and ITL", "fig-power": "Power and tokens per joule",
               "fig-pareto": "Latency-throughput trade-off", "fig-roofline": "Measured vs roofline floor",
+              "fig-frontier": "Throughput-interactivity frontier",
               "fig-quality": "Perplexity vs throughput per precision"}
-    sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div></section>' for f in FIGURES)
+    sections = "".join(f'<section><h2>{titles[f]}</h2><div id="{f}" class="fig"></div>'
+                       + ('<table id="frontier-table" style="font-size:12px"></table>' if f == "fig-frontier" else "")
+                       + '</section>' for f in FIGURES)
     stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime())
     n_ok = sum(1 for r in rows if r["status"] == "ok")
     n_pred = sum(1 for r in rows if r["status"] == "predicted")

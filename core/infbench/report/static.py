@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from infbench.analysis.frontier import Point, pareto
 from infbench.data import metrics as M
 from infbench.report.data import pareto_front, quality_points
 
@@ -169,6 +170,32 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "latency_throughput_pareto")
+
+    # 5b. the throughput-interactivity frontier (tok/s/device against tok/s/user), one front per
+    # device and engine pooled over configurations; predicted points hollow (infbench.analysis.frontier)
+    fr = [r for r in rows if r["status"] in ("ok", "predicted") and r.get(M.TOK_S_PER_USER.key)
+          and r.get(M.TOK_S_PER_DEVICE.key)]
+    if fr:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        fr_keys = sorted({(r["device"], r["engine"]) for r in fr})
+        for i, (dev, eng) in enumerate(fr_keys):
+            color = f"C{i % 10}"
+            fr_rows = [r for r in fr if (r["device"], r["engine"]) == (dev, eng)]
+            fr_pts = [Point(r[M.TOK_S_PER_USER.key], r[M.TOK_S_PER_DEVICE.key], r["cell_id"], r["label"],
+                            predicted=bool(r.get("predicted"))) for r in fr_rows]
+            fr_front = pareto(fr_pts)
+            meas = [p for p in fr_pts if not p.predicted]
+            pred = [p for p in fr_pts if p.predicted]
+            ax.scatter([p.x for p in meas], [p.y for p in meas], s=20, color=color, label=f"{dev} {eng}")
+            if pred:
+                ax.scatter([p.x for p in pred], [p.y for p in pred], s=36, facecolors="none", edgecolors=color,
+                           label=f"{dev} {eng} (predicted)")
+            ax.plot([p.x for p in fr_front], [p.y for p in fr_front], linewidth=1.2, color=color)
+        ax.set_xlabel(M.TOK_S_PER_USER.col().label)
+        ax.set_ylabel(M.TOK_S_PER_DEVICE.col().label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        save(fig, "frontier")
 
     # 6. measured vs roofline floor
     rf = [r for r in ok if r["tpot_floor_ms"] is not None and r["tpot_ms_mean"] is not None]

@@ -411,14 +411,19 @@ class Store:
              "ON c.id = l.id WHERE c.status = 'ok'")
         return {r[0] for r in self.db.execute(q)}
 
-    def results(self, run_id: str | None = None, all_attempts: bool = False) -> list[dict[str, Any]]:
+    def results(self, run_id: str | None = None, all_attempts: bool = False,
+                cell_ids: list[str] | None = None) -> list[dict[str, Any]]:
         """Stored cells as dicts (spec, device, metrics parsed), oldest first.
 
         Args:
             run_id: only the cells of this run (a unique prefix works).
             all_attempts: every attempt instead of the newest per cell id.
+            cell_ids: only these cells.
         """
         where, args = [], []
+        if cell_ids is not None:
+            where.append(f"c.cell_id IN ({','.join('?' * len(cell_ids))})" if cell_ids else "0")
+            args.extend(cell_ids)
         if not all_attempts:
             where.append("c.id IN (SELECT MAX(id) FROM cells GROUP BY cell_id)")
         if run_id:

@@ -3,7 +3,9 @@
 * :class:`~.sweep.Sweep` (``kind="sweep"``): every planned cell once;
 * :class:`~.find_max.FindMax` (``kind="find_max"``): the SLO-constrained maximum load;
 * :class:`~.perplexity.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype;
-* :class:`~.adaptive.Adaptive` (``kind="adaptive"``): a designed subset measured, the rest predicted.
+* :class:`~.adaptive.Adaptive` (``kind="adaptive"``): a designed subset measured, the rest predicted;
+* :class:`~.frontier.Frontier` (``kind="frontier"``): concurrency doubling per configuration until it
+  stops paying.
 
 :func:`make_scenario` builds the scenario of a plan from its spec (``plan.scenario``), in
 the process that plans and in every worker.
@@ -14,12 +16,13 @@ from __future__ import annotations
 from infbench.data.groups import Plan
 from infbench.execution.scenarios.adaptive_sweep import Adaptive
 from infbench.execution.scenarios.find_max import FindMax
+from infbench.execution.scenarios.frontier import Frontier
 from infbench.execution.scenarios.scenario import Part, Scenario
 from infbench.execution.scenarios.scoring import Perplexity
 from infbench.execution.scenarios.sweep import Sweep
 
 #: ``kind`` -> scenario class.
-SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity, Adaptive)}
+SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity, Adaptive, Frontier)}
 
 __all__ = ["SCENARIOS", "Part", "Scenario", "make_scenario"]
 

@@ -1,0 +1,114 @@
+"""The frontier sweep against llama.cpp's real server on 127.0.0.1 (issue 31): two engine
+configurations (two ``parallel`` settings) each measured up the concurrency ladder until it
+stops paying, the pooled front (`results --frontier`), the report's frontier figure in headless
+Chromium with its axis switch, and `compare --frontier` of the two configurations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cli import infbench
+from tests.integration.test_report import _chrome
+from tests.support.home import make_home
+
+pytestmark = pytest.mark.integration
+
+SWEEP = """preset: frontier
+input_len: [32]
+output_len: [16]
+concurrency: [1, 2, 4, 8]
+num_requests: 16
+engine_configs: [{{parallel: {parallel}}}]
+"""
+
+
+@pytest.fixture(scope="module")
+def fronts(tmp_path_factory, gguf_cache, cpu_limits_file):
+    """Two frontier runs of smollm2-135m (dummy weights) on llama.cpp-server: parallel 1 and 4."""
+    root = tmp_path_factory.mktemp("frontier")
+    home = make_home(root / "home", gguf_cache, cpu_limits_file)
+    env = {"INFBENCH_HOME": str(home)}
+    store = str(root / "s.db")
+    runs = {}
+    for parallel in (1, 4):
+        sweep = root / f"p{parallel}.yaml"
+        sweep.write_text(SWEEP.format(parallel=parallel))
+        runs[parallel] = json.loads(infbench("run", "--sweep", str(sweep), "--store", store, "--price-per-hour", "2",
+                                             "--json", env=env).stdout)
+    return {"env": env, "store": store, "runs": runs, "root": root}
+
+
+def test_each_configuration_climbs_the_ladder_and_stops_with_a_reason(fronts):
+    for parallel, run in fronts["runs"].items():
+        cells = [c for c in run["cells"] if c["status"] == "ok"]
+        assert cells and all(c["spec"]["engine_args"] == {"parallel": parallel} for c in cells)
+        conc = sorted(c["spec"]["load"]["concurrency"] for c in cells)
+        assert conc == [1, 2, 4, 8][:len(conc)]                  # measured from the bottom, no gap
+        for c in cells:
+            ld = c["spec"]["load"]
+            assert ld["num_requests"] == 16 and c["metrics"]["n_completed"] == 16
+            m = c["metrics"]
+            assert m["tok_s_per_user"] == pytest.approx(1 / m["tpot_s"]["p50"])
+            assert m["tok_s_per_device"] == pytest.approx(m["total_tok_s"])   # one device
+            assert m["usd_per_mtok"] > 0
+        assert len(conc) + run.get("not_reached", 0) == 4
+    # one slot: a second request in flight only queues, so the ladder stops early
+    assert fronts["runs"][1].get("not_reached", 0) >= 1
+
+
+def test_results_frontier_pools_the_configurations(fronts):
+    doc = json.loads(infbench("results", "--frontier", "--format", "json", "--store", fronts["store"]).stdout)
+    [front] = doc["fronts"]
+    assert front["engine"] == "llama.cpp-server" and doc["x"] == "tok_s_per_user"
+    pts = front["front"]
+    assert len(pts) >= 3, front
+    assert all(p["tok_s_per_user"] > 0 and p["tok_s_per_device"] > 0 for p in pts)
+    xs = [p["tok_s_per_user"] for p in pts]
+    ys = [p["tok_s_per_device"] for p in pts]
+    assert xs == sorted(xs) and ys == sorted(ys, reverse=True)  # a front trades throughput for interactivity
+    configs = {p["config"].split()[2] for p in pts + front["dominated"]}
+    assert configs == {"parallel=1", "parallel=4"}
+    table = infbench("results", "--frontier", "--store", fronts["store"]).stdout
+    assert "frontier:" in table and "tok/s/user" in table
+
+
+def test_compare_frontier_of_the_two_configurations(fronts):
+    a, b = fronts["runs"][1]["run_id"], fronts["runs"][4]["run_id"]
+    p = infbench("compare", "--frontier", a, b, "--store", fronts["store"], "--json", check=False)
+    doc = json.loads(p.stdout)
+    [c] = doc["comparisons"]
+    if c["overlap"] is None:          # the fronts need not share an interactivity; then it says so and exits 1
+        assert p.returncode == 1
+        return
+    assert p.returncode == 0 and c["points"] and c["geomean_ratio"] > 0
+    assert all(q["ratio"] is None or q["ratio"] > 0 for q in c["points"])
+
+
+def test_the_report_draws_the_frontier_and_switches_axis(fronts, tmp_path):
+    from selenium.webdriver.support.ui import Select
+
+    res = json.loads(infbench("report", "--out", str(tmp_path / "r"), "--store", fronts["store"], "--json",
+                              env=fronts["env"]).stdout)
+    assert any(Path(f).name == "frontier.png" and Path(f).stat().st_size > 5000 for f in res["figures"])
+    d = _chrome()
+    try:
+        d.get(Path(res["html"]).as_uri())
+        fig = "document.getElementById('fig-frontier')"
+        points = d.execute_script(f"return {fig}.data.reduce((s, t) => s + (t.x || []).length, 0)")
+        assert points >= 5
+        fr = d.execute_script("return window.infbench.fronts")
+        assert len(fr) == 1 and len(fr[0]["front"]) >= 3
+        rows = d.find_elements("css selector", "#frontier-table tr")
+        assert len(rows) == 2 and "llama.cpp-server" in rows[1].text
+        Select(d.find_element("id", "frontier-axis")).select_by_value("usd_per_mtok")
+        title = d.execute_script(f"return {fig}.layout.yaxis.title.text")
+        assert "cost per million output tokens" in title.lower()
+        fr2 = d.execute_script("return window.infbench.fronts")
+        assert fr2[0]["front"] and all(p["y"] > 0 for p in fr2[0]["front"])
+        errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        d.quit()
