@@ -457,7 +457,8 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
             out.print(f"  [bold]{g.label()}[/]")
             for c in g.cells:
                 args = f"  {escape(c.args_label())}" if c.engine_args else ""
-                out.print(f"    {c.cell_id(dev)}  b{c.batch} i{c.input_len} o{c.output_len}{args}")
+                size = c.load.label() if c.load is not None and c.load.mode != "batch" else f"b{c.batch}"
+                out.print(f"    {c.cell_id(dev)}  {size} i{c.input_len} o{c.output_len}{args}")
 
 
 def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
