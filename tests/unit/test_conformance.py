@@ -25,6 +25,7 @@ def test_a_conforming_plugin_passes_every_check():
     (bp.DetectRaisesPlugin, "infbench_detect", "raised OSError: libacme.so"),
     (bp.WrongTypePlugin, "infbench_detect", "a list of DeviceInfo"),
     (bp.UnmarkedHookPlugin, "hooks", "lack @"),
+    (bp.OddDtypePlugin, "infbench_engines", "acme-engine: half -> float16"),
 ])
 def test_each_broken_plugin_is_named_with_its_hook_and_fix(plugin, hook, says):
     failed = _failed(plugin)

@@ -29,7 +29,8 @@ What is checked, hook by hook (a hook the plugin does not implement is skipped):
 * ``infbench_device_catalog`` returns :class:`~infbench.data.schema.DeviceSpec` entries with
   unique ids, of the plugin's vendor;
 * ``infbench_engines`` returns :class:`~infbench.data.engine.EngineSpec` entries with unique
-  names (an entry may name no platform: the registry merges the platforms that every plugin
+  names, each dtype mapped to a precision the core plans with (what ``infbench run --dry-run``
+  needs); an entry may name no platform (the registry merges the platforms that every plugin
   declares for an engine).
 
 The kit calls the hooks directly (not through the core's fallbacks and adapters), so an
@@ -187,7 +188,11 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
         else:
             names = [e.name for e in ans]
             dup = sorted({n for n in names if names.count(n) > 1})
-            bad = f"engine names repeat: {dup}" if dup else None
+            odd = sorted(f"{e.name}: {d} -> {c}" for e in ans for d, c in e.dtypes.items()
+                         if c not in PRECISIONS and c != "auto")
+            bad = (f"engine names repeat: {dup}" if dup else
+                   f"dtypes mapped to no precision the core knows ({', '.join(PRECISIONS)}, or auto): {odd}"
+                   if odd else None)
             out.append(Finding("infbench_engines", bad is None, bad or f"{len(ans)} engine(s): {', '.join(names)}"))
             engines = ans if bad is None else []
     if "infbench_device_catalog" in hooks:
