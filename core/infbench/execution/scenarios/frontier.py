@@ -112,6 +112,10 @@ class Frontier(Sweep):
                         ctx.observer(CellSkipped(x, f"not reached: the frontier stopped after {c.label()}: {why}"))
                     break
 
+    def spec_for(self, parts: list[Part]) -> FrontierScenario:
+        """The frontier's own spec (its stop rule travels with the parts to a worker)."""
+        return self.spec
+
     def parts(self, ctx: RunContext) -> list[Part]:
         """One part per group, every cell (the series' order and stops need them together)."""
         out = []
