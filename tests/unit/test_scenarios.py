@@ -231,3 +231,18 @@ def test_adaptive_measures_a_share_and_predicts_the_rest(fpm, cpu, store):
     assert s.scenario["adaptive"]["engines"]["fake"]["predicted"] == 12
     plain = _run(fpm, plan(sw, cpu, fpm), store)                                 # a plain run measures the rest
     assert len(plain.ok) == 12 and len(plain.skipped) == 4
+
+
+def test_frontier_stops_a_series_through_the_session_and_resumes_where_it_stopped(fpm, cpu, store):
+    """The frontier scenario on the stand-in server (TTFT x max(1, c / 4)): every request of a
+    cell goes at once, so concurrency 1 and 2 give the same throughput; the series stops at 2
+    and 4, 8 are not reached. A second run measures nothing again: the stored cells count."""
+    sw = Sweep(models=["tiny-random-llama"], engines=["fake-server"], dtypes=["f16"], batch=[1], input_len=[16],
+               output_len=[4], concurrency=[1, 2, 4, 8], frontier=True, num_requests=8)
+    p = plan(sw, cpu, fpm)
+    assert p.scenario.kind == "frontier"
+    s = _run(fpm, p, store, engine_options={"ttft_s": 0.01, "capacity": 4})
+    assert sorted(r.cell.load.concurrency for r in s.ok) == [1, 2]
+    assert [c.load.concurrency for c in s.not_reached] == [4, 8]
+    again = _run(fpm, plan(sw, cpu, fpm), store, engine_options={"ttft_s": 0.01, "capacity": 4})
+    assert not again.ok and [c.load.concurrency for c in again.not_reached] == [4, 8]
