@@ -110,13 +110,13 @@ def main() -> None:
             full, full_s = run(Path(tmp) / "full.db", grid)
             adaptive, adaptive_s = run(Path(tmp) / "adaptive.db", grid, "--adaptive", a.budget)
         eng = ((adaptive.get("scenario") or {}).get("adaptive") or {}).get("engines") or {}
-        grids[name] = {"grid": " ".join(grid), "cells": len(full["cells"]),
+        grids[name] = {"grid": " ".join(grid),
                        "measured": adaptive["ok"] + adaptive["failed"], "predicted": adaptive["predicted"],
                        "stopped": next((v.get("stopped") for v in eng.values()), None),
                        "full_wall_s": round(full_s, 1), "adaptive_wall_s": round(adaptive_s, 1),
                        "wall_saved": round(1 - adaptive_s / full_s, 3), **compare(full, adaptive)}
         g = grids[name]
-        print(f"{name}: {g['measured']}/{g['cells']} measured ({g['stopped']}), median error "
+        print(f"{name}: {g['measured']}/{g['measured'] + g['predicted']} measured ({g['stopped']}), median error "
               f"{g['median_error_all']}, coverage {g['coverage']}", flush=True)
     out = {"command": "python benchmarks/adaptive.py --budget " + a.budget, "budget": a.budget, "target": TARGET,
            "grids": grids, "host": "shared 2-core VM (CPU only); see docs/benchmarks.md"}
@@ -154,7 +154,8 @@ def render(data: dict[str, Any], variant: str | None = None) -> str:
         me = g["median_error"]
         ok = g["median_error_all"] is not None and g["median_error_all"] <= data.get("target", TARGET)
         lines.append(f"| {name}: {g['grid'].replace('--', '').replace(' llama.cpp', ' llama.cpp,')} | "
-                     f"{g['measured']} / {g['cells']} ({data['budget']}) | {g.get('stopped') or '-'} | "
+                     f"{g['measured']} / {g['measured'] + g.get('predicted', 0)} ({data['budget']}) | "
+                     f"{g.get('stopped') or '-'} | "
                      f"{g['adaptive_wall_s']:.1f} s / {g['full_wall_s']:.1f} s | "
                      + ", ".join(pct(me[m]) for m in METRICS) + f" | {pct(g['median_error_all'])} | "
                      f"{pct(g['coverage'])} of {g['coverage_n']} | "
