@@ -1,7 +1,8 @@
 """The frontier sweep against llama.cpp's real server on 127.0.0.1 (issue 31): two engine
 configurations (two ``parallel`` settings) each measured up the concurrency ladder until it
-stops paying (the stop rule checked against the throughputs the server gave), the pooled front (`results --frontier`), the report's frontier figure in headless
-Chromium with its axis switch, and `compare --frontier` of the two configurations."""
+stops paying (the stop rule checked against the throughputs the server gave), the pooled front
+(`results --frontier`), the report's frontier figure in headless Chromium with its axis switch,
+and `compare --frontier` of the two configurations."""
 
 from __future__ import annotations
 
