@@ -55,7 +55,11 @@ def test_cli_validation_mode_on_a_slice(slice_csv):
     assert sp["random"]["summary"]["median"] < 0.15
     # The markdown of docs/roofline.md renders from it.
     assert "| random | 1 | 2 |" in lib_validation.render(doc, "cli_summary")
-    assert "llama-2-7b" in lib_validation.render(doc, "cli_folds.lomo")
+    assert "Nvidia A100 GPU" in lib_validation.render(doc, "cli_folds.random")
+    # leave-one-model-out lists the folds above 20 % only (its target is on the p90)
+    over = [r for r in sp["lomo"]["rows"] if r["error"] is None or r["error"] > 0.2]
+    lomo = lib_validation.render(doc, "cli_folds.lomo")
+    assert lomo.startswith("| split |") and lomo.count("\n| lomo |") == len(over)
 
 
 def test_a_config_only_model_is_predicted_with_an_interval(slice_csv, tmp_path):
