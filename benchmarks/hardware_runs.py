@@ -89,7 +89,9 @@ def _cells(results: list[dict], smi: list[tuple[float, float]]) -> list[dict]:
                         "avg_power_w": m.get("avg_power_w"), "energy_source": m.get("energy_source"),
                         "harness_share": m.get("harness_share"), "harness_mode": (m.get("harness") or {}).get("mode"),
                         "throttled": m.get("throttled"), "suspect": m.get("suspect"),
-                        "device_proof": (r.get("engine") or {}).get("device_proof")})
+                        "device_proof": (r.get("engine") or {}).get("device_proof"),
+                        "build_s": (r.get("engine") or {}).get("build_s"), "compile_s": m.get("compile_s"),
+                        "engine_args": s.get("engine_args") or None})
             win = m.get("timed_window_epoch_s")
             if win and smi:
                 e = smi_energy_j(smi, win[0], win[1])
@@ -107,10 +109,24 @@ def _load(path: Path) -> object | None:
         return None
 
 
+def first_timed_after_s(run_out: object, started_epoch: float | None) -> float | None:
+    """Seconds from ``infbench run``'s start (``sweep_started_epoch``, written by gpu_check.sh just
+    before it) to the start of the first timed part of any of its cells (the earliest
+    ``metrics["timed_window_epoch_s"][0]`` in ``run --json``'s cells); None when either is missing."""
+    cells = run_out.get("cells") if isinstance(run_out, dict) else None
+    starts = [c["metrics"]["timed_window_epoch_s"][0] for c in cells or []
+              if (c.get("metrics") or {}).get("timed_window_epoch_s")]
+    if not starts or started_epoch is None:
+        return None
+    return round(min(starts) - started_epoch, 2)
+
+
 def assemble(out_dir: Path, name: str) -> dict:
     """One run's JSON from the folder scripts/gpu_check.sh filled: ``steps.json`` (each step's
-    seconds and exit status), ``detect.json``, ``dry-run.json``, ``results.json``, ``smi.csv``,
-    ``harness.json`` (benchmarks/harness_overhead.py --gpu), ``plugins.txt`` (pytest's summary)."""
+    seconds and exit status), ``detect.json``, ``dry-run.json``, ``run.json`` (``run --json``),
+    ``sweep_started_epoch``, ``results.json``, ``smi.csv``, ``harness.json``
+    (benchmarks/harness_overhead.py --gpu --cause), ``plugins.txt`` (pytest's summary) and
+    ``static.json`` (the static-cache cell's ``run --json``)."""
     steps = _load(out_dir / "steps.json") or {}
     det = _load(out_dir / "detect.json") or {}
     dry = _load(out_dir / "dry-run.json") or {}
@@ -119,6 +135,11 @@ def assemble(out_dir: Path, name: str) -> dict:
     harness = _load(out_dir / "harness.json") or {}
     plugins = (out_dir / "plugins.txt").read_text().strip().splitlines()[-1:] if (out_dir / "plugins.txt").exists() \
         else []
+    try:
+        started: float | None = float((out_dir / "sweep_started_epoch").read_text())
+    except (OSError, ValueError):
+        started = None
+    static = _load(out_dir / "static.json") or {}
     devs = det.get("devices") or []
     gpu = next((d for d in devs if d.get("kind") != "cpu"), devs[0] if devs else {})
     ds = dry.get("default_sweep") or {}
@@ -128,7 +149,9 @@ def assemble(out_dir: Path, name: str) -> dict:
            "engines": {e["engine"]: e["status"] for e in (det.get("engines") or {}).get(gpu.get("vendor", ""), [])},
            "default_sweep": {"chosen": (ds.get("chosen") or {}).get("engine"), "why": ds.get("why"),
                              "cells": len(dry.get("cells") or [])},
+           "first_timed_cell_after_s": first_timed_after_s(_load(out_dir / "run.json"), started),
            "cells": _cells(results if isinstance(results, list) else [], smi),
+           "static_cache": _cells(static.get("cells") or [] if isinstance(static, dict) else [], smi),
            "bare_vs_infbench": [{k: v for k, v in r.items() if k != "runs"} for r in harness.get("bare_gpu", [])
                                 or harness.get("bare", [])],
            "plugins": plugins[0] if plugins else None, "smi_samples": len(smi)}
@@ -238,6 +261,38 @@ def render(data: dict, variant: str | None = None) -> str:
                          f"{r['bare']['e2e_s']:.3f} | {r['infbench']['e2e_s']:.3f} | "
                          f"{100 * (r['ratio_e2e'] - 1):+.1f} % | {100 * (r['ratio_tpot'] - 1):+.1f} % | "
                          f"{100 * (r['ratio_e2e_in_process'] - 1):+.1f} % | {'yes' if r['within_3pct'] else 'no'} |")
+    cause = next((r for r in rows if r.get("cause")), None)
+    if cause:
+        lines += ["", f"**Where the slowdown comes from** ({cause['model']} b{cause['batch']} {cause['input_len']}/"
+                  f"{cause['output_len']}, medians of {cause['rounds']} interleaved rounds; bare E2E "
+                  f"{cause['bare']['e2e_s']:.3f} s):", "", "| arm | what differs | E2E s | / bare | poll tick ms |",
+                  "|---|---|---:|---:|---:|",
+                  f"| infbench | the engine in its own process (the default) | {cause['infbench']['e2e_s']:.3f} | "
+                  f"{100 * (cause['ratio_e2e'] - 1):+.1f} % | - |",
+                  f"| in_process | `--no-engine-process` (all of infbench's threads beside the engine) | "
+                  f"{cause['in_process']['e2e_s']:.3f} | {100 * (cause['ratio_e2e_in_process'] - 1):+.1f} % | - |"]
+        for arm, c in cause["cause"].items():
+            tick = (c.get("poll") or {}).get("tick_ms_p50")
+            lines.append(f"| {arm} | {c['what']} | {_f(c.get('e2e_s'), '.3f')} | {100 * (c['ratio_e2e'] - 1):+.1f} % | "
+                         f"{_f(tick, '.2f')} |")
+    spy = next((r["py_spy"] for r in rows if r.get("py_spy")), None)
+    if spy:
+        gil = spy.get("gil") or {}
+        total = sum(t.get("samples", 0) for t in gil.values() if isinstance(t, dict)) or None
+        if total:
+            lines += ["", f"py-spy `--gil` over one `--no-engine-process` cell (E2E {spy['cell_e2e_s']:.2f} s): "
+                      "samples in which each thread held the interpreter lock:", "",
+                      "| thread | share of GIL samples | most sampled frames |", "|---|---:|---|"]
+            for th, t in sorted(gil.items(), key=lambda kv: -kv[1].get("samples", 0)):
+                top = "; ".join(f"`{f}` {n}" for f, n in list(t.get("leaf", {}).items())[:3])
+                lines.append(f"| {th} | {100 * t['samples'] / total:.1f} % | {top} |")
+    if run.get("first_timed_cell_after_s") is not None:
+        lines += ["", f"First timed cell of the default sweep: {run['first_timed_cell_after_s']:.1f} s after "
+                  "`infbench run` started (target: 15 s on an H100)."]
+    if run.get("static_cache"):
+        lines += ["", "**transformers with `--engine-arg cache_implementation=static`** (compile time stored apart, "
+                  "as `compile_s`):", ""] + _cell_table(run["static_cache"])
+        lines += [f"compile_s: {_f(c.get('compile_s'), '.1f')} s" for c in run["static_cache"] if c.get("compile_s")]
     if run.get("plugins"):
         lines += ["", f"Plugin suite: `{run['plugins']}`."]
     return "\n".join(lines)

@@ -107,14 +107,25 @@ class Bare:
         ready = json.loads(self.proc.stdout.readline())
         assert ready.get("ready"), ready
 
-    def run(self, b: int, i: int, o: int, warmup: int = 1) -> dict:
-        self.proc.stdin.write(json.dumps({"batch": b, "input_len": i, "output_len": o, "warmup": warmup}) + "\n")
+    def run(self, b: int, i: int, o: int, warmup: int = 1, **extra) -> dict:
+        req = {"batch": b, "input_len": i, "output_len": o, "warmup": warmup, **extra}
+        self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
         return json.loads(self.proc.stdout.readline())
 
     def close(self) -> None:
         self.proc.stdin.close()
         self.proc.wait(30)
+
+
+def _no_sampler_cell(eng, g: Group, c: Cell, dev) -> dict:
+    """An in-process cell measured with no power sampler (no sampling or device-process threads)."""
+    from infbench.measure.power import NoPower
+
+    r = measure_cell(eng, g, c, dev, NoPower("the cause study: no sampler"), RunOptions())
+    assert r.status == "ok", r.error
+    m = r.metrics
+    return {"e2e_s": m["e2e_s"]["p50"], "ttft_s": m["ttft_s"]["p50"], "tpot_s": m["tpot_s"]["p50"]}
 
 
 def _device(pm, gpu: bool):
@@ -138,10 +149,95 @@ def _started(pm, dev, g: Group, isolated: bool, opts: dict):
     return eng
 
 
+#: The cause study's arms (``--cause``, first shape only), each one difference from ``bare`` or
+#: from ``in_process``: where the slowdown of an engine sharing infbench's interpreter comes from.
+CAUSE_ARMS = {
+    "bare_poll_thread": "bare + a Python thread in the engine's process making infbench's NVML reads at 10 Hz "
+                        "(interpreter and driver shared)",
+    "bare_poll_process": "bare + a process of its own making the same NVML reads at 10 Hz (driver shared only)",
+    "bare_busy_thread": "bare + a Python thread in the engine's process doing 2 ms of pure-Python work every "
+                        "100 ms (interpreter shared only, 2 % of one core)",
+    "in_process_no_sampler": "--no-engine-process with no power sampler (no power, telemetry or device-process "
+                             "thread; the harness monitor stays)",
+    "in_process_switch_0p5ms": "--no-engine-process with the interpreter's switch interval at 0.5 ms instead of 5 ms "
+                               "(sys.setswitchinterval)",
+}
+
+
+def _poll_process(bare: Bare, b: int, i: int, o: int) -> dict:
+    """One bare call with ``nvml_poll.py`` polling beside it in a process of its own."""
+    p = subprocess.Popen([sys.executable, str(BARE / "nvml_poll.py"), "--interval", "0.1"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    json.loads(p.stdout.readline())
+    try:
+        r = bare.run(b, i, o)
+    finally:
+        out, _ = p.communicate("", timeout=30)
+    r["poll"] = json.loads(out.strip().splitlines()[-1])
+    return r
+
+
+def _switch(fn, interval_s: float):
+    """Run ``fn()`` with the interpreter's switch interval set to ``interval_s``."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(interval_s)
+    try:
+        return fn()
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _py_spy(pid: int, seconds: float, out_dir: Path, prefix: str = "spy") -> list[subprocess.Popen]:
+    """Start two py-spy recorders on ``pid`` (non-blocking: the process is never paused): every
+    thread's stacks, and the stacks of whichever thread holds the interpreter lock (``--gil``)."""
+    import shutil
+
+    exe = shutil.which("py-spy")
+    if exe is None:
+        return []
+    if sys.platform.startswith("linux"):  # Yama's ptrace_scope 1: let our own child read us
+        import ctypes
+
+        ctypes.CDLL(None).prctl(0x59616D61, ctypes.c_ulong(-1 & 0xFFFFFFFFFFFFFFFF), 0, 0, 0)
+    common = ["record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200", "--format", "raw",
+              "--nonblocking"]
+    return [subprocess.Popen([exe, *common, "--threads", "--idle", "--output", str(out_dir / f"{prefix}_threads.txt")],
+                             stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{prefix}_threads.err", "w")),
+            subprocess.Popen([exe, *common, "--gil", "--threads", "--output", str(out_dir / f"{prefix}_gil.txt")],
+                             stdout=subprocess.DEVNULL, stderr=open(out_dir / f"{prefix}_gil.err", "w"))]
+
+
+def spy_summary(path: Path, top: int = 6) -> dict:
+    """Samples per thread and the most sampled leaf frames per thread of a py-spy ``raw`` file
+    (folded stacks: ``frame;frame;... count``, the thread first with ``--threads``)."""
+    if not path.exists():
+        return {"error": "no py-spy output"}
+    threads: dict[str, dict] = {}
+    for line in path.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        frames = stack.split(";")
+        th = next((f for f in frames if f.startswith("thread ")), "?")
+        leaf = frames[-1]
+        t = threads.setdefault(th, {"samples": 0, "leaf": {}})
+        t["samples"] += int(n)
+        t["leaf"][leaf] = t["leaf"].get(leaf, 0) + int(n)
+    for t in threads.values():
+        t["leaf"] = dict(sorted(t["leaf"].items(), key=lambda kv: -kv[1])[:top])
+    return threads
+
+
 def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tuple[int, int, int]], rounds: int,
-                     gpu: bool = False) -> list[dict]:
+                     gpu: bool = False, cause: bool = False, spy_dir: Path | None = None,
+                     on_row=None) -> list[dict]:
     """The comparison of item 0 for one engine and model: per shape, the medians of E2E and TPOT
-    (s) of the bare engine, of the infbench cell and of the cell with --no-engine-process."""
+    (s) of the bare engine, of the infbench cell and of the cell with --no-engine-process.
+
+    ``cause``: on the first shape, also the arms of :data:`CAUSE_ARMS` (transformers only), each
+    interleaved with the rest. ``spy_dir``: after the rounds, one more ``in_process`` cell under
+    py-spy (``spy_threads.txt``, ``spy_gil.txt`` there, summarised in the row's ``py_spy``).
+    ``on_row(rows)`` is called after each shape (a partial JSON survives a time limit)."""
     from infbench.libs.llama import default_threads
 
     pm = build_plugin_manager()
@@ -163,6 +259,7 @@ def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tupl
         for b, i, o in shapes:
             c = Cell(model=g.model.name, engine=engine_name, dtype=dtype, batch=b, input_len=i, output_len=o)
             arms: dict[str, list[dict]] = {"bare": [], "infbench": [], "in_process": []}
+            first = (b, i, o) == shapes[0]
 
             def cell_of(eng, c=c):
                 r = measure_cell(eng, g, c, dev, sampler, RunOptions())
@@ -175,11 +272,20 @@ def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tupl
 
             run = {"bare": lambda b=b, i=i, o=o: bare.run(b, i, o), "infbench": lambda: cell_of(iso),
                    "in_process": lambda: cell_of(inproc)}
+            if cause and first and engine_name == "transformers":
+                run.update({
+                    "bare_poll_thread": lambda b=b, i=i, o=o: bare.run(b, i, o, poll={"nvml": True}),
+                    "bare_poll_process": lambda b=b, i=i, o=o: _poll_process(bare, b, i, o),
+                    "bare_busy_thread": lambda b=b, i=i, o=o: bare.run(b, i, o, poll={"nvml": False, "busy_ms": 2.0}),
+                    "in_process_no_sampler": lambda c=c: _no_sampler_cell(inproc, g, c, dev),
+                    "in_process_switch_0p5ms": lambda: _switch(lambda: cell_of(inproc), 0.0005)})
+                arms.update({k: [] for k in CAUSE_ARMS})
             order = list(run)
             for k in range(rounds):
                 wait_for_quiet(10)
-                for arm in order[k % 3:] + order[:k % 3]:  # rotate who goes first
+                for arm in order[k % len(order):] + order[:k % len(order)]:  # rotate who goes first
                     arms[arm].append(run[arm]())
+                    print(f"  b{b} round {k + 1} {arm}: E2E {arms[arm][-1]['e2e_s']:.3f} s", flush=True)
 
             def med(arm, key, arms=arms):
                 vals = [x[key] for x in arms[arm] if x.get(key) is not None]
@@ -196,10 +302,35 @@ def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tupl
             row["harness_share"] = med("infbench", "harness_share")
             row["other_cpu_cores"] = med("infbench", "other_cpu_cores")
             row["within_3pct"] = abs(row["ratio_e2e"] - 1) <= 0.03 and abs(row["ratio_tpot"] - 1) <= 0.03
+            if len(arms) > 3:
+                row["cause"] = {arm: {"what": CAUSE_ARMS[arm], "e2e_s": med(arm, "e2e_s"), "tpot_s": med(arm, "tpot_s"),
+                                      "ratio_e2e": med(arm, "e2e_s") / row["bare"]["e2e_s"],
+                                      "poll": (arms[arm][-1].get("poll") if arms[arm] else None)}
+                                for arm in CAUSE_ARMS}
+            if spy_dir is not None and first:
+                spy_dir.mkdir(parents=True, exist_ok=True)
+                procs = _py_spy(os.getpid(), max(2.0, row["in_process"]["e2e_s"]), spy_dir)
+                time.sleep(1.0)  # py-spy attaches
+                spied = cell_of(inproc)
+                for p in procs:
+                    p.wait(60)
+                row["py_spy"] = {"cell_e2e_s": spied["e2e_s"], "threads": spy_summary(spy_dir / "spy_threads.txt"),
+                                 "gil": spy_summary(spy_dir / "spy_gil.txt")}
+                if iso.pid is not None:  # and the engine's own process during one default cell
+                    procs = _py_spy(iso.pid, max(2.0, row["infbench"]["e2e_s"]), spy_dir, "spy_engine")
+                    time.sleep(1.0)
+                    spied = cell_of(iso)
+                    for p in procs:
+                        p.wait(60)
+                    row["py_spy_engine_process"] = {"cell_e2e_s": spied["e2e_s"],
+                                                    "threads": spy_summary(spy_dir / "spy_engine_threads.txt"),
+                                                    "gil": spy_summary(spy_dir / "spy_engine_gil.txt")}
             row["runs"] = arms
             rows.append(row)
             print(f"{engine_name} {model} b{b} i{i} o{o}: infbench/bare E2E {row['ratio_e2e']:.3f} TPOT "
                   f"{row['ratio_tpot']:.3f}; in-process {row['ratio_e2e_in_process']:.3f}", flush=True)
+            if on_row is not None:
+                on_row(rows)
     finally:
         bare.close()
         iso.stop()
@@ -370,17 +501,30 @@ def main() -> None:
                     "(transformers, tiny-random-llama, b1 32/64): scripts/gpu_check.sh on a host without a GPU")
     ap.add_argument("--gpu", action="store_true", help="the bare-engine comparison on the first NVIDIA GPU: "
                     "transformers, llama-3-8b bf16, b1/b16, 128/128 (writes bare_gpu)")
+    ap.add_argument("--cause", action="store_true", help="with --gpu or --quick: the cause study's arms on the first "
+                    "shape (CAUSE_ARMS: NVML reads in a thread or a process, a busy Python thread, no sampler, a "
+                    "0.5 ms switch interval)")
+    ap.add_argument("--spy-dir", type=Path, default=None, help="with --cause: one more --no-engine-process cell under "
+                    "py-spy, its raw stacks written here")
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "harness_overhead.json",
                     help="write the results as JSON here")
     args = ap.parse_args()
     os.environ.setdefault("INFBENCH_HOME", str(Path(tempfile.gettempdir()) / "infbench-bench"))
     res = json.loads(args.out.read_text()) if args.out.exists() else {}
     if args.gpu:
-        res["bare_gpu"] = bare_vs_infbench("transformers", "llama-3-8b", "bfloat16", [(1, 128, 128), (16, 128, 128)],
-                                           args.rounds, gpu=True)
         res["machine_gpu"] = machine()
+
+        def partial(rows, res=res):
+            res["bare_gpu"] = rows
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(res, indent=2) + "\n")
+
+        res["bare_gpu"] = bare_vs_infbench("transformers", "llama-3-8b", "bfloat16", [(1, 128, 128), (16, 128, 128)],
+                                           args.rounds, gpu=True, cause=args.cause, spy_dir=args.spy_dir,
+                                           on_row=partial)
     if args.quick and not args.gpu:
-        res["bare"] = bare_vs_infbench("transformers", "tiny-random-llama", "float32", [(1, 32, 64)], args.rounds)
+        res["bare"] = bare_vs_infbench("transformers", "tiny-random-llama", "float32", [(1, 32, 64)], args.rounds,
+                                       cause=args.cause, spy_dir=args.spy_dir)
         res["rounds"] = args.rounds
     elif args.only in (None, "bare") and not args.gpu:
         shapes = [(1, 32, 64), (8, 32, 64)]

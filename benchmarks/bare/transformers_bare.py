@@ -11,6 +11,10 @@ request read from stdin:
 answering with ``{"e2e_s", "ttft_s", "tpot_s", "n_out"}`` of one ``generate()`` call with
 ``max_new_tokens = min_new_tokens = O``, greedy, the step times stamped by a streamer with
 ``time.perf_counter_ns()`` (as the adapter's), after W warm-up passes of 2 output tokens.
+A request may add ``"poll": {"nvml": true, "busy_ms": 0, "interval": 0.1}``: a thread in this process
+then reads NVML as infbench's samplers do (``nvml_poll.py`` beside this file), or does ``busy_ms``
+of pure-Python work, every ``interval`` s during the call (the cause study of issue 30); the
+answer then has ``"poll"``: that thread's call times.
 ``--build-only`` times the build and exits: ``{"import_s", "build_noinit_s", "fill_s"}``
 (and ``build_init_s``, Hugging Face's own initialisation, with ``--with-init``).
 
@@ -127,10 +131,19 @@ def main() -> None:
         b, i, o = req["batch"], req["input_len"], req["output_len"]
         for _ in range(req.get("warmup", 1)):
             generate(model, config.vocab_size, a.device, b, i, min(2, o), req.get("seed", 0))
+        poller = None
+        if req.get("poll"):
+            from nvml_poll import Poller
+
+            pq = req["poll"]
+            poller = Poller(pq.get("interval", 0.1), pq.get("busy_ms", 0.0), pq.get("nvml", True)).start()
         t_send, ts = generate(model, config.vocab_size, a.device, b, i, o, req.get("seed", 0))
         e2e, ttft = (ts[-1] - t_send) / 1e9, (ts[0] - t_send) / 1e9
         tpot = (e2e - ttft) / (len(ts) - 1) if len(ts) > 1 else None
-        print(json.dumps({"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts)}), flush=True)
+        ans = {"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts)}
+        if poller is not None:
+            ans["poll"] = poller.stop()
+        print(json.dumps(ans), flush=True)
 
 
 if __name__ == "__main__":
