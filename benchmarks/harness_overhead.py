@@ -339,6 +339,110 @@ def bare_vs_infbench(engine_name: str, model: str, dtype: str, shapes: list[tupl
     return rows
 
 
+def _corr(xs: list[float], ys: list[float]) -> float | None:
+    """Pearson's correlation of two equal-length series (None below 3 points or no spread)."""
+    if len(xs) < 3:
+        return None
+    try:
+        return statistics.correlation(xs, ys)
+    except statistics.StatisticsError:
+        return None
+
+
+def paired(engine_name: str, model: str, dtype: str, shape: tuple[int, int, int], seconds: float,
+           gpu: bool = False, idle_s: float = 10.0) -> dict:
+    """infbench against the bare engine as back-to-back pairs for ``seconds`` (the order flips each
+    pair), with the host's single-core speed measured beside them: the question being whether a
+    slow stretch is infbench's or the host's.
+
+    A probe process (``bare/probe.py``) times a fixed pure-Python loop every 0.25 s from
+    ``idle_s`` s before anything loads to the end; the bare engine also times it in its own
+    thread right before and after each call. Returns ``{"pairs": [...], "probe": [[t_s, ms], ...],
+    "summary": {...}}``: per pair each arm's E2E (s), TPOT (s), start (s from the probe's start)
+    and the engine thread's CPU s; the summary gives the paired ratio infbench / bare (median,
+    10th and 90th percentiles), each arm's fastest and median E2E and share of calls slower than
+    1.5x its fastest, and the correlation between a bare call's E2E and the probe's mean time
+    during it (a host-wide slow stretch shows as a high correlation)."""
+    b, i, o = shape
+    t0 = time.perf_counter_ns()
+    probe = subprocess.Popen([sys.executable, str(BARE / "probe.py"), "--interval", "0.25"], stdout=subprocess.PIPE,
+                             text=True)
+    time.sleep(idle_s)
+    pm = build_plugin_manager()
+    dev = _device(pm, gpu)
+    g = Group(resolve(model), engine_name, dtype, 1)
+    iso = _started(pm, dev, g, True, {})
+    bare = Bare([str(BARE / "transformers_bare.py"), "--config", json.dumps(g.model.config), "--dtype", dtype,
+                 "--device", "cuda" if gpu else "cpu"])
+    sampler = power_sampler(pm, dev)
+    c = Cell(model=g.model.name, engine=engine_name, dtype=dtype, batch=b, input_len=i, output_len=o)
+    pairs: list[dict] = []
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            pair = {}
+            for arm in (("bare", "infbench") if len(pairs) % 2 == 0 else ("infbench", "bare")):
+                if arm == "bare":
+                    r = bare.run(b, i, o, probe=True)
+                    pair[arm] = {"e2e_s": r["e2e_s"], "tpot_s": r["tpot_s"], "start_s": (r["t_send_ns"] - t0) / 1e9,
+                                 "thread_cpu_s": r["thread_cpu_s"], "probe_ms": r["probe_ms"]}
+                else:
+                    res = measure_cell(iso, g, c, dev, sampler, RunOptions())
+                    assert res.status == "ok", res.error
+                    m = res.metrics
+                    pair[arm] = {"e2e_s": m["e2e_s"]["p50"], "tpot_s": m["tpot_s"]["p50"],
+                                 "start_s": (res.records[0].t_send_ns - t0) / 1e9,
+                                 "thread_cpu_s": (m.get("harness") or {}).get("engine_cpu_s"),
+                                 "harness_share": m.get("harness_share")}
+            pairs.append(pair)
+            print(f"  pair {len(pairs)}: bare {pair['bare']['e2e_s']:.3f} s, infbench "
+                  f"{pair['infbench']['e2e_s']:.3f} s, probe in the engine's thread "
+                  f"{pair['bare']['probe_ms'][0]:.2f} ms",
+                  flush=True)
+    finally:
+        bare.close()
+        iso.stop()
+        sampler.close()
+        probe.kill()
+        out, _ = probe.communicate()
+    series = []
+    for line in out.splitlines():
+        try:
+            x = json.loads(line)
+        except ValueError:
+            continue
+        series.append([round((x["t_ns"] - t0) / 1e9, 3), round(x["ms"], 3)])
+    ratios = sorted(p["infbench"]["e2e_s"] / p["bare"]["e2e_s"] for p in pairs)
+
+    def q(xs: list[float], f: float) -> float:
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+    def arm_summary(arm: str) -> dict:
+        e = [p[arm]["e2e_s"] for p in pairs]
+        return {"fastest_e2e_s": min(e), "median_e2e_s": statistics.median(e),
+                "slow_share": sum(x > 1.5 * min(e) for x in e) / len(e)}
+
+    during, bare_e2e = [], []
+    for p in pairs:
+        s0, s1 = p["bare"]["start_s"], p["bare"]["start_s"] + p["bare"]["e2e_s"]
+        inside = [ms for t, ms in series if s0 <= t <= s1]
+        if inside:
+            during.append(statistics.mean(inside))
+            bare_e2e.append(p["bare"]["e2e_s"])
+    idle = [ms for t, ms in series if t < idle_s]
+    summary = {"pairs": len(pairs), "ratio_e2e_median": statistics.median(ratios) if ratios else None,
+               "ratio_e2e_p10": q(ratios, 0.1) if ratios else None, "ratio_e2e_p90": q(ratios, 0.9) if ratios else None,
+               "bare": arm_summary("bare") if pairs else None, "infbench": arm_summary("infbench") if pairs else None,
+               "probe_idle_ms_median": statistics.median(idle) if idle else None,
+               "probe_ms_min": min(ms for _, ms in series) if series else None,
+               "probe_ms_max": max(ms for _, ms in series) if series else None,
+               "corr_bare_e2e_probe": _corr(bare_e2e, during),
+               "corr_bare_e2e_thread_probe": _corr([p["bare"]["e2e_s"] for p in pairs],
+                                                   [statistics.mean(p["bare"]["probe_ms"]) for p in pairs])}
+    return {"engine": engine_name, "model": model, "dtype": dtype, "device": dev.model, "batch": b, "input_len": i,
+            "output_len": o, "seconds": seconds, "summary": summary, "pairs": pairs, "probe": series}
+
+
 def startup(big: str = "tinyllama-1.1b", small: str = "tiny-random-llama", dtype: str = "bfloat16",
             reps: int = 3) -> dict:
     """Item 0b: infbench's start-up (launch to a proven engine, in its own process) of ``big``
@@ -501,6 +605,9 @@ def main() -> None:
                     "(transformers, tiny-random-llama, b1 32/64): scripts/gpu_check.sh on a host without a GPU")
     ap.add_argument("--gpu", action="store_true", help="the bare-engine comparison on the first NVIDIA GPU: "
                     "transformers, llama-3-8b bf16, b1/b16, 128/128 (writes bare_gpu)")
+    ap.add_argument("--paired", type=float, default=None, metavar="SECONDS",
+                    help="back-to-back infbench/bare pairs for SECONDS with the host-speed probe beside them "
+                    "(with --gpu: llama-3-8b bf16 b1 128/128; else tiny-random-llama b1 32/64); writes paired[_gpu]")
     ap.add_argument("--cause", action="store_true", help="with --gpu or --quick: the cause study's arms on the first "
                     "shape (CAUSE_ARMS: NVML reads in a thread or a process, a busy Python thread, no sampler, a "
                     "0.5 ms switch interval)")
@@ -511,6 +618,15 @@ def main() -> None:
     args = ap.parse_args()
     os.environ.setdefault("INFBENCH_HOME", str(Path(tempfile.gettempdir()) / "infbench-bench"))
     res = json.loads(args.out.read_text()) if args.out.exists() else {}
+    if args.paired is not None:
+        key = "paired_gpu" if args.gpu else "paired"
+        res[key] = (paired("transformers", "llama-3-8b", "bfloat16", (1, 128, 128), args.paired, gpu=True) if args.gpu
+                    else paired("transformers", "tiny-random-llama", "float32", (1, 32, 64), args.paired, idle_s=3))
+        res["machine_gpu" if args.gpu else "machine"] = machine()
+        print(json.dumps(res[key]["summary"], indent=1))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=2) + "\n")
+        return
     if args.gpu:
         res["machine_gpu"] = machine()
 

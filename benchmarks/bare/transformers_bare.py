@@ -14,7 +14,9 @@ answering with ``{"e2e_s", "ttft_s", "tpot_s", "n_out"}`` of one ``generate()`` 
 A request may add ``"poll": {"nvml": true, "busy_ms": 0, "interval": 0.1}``: a thread in this process
 then reads NVML as infbench's samplers do (``nvml_poll.py`` beside this file), or does ``busy_ms``
 of pure-Python work, every ``interval`` s during the call (the cause study of issue 30); the
-answer then has ``"poll"``: that thread's call times.
+answer then has ``"poll"``: that thread's call times. ``"probe": true`` times ``probe.work_ms()``
+(a fixed pure-Python loop, beside this file) in this thread right before and after the call
+(``probe_ms``: how fast this core ran the interpreter then).
 ``--build-only`` times the build and exits: ``{"import_s", "build_noinit_s", "fill_s"}``
 (and ``build_init_s``, Hugging Face's own initialisation, with ``--with-init``).
 
@@ -137,10 +139,20 @@ def main() -> None:
 
             pq = req["poll"]
             poller = Poller(pq.get("interval", 0.1), pq.get("busy_ms", 0.0), pq.get("nvml", True)).start()
+        probe = None
+        if req.get("probe"):
+            from probe import work_ms
+
+            probe = [work_ms()]
+        c0 = time.thread_time()
         t_send, ts = generate(model, config.vocab_size, a.device, b, i, o, req.get("seed", 0))
+        cpu = time.thread_time() - c0
         e2e, ttft = (ts[-1] - t_send) / 1e9, (ts[0] - t_send) / 1e9
         tpot = (e2e - ttft) / (len(ts) - 1) if len(ts) > 1 else None
-        ans = {"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts)}
+        ans = {"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts), "t_send_ns": t_send,
+               "thread_cpu_s": cpu}
+        if probe is not None:
+            ans["probe_ms"] = probe + [work_ms()]
         if poller is not None:
             ans["poll"] = poller.stop()
         print(json.dumps(ans), flush=True)
