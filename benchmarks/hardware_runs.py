@@ -27,6 +27,8 @@ import json
 import sys
 from pathlib import Path
 
+from infbench.measure.harness import host_bound
+
 ROOT = Path(__file__).resolve().parents[1]
 HARDWARE = ROOT / "benchmarks" / "results" / "hardware"
 INDEX = ROOT / "benchmarks" / "results" / "hardware_runs.json"
@@ -89,6 +91,9 @@ def _cells(results: list[dict], smi: list[tuple[float, float]]) -> list[dict]:
                         "avg_power_w": m.get("avg_power_w"), "energy_source": m.get("energy_source"),
                         "harness_share": m.get("harness_share"), "harness_mode": (m.get("harness") or {}).get("mode"),
                         "throttled": m.get("throttled"), "suspect": m.get("suspect"),
+                        # stored by runs since the rule exists; for older runs, the rule applied to their figures
+                        "host_bound": bool(m.get("host_bound") or host_bound(m, (r.get("device") or {}).get("kind",
+                                                                                                        "gpu"))),
                         "device_proof": (r.get("engine") or {}).get("device_proof"),
                         "build_s": (r.get("engine") or {}).get("build_s"), "compile_s": m.get("compile_s"),
                         "engine_args": s.get("engine_args") or None})
@@ -112,13 +117,26 @@ def _load(path: Path) -> object | None:
 def first_timed_after_s(run_out: object, started_epoch: float | None) -> float | None:
     """Seconds from ``infbench run``'s start (``sweep_started_epoch``, written by gpu_check.sh just
     before it) to the start of the first timed part of any of its cells (the earliest
-    ``metrics["timed_window_epoch_s"][0]`` in ``run --json``'s cells); None when either is missing."""
-    cells = run_out.get("cells") if isinstance(run_out, dict) else None
+    ``metrics["timed_window_epoch_s"][0]`` in ``run --json``'s cells, or in ``results --format
+    json``'s list when the run was stopped before printing); None when either is missing."""
+    cells = run_out.get("cells") if isinstance(run_out, dict) else run_out if isinstance(run_out, list) else None
     starts = [c["metrics"]["timed_window_epoch_s"][0] for c in cells or []
               if (c.get("metrics") or {}).get("timed_window_epoch_s")]
     if not starts or started_epoch is None:
         return None
     return round(min(starts) - started_epoch, 2)
+
+
+def _paired(data: object) -> dict | None:
+    """The back-to-back infbench/bare pairs of ``harness_overhead.py --gpu --paired`` (summary and
+    each pair's E2E; the probe's series left out), or None."""
+    p = data.get("paired_gpu") if isinstance(data, dict) else None
+    if not p:
+        return None
+    return {k: p[k] for k in ("engine", "model", "dtype", "device", "batch", "input_len", "output_len", "seconds",
+                              "summary")} | {
+        "pairs": [{arm: {"e2e_s": round(x[arm]["e2e_s"], 4), "start_s": round(x[arm]["start_s"], 2)}
+                   for arm in ("bare", "infbench")} for x in p["pairs"]]}
 
 
 def assemble(out_dir: Path, name: str) -> dict:
@@ -149,7 +167,9 @@ def assemble(out_dir: Path, name: str) -> dict:
            "engines": {e["engine"]: e["status"] for e in (det.get("engines") or {}).get(gpu.get("vendor", ""), [])},
            "default_sweep": {"chosen": (ds.get("chosen") or {}).get("engine"), "why": ds.get("why"),
                              "cells": len(dry.get("cells") or [])},
-           "first_timed_cell_after_s": first_timed_after_s(_load(out_dir / "run.json"), started),
+           "first_timed_cell_after_s": first_timed_after_s(_load(out_dir / "run.json"), started)
+           or first_timed_after_s(results, started),
+           "paired": _paired(_load(out_dir / "paired.json")),
            "cells": _cells(results if isinstance(results, list) else [], smi),
            "static_cache": _cells(static.get("cells") or [] if isinstance(static, dict) else [], smi),
            "bare_vs_infbench": [{k: v for k, v in r.items() if k != "runs"} for r in harness.get("bare_gpu", [])
@@ -212,8 +232,8 @@ def _cell_table(cells: list[dict]) -> list[str]:
     out = ["| batch | in | out | status | E2E s | TTFT ms | TPOT ms | MBU % | energy J | nvidia-smi J | "
            "energy vs smi | harness | flags |", "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for c in cells:
-        flags = ", ".join(x for x in ("throttled" if c.get("throttled") else "", "suspect" if c.get("suspect") else "")
-                          if x) or "-"
+        flags = ", ".join(x for x in ("throttled" if c.get("throttled") else "", "suspect" if c.get("suspect") else "",
+                                      "host-bound" if c.get("host_bound") else "") if x) or "-"
         vs = "-" if c.get("energy_vs_smi_pct") is None else f"{c['energy_vs_smi_pct']:+.1f} %"
         hm = c.get("harness_mode") or "in process (before the fix)"
         out.append(f"| {c['batch']} | {c['input_len']} | {c['output_len']} | {c['status']} | {_f(c.get('e2e_s'))} | "
@@ -261,6 +281,21 @@ def render(data: dict, variant: str | None = None) -> str:
                          f"{r['bare']['e2e_s']:.3f} | {r['infbench']['e2e_s']:.3f} | "
                          f"{100 * (r['ratio_e2e'] - 1):+.1f} % | {100 * (r['ratio_tpot'] - 1):+.1f} % | "
                          f"{100 * (r['ratio_e2e_in_process'] - 1):+.1f} % | {'yes' if r['within_3pct'] else 'no'} |")
+    pr = run.get("paired")
+    if pr:
+        sm = pr["summary"]
+        lines += ["", f"**Back-to-back pairs** (`harness_overhead.py --gpu --paired {pr['seconds']:g}`: {pr['model']} "
+                  f"b{pr['batch']} {pr['input_len']}/{pr['output_len']}, the bare call and the infbench cell one after "
+                  f"the other, the order flipped each pair): {sm['pairs']} pairs; infbench / bare E2E median "
+                  f"{100 * (sm['ratio_e2e_median'] - 1):+.1f} % (10th-90th percentile "
+                  f"{100 * (sm['ratio_e2e_p10'] - 1):+.0f} % to {100 * (sm['ratio_e2e_p90'] - 1):+.0f} %); median E2E "
+                  f"bare {sm['bare']['median_e2e_s']:.2f} s, infbench {sm['infbench']['median_e2e_s']:.2f} s; fastest "
+                  f"bare {sm['bare']['fastest_e2e_s']:.2f} s, infbench {sm['infbench']['fastest_e2e_s']:.2f} s; calls "
+                  f"slower than 1.5x their fastest: bare {100 * sm['bare']['slow_share']:.0f} %, infbench "
+                  f"{100 * sm['infbench']['slow_share']:.0f} %.", "",
+                  "| pair | bare E2E s | infbench E2E s |", "|---:|---:|---:|"]
+        lines += [f"| {k + 1} | {x['bare']['e2e_s']:.2f} | {x['infbench']['e2e_s']:.2f} |"
+                  for k, x in enumerate(pr["pairs"])]
     cause = next((r for r in rows if r.get("cause")), None)
     if cause:
         lines += ["", f"**Where the slowdown comes from** ({cause['model']} b{cause['batch']} {cause['input_len']}/"

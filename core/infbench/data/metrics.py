@@ -448,6 +448,9 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "telemetry": "telemetry channels over the cell ({channel: {mean, min, max, count}})",
     "throttled": "a throttle reason was active during the timed part",
     "throttle_reasons": "the throttle reasons seen",
+    "host_bound": "True when the engine's host thread, not the device, set the cell's pace: device util_pct "
+                  "below 30 % while the engine's process was busy (measure/harness.py host_bound)",
+    "host_bound_reason": "the figures behind host_bound",
     "server_name": "the server recognised by its metric prefix",
     "server_latency_source": "histogram or timings: where server_ttft_s/server_tpot_s came from",
     "timed_window_epoch_s": "[start, end] of the timed part (first send to last token) on the wall clock "

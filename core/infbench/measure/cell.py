@@ -14,7 +14,7 @@ from infbench.data.errors import CellTimeout, describe_error
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.measure.contention import ContentionMonitor
 from infbench.measure.derive import cell_metrics, failure_summary
-from infbench.measure.harness import HarnessMonitor, harness_metrics
+from infbench.measure.harness import HarnessMonitor, harness_metrics, host_bound
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
 from infbench.measure.server_metrics import summarize as server_summary
@@ -87,6 +87,7 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         if metrics_window is not None:
             metrics["timed_window_epoch_s"] = metrics_window
         metrics.update(harness_metrics(harness, out.process, serving="client" in out.metrics))
+        metrics.update(host_bound(metrics, device.kind))
         if cell.warmup:
             metrics[M.WARMUP.key] = round(warmup_s, 4)
         if monitor.channel_error:

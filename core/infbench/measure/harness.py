@@ -1,11 +1,15 @@
 """How much of a cell's time infbench itself took, and when that may have limited the result.
 
-A benchmark must not disturb what it measures. On a real H100 the transformers engine ran
-2.9-3.9x slower inside infbench than alone while every cell was stored ok
-(docs/benchmarks.md, "Measuring the device, not the harness"). Since then in-process
-engines run in a process of their own (:mod:`infbench.engines.process`); this module
-measures, for every cell, what the harness still costs, so a regression or a starved
-client is visible in the stored figures instead of silently inside them.
+A benchmark must not disturb what it measures. On the first real H100 run the transformers
+engine's cells took 2.9-3.9x the time of a bare ``generate()`` timed minutes apart. The second
+H100 run (docs/hardware-runs.md) found that this was not infbench's doing: timed back to back,
+infbench's cell and the bare call agreed (median +1.7 % over 17 pairs), and both ran ~3x slower
+in stretches of the host (the bare script too). In-process engines nevertheless run in a process
+of their own (:mod:`infbench.engines.process`), so no harness thread can share their
+interpreter on any engine; this module measures, for every cell, what the harness still costs,
+so a regression or a starved client is visible in the stored figures instead of silently
+inside them, and says when a cell's pace was set by the engine's host thread rather than by
+the device (:func:`host_bound`).
 
 During the timed part (:func:`infbench.measure.cell.measure_cell`) :class:`HarnessMonitor`
 reads:
@@ -39,7 +43,9 @@ slowdown is what ``benchmarks/harness_overhead.py`` measures against the bare en
 (:func:`infbench.analysis.physics.check_cell`):
 
 * an in-process engine with infbench's threads alive beside it (``--no-engine-process``):
-  always, whatever CPU they used, since that is the H100 configuration;
+  always, whatever CPU they used: on the H100 they did not measurably slow transformers
+  (py-spy found the engine's thread holding the interpreter in every sample), but nothing
+  guarantees that for every engine;
 * a batch cell whose harness used more than the noisy-neighbour thresholds of
   :mod:`infbench.measure.contention` (on a CPU device :data:`CPU_CELL_SHARE` of a core, on an
   accelerator :data:`ACCEL_CELL_CORES`): the harness was a neighbour of the engine;
@@ -185,9 +191,8 @@ def harness_reasons(metrics: dict[str, Any] | None, device_kind: str = "cpu") ->
     threads = h.get("threads_beside_engine") or []
     if mode == "in process" and threads:
         out.append(f"infbench's own threads ({', '.join(threads)}) ran in the engine's process during the timed part "
-                   f"({h.get('harness_cpu_s', 0):.3f} core-s): they compete with the engine's host thread for the "
-                   "interpreter (on an H100 this once slowed transformers 2.9-3.9x); measure with the engine in its "
-                   "own process (without --no-engine-process)")
+                   f"({h.get('harness_cpu_s', 0):.3f} core-s) and may compete with the engine's host thread for "
+                   "the interpreter; measure with the engine in its own process (without --no-engine-process)")
     cores, core_s = h.get("harness_cores"), h.get("harness_cpu_s")
     limit = CPU_CELL_SHARE if device_kind == "cpu" else ACCEL_CELL_CORES
     if mode in ("own process", "in process") and cores is not None and cores > limit \
@@ -202,3 +207,48 @@ def harness_reasons(metrics: dict[str, Any] | None, device_kind: str = "cpu") ->
         out.append("client-bound: the load generator, not the server, may have limited this cell ("
                    + ", and ".join(behind) + ")")
     return out
+
+
+#: A cell whose device was busy (``util_pct``, the share of time a kernel ran) less than this on
+#: average over the timed part, while the engine's process was busy, was paced by the engine's
+#: host thread (:func:`host_bound`).
+HOST_BOUND_UTIL_PCT = 30.0
+#: ... busy meaning: the engine's CPU seconds over the timed part's wall seconds at least this.
+HOST_BOUND_ENGINE_BUSY = 0.9
+
+
+def host_bound(metrics: dict[str, Any] | None, device_kind: str) -> dict[str, Any]:
+    """Whether an accelerator cell's pace was set by the engine's host thread, not the device.
+
+    On the H100, eager transformers at Llama-3-8B b1-b16 kept its host thread 100 % busy while
+    the GPU ran kernels 11-16 % of the time (NVML ``util_pct``); the same cell with a static
+    KV cache (CUDA graphs) ran at 72 % and 9.2 ms per token instead of 73 ms. Such a cell is
+    measured correctly, but its TPOT and throughput describe the engine's Python and launch
+    path on that host, not the device. Rule: device ``util_pct`` mean below
+    :data:`HOST_BOUND_UTIL_PCT` and the engine's CPU seconds at least
+    :data:`HOST_BOUND_ENGINE_BUSY` of the timed part's wall seconds (``metrics["harness"]``).
+
+    Args:
+        metrics: the cell's metrics with ``telemetry`` and ``harness`` (None: nothing).
+        device_kind: the device's kind; a ``cpu`` device is never host-bound (it is the host).
+
+    Returns:
+        ``{"host_bound": True, "host_bound_reason": text}``, or ``{}`` when the rule does not
+        hold or a figure is missing (no ``util_pct`` channel, a remote server's CPU unknown).
+    """
+    if not metrics or device_kind == "cpu":
+        return {}
+    util = ((metrics.get("telemetry") or {}).get("util_pct") or {}).get("mean")
+    h = metrics.get("harness") or {}
+    engine, wall = h.get("engine_cpu_s"), h.get("wall_s")
+    if util is None or engine is None or not wall:
+        return {}
+    busy = engine / wall
+    if util >= HOST_BOUND_UTIL_PCT or busy < HOST_BOUND_ENGINE_BUSY:
+        return {}
+    return {"host_bound": True,
+            "host_bound_reason": f"the device ran kernels {util:.0f} % of the timed part while the engine's process "
+                                 f"was busy {100 * min(busy, 1.0):.0f} % of it: the engine's host thread (Python, "
+                                 "kernel launches) set the pace, so TPOT and throughput describe that path on this "
+                                 "host, not the device (an engine or setting with CUDA graphs or a compiled step, "
+                                 "e.g. --engine-arg cache_implementation=static, measures the device)"}

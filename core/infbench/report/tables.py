@@ -117,6 +117,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
             status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
         if m.get("throttled"):
             status += " [yellow]throttled[/]"
+        if m.get("host_bound"):
+            status += " [yellow]host-bound[/]"
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else load_label(ld)
         if s.get("repeat"):
