@@ -284,3 +284,49 @@ def test_perplexity_is_scored_in_the_engine_process(tmp_path):
 def test_config_errors_keep_their_exit_code():
     e = P.EngineProcessError("x")
     assert e.exit_code == 1 and ConfigError("y").exit_code == 2
+
+
+class ImportsRecorder(FakeEngine):
+    """Answers with the modules its process had imported when it started (the prewarm's proof)."""
+
+    def describe(self):
+        return {"name": self.name, "has_decimal": "decimal" in sys.modules, "pid": os.getpid()}
+
+
+def test_a_prewarmed_process_is_taken_by_the_next_engine_process_with_its_imports():
+    """``prewarm`` starts the process and its imports before the adapter exists; the next
+    EngineProcess takes it (same PID), and the modules it named were imported there."""
+    assert P.prewarm(["decimal", "no_such_module_xyz", "json:dumps"])   # a failing import is ignored there
+    assert not P.prewarm(["decimal"])                                   # one at a time
+    warm_pid = P._WARM[0].pid
+    eng = P.EngineProcess(ImportsRecorder(CPU))
+    try:
+        eng.start(group())
+        d = eng.describe()
+        assert eng.pid == warm_pid == d["pid"] and d["has_decimal"] is True
+        assert P._WARM is None
+        assert eng.run(cell(), eng.make_prompts(cell(), resolve("tiny-random-llama"))).records
+    finally:
+        eng.stop()
+
+
+def test_a_prewarmed_process_from_another_environment_is_not_used(monkeypatch):
+    """A process started before the environment changed (a device mask set after it) is
+    discarded, and a fresh one runs the engine."""
+    assert P.prewarm(["decimal"])
+    warm = P._WARM[0]
+    monkeypatch.setenv("INFBENCH_TEST_PREWARM_ENV", "changed")
+    eng = P.EngineProcess(ImportsRecorder(CPU))
+    try:
+        eng.start(group())
+        assert eng.pid != warm.pid and warm.wait(10) is not None and P._WARM is None
+    finally:
+        eng.stop()
+
+
+def test_discard_prewarmed_ends_an_unused_process():
+    assert P.prewarm(["decimal"])
+    warm = P._WARM[0]
+    P.discard_prewarmed()
+    assert warm.wait(10) is not None and P._WARM is None
+    P.discard_prewarmed()   # safe twice

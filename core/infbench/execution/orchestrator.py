@@ -322,6 +322,54 @@ def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[
                           hint="drop them, or add what they apply to")
 
 
+#: What the head start imports for a default sweep on an accelerator: what every in-process
+#: accelerator engine (transformers, vLLM, optimum-habana, MII) imports first.
+HEAD_START_MODULES = ["torch", "transformers:AutoModelForCausalLM", "transformers:AutoConfig"]
+
+
+def head_start(r: RunRequest, specs: dict[str, Any], det: Any, executor: str) -> bool:
+    """Start the engine process's imports while infbench plans
+    (:func:`infbench.engines.process.prewarm`), when this run will start an in-process engine in
+    its own process on this machine: ``--engine`` names exactly one in-process engine (its
+    ``EngineSpec.modules``, each importable here), or the default sweep runs on a detected
+    accelerator (:data:`HEAD_START_MODULES`, when torch is importable). Never for a dry run, a
+    worker spec, ``--no-engine-process``, ``--base-url``, or a container or Ray executor; never
+    for the CPU's default sweep (its engine is llama.cpp, and a torch import beside planning
+    would slow it).
+
+    Returns:
+        True when an engine process was started ahead.
+    """
+    import importlib.util
+
+    from infbench.engines.process import prewarm
+
+    if r.dry_run or r.write_spec is not None or not r.engine_process or r.base_url or executor not in ("auto",
+                                                                                                     "inprocess"):
+        return False
+
+    def importable(mods: list[str]) -> bool:
+        try:
+            return all(importlib.util.find_spec(m.partition(":")[0]) is not None for m in mods)
+        except (ImportError, ValueError):
+            return False
+
+    names = r.strs("engine")
+    if names:
+        if len(set(names)) != 1 or names[0] not in specs:
+            return False
+        spec = specs[names[0]]
+        mods = list(spec.modules)
+        if spec.serving or spec.factory is None or not mods or not importable(mods):
+            return False
+        return prewarm(mods)
+    if r.preset is not None or r.sweep_file is not None:
+        return False
+    if not any(getattr(d, "kind", "cpu") != "cpu" for d in getattr(det, "devices", [])):
+        return False
+    return importable(["torch", "transformers"]) and prewarm(HEAD_START_MODULES)
+
+
 def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     """Detect, choose the default sweep, build and plan the sweep, and set the scenario
     (``--find-max``) and the run options; nothing is stored or started.
@@ -346,6 +394,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     name, container_runtime = executor_name(r, notes)
     det = detect(pm)
     det.raise_config_errors()
+    head_start(r, engine_specs(pm), det, name)
     # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
     default = default_for_run(pm, det, r.preset, r.sweep_file, r.device, r.strs("engine"), name, container_runtime,
                               r.base_url)

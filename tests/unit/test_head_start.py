@@ -1,0 +1,59 @@
+"""Issue 30: ``infbench run`` starts the engine process's imports while it plans
+(execution.orchestrator.head_start), only when the run will use an in-process engine in its
+own process on this machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from infbench.data.request import RunRequest
+from infbench.data.schema import DeviceInfo
+from infbench.detect import Detection
+from infbench.engines import process as P
+from infbench.execution import orchestrator as O
+from infbench.testing import plugin_manager
+
+GPU = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3")
+CPU = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU")
+
+
+@pytest.fixture
+def started(monkeypatch):
+    calls: list[list[str]] = []
+    monkeypatch.setattr(P, "prewarm", lambda mods, python=None: calls.append(list(mods)) or True)
+    return calls
+
+
+@pytest.fixture
+def specs():
+    from infbench.contract.registry import engine_specs
+
+    return engine_specs(plugin_manager())
+
+
+def test_one_named_in_process_engine_starts_with_its_modules(started, specs):
+    for m in specs["transformers"].modules:
+        pytest.importorskip(m)
+    assert O.head_start(RunRequest(engine=["transformers"]), specs, Detection(devices=[CPU]), "auto") is True
+    assert started == [list(specs["transformers"].modules)] == [["torch", "transformers"]]
+
+
+@pytest.mark.parametrize("req,executor", [
+    (RunRequest(engine=["llama.cpp"], dry_run=True), "auto"),            # nothing will start
+    (RunRequest(engine=["llama.cpp"], engine_process=False), "auto"),    # measured in this process
+    (RunRequest(engine=["llama.cpp"]), "container"),                     # elsewhere
+    (RunRequest(engine=["llama.cpp", "transformers"]), "auto"),          # which one first is the plan's
+    (RunRequest(engine=["llama.cpp-server"]), "auto"),                   # a server, no engine process
+    (RunRequest(engine=["nonesuch"]), "auto"),                           # the plan reports it
+    (RunRequest(), "auto"),                                              # the CPU's default sweep
+])
+def test_no_head_start_where_no_engine_process_of_this_run_would_take_it(started, specs, req, executor):
+    assert O.head_start(req, specs, Detection(devices=[CPU]), executor) is False
+    assert started == []
+
+
+def test_default_sweep_on_an_accelerator_imports_torch_and_transformers(started, specs, monkeypatch):
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())   # as on the GPU host
+    assert O.head_start(RunRequest(), specs, Detection(devices=[CPU, GPU]), "auto") is True
+    assert started == [O.HEAD_START_MODULES]
+    assert O.head_start(RunRequest(preset="lib-corner"), specs, Detection(devices=[GPU]), "auto") is False
