@@ -371,9 +371,18 @@ def paired(engine_name: str, model: str, dtype: str, shape: tuple[int, int, int]
     pm = build_plugin_manager()
     dev = _device(pm, gpu)
     g = Group(resolve(model), engine_name, dtype, 1)
-    iso = _started(pm, dev, g, True, {})
-    bare = Bare([str(BARE / "transformers_bare.py"), "--config", json.dumps(g.model.config), "--dtype", dtype,
-                 "--device", "cuda" if gpu else "cpu"])
+    if engine_name == "llama.cpp":
+        from infbench.libs.llama import default_threads
+
+        threads = default_threads()
+        iso = _started(pm, dev, g, True, {"n_threads": threads})
+        gguf = _started(pm, dev, g, False, {"n_threads": threads})  # only for its GGUF file's path
+        bare = Bare([str(BARE / "llama_cpp_bare.py"), "--gguf", gguf.model_file, "--threads", str(threads)])
+        gguf.stop()
+    else:
+        iso = _started(pm, dev, g, True, {})
+        bare = Bare([str(BARE / "transformers_bare.py"), "--config", json.dumps(g.model.config), "--dtype", dtype,
+                     "--device", "cuda" if gpu else "cpu"])
     sampler = power_sampler(pm, dev)
     c = Cell(model=g.model.name, engine=engine_name, dtype=dtype, batch=b, input_len=i, output_len=o)
     pairs: list[dict] = []
@@ -636,9 +645,10 @@ def main() -> None:
             res[key] = paired("transformers", "llama-3-8b", "bfloat16", (1, 128, 128), args.paired, gpu=True)
             print(json.dumps(res[key]["summary"], indent=1))
         else:  # this CPU's shapes of the comparison above; the small model gets SECONDS, smollm2 twice that
-            res[key] = [{k: v for k, v in paired("transformers", model, "float32", (b, 32, 64),
+            res[key] = [{k: v for k, v in paired(engine, model, dtype, (b, 32, 64),
                                                  args.paired * (1 if model == "tiny-random-llama" else 2),
                                                  idle_s=3).items() if k != "probe"}
+                        for engine, dtype in (("transformers", "float32"), ("llama.cpp", "f16"))
                         for model in ("tiny-random-llama", "smollm2-135m") for b in (1, 8)]
             print(render(res, "paired"))
         res["machine_gpu" if args.gpu else "machine"] = machine()

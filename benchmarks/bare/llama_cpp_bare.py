@@ -108,10 +108,20 @@ def main() -> None:
             ctx = Ctx(model, b, i + o, a.threads)
         for _ in range(req.get("warmup", 1)):
             run(model, ctx, n_vocab, b, i, min(2, o), req.get("seed", 0))
+        probe = None
+        if req.get("probe"):
+            from probe import work_ms
+
+            probe = [work_ms()]
+        c0 = time.thread_time()
         t_send, ts = run(model, ctx, n_vocab, b, i, o, req.get("seed", 0))
+        cpu = time.thread_time() - c0
         e2e, ttft = (ts[-1] - t_send) / 1e9, (ts[0] - t_send) / 1e9
         tpot = (e2e - ttft) / (len(ts) - 1) if len(ts) > 1 else None
-        print(json.dumps({"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts)}), flush=True)
+        ans = {"e2e_s": e2e, "ttft_s": ttft, "tpot_s": tpot, "n_out": len(ts), "t_send_ns": t_send, "thread_cpu_s": cpu}
+        if probe is not None:
+            ans["probe_ms"] = probe + [work_ms()]
+        print(json.dumps(ans), flush=True)
 
 
 if __name__ == "__main__":

@@ -129,3 +129,22 @@ def test_cli_trace_replay_on_llama_server(tmp_path):
     table = subprocess.run([sys.executable, "-m", "infbench.cli", "results", "--store", str(store)],
                            capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert table.returncode == 0 and "trace" in table.stdout, table.stderr          # the load's label
+
+
+def test_len_range_requests_get_their_own_lengths_from_the_real_server(llama):
+    """--len-range 0.5 (issue 31): each request's prompt and forced output length drawn around
+    the cell's; llama.cpp's server generates exactly each request's own length, and the
+    physics check holds every request to the cell's bounds (none flagged)."""
+    from infbench.analysis.physics import token_reasons
+
+    c = Cell(model=M.name, engine="llama.cpp-server", dtype="f16", batch=1, input_len=64, output_len=16,
+             load=Load(mode="concurrency", concurrency=2, num_requests=8, warmup_requests=1), len_range=0.5)
+    prompts = llama.make_prompts(c, M)
+    asked = [p.output_len for p in prompts[1:]]            # after the warm-up request
+    assert len(set(asked)) > 1 and all(8 <= n <= 16 for n in asked)
+    out = llama.run(c, prompts)
+    done = [r for r in out.records if r.error is None]
+    assert len(done) == 8
+    assert sorted(r.n_out for r in done) == sorted(asked)
+    assert sorted(r.n_in for r in done if r.n_in) == sorted(len(p.content) for p in prompts[1:])
+    assert token_reasons(c, out.records) == []

@@ -108,13 +108,19 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
     if not done:
         return out
     if cell.dataset is None and getattr(cell, "trace", None) is None:  # else lengths vary per request
-        short = [r.n_out for r in done if r.n_out < cell.output_len]
+        # --len-range: each request's own length lies in the cell's bounds (the client checks each
+        # against its own max_tokens); the lower bounds are what every request must reach
+        (in_low, _), (out_low, _) = cell.length_bounds() if hasattr(cell, "length_bounds") else \
+            ((cell.input_len, cell.input_len), (cell.output_len, cell.output_len))
+        asked = f"{out_low} or more" if getattr(cell, "len_range", None) else f"{cell.output_len}"
+        short = [r.n_out for r in done if r.n_out < out_low]
         if short:
             out.append(f"too few tokens: {len(short)} of {len(done)} requests produced fewer output tokens than the "
-                       f"{cell.output_len} asked (as few as {min(short)})")
-        prompts = [r.n_in for r in done if r.n_in and r.n_in < (1 - PROMPT_SHORTFALL) * cell.input_len]
+                       f"{asked} asked (as few as {min(short)})")
+        prompts = [r.n_in for r in done if r.n_in and r.n_in < (1 - PROMPT_SHORTFALL) * in_low]
         if prompts:
-            out.append(f"too few tokens: {len(prompts)} of {len(done)} prompts were shorter than the {cell.input_len} "
+            asked_in = f"{in_low} or more" if getattr(cell, "len_range", None) else f"{cell.input_len}"
+            out.append(f"too few tokens: {len(prompts)} of {len(done)} prompts were shorter than the {asked_in} "
                        f"tokens asked (as few as {min(prompts)})")
     elif any(r.n_out == 0 for r in done):
         out.append("too few tokens: a completed request produced no output token")

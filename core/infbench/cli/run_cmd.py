@@ -203,6 +203,16 @@ def run(
                                           "reused across requests; part of --input-len).")] = None,
     num_prefixes: Annotated[int | None, Opt("--num-prefixes", help="--prefix-len: distinct shared prefixes "
                                             "(default 1).")] = None,
+    len_range: Annotated[float | None, Opt("--len-range", help="Serving mode: draw each synthetic request's input "
+                                           "and output lengths, uniform integers, around --input-len and "
+                                           "--output-len: with R = 0.8, from [0.8 L, L] (InferenceX's "
+                                           "--random-range-ratio; vLLM's current one with "
+                                           "--len-range-convention vllm). Each request's output is still forced "
+                                           "to its own length.")] = None,
+    len_range_convention: Annotated[str | None, Opt("--len-range-convention", help="--len-range: inferencex "
+                                                    "(default: [floor(R L), L], vLLM <= 0.8 and InferenceX) or vllm "
+                                                    "([floor(L (1-R)), ceil(L (1+R))], vLLM's random dataset "
+                                                    "today).")] = None,
     no_stream: Annotated[bool, Opt("--no-stream", help="Serving mode: non-streaming requests; E2E and throughput "
                                    "only (TTFT, TPOT and ITL are not measured).")] = False,
     tokenizer: Annotated[str | None, Opt("--tokenizer", help="Serving mode: a tokenizer folder or a Hugging Face "
@@ -280,7 +290,8 @@ def run(
         endpoint=endpoint, served_model_name=served_model_name, prompt_format=prompt_format, engine_arg=engine_arg,
         dataset=dataset, max_input_len=max_input_len, max_output_len=max_output_len, trace=trace,
         trace_speed=trace_speed, multi_turn=multi_turn, think_time=think_time, prefix_len=prefix_len,
-        num_prefixes=num_prefixes, no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
+        num_prefixes=num_prefixes, len_range=len_range, len_range_convention=len_range_convention,
+        no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
         slo_e2e=slo_e2e, dry_run=dry_run, write_spec=write_spec, executor=executor,
         container_runtime=container_runtime, ray_address=ray_address, load_nodes=load_nodes, runtime=runtime,
         repeat=repeat,

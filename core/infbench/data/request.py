@@ -121,6 +121,8 @@ class RunRequest(BaseModel):
     think_time: float | None = _finite(default=None, ge=0)
     prefix_len: int | None = Field(None, ge=1)
     num_prefixes: int | None = Field(None, ge=1)
+    len_range: float | None = _finite(default=None, gt=0, lt=1)
+    len_range_convention: Literal["inferencex", "vllm"] | None = None
     no_stream: bool = False
     tokenizer: str | None = None
     slo_ttft: float | None = _finite(default=None, gt=0)

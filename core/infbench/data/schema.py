@@ -287,6 +287,11 @@ class Cell(BaseModel):
             with one of ``num_prefixes`` shared prefixes of ``prefix_len`` tokens (a
             system prompt reused across requests) and ends with a unique part, for
             ``input_len`` tokens in all.
+        len_range, len_range_convention: each synthetic request's input and output
+            lengths drawn around ``input_len`` and ``output_len`` (``--len-range R``,
+            :func:`infbench.data.prompts.len_bounds`; convention ``inferencex``
+            (default, left None) or ``vllm``); None: every request exactly ``input_len``
+            and ``output_len``.
         repeat: which measurement of the same workload this is (``--repeat N``: 2..N; the
             first measurement has none, so its id is that of an unrepeated cell).
         engine_args: the engine arguments that change what is measured (``--engine-arg
@@ -311,6 +316,8 @@ class Cell(BaseModel):
     trace: Trace | None = None
     prefix_len: int | None = Field(None, ge=1)
     num_prefixes: int | None = Field(None, ge=1)
+    len_range: float | None = Field(None, gt=0, lt=1)
+    len_range_convention: Literal["inferencex", "vllm"] | None = None
     repeat: int | None = Field(None, ge=2)
     engine_args: dict[str, Any] | None = None
 
@@ -326,7 +333,19 @@ class Cell(BaseModel):
     def _prefix_fits(self) -> Cell:
         if self.prefix_len is not None and self.prefix_len > self.input_len:
             raise ValueError(f"prefix_len {self.prefix_len} exceeds input_len {self.input_len}")
+        if self.len_range_convention is not None and self.len_range is None:
+            raise ValueError("len_range_convention applies to len_range")
         return self
+
+    def length_bounds(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """``((input low, high), (output low, high))`` of this cell's synthetic requests (tokens):
+        ``input_len`` and ``output_len`` exactly, or their ``--len-range`` bounds."""
+        if self.len_range is None:
+            return (self.input_len, self.input_len), (self.output_len, self.output_len)
+        from infbench.data.prompts import len_bounds
+
+        conv = self.len_range_convention or "inferencex"
+        return (len_bounds(self.input_len, self.len_range, conv), len_bounds(self.output_len, self.len_range, conv))
 
     def spec(self) -> dict[str, Any]:
         """The workload fields that define what is measured (warm-up excluded; unset
@@ -347,7 +366,8 @@ class Cell(BaseModel):
         if self.dataset is not None:
             d = self.dataset
             return d.max_total_len or (d.max_input_len + d.max_output_len + 16)
-        return self.input_len + self.output_len
+        (_, ih), (_, oh) = self.length_bounds()
+        return ih + oh
 
     def spec_hash(self) -> str:
         """Stable 16-hex-digit hash of :meth:`spec`: same workload, same hash, on any site."""
@@ -375,6 +395,9 @@ class Cell(BaseModel):
             data += f" {Path(self.trace.path).name}"
         if self.prefix_len:
             data += f" prefix{self.prefix_len}x{self.num_prefixes or 1}"
+        if self.len_range:
+            data += f" len-range{self.len_range:g}" + (f"-{self.len_range_convention}" if self.len_range_convention
+                                                       else "")
         rep = f" #{self.repeat}" if self.repeat else ""
         args = f" [{self.args_label()}]" if self.engine_args else ""
         return (f"{self.model} {self.engine} {self.dtype}{tp} {size}{data} i{self.input_len} "
@@ -435,6 +458,8 @@ class Sweep(BaseModel):
             ignored (a ``concurrency`` caps requests in flight).
         trace_speed: time compression of the trace (2 = twice as fast); a list sweeps it.
         prefix_len, num_prefixes: shared-prefix synthetic prompts (see :class:`Cell`).
+        len_range, len_range_convention: per-request lengths drawn around the cell's
+            (``--len-range``, see :class:`Cell`).
         stream: False sends non-streaming requests (E2E and throughput only).
         tokenizer: a tokenizer folder or a Hugging Face id in the local cache, used for
             exact prompt lengths (text prompts, the dataset filter); the server's usage
@@ -497,6 +522,8 @@ class Sweep(BaseModel):
     trace_speed: list[float] | None = None
     prefix_len: int | None = Field(None, ge=1)
     num_prefixes: int | None = Field(None, ge=1)
+    len_range: float | None = Field(None, gt=0, lt=1)
+    len_range_convention: Literal["inferencex", "vllm"] | None = None
     stream: bool = True
     tokenizer: str | None = None
     repeat: int = Field(1, ge=1)

@@ -549,6 +549,12 @@ class OpenAIEngine(Engine):
         n += load.warmup_requests
         fmt = self.prompt_format(model)
         seed = cell_prompt_seed(cell)
+        if cell.len_range:  # each request its own lengths (--len-range)
+            from infbench.data.prompts import range_lengths
+
+            ins, outs = range_lengths(n, cell.input_len, cell.output_len, cell.len_range,
+                                      cell.len_range_convention or "inferencex", seed)
+            return self.prompt_maker(model).ranged(ins, outs, seed)
         if cell.prefix_len or self.options.get("tokenizer"):
             maker = self.prompt_maker(model)
             if cell.prefix_len:

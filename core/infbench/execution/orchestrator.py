@@ -177,7 +177,7 @@ def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
         dataset_max_output_len=r.max_output_len, repeat=r.repeat,
         engine_args=parse_engine_args(r.engine_arg) if r.engine_arg else None, **serving_workload_flags(
             r.trace, r.floats("trace_speed"), r.multi_turn, r.think_time, r.prefix_len, r.num_prefixes,
-            r.no_stream, r.tokenizer))
+            r.no_stream, r.tokenizer, r.len_range, r.len_range_convention))
 
 
 def fleet_plans(sweep: Sweep, pm: PluginManager, device: str | None, ray_address: str | None

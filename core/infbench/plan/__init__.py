@@ -152,6 +152,14 @@ def _check_serving_workload(sweep: Sweep) -> None:
     if (sweep.prefix_len or sweep.num_prefixes) and (sweep.trace or sweep.dataset):
         raise ConfigError("--prefix-len/--num-prefixes shape synthetic prompts; a trace or a dataset brings its own",
                           hint="drop --prefix-len, or the --trace/--dataset")
+    if sweep.len_range and (sweep.trace or sweep.dataset):
+        raise ConfigError("--len-range draws synthetic requests' lengths; a trace or a dataset brings its own",
+                          hint="drop --len-range, or the --trace/--dataset")
+    if sweep.len_range and sweep.prefix_len:
+        raise ConfigError("--len-range and --prefix-len do not go together (a shared prefix needs a known prompt "
+                          "length)", hint="drop one of them")
+    if sweep.len_range_convention and not sweep.len_range:
+        raise ConfigError("--len-range-convention applies to --len-range R")
     if sweep.num_prefixes and not sweep.prefix_len:
         raise ConfigError("--num-prefixes needs --prefix-len N (tokens of each shared prefix)")
     if sweep.prefix_len and sweep.prefix_len > min(sweep.input_len):
@@ -237,7 +245,8 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
         serving = sorted(n for n, s in specs.items() if s.serving)
         raise ConfigError(f"--concurrency/--request-rate/--trace need a server engine; {', '.join(batch_only)} runs "
                           "batch mode only", hint=f"server engines: {', '.join(serving)}")
-    serving_only = [flag for flag, on in (("--prefix-len", sweep.prefix_len), ("--no-stream", not sweep.stream),
+    serving_only = [flag for flag, on in (("--prefix-len", sweep.prefix_len), ("--len-range", sweep.len_range),
+                                          ("--no-stream", not sweep.stream),
                                           ("--tokenizer", sweep.tokenizer), ("--multi-turn", sweep.multi_turn))
                     if on]
     if serving_only and batch_only:
@@ -279,8 +288,10 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                                         output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                         warmup=sweep.warmup, load=ld, trace=tr))
                 continue
-            prefix = dict(prefix_len=sweep.prefix_len, num_prefixes=sweep.num_prefixes or 1) if sweep.prefix_len \
-                else {}
+            prefix: dict[str, Any] = dict(prefix_len=sweep.prefix_len, num_prefixes=sweep.num_prefixes or 1) \
+                if sweep.prefix_len else {}
+            if sweep.len_range:
+                prefix.update(len_range=sweep.len_range, len_range_convention=sweep.len_range_convention)
             for (b, ld), (i, o) in itertools.product(shapes, sweep.lengths()):
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,

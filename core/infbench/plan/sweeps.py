@@ -32,12 +32,14 @@ _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict, _short.maxlev
 def serving_workload_flags(trace: Any = None, trace_speed: list[float] | None = None, multi_turn: bool = False,
                            think_time_s: float | None = None, prefix_len: int | None = None,
                            num_prefixes: int | None = None, no_stream: bool = False,
-                           tokenizer: str | None = None) -> dict[str, Any]:
+                           tokenizer: str | None = None, len_range: float | None = None,
+                           len_range_convention: str | None = None) -> dict[str, Any]:
     """The :class:`Sweep` fields of the serving-workload flags (``--trace`` ...
     ``--tokenizer``), None for those not given (so a sweep file's values stay)."""
     return {"trace": str(trace) if trace else None, "trace_speed": trace_speed,
             "multi_turn": True if multi_turn else None, "think_time_s": think_time_s, "prefix_len": prefix_len,
-            "num_prefixes": num_prefixes, "stream": False if no_stream else None, "tokenizer": tokenizer}
+            "num_prefixes": num_prefixes, "stream": False if no_stream else None, "tokenizer": tokenizer,
+            "len_range": len_range, "len_range_convention": len_range_convention}
 
 
 def validation_message(exc: ValidationError, source: str) -> ConfigError:

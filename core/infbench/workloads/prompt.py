@@ -87,6 +87,20 @@ class PromptMaker:
         return [self.make(self.block(input_len, [seed, 11, count, input_len, i]), input_len, [seed, i])
                 for i in range(count)]
 
+    def ranged(self, input_lens: Sequence[int], output_lens: Sequence[int], seed: int = 0) -> list[Prompt]:
+        """One distinct prompt per request of ``input_lens[i]`` tokens, forced to generate
+        ``output_lens[i]`` (``--len-range``; :func:`infbench.data.prompts.range_lengths`).
+
+        Raises:
+            ValueError: the two lists differ in length.
+        """
+        if len(input_lens) != len(output_lens):
+            raise ValueError(f"{len(input_lens)} input lengths for {len(output_lens)} output lengths")
+        count = len(input_lens)
+        return [Prompt(p.content, int(o), p.n_in) for p, o in
+                ((self.make(self.block(int(i), [seed, 31, count, int(i), k]), int(i), [seed, k]), o)
+                 for k, (i, o) in enumerate(zip(input_lens, output_lens, strict=True)))]
+
     def shared_prefix(self, count: int, input_len: int, prefix_len: int, num_prefixes: int,
                       seed: int = 0) -> list[Prompt]:
         """``count`` prompts of ``input_len`` tokens, each one of ``num_prefixes`` shared
