@@ -109,6 +109,10 @@ def test_the_stop_rule():
     assert "saturated: +3.0 %" in stop_reason({"total_tok_s": 103.0}, 100.0, spec)
     assert "SLO broken: TPOT" in stop_reason({"total_tok_s": 300.0, "tpot_s": {"p50": 0.06}}, 100.0, spec)
     assert stop_reason(None, 100.0, spec) == "the cell failed"
+    every = FrontierScenario(tpot_s=0.05, stop=False)          # a sweep file's frontier_stop: false
+    assert stop_reason({"total_tok_s": 103.0}, 100.0, every) is None
+    assert stop_reason({"total_tok_s": 300.0, "tpot_s": {"p50": 0.06}}, 100.0, every) is None
+    assert stop_reason(None, 100.0, every) is None
 
 
 def _cell(c, **kw):

@@ -18,6 +18,16 @@ interval. :meth:`AdaptivePlanner.next_cell` picks what to measure next:
    unmeasured cell's interval is within :data:`TARGET_HALF_WIDTH` (the sweep stops early
    when more cells would not tell it much).
 
+**The frontier's objective** (``select="front"``, ``--preset frontier --adaptive 30%``, issue
+31): the design cells are each series' corners (:func:`front_corners`: per engine
+configuration and shape, the lowest and the highest concurrency); then the cell whose
+optimistic corner lies furthest above the measured front (:meth:`AdaptivePlanner.front_score`:
+its interactivity ``1 / TPOT`` and throughput per device ``total_tok_s / tp`` each at the top
+of its 90 % interval, against the measured staircase front there); the search stops early
+(``stop_reason`` ``front``) once no unmeasured cell's interval reaches above the front, since
+none could move it. An upper-confidence-bound rule aimed at the front, where AIPerf's and
+GuideLLM's searches optimise one scalar.
+
 Each recalibration fits the device's own terms to the measured cells against the engine
 profile, held fixed, with the hierarchical priors pulling the device terms to the profile
 (:data:`PLANNER_PRIORS`): with a handful of cells the profile decides what they cannot.
@@ -177,6 +187,33 @@ def corners(cells: list[Cell]) -> list[int]:
     return firsts + lasts + mixed
 
 
+def series_of(c: Cell) -> str:
+    """What a frontier series shares: the cell without its load and warm-up (one engine
+    configuration, one shape), as text."""
+    return repr(sorted(c.model_dump(exclude={"load", "warmup"}, exclude_none=True).items()))
+
+
+def front_corners(cells: list[Cell]) -> list[int]:
+    """Indices of each frontier series' lowest- and highest-concurrency cells (the lowest of
+    every series first, in planned order, then the highest)."""
+    by: dict[str, list[int]] = {}
+    for i, c in enumerate(cells):
+        by.setdefault(series_of(c), []).append(i)
+    lows, highs = [], []
+    for idx in by.values():
+        lv = sorted(idx, key=lambda i: (_axes(cells[i])["load"], i))
+        lows.append(lv[0])
+        if len(lv) > 1:
+            highs.append(lv[-1])
+    return lows + highs
+
+
+def staircase(points: list[tuple[float, float]], x: float) -> float:
+    """The measured front's throughput at interactivity ``x``: the highest y among points
+    whose x is at least ``x`` (0 when none reaches that far)."""
+    return max((py for px, py in points if px >= x), default=0.0)
+
+
 def _axes(c: Cell) -> dict[str, float]:
     """A cell's numeric axes: load (batch, or concurrency / rate when served), input,
     output, tp."""
@@ -246,10 +283,13 @@ class AdaptivePlanner:
         priors: fit hyper-parameters.
         target: stop before the budget once every unmeasured cell's 90 % half-width (log
             units) is at most this (None: spend the whole budget); :data:`TARGET_HALF_WIDTH`.
+        select: ``grid`` (the widest interval) or ``front`` (the frontier's objective,
+            module doc; ``target`` then does not apply).
 
     Attributes:
         stop_reason: why :meth:`next_cell` last returned None (``budget``, ``narrow``:
-            every interval within ``target``, ``done``: every cell measured), else None.
+            every interval within ``target``, ``front``: no unmeasured cell can move the
+            front, ``done``: every cell measured), else None.
 
     Raises:
         ConfigError: cells of several engines, a cell that cannot be predicted (a
@@ -258,7 +298,7 @@ class AdaptivePlanner:
 
     def __init__(self, cells: list[Cell], device: DeviceInfo, limits: Limits, budget: Budget | str,
                  stack: str | None = None, home: Path | None = None, priors: Priors | None = None,
-                 target: float | None = TARGET_HALF_WIDTH) -> None:
+                 target: float | None = TARGET_HALF_WIDTH, select: Literal["grid", "front"] = "grid") -> None:
         if not cells:
             raise ConfigError("an adaptive sweep needs planned cells")
         engines = {engine_family(c.engine) for c in cells}
@@ -281,9 +321,10 @@ class AdaptivePlanner:
                 raise ConfigError(f"an adaptive sweep predicts from the model's shape; {c.model}: {exc.message}",
                                   hint="use a zoo model (`infbench models`)") from exc
         self.fixed, self.prior_source = prior_terms(self.engine, self.stack, home)
-        self.target = target
+        self.select = select
+        self.target = target if select == "grid" else None
         self.stop_reason: str | None = None
-        self.design = design(self.cells)
+        self.design = design(self.cells) if select == "grid" else front_corners(self.cells)
         self.key = limits.id
         self.measured: dict[str, dict[str, Any]] = {}
         self.wall_s = 0.0
@@ -435,8 +476,113 @@ class AdaptivePlanner:
         for i in self.design:
             if i in todo:
                 return self.cells[i]
+        if self.select == "front":
+            scores = {i: self.front_score(i) for i in left}
+            best = max(left, key=lambda i: (scores[i], -i))
+            if not scores[best] > 0:
+                self.stop_reason = "front"
+                return None
+            return self.cells[best]
         best = max(left, key=lambda i: (self.half_width(i), -i))
         return self.cells[best]
+
+    def measured_front_points(self) -> list[tuple[float, float]]:
+        """The measured ok cells as ``(tok_s_per_user, tok_s_per_device)`` (1 / TPOT p50, and
+        total tok/s over the cell's devices)."""
+        out = []
+        for cid, r in self.measured.items():
+            m = r.get("metrics") or {}
+            if r.get("status") != "ok":
+                continue
+            tpot = (m.get("tpot_s") or {}).get("p50")
+            tot = m.get("total_tok_s")
+            i = self.ids.index(cid)
+            devices = m.get("devices_used") or self.cells[i].tensor_parallel_size
+            if tpot and tot and tpot > 0 and tot > 0:
+                out.append((1.0 / tpot, tot / devices))
+        return out
+
+    def _series_points(self, key: str) -> list[tuple[float, float, float]]:
+        """The measured ok cells of series ``key`` as ``(log load, log(TPOT measured /
+        predicted), log(total tok/s measured / predicted))``, by load."""
+        pts: list[tuple[float, float, float]] = []
+        for cid, r in self.measured.items():
+            j = self.ids.index(cid)
+            m = r.get("metrics") or {}
+            if r.get("status") != "ok" or series_of(self.cells[j]) != key:
+                continue
+            pj = self.prediction(j)
+            mt, mo = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
+            if mt and mo and pj.get("tpot_s") and pj.get("total_tok_s"):
+                pts.append((math.log(max(_axes(self.cells[j])["load"], 1e-9)), math.log(mt / pj["tpot_s"]),
+                            math.log(mo / pj["total_tok_s"])))
+        return sorted(pts)
+
+    @staticmethod
+    def _interp(pts: list[tuple[float, float, float]], x: float) -> tuple[float, float]:
+        """The two log ratios at log load ``x``: linear between the nearest points below and
+        above, the nearest one's beyond them."""
+        below = [p for p in pts if p[0] <= x]
+        above = [p for p in pts if p[0] >= x]
+        lo, hi = (below[-1] if below else above[0]), (above[0] if above else below[-1])
+        w = 0.0 if hi[0] == lo[0] else (x - lo[0]) / (hi[0] - lo[0])
+        return lo[1] + w * (hi[1] - lo[1]), lo[2] + w * (hi[2] - lo[2])
+
+    def series_half_width(self, i: int) -> float:
+        """The 90 % half-width (log units) of :meth:`series_corrected` for cell ``i``'s series:
+        the largest error, on either axis, of predicting each measured inner cell of the series
+        from the others (leave-one-out); :data:`TARGET_HALF_WIDTH` while the series has fewer
+        than three measured cells."""
+        pts = self._series_points(series_of(self.cells[i]))
+        errs = []
+        for k in range(1, len(pts) - 1):
+            rt, ro = self._interp(pts[:k] + pts[k + 1:], pts[k][0])
+            errs.append(max(abs(rt - pts[k][1]), abs(ro - pts[k][2])))
+        return max(errs) if errs else TARGET_HALF_WIDTH
+
+    def series_corrected(self, i: int) -> tuple[float | None, float | None]:
+        """Planned cell ``i``'s predicted TPOT (s) and total tok/s, each corrected by the
+        measured cells of its own series (:func:`series_of`): the log ratio measured /
+        predicted, interpolated linearly in log concurrency between the nearest measured
+        cells below and above it (the nearest one's beyond them). The fit has no term for an
+        engine configuration (``max_num_seqs``, ``n_parallel``), so a series' own
+        measurements carry what sets it apart."""
+        pr = self.prediction(i)
+        tpot, tot = pr.get("tpot_s"), pr.get("total_tok_s")
+        pts = self._series_points(series_of(self.cells[i]))
+        if not pts or tpot is None or tot is None:
+            return tpot, tot
+        rt, ro = self._interp(pts, math.log(max(_axes(self.cells[i])["load"], 1e-9)))
+        return tpot * math.exp(rt), tot * math.exp(ro)
+
+    def front_score(self, i: int) -> float:
+        """How far planned cell ``i``'s optimistic corner lies above the measured front (log
+        units; module doc): ``log(y_hi / F(x_hi))`` with ``x_hi = 1 / TPOT_lo`` and ``y_hi`` the
+        top of its throughput-per-device interval (the values corrected by its series'
+        measured cells, :meth:`series_corrected`, the interval :meth:`series_half_width`; the
+        model's own interval for a series not measured yet), ``F`` the measured staircase
+        (:func:`staircase`), ``x_hi`` at most the interactivity of the measured cell just below
+        it in its series (a series' interactivity does not rise with concurrency); ``inf``
+        where no measured point reaches ``x_hi`` (the cell would extend the front) or before
+        any cell is measured, ``-inf`` without a prediction."""
+        tpot, tot = self.series_corrected(i)
+        if not tpot or not tot:
+            return float("-inf")
+        hw = self.series_half_width(i) if self._series_points(series_of(self.cells[i])) else \
+            (self.prediction(i)["half_width"] or 0.0)
+        x_hi = math.exp(hw) / tpot
+        # a series' interactivity does not rise with its concurrency: no more than the measured
+        # cell just below this one in its series
+        load, key = _axes(self.cells[i])["load"], series_of(self.cells[i])
+        below = [(_axes(self.cells[self.ids.index(cid)])["load"], 1.0 / t) for cid, r in self.measured.items()
+                 if r.get("status") == "ok" and series_of(self.cells[self.ids.index(cid)]) == key
+                 and _axes(self.cells[self.ids.index(cid)])["load"] < load
+                 and (t := ((r.get("metrics") or {}).get("tpot_s") or {}).get("p50"))]
+        if below:
+            x_hi = min(x_hi, max(below)[1])
+        y_hi = tot * math.exp(hw) / self.cells[i].tensor_parallel_size
+        f = staircase(self.measured_front_points(), x_hi)
+        return float("inf") if f <= 0 else math.log(y_hi / f)
 
     def _cost(self, i: int) -> float:
         """Predicted measuring time of planned cell ``i`` (s): its duration's upper bound,

@@ -265,7 +265,10 @@ def run(
     adaptive: Annotated[str | None, Opt("--adaptive", help="Measure only a designed share of the planned cells "
                                         "(25%) or for a time (10m, 90s), grid corners first, then the cells "
                                         "whose predicted interval is widest; store the rest as `predicted` cells "
-                                        "with 90 % intervals (never ok: a later run measures them).")] = None,
+                                        "with 90 % intervals (never ok: a later run measures them). With "
+                                        "--preset frontier: each series' lowest and highest concurrency first, "
+                                        "then the cells that could still move the throughput-interactivity "
+                                        "front.")] = None,
     perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
                                            "text for each group with real weights (`infbench perplexity`; stored "
                                            "beside the throughput).")] = None,

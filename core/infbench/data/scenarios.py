@@ -134,12 +134,16 @@ class AdaptiveScenario(BaseModel):
         known: results measured by an earlier worker of this sweep (``Store.results()``-like
             rows: ``cell_id``, ``status``, ``spec``, ``metrics``, ``wall_s``), which count
             against the budget and calibrate the predictions.
+        objective: ``grid`` (every cell predicted well: the widest interval next) or
+            ``front`` (``--preset frontier --adaptive``: the cells that can move the
+            throughput-interactivity front, :mod:`infbench.analysis.adaptive`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["adaptive"] = "adaptive"
     budget: str = Field(min_length=2, max_length=16, pattern=r"^\s*\d+(\.\d+)?\s*(%|s|m|h)\s*$")
     known: list[dict[str, Any]] = Field(default_factory=list)
+    objective: Literal["grid", "front"] = "grid"
 
 
 class FrontierScenario(BaseModel):
@@ -151,6 +155,8 @@ class FrontierScenario(BaseModel):
     Attributes:
         min_gain: the smallest relative gain in ``total_tok_s`` a doubling must bring to go on
             (0.05: 5 %).
+        stop: False measures every concurrency of every series (a sweep file's
+            ``frontier_stop: false``: a reference front, as benchmarks/adaptive_frontier.py uses).
         ttft_s: the SLO's TTFT limit on the cell's p50, s (None: none).
         tpot_s: the SLO's TPOT limit on the cell's p50, s (None: none).
     """
@@ -158,6 +164,7 @@ class FrontierScenario(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["frontier"] = "frontier"
     min_gain: float = Field(0.05, ge=0, le=10, allow_inf_nan=False)
+    stop: bool = True
     ttft_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     tpot_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 

@@ -478,6 +478,8 @@ class Sweep(BaseModel):
             concurrency) (unless given) and 2 x concurrency warm-up requests; the
             :class:`~infbench.data.scenarios.FrontierScenario` stops a configuration's series
             when a doubling adds less than 5 % throughput or the SLO is broken.
+        frontier_stop: False: the frontier sweep measures every concurrency of every series
+            (a reference front; with ``--adaptive`` it does not apply).
 
     Types are strict (``batch: [true]`` or ``batch: ["4"]`` is an error, not batch 1 or
     4), numbers must be finite, and sizes have upper bounds (:data:`SWEEP_LIMITS`) so a
@@ -530,6 +532,7 @@ class Sweep(BaseModel):
     engine_args: dict[str, Any] | None = None
     engine_configs: list[dict[str, Any]] | None = Field(None, min_length=1, max_length=64)
     frontier: bool = False
+    frontier_stop: bool = True
 
     def slo(self) -> dict[str, float] | None:
         """The per-request limits for goodput (``{"ttft_s": .., "tpot_s": .., "e2e_s": ..}``)."""

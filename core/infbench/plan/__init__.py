@@ -320,5 +320,5 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
             raise ConfigError("the frontier sweep doubles concurrency on a server engine",
                               hint="--engine llama.cpp-server, vllm-server, sglang-server, deepspeed-mii-server, "
                                    "trtllm-serve or openai (--base-url), with --concurrency 1,2,4,... (the preset's)")
-        result.scenario = FrontierScenario(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s)
+        result.scenario = FrontierScenario(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s, stop=sweep.frontier_stop)
     return result

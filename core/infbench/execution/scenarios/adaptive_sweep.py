@@ -48,7 +48,8 @@ def adaptive_plan(plan: Plan, budget: str) -> Plan:
             raise ConfigError(f"--adaptive predicts cells from their lengths and batch or concurrency; {c.label()} "
                               "replays a dataset, a trace or a rate", hint="sweep lengths and batch (or "
                               "concurrency) with --adaptive; measure the others in full")
-    return plan.with_groups(plan.groups, AdaptiveScenario(budget=budget.strip()))
+    objective = "front" if plan.scenario.kind == "frontier" else "grid"
+    return plan.with_groups(plan.groups, AdaptiveScenario(budget=budget.strip(), objective=objective))
 
 
 class Adaptive(Scenario):
@@ -81,7 +82,7 @@ class Adaptive(Scenario):
             known.setdefault(r["cell_id"], r)
         for fam, cells in by.items():
             pl = AdaptivePlanner(cells, ctx.device, ctx.limits, self.spec.budget, stack=stack_of(ctx.device.vendor),
-                                 home=default_home())
+                                 home=default_home(), select=self.spec.objective)
             for row in known.values():
                 pl.record(row)
             self.planners[fam] = pl
@@ -143,7 +144,7 @@ class Adaptive(Scenario):
 
     def outcome(self) -> dict[str, Any]:
         """How much was measured and predicted, per engine."""
-        return {"adaptive": {"budget": self.spec.budget, "engines": {
+        return {"adaptive": {"budget": self.spec.budget, "objective": self.spec.objective, "engines": {
             fam: {"planned": len(pl.cells), "measured": len(pl.measured),
                   "predicted": len(pl.remaining()), "prior": pl.prior_source, "stopped": pl.stop_reason}
             for fam, pl in self.planners.items()}}}

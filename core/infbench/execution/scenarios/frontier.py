@@ -52,6 +52,8 @@ def stop_reason(metrics: dict[str, Any] | None, best_tok_s: float | None, spec: 
         ``"failed"``, ``"SLO broken: TTFT p50 1.2 s > 1 s"``, ``"saturated: +3.1 % total
         throughput for doubling the concurrency (< 5 %)"`` or None.
     """
+    if not spec.stop:
+        return None
     if not metrics:
         return "the cell failed"
     for key, limit, name in ((M.TTFT.key, spec.ttft_s, "TTFT"), (M.TPOT.key, spec.tpot_s, "TPOT")):
