@@ -87,6 +87,7 @@ def values(f: dict[str, str]) -> dict[str, dict[str, Any]]:
         "max_input_len": {"max_input_len": 100}, "max_output_len": {"max_output_len": 100},
         "trace": {"trace": f["trace"]}, "trace_speed": {"trace_speed": ["2"]}, "multi_turn": {"multi_turn": True},
         "think_time": {"think_time": 1.0}, "prefix_len": {"prefix_len": 4}, "num_prefixes": {"num_prefixes": 2},
+        "len_range": {"len_range": 0.5}, "len_range_convention": {"len_range": 0.5, "len_range_convention": "vllm"},
         "no_stream": {"no_stream": True}, "tokenizer": {"tokenizer": "HuggingFaceTB/SmolLM2-135M"},
         "slo_ttft": {"slo_ttft": 1.0}, "slo_tpot": {"slo_tpot": 0.5}, "slo_e2e": {"slo_e2e": 2.0},
         "container_runtime": {"container_runtime": "docker"}, "ray_address": {"ray_address": "127.0.0.1:1"},
