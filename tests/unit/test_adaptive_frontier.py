@@ -94,3 +94,23 @@ def test_adaptive_plan_of_a_frontier_plan_aims_at_the_front():
     fr = Plan(DEV, groups, scenario=FrontierScenario())
     assert adaptive_plan(fr, "30%").scenario.objective == "front"
     assert adaptive_plan(Plan(DEV, groups), "30%").scenario.objective == "grid"
+
+
+def test_predicted_cells_of_a_front_search_follow_their_series_measurements():
+    """The stored predictions of a front search are corrected by their own series: with its
+    corners measured, a series' middle cells are predicted between the corners' measured TPOT
+    (the model alone has no term for max_num_seqs and predicts both configurations alike)."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    for i in front_corners(cs):
+        pl.record(measure(cs[i]))
+    preds = {(p.cell.engine_args["max_num_seqs"], p.cell.load.concurrency): p.metrics for p in pl.predicted_results()}
+    for cap in (8, 64):
+        lo, hi = truth(next(c for c in cs if c.engine_args["max_num_seqs"] == cap and c.load.concurrency == 1))[0], \
+            truth(next(c for c in cs if c.engine_args["max_num_seqs"] == cap and c.load.concurrency == 64))[0]
+        for c in (2, 4, 8, 16, 32):
+            tpot = preds[(cap, c)]["tpot_s"]["p50"]
+            assert lo * 0.999 <= tpot <= hi * 1.001, (cap, c, tpot, lo, hi)
+            iv = preds[(cap, c)]["interval"]["tpot_s"]
+            assert iv[0] < tpot < iv[1]
+    assert preds[(8, 16)]["tpot_s"]["p50"] != preds[(64, 16)]["tpot_s"]["p50"]   # the two configurations apart

@@ -486,6 +486,33 @@ class AdaptivePlanner:
         best = max(left, key=lambda i: (self.half_width(i), -i))
         return self.cells[best]
 
+    def front_prediction(self, i: int) -> dict[str, Any]:
+        """:meth:`prediction` for the frontier's objective: TPOT, total and output tok/s and
+        the duration corrected by the cell's series (:meth:`series_corrected`), E2E moved by
+        the TPOT correction, every interval :meth:`series_half_width` wide once its series
+        has a measured cell (the model's own before)."""
+        pr = self.prediction(i)
+        if not self._series_points(series_of(self.cells[i])):
+            return pr
+        tpot, tot = self.series_corrected(i)
+        hw = self.series_half_width(i)
+        vals = {k: pr.get(k) for k in INTERVAL_METRICS}
+        if tpot and pr.get("tpot_s"):
+            r = tpot / pr["tpot_s"]
+            vals["tpot_s"] = tpot
+            if vals.get("e2e_s") is not None and vals.get("ttft_s") is not None:
+                vals["e2e_s"] = vals["ttft_s"] + (vals["e2e_s"] - vals["ttft_s"]) * r
+        if tot and pr.get("total_tok_s"):
+            r = tot / pr["total_tok_s"]
+            vals["total_tok_s"] = tot
+            for k in ("output_tok_s",):
+                if vals.get(k) is not None:
+                    vals[k] = vals[k] * r
+            if pr.get("duration_s"):
+                vals["duration_s"] = pr["duration_s"] / r
+        iv = {m: ([v * math.exp(-hw), v * math.exp(hw)] if v is not None else [None, None]) for m, v in vals.items()}
+        return {**vals, "interval": iv, "half_width": hw}
+
     def measured_front_points(self) -> list[tuple[float, float]]:
         """The measured ok cells as ``(tok_s_per_user, tok_s_per_device)`` (1 / TPOT p50, and
         total tok/s over the cell's devices)."""
@@ -623,7 +650,7 @@ class AdaptivePlanner:
         out = []
         for i in self.remaining():
             c = self.cells[i]
-            pr = self.prediction(i)
+            pr = self.prediction(i) if self.select == "grid" else self.front_prediction(i)
             metrics: dict[str, Any] = {"predicted": True, "interval": pr["interval"],
                                        "interval_half_width": pr["half_width"], "prediction_basis": basis}
             for m in ("ttft_s", "tpot_s", "e2e_s"):
