@@ -178,6 +178,8 @@ def main() -> None:
                       "max_error": max((r["error"] for r in rp_reads if r["error"] is not None), default=None),
                       "front": [[p.x, p.y, p.config, p.predicted] for p in rp_front.front]},
            "full_front": [[p.x, p.y, p.config] for p in ff.front],
+           "full_rows": [{k: r.get(k) for k in ("cell_id", "status", "spec", "metrics", "device", "wall_s")}
+                         for r in full_rows],
            "adaptive_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front], "predicted_cells": cells,
            "date": time.strftime("%Y-%m-%d")}
     a.out.parent.mkdir(parents=True, exist_ok=True)

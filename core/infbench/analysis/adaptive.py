@@ -25,8 +25,10 @@ optimistic corner lies furthest above the measured front (:meth:`AdaptivePlanner
 its interactivity ``1 / TPOT`` and throughput per device ``total_tok_s / tp`` each at the top
 of its 90 % interval, against the measured staircase front there); the search stops early
 (``stop_reason`` ``front``) once no unmeasured cell's interval reaches above the front, since
-none could move it. An upper-confidence-bound rule aimed at the front, where AIPerf's and
-GuideLLM's searches optimise one scalar.
+none could move it, and every series with a cell left has three measured cells (before that,
+the highest-scoring cell is measured even if its score is not above 0). An
+upper-confidence-bound rule aimed at the front, where AIPerf's and GuideLLM's searches
+optimise one scalar.
 
 Each recalibration fits the device's own terms to the measured cells against the engine
 profile, held fixed, with the hierarchical priors pulling the device terms to the profile
@@ -479,7 +481,10 @@ class AdaptivePlanner:
         if self.select == "front":
             scores = {i: self.front_score(i) for i in left}
             best = max(left, key=lambda i: (scores[i], -i))
-            if not scores[best] > 0:
+            # stop early only once every series can judge its own cells (three measured:
+            # :meth:`series_half_width` then rests on its own leave-one-out error)
+            judged = all(len(self._series_points(series_of(self.cells[i]))) >= 3 for i in left)
+            if not scores[best] > 0 and judged:
                 self.stop_reason = "front"
                 return None
             return self.cells[best]
