@@ -505,8 +505,9 @@ class AdaptivePlanner:
         if tpot and pr.get("tpot_s"):
             r = tpot / pr["tpot_s"]
             vals["tpot_s"] = tpot
-            if vals.get("e2e_s") is not None and vals.get("ttft_s") is not None:
-                vals["e2e_s"] = vals["ttft_s"] + (vals["e2e_s"] - vals["ttft_s"]) * r
+            e2e, ttft = vals.get("e2e_s"), vals.get("ttft_s")
+            if e2e is not None and ttft is not None:
+                vals["e2e_s"] = ttft + (e2e - ttft) * r
         if tot and pr.get("total_tok_s"):
             r = tot / pr["total_tok_s"]
             vals["total_tok_s"] = tot
