@@ -232,6 +232,8 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
     res = [compare(x, y) for x, y in pairs]
     if as_json:
         print_json({"a": la, "b": lb, "axis": axis, "comparisons": res})
+        if all(r["overlap"] is None for r in res):  # as documented: nothing comparable exits 1, --json too
+            raise typer.Exit(1)
         return
     label = AXES[axis][0]
     for r in res:
