@@ -147,3 +147,72 @@ def test_cells_tail_waits_for_complete_lines(tmp_path):
     got = tail.read()
     assert [x.spec_hash for x in got] == [c.spec_hash()]
     assert tail.read() == []                                      # consumed once; the partial line waits
+
+
+def test_follow_worker_keeps_each_result_after_its_start(tmp_path):
+    """The worker's log is read late, by a thread: when ``done A`` is handled, ``cells.jsonl``
+    may already hold B's result while ``cell B`` is still queued. B's result must still come
+    after B's start (CI caught the Ray executor's events out of order: finished before started)."""
+    from infbench.data.schema import Cell, CellResult
+    from infbench.execution.executors.follow import PREFIX, follow_worker
+
+    d = dev("cpu", "cpu")
+    cells = [Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=b, input_len=8, output_len=2) for b in (1, 2)]
+    results = [CellResult(cell_id=c.cell_id(d), spec_hash=c.spec_hash(), cell=c, device=d, status="ok",
+                          started_at=1.0, finished_at=2.0) for c in cells]
+    out = tmp_path / "out"
+    out.mkdir()
+
+    class Worker:
+        def lines(self):
+            a, b = cells
+            yield PREFIX + f"cell {a.spec_hash()} {a.model_dump_json()}"
+            # both results are stored before the follower reads ``done A``
+            (out / "cells.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in results))
+            yield PREFIX + f"done {a.spec_hash()} {results[0].cell_id} ok"
+            yield PREFIX + f"cell {b.spec_hash()} {b.model_dump_json()}"
+            yield PREFIX + f"done {b.spec_hash()} {results[1].cell_id} ok"
+
+        def wait(self):
+            return 0
+
+        def kill(self):
+            pass
+
+        def cleanup(self):
+            pass
+
+    seen = [(k, p[0] if k == "cell" else p.spec_hash) for k, p in follow_worker(Worker(), tmp_path, 60.0)
+            if k in ("cell", "result")]
+    a, b = (c.spec_hash() for c in cells)
+    assert seen == [("cell", a), ("result", a), ("cell", b), ("result", b)]
+
+
+def test_follow_worker_yields_unannounced_results_at_exit(tmp_path):
+    """A result stored without its ``done`` line (the worker died between the two) still
+    comes back once the worker has exited, exactly once."""
+    from infbench.data.schema import Cell, CellResult
+    from infbench.execution.executors.follow import follow_worker
+
+    d = dev("cpu", "cpu")
+    c = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=2)
+    r = CellResult(cell_id=c.cell_id(d), spec_hash=c.spec_hash(), cell=c, device=d, status="ok",
+                   started_at=1.0, finished_at=2.0)
+    (tmp_path / "out").mkdir()
+
+    class Worker:
+        def lines(self):
+            (tmp_path / "out" / "cells.jsonl").write_text(r.model_dump_json() + "\n")
+            yield "plain log line"
+
+        def wait(self):
+            return 1
+
+        def kill(self):
+            pass
+
+        def cleanup(self):
+            pass
+
+    got = [p.spec_hash for k, p in follow_worker(Worker(), tmp_path, 60.0) if k == "result"]
+    assert got == [c.spec_hash()]

@@ -182,15 +182,26 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
     last = time.monotonic()
     ended = False
 
-    def results() -> Generator[tuple[str, Any], None, None]:
-        for r in cells.read():
-            if r.spec_hash not in sent:
-                sent.add(r.spec_hash)
-                yield "result", r
-        for q in scores.read():
-            if "q:" + q.key() not in sent:
-                sent.add("q:" + q.key())
-                yield "quality", q
+    pending: list[tuple[str, str, Any]] = []   # read, not yet announced
+    announced: set[str] = set()   # what the worker's ``done`` / ``scored`` lines named so far
+
+    def results(every: bool = False) -> Generator[tuple[str, Any], None, None]:
+        """The results stored since the last call, but only those the log has announced
+        (``every``: all of them, once the worker exited). The log is read late, by a thread:
+        by the time ``done A`` is handled the file may already hold B, whose ``cell B`` line
+        is still queued; yielding B then would put its result before its start."""
+        pending.extend(("result", r.spec_hash, r) for r in cells.read())
+        pending.extend(("quality", "q:" + q.key(), q) for q in scores.read())
+        kept = []
+        for kind, key, obj in pending:
+            if key in sent:
+                continue
+            if every or key in announced:
+                sent.add(key)
+                yield kind, obj
+            else:
+                kept.append((kind, key, obj))
+        pending[:] = kept
 
     code = None
     try:
@@ -222,6 +233,8 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
                 elif kind == "timed":
                     yield "timed", rest.strip()
                 elif kind in ("done", "scored"):
+                    name = rest.split(" ", 1)[0]
+                    announced.add(name if kind == "done" else "q:" + name)
                     yield from results()
                     running = None
                 elif kind == "score":
@@ -231,7 +244,7 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
                 else:
                     log_tail.append(line)
         code = handle.wait()
-        yield from results()
+        yield from results(every=True)
         ended = True
     finally:
         if not ended:
