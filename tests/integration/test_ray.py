@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import time
@@ -293,14 +295,22 @@ def test_spread_serving_cell_on_two_client_nodes(ray_cluster, tmp_path):
     """One serving cell against a local llama.cpp server, its load sent from two client
     raylets (--load-nodes 2): stored as one cell holding both nodes' requests, each record
     naming its node, both nodes' health and clock offsets; its throughput matches one client
-    sending the same load (the server is the bottleneck), within the noise of a shared machine."""
-    spread = json.loads(infbench("run", "--executor", "inprocess", "--load-nodes", "2", "--ray-address",
-                                 ray_cluster.address, "--store", str(tmp_path / "spread.db"), "--json", *SERVE,
-                                 env=ray_cluster.env()).stdout)
-    assert spread["ok"] == 1 and spread["failed"] == 0
-    single = [json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / f"one{i}.db"), "--json",
-                                  *SERVE, env=ray_cluster.env()).stdout) for i in range(2)]
-    assert all(o["ok"] == 1 for o in single)
+    sending the same load (the server is the bottleneck), within the noise of a shared machine.
+
+    The throughputs compare as medians of three runs each, spread and single interleaved. On
+    this 2-core VM the two client raylets share the cores with the CPU engine: spread runs
+    measured 0.60-0.98x the single runs (CI: 0.64x). So the band is wide enough for that
+    contention (an accounting or clock-merge error would give 0.5x or 2x), and a spread run
+    below 0.75x must say why: its cell is suspect, naming the other processes on its cores."""
+    spread_cmd = ["run", "--executor", "inprocess", "--load-nodes", "2", "--ray-address", ray_cluster.address]
+    outs = []
+    for i in range(3):
+        outs.append(json.loads(infbench(*spread_cmd, "--store", str(tmp_path / f"spread{i}.db"), "--json", *SERVE,
+                                        env=ray_cluster.env()).stdout))
+        outs.append(json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / f"one{i}.db"),
+                                        "--json", *SERVE, env=ray_cluster.env()).stdout))
+    assert all(o["ok"] == 1 and o["failed"] == 0 for o in outs)
+    shutil.copy(tmp_path / "spread0.db", tmp_path / "spread.db")
     store, row, recs = _served(tmp_path / "spread.db")
     m = row["metrics"]
     assert m["n_requests"] == 24 and m["n_completed"] == 24 and len(recs) == 24
@@ -316,12 +326,18 @@ def test_spread_serving_cell_on_two_client_nodes(ray_cluster, tmp_path):
     assert 0 <= m["client"]["spread"]["clock_error_s"] < 0.05                  # one host: a round trip is short
     # every record's tokens arrived after it was sent, on the merged clock
     assert all(r.t_tokens_ns[0] > r.t_send_ns for r in recs)
-    ones = [_served(tmp_path / f"one{i}.db")[1]["metrics"] for i in range(2)]
+    ones = [_served(tmp_path / f"one{i}.db")[1]["metrics"] for i in range(3)]
     assert all(o["n_requests"] == 24 and "nodes" not in o["client"] for o in ones)
-    lo = min(o["output_tok_s"] for o in ones)
-    hi = max(o["output_tok_s"] for o in ones)
-    print(f"output tok/s: spread over 2 client nodes {m['output_tok_s']:.1f}, one client {lo:.1f} and {hi:.1f}")
-    assert 0.75 * lo <= m["output_tok_s"] <= 1.33 * hi, (m["output_tok_s"], lo, hi)
+    spreads = [_served(tmp_path / f"spread{i}.db")[1]["metrics"] for i in range(3)]
+    assert all(len(s["client"]["nodes"]) == 2 for s in spreads)
+    spread_tps = statistics.median(s["output_tok_s"] for s in spreads)
+    one_tps = statistics.median(o["output_tok_s"] for o in ones)
+    print(f"output tok/s: spread over 2 client nodes {[round(s['output_tok_s']) for s in spreads]}, "
+          f"one client {[round(o['output_tok_s']) for o in ones]}")
+    assert 0.6 * one_tps <= spread_tps <= 1.33 * one_tps, (spread_tps, one_tps)
+    for sp in spreads:
+        if sp["output_tok_s"] < 0.75 * one_tps:
+            assert "other processes used" in (sp.get("suspect") or ""), (sp["output_tok_s"], sp.get("suspect"))
 
 
 def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
