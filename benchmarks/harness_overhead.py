@@ -629,6 +629,9 @@ def main() -> None:
     ap.add_argument("--paired", type=float, default=None, metavar="SECONDS",
                     help="back-to-back infbench/bare pairs for SECONDS with the host-speed probe beside them "
                     "(with --gpu: llama-3-8b bf16 b1 128/128; else tiny-random-llama b1 32/64); writes paired[_gpu]")
+    ap.add_argument("--paired-shape", default=None, metavar="ENGINE:MODEL:BATCH",
+                    help="with --paired (CPU): only this shape of the table, for SECONDS, its row replaced in the "
+                    "JSON (the other rows kept), e.g. transformers:smollm2-135m:8 when one shape had too few pairs")
     ap.add_argument("--cause", action="store_true", help="with --gpu or --quick: the cause study's arms on the first "
                     "shape (CAUSE_ARMS: NVML reads in a thread or a process, a busy Python thread, no sampler, a "
                     "0.5 ms switch interval)")
@@ -644,6 +647,19 @@ def main() -> None:
         if args.gpu:
             res[key] = paired("transformers", "llama-3-8b", "bfloat16", (1, 128, 128), args.paired, gpu=True)
             print(json.dumps(res[key]["summary"], indent=1))
+        elif args.paired_shape:  # one shape again, longer: its row replaced, the others kept
+            engine, model, batch = args.paired_shape.split(":")
+            dtype = "float32" if engine == "transformers" else "f16"
+            row = {k: v for k, v in paired(engine, model, dtype, (int(batch), 32, 64), args.paired,
+                                           idle_s=3).items() if k != "probe"}
+            rows = res.get(key, [])
+            at = [n for n, r in enumerate(rows) if (r["engine"], r["model"], r["batch"]) == (engine, model, int(batch))]
+            if at:
+                rows[at[0]] = row
+            else:
+                rows.append(row)
+            res[key] = rows
+            print(render(res, "paired"))
         else:  # this CPU's shapes of the comparison above; the small model gets SECONDS, smollm2 twice that
             res[key] = [{k: v for k, v in paired(engine, model, dtype, (b, 32, 64),
                                                  args.paired * (1 if model == "tiny-random-llama" else 2),
