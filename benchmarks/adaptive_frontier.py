@@ -24,7 +24,7 @@ grid's at the three interactivities. A timing benchmark: run it alone
 (``flock /work/notes/bench.lock python benchmarks/adaptive_frontier.py``).
 
     python benchmarks/adaptive_frontier.py [--model tiny-random-llama] [--budget 33%] \\
-        [--out benchmarks/results/adaptive_frontier.json]
+        [--levels 1,2,...] [--as-run NAME] [--out benchmarks/results/adaptive_frontier.json]
 """
 
 from __future__ import annotations
@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--budget", default="33%")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (default 1-256)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/adaptive_frontier.json"))
+    ap.add_argument("--as-run", default=None, metavar="NAME",
+                    help="keep the JSON's main run and store this one under runs[NAME] (docs: variant NAME)")
     a = ap.parse_args()
     import os
 
@@ -183,12 +185,21 @@ def main() -> None:
            "adaptive_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front], "predicted_cells": cells,
            "date": time.strftime("%Y-%m-%d")}
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=2) + "\n")
+    if a.as_run:
+        kept = json.loads(a.out.read_text()) if a.out.exists() else {}
+        kept.setdefault("runs", {})[a.as_run] = out
+        a.out.write_text(json.dumps(kept, indent=2) + "\n")
+    else:
+        out["runs"] = json.loads(a.out.read_text()).get("runs", {}) if a.out.exists() else {}
+        a.out.write_text(json.dumps(out, indent=2) + "\n")
     print(render(out))
 
 
 def render(d: dict[str, Any], variant: str | None = None) -> str:
-    """The adaptive frontier search against the full grid (docs/benchmarks.md)."""
+    """The adaptive frontier search against the full grid (docs/benchmarks.md); ``variant``:
+    the run stored under ``runs[variant]`` (``--as-run``) instead of the main one."""
+    if variant is not None:
+        d = d["runs"][variant]
     def pct(x: Any) -> str:
         return "-" if x is None else f"{100 * x:.1f} %"
 
