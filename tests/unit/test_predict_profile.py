@@ -237,7 +237,9 @@ def measure(c: Cell) -> CellResult:
 def test_budget_parsing():
     assert Budget.parse("25%") == Budget(share=0.25) and Budget.parse("0.5") == Budget(share=0.5)
     assert Budget.parse("10m").seconds == 600 and Budget.parse("90s").seconds == 90 and Budget.parse("1h").seconds
-    assert Budget(share=0.25).cells(16) == 4 and Budget(share=0.3).cells(16) == 5
+    # at most the share (floor), at least one cell: 33 % of 16 is 5 cells (31 %), never 6 (37.5 %)
+    assert Budget(share=0.25).cells(16) == 4 and Budget(share=0.3).cells(16) == 4 and Budget(share=0.33).cells(16) == 5
+    assert Budget(share=0.01).cells(16) == 1
     for bad in ("", "abc", "0%", "150%", "0s"):
         with pytest.raises(ConfigError):
             Budget.parse(bad)

@@ -13,7 +13,7 @@ interval. :meth:`AdaptivePlanner.next_cell` picks what to measure next:
    middle of every axis (on a log scale), so each axis's extremes and middle are covered;
 2. then the cell whose predicted interval is **widest** (the largest half-width of the
    E2E's log interval; ties to the planned order): where the fit knows least;
-3. None once the budget is spent (a share: ``ceil(share x cells)`` measured; seconds: the
+3. None once the budget is spent (a share: ``floor(share x cells)`` measured, at least one; seconds: the
    time measured so far, or a cell whose predicted time no longer fits), or once every
    unmeasured cell's interval is within :data:`TARGET_HALF_WIDTH` (the sweep stops early
    when more cells would not tell it much).
@@ -103,7 +103,7 @@ class Budget:
     """How much of a grid an adaptive sweep may measure.
 
     Attributes:
-        share: fraction of the planned cells (0, 1]; at most ``ceil(share x cells)``.
+        share: fraction of the planned cells (0, 1]; at most ``floor(share x cells)``, at least 1.
         seconds: measuring time.
     """
 
@@ -142,8 +142,9 @@ class Budget:
         return cls(share=share)
 
     def cells(self, planned: int) -> int | None:
-        """Most cells to measure of ``planned`` (None: no count limit)."""
-        return None if self.share is None else max(1, math.ceil(self.share * planned - 1e-9))
+        """Most cells to measure of ``planned`` (None: no count limit): ``floor(share x
+        planned)``, at least 1, so ``--adaptive 33%`` never measures more than 33 % of them."""
+        return None if self.share is None else max(1, math.floor(self.share * planned + 1e-9))
 
 
 def _point(cell: Cell, cell_id: str) -> dict[str, Any]:
