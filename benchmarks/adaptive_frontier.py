@@ -120,6 +120,9 @@ def main() -> None:
     ap.add_argument("--budget", default="33%")
     ap.add_argument("--levels", default=",".join(map(str, LEVELS)), help="concurrency levels (default 1-256)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/adaptive_frontier.json"))
+    ap.add_argument("--reuse-full", action="store_true",
+                    help="take the full grid (its rows and wall time) from the JSON's run of the same name and "
+                    "run only the adaptive search again (after a change to the search; the full grid is the slow part)")
     ap.add_argument("--as-run", default=None, metavar="NAME",
                     help="keep the JSON's main run and store this one under runs[NAME] (docs: variant NAME)")
     a = ap.parse_args()
@@ -136,9 +139,18 @@ def main() -> None:
         sweep.write_text(SWEEP.format(model=a.model, levels=json.dumps(levels), configs=configs))
         full_sweep = t / "full.yaml"   # the same cells, every one measured (no stop rule)
         full_sweep.write_text(sweep.read_text() + "frontier_stop: false\n")
-        full, full_s = run(t / "full.db", full_sweep, env)
+        if a.reuse_full:
+            prev = json.loads(a.out.read_text())
+            prev = prev["runs"][a.as_run] if a.as_run else prev
+            if prev["model"] != a.model or prev["levels"] != levels:
+                raise SystemExit(f"--reuse-full: the stored run is {prev['model']} at {prev['levels']}, not "
+                                 f"{a.model} at {levels}")
+            full_rows, full_s, full_date = prev["full_rows"], prev["full_s"], prev.get("full_date", prev["date"])
+        else:
+            _, full_s = run(t / "full.db", full_sweep, env)
+            full_rows, full_date = rows(t / "full.db"), time.strftime("%Y-%m-%d")
         adaptive, adaptive_s = run(t / "adaptive.db", sweep, env, "--adaptive", a.budget)
-        full_rows, ad_rows = rows(t / "full.db"), rows(t / "adaptive.db")
+        ad_rows = rows(t / "adaptive.db")
     truth = {key(r): r for r in full_rows if r["status"] == "ok"}
     [ff] = fronts(full_rows)
     lo, hi = ff.front[0].x, ff.front[-1].x
@@ -183,7 +195,7 @@ def main() -> None:
            "full_rows": [{k: r.get(k) for k in ("cell_id", "status", "spec", "metrics", "device", "wall_s")}
                          for r in full_rows],
            "adaptive_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front], "predicted_cells": cells,
-           "date": time.strftime("%Y-%m-%d")}
+           "date": time.strftime("%Y-%m-%d"), "full_date": full_date, "full_reused": a.reuse_full}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     if a.as_run:
         kept = json.loads(a.out.read_text()) if a.out.exists() else {}

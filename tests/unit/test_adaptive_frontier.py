@@ -114,3 +114,26 @@ def test_predicted_cells_of_a_front_search_follow_their_series_measurements():
             iv = preds[(cap, c)]["interval"]["tpot_s"]
             assert iv[0] < tpot < iv[1]
     assert preds[(8, 16)]["tpot_s"]["p50"] != preds[(64, 16)]["tpot_s"]["p50"]   # the two configurations apart
+
+
+def test_front_prediction_keeps_tpot_between_its_measured_neighbours():
+    """A series' TPOT does not fall as concurrency rises: a predicted cell's TPOT stays within
+    the measured cells just below and above it in its series, whatever the model predicts
+    (smollm2-135m on llama.cpp's server: the model put parallel-2 concurrency 2 at 9.0 ms,
+    under the 10.1 ms measured at concurrency 1)."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    series = [c for c in cs if c.engine_args["max_num_seqs"] == 8]
+    lo_c, hi_c = series[0], series[-1]   # concurrency 1 and 64
+    for c, tpot in ((lo_c, 0.05), (hi_c, 0.06)):   # measured: far above what any model says for c1
+        r = measure(c)
+        r.metrics["tpot_s"] = {"mean": tpot, "p50": tpot}
+        pl.record(r)
+    for c in series[1:-1]:
+        i = cs.index(c)
+        t = pl.front_prediction(i)["tpot_s"]
+        assert 0.05 <= t <= 0.06, (c.load.concurrency, t)
+    assert pl._series_tpot_bounds(cs.index(series[3])) == (0.05, 0.06)
+    # the other series has nothing measured: unbounded
+    assert pl._series_tpot_bounds(cs.index(next(c for c in cs if c.engine_args["max_num_seqs"] == 64))) == \
+        (0.0, math.inf)

@@ -503,6 +503,9 @@ class AdaptivePlanner:
         tpot, tot = self.series_corrected(i)
         hw = self.series_half_width(i)
         vals = {k: pr.get(k) for k in INTERVAL_METRICS}
+        if tpot:  # a series' TPOT does not fall as its concurrency rises: within its measured neighbours'
+            lo, hi = self._series_tpot_bounds(i)
+            tpot = min(max(tpot, lo), hi)
         if tpot and pr.get("tpot_s"):
             r = tpot / pr["tpot_s"]
             vals["tpot_s"] = tpot
@@ -519,6 +522,27 @@ class AdaptivePlanner:
                 vals["duration_s"] = pr["duration_s"] / r
         iv = {m: ([v * math.exp(-hw), v * math.exp(hw)] if v is not None else [None, None]) for m, v in vals.items()}
         return {**vals, "interval": iv, "half_width": hw}
+
+    def _series_tpot_bounds(self, i: int) -> tuple[float, float]:
+        """The TPOT p50 (s) of the measured ok cells of planned cell ``i``'s series just below
+        and just above its load (0 and inf where there is none): a series' TPOT does not fall
+        as its concurrency rises (the same server, more sequences per step), so a prediction
+        between them stays between them."""
+        load, key = _axes(self.cells[i])["load"], series_of(self.cells[i])
+        below, above = [], []
+        for cid, r in self.measured.items():
+            j = self.ids.index(cid)
+            t = ((r.get("metrics") or {}).get("tpot_s") or {}).get("p50")
+            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not t:
+                continue
+            lj = _axes(self.cells[j])["load"]
+            if lj < load:
+                below.append((lj, t))
+            elif lj > load:
+                above.append((lj, t))
+        lo = max(below)[1] if below else 0.0
+        hi = min(above)[1] if above else float("inf")
+        return lo, max(lo, hi)
 
     def measured_front_points(self) -> list[tuple[float, float]]:
         """The measured ok cells as ``(tok_s_per_user, tok_s_per_device)`` (1 / TPOT p50, and
