@@ -631,13 +631,9 @@ class AdaptivePlanner:
         x_hi = math.exp(hw) / tpot
         # a series' interactivity does not rise with its concurrency: no more than the measured
         # cell just below this one in its series
-        load, key = _axes(self.cells[i])["load"], series_of(self.cells[i])
-        below = [(_axes(self.cells[self.ids.index(cid)])["load"], 1.0 / t) for cid, r in self.measured.items()
-                 if r.get("status") == "ok" and series_of(self.cells[self.ids.index(cid)]) == key
-                 and _axes(self.cells[self.ids.index(cid)])["load"] < load
-                 and (t := ((r.get("metrics") or {}).get("tpot_s") or {}).get("p50"))]
-        if below:
-            x_hi = min(x_hi, max(below)[1])
+        tpot_below, _ = self._series_tpot_bounds(i)
+        if tpot_below > 0:
+            x_hi = min(x_hi, 1.0 / tpot_below)
         y_hi = tot * math.exp(hw) / self.cells[i].tensor_parallel_size
         f = staircase(self.measured_front_points(), x_hi)
         return float("inf") if f <= 0 else math.log(y_hi / f)
