@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import math
 
-from infbench.analysis.adaptive import AdaptivePlanner, front_corners, series_of, staircase
+from infbench.analysis.adaptive import (
+    FULL_WIDTH_DISTANCE,
+    NOISE_HALF_WIDTH,
+    TARGET_HALF_WIDTH,
+    AdaptivePlanner,
+    front_corners,
+    front_line,
+    series_of,
+    staircase,
+)
+from infbench.analysis.predict import SLOT_OPTIONS, predict, serving_for
 from infbench.data.groups import Group, Plan
 from infbench.data.models import resolve
 from infbench.data.scenarios import FrontierScenario
@@ -99,7 +109,7 @@ def test_adaptive_plan_of_a_frontier_plan_aims_at_the_front():
 def test_predicted_cells_of_a_front_search_follow_their_series_measurements():
     """The stored predictions of a front search are corrected by their own series: with its
     corners measured, a series' middle cells are predicted between the corners' measured TPOT
-    (the model alone has no term for max_num_seqs and predicts both configurations alike)."""
+    (the model caps the batch at max_num_seqs; the series' measurements carry the rest)."""
     cs = cells()
     pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
     for i in front_corners(cs):
@@ -137,3 +147,57 @@ def test_front_prediction_keeps_tpot_between_its_measured_neighbours():
     # the other series has nothing measured: unbounded
     assert pl._series_tpot_bounds(cs.index(next(c for c in cs if c.engine_args["max_num_seqs"] == 64))) == \
         (0.0, math.inf)
+
+
+def test_front_line_reads_the_measured_front_as_the_report_does():
+    """Linear between the two Pareto points around x (the front is read so:
+    frontier.interpolate); a dominated point does not count; the highest throughput below the
+    front's lowest interactivity; 0 beyond its highest."""
+    pts = [(10.0, 100.0), (50.0, 60.0), (100.0, 10.0), (40.0, 20.0)]   # (40, 20) is dominated by (50, 60)
+    assert front_line(pts, 30.0) == 80.0 and front_line(pts, 75.0) == 35.0
+    assert front_line(pts, 5.0) == 100.0 and front_line(pts, 10.0) == 100.0 and front_line(pts, 100.0) == 10.0
+    assert front_line(pts, 100.5) == 0.0 and front_line([], 1.0) == 0.0
+    assert all(front_line(pts, x) >= staircase(pts, x) for x in (5, 10, 20, 45, 50, 60, 99))  # not below the staircase
+
+
+def test_server_slots_cap_the_predicted_batch():
+    """A concurrency above the server's slots queues: the step runs the slots (vLLM max_num_seqs,
+    SGLang max_running_requests, TensorRT-LLM max_batch_size, llama.cpp parallel)."""
+    for k in SLOT_OPTIONS:
+        assert serving_for("llama.cpp", {k: 4}).max_num_seqs == 4
+        assert serving_for("llama.cpp", {k: "4"}).max_num_seqs == 4
+    assert serving_for("llama.cpp", {"parallel": 4, "max_num_seqs": 2}).max_num_seqs == 2      # the tighter one
+    for bad in (0, -1, "x", True, None):
+        assert serving_for("llama.cpp", {"parallel": bad}).max_num_seqs is None
+    m = resolve("llama-2-7b")
+    capped = predict(m, H100, 64, 128, 64, 1, "float16", serving=serving_for("vllm", {"max_num_seqs": 8}))
+    at_cap = predict(m, H100, 8, 128, 64, 1, "float16", serving=serving_for("vllm", {"max_num_seqs": 8}))
+    free = predict(m, H100, 64, 128, 64, 1, "float16", serving=serving_for("vllm"))
+    assert float(capped["tpot_s"]) == float(at_cap["tpot_s"]) < float(free["tpot_s"])
+    # eight waves of the slots: the throughput of one (the batch's fixed overhead spread wider)
+    assert abs(float(capped["total_tok_s"]) / float(at_cap["total_tok_s"]) - 1) < 0.05
+    assert float(capped["total_tok_s"]) < float(free["total_tok_s"])
+
+
+def test_the_planner_predicts_a_capped_series_flat_past_its_slots():
+    """Before anything is measured: the max_num_seqs-8 series' TPOT stops rising at
+    concurrency 8; the max_num_seqs-64 series' keeps rising."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    tpot = {(c.engine_args["max_num_seqs"], c.load.concurrency): pl.prediction(i)["tpot_s"] for i, c in enumerate(cs)}
+    assert tpot[(8, 8)] == tpot[(8, 16)] == tpot[(8, 64)]
+    assert tpot[(64, 8)] < tpot[(64, 16)] < tpot[(64, 64)]
+
+
+def test_a_cells_interval_narrows_with_its_distance_to_a_measured_cell_of_its_series():
+    """Fewer than three measured cells in a series: x/ 1.2 two doublings or more from its nearest
+    measured cell, half that one doubling away, x/ 1.03 at a measured cell's load."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    for i in front_corners(cs):
+        pl.record(measure(cs[i]))
+    idx = {(c.engine_args["max_num_seqs"], c.load.concurrency): i for i, c in enumerate(cs)}
+    assert pl.series_half_width(idx[(8, 8)]) == TARGET_HALF_WIDTH                 # three doublings from c1 and c64
+    assert math.isclose(pl.series_half_width(idx[(8, 32)]), TARGET_HALF_WIDTH * math.log(2) / FULL_WIDTH_DISTANCE)
+    assert math.isclose(pl.series_half_width(idx[(8, 2)]), pl.series_half_width(idx[(8, 32)]))
+    assert pl.series_half_width(idx[(8, 1)]) == NOISE_HALF_WIDTH                  # a measured cell's own load

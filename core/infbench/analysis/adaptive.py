@@ -23,12 +23,21 @@ interval. :meth:`AdaptivePlanner.next_cell` picks what to measure next:
 configuration and shape, the lowest and the highest concurrency); then the cell whose
 optimistic corner lies furthest above the measured front (:meth:`AdaptivePlanner.front_score`:
 its interactivity ``1 / TPOT`` and throughput per device ``total_tok_s / tp`` each at the top
-of its 90 % interval, against the measured staircase front there); the search stops early
+of its 90 % interval, against the measured front there read as the report reads it, linear
+between its points: :func:`front_line`); the search stops early
 (``stop_reason`` ``front``) once no unmeasured cell's interval reaches above the front, since
 none could move it, and every series with a cell left has three measured cells (before that,
 the highest-scoring cell is measured even if its score is not above 0). An
 upper-confidence-bound rule aimed at the front, where AIPerf's and GuideLLM's searches
 optimise one scalar.
+
+A cell is predicted with its own engine options, so a server's slots (``max_num_seqs``,
+llama.cpp's ``parallel``: :data:`~infbench.analysis.predict.SLOT_OPTIONS`) cap the batch its
+step runs: past them, concurrency queues. What the model still misses (the queueing's own
+cost, an engine configuration's efficiency) is carried by the series' measured cells:
+:meth:`AdaptivePlanner.series_corrected` interpolates their ratios measured / predicted in
+log concurrency, and a cell's interval narrows as it nears one of them
+(:meth:`AdaptivePlanner.series_half_width`).
 
 Each recalibration fits the device's own terms to the measured cells against the engine
 profile, held fixed, with the hierarchical priors pulling the device terms to the profile
@@ -86,6 +95,13 @@ SELECT_METRIC = "e2e_s"
 #: of a 10 % median error (a half-normal log error of median 0.10 has its 90th percentile
 #: at 0.24; x/ 1.2 is 0.18). At least the design cells (:func:`design`) are measured first.
 TARGET_HALF_WIDTH = math.log(1.2)
+#: The narrowest half-width (log units) of a frontier cell's interval: x/ 1.03, the
+#: run-to-run noise of a serving cell's TPOT and throughput on a quiet host (issue 30's
+#: paired runs moved by 2-3 %), for a cell at a measured cell's effective batch.
+NOISE_HALF_WIDTH = math.log(1.03)
+#: The distance (log effective batch) at which a frontier cell's interval reaches its
+#: series' full half-width: two doublings from the nearest measured cell of its series.
+FULL_WIDTH_DISTANCE = math.log(4)
 #: The hierarchical priors of the planner's recalibration: the fit's defaults
 #: (:class:`~infbench.analysis.profile.Priors`); a device's terms move from the profile
 #: only as far as its few cells demand.
@@ -154,7 +170,8 @@ def _point(cell: Cell, cell_id: str) -> dict[str, Any]:
     if b is None or cell.dataset is not None or cell.trace is not None:
         raise ConfigError(f"an adaptive sweep predicts batch and fixed-concurrency cells; {cell.label()} is neither",
                           hint="plan batch-mode cells (or --load concurrency) for --adaptive")
-    return {"cell_id": cell_id, "model": cell.model, "dtype": cell.dtype, "engine": cell.engine, "options": {},
+    return {"cell_id": cell_id, "model": cell.model, "dtype": cell.dtype, "engine": cell.engine,
+            "options": dict(cell.engine_args or {}),
             "batch": b, "n_in": cell.input_len, "n_out": cell.output_len, "tp": cell.tensor_parallel_size,
             "published": False, **{k: None for k in METRICS}}
 
@@ -217,6 +234,26 @@ def staircase(points: list[tuple[float, float]], x: float) -> float:
     return max((py for px, py in points if px >= x), default=0.0)
 
 
+def front_line(points: list[tuple[float, float]], x: float) -> float:
+    """The measured front's throughput at interactivity ``x`` as the front is read
+    (:func:`infbench.analysis.frontier.interpolate`): linear between the two Pareto points
+    around ``x``; below the front's lowest interactivity its highest throughput
+    (:func:`staircase`); 0 beyond its highest (nothing measured reaches that far)."""
+    front: list[tuple[float, float]] = []
+    for px, py in sorted(points, key=lambda p: (-p[0], -p[1])):   # by x descending: keep rising y
+        if not front or py > front[-1][1]:
+            front.append((px, py))
+    front.reverse()                                                # by x ascending, y descending
+    if not front or x > front[-1][0]:
+        return 0.0
+    if x <= front[0][0]:
+        return front[0][1]
+    for (ax, ay), (bx, by) in zip(front, front[1:]):
+        if ax <= x <= bx:
+            return ay + (x - ax) / (bx - ax) * (by - ay) if bx > ax else max(ay, by)
+    return staircase(points, x)
+
+
 def _axes(c: Cell) -> dict[str, float]:
     """A cell's numeric axes: load (batch, or concurrency / rate when served), input,
     output, tp."""
@@ -224,6 +261,11 @@ def _axes(c: Cell) -> dict[str, float]:
     served = ld is not None and ld.mode != "batch"
     level = float(ld.concurrency or ld.request_rate or 0) if ld is not None and served else float(c.batch)
     return {"load": level, "in": float(c.input_len), "out": float(c.output_len), "tp": float(c.tensor_parallel_size)}
+
+
+def _log_load(c: Cell) -> float:
+    """``log`` of a cell's load level (:func:`_axes`): the axis a series is interpolated along."""
+    return math.log(max(_axes(c)["load"], 1e-9))
 
 
 def design(cells: list[Cell]) -> list[int]:
@@ -350,7 +392,13 @@ class AdaptivePlanner:
         self.refit()
 
     def _train(self) -> list[dict[str, Any]]:
-        return measured_points([r for r in self.measured.values() if r.get("status") == "ok"])
+        """The measured ok cells as fit points, each with its planned cell's engine options
+        (so a server's slots, ``parallel`` or ``max_num_seqs``, cap its batch as in the
+        predictions), whatever the stored engine description holds."""
+        pts = measured_points([r for r in self.measured.values() if r.get("status") == "ok"])
+        for p in pts:
+            p["options"] = self.points[self.ids.index(p["cell_id"])]["options"]
+        return pts
 
     def _fit(self, pts: list[dict[str, Any]], covariance: bool = True) -> FleetFit:
         g = Group(self.key, self.limits.id, self.engine, self.stack, self.limits, pts, self.shapes)
@@ -572,7 +620,7 @@ class AdaptivePlanner:
             pj = self.prediction(j)
             mt, mo = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
             if mt and mo and pj.get("tpot_s") and pj.get("total_tok_s"):
-                pts.append((math.log(max(_axes(self.cells[j])["load"], 1e-9)), math.log(mt / pj["tpot_s"]),
+                pts.append((_log_load(self.cells[j]), math.log(mt / pj["tpot_s"]),
                             math.log(mo / pj["total_tok_s"])))
         return sorted(pts)
 
@@ -590,13 +638,20 @@ class AdaptivePlanner:
         """The 90 % half-width (log units) of :meth:`series_corrected` for cell ``i``'s series:
         the largest error, on either axis, of predicting each measured inner cell of the series
         from the others (leave-one-out); :data:`TARGET_HALF_WIDTH` while the series has fewer
-        than three measured cells."""
+        than three measured cells. Scaled by the cell's distance (log concurrency) to the
+        series' nearest measured cell: full at :data:`FULL_WIDTH_DISTANCE` or further,
+        :data:`NOISE_HALF_WIDTH` at a measured cell, linear between (a neighbour's ratio
+        measured / predicted tells more about a cell the nearer it is)."""
         pts = self._series_points(series_of(self.cells[i]))
         errs = []
         for k in range(1, len(pts) - 1):
             rt, ro = self._interp(pts[:k] + pts[k + 1:], pts[k][0])
             errs.append(max(abs(rt - pts[k][1]), abs(ro - pts[k][2])))
-        return max(errs) if errs else TARGET_HALF_WIDTH
+        full = max(errs) if errs else TARGET_HALF_WIDTH
+        if not pts:
+            return full
+        near = min(abs(_log_load(self.cells[i]) - p[0]) for p in pts)
+        return max(NOISE_HALF_WIDTH, full * min(1.0, near / FULL_WIDTH_DISTANCE))
 
     def series_corrected(self, i: int) -> tuple[float | None, float | None]:
         """Planned cell ``i``'s predicted TPOT (s) and total tok/s, each corrected by the
@@ -610,7 +665,7 @@ class AdaptivePlanner:
         pts = self._series_points(series_of(self.cells[i]))
         if not pts or tpot is None or tot is None:
             return tpot, tot
-        rt, ro = self._interp(pts, math.log(max(_axes(self.cells[i])["load"], 1e-9)))
+        rt, ro = self._interp(pts, _log_load(self.cells[i]))
         return tpot * math.exp(rt), tot * math.exp(ro)
 
     def front_score(self, i: int) -> float:
@@ -618,8 +673,9 @@ class AdaptivePlanner:
         units; module doc): ``log(y_hi / F(x_hi))`` with ``x_hi = 1 / TPOT_lo`` and ``y_hi`` the
         top of its throughput-per-device interval (the values corrected by its series'
         measured cells, :meth:`series_corrected`, the interval :meth:`series_half_width`; the
-        model's own interval for a series not measured yet), ``F`` the measured staircase
-        (:func:`staircase`), ``x_hi`` at most the interactivity of the measured cell just below
+        model's own interval for a series not measured yet), ``F`` the measured front
+        (:func:`front_line`: linear between its points, as its reads are), ``x_hi`` at most
+        the interactivity of the measured cell just below
         it in its series (a series' interactivity does not rise with concurrency); ``inf``
         where no measured point reaches ``x_hi`` (the cell would extend the front) or before
         any cell is measured, ``-inf`` without a prediction."""
@@ -635,7 +691,7 @@ class AdaptivePlanner:
         if tpot_below > 0:
             x_hi = min(x_hi, 1.0 / tpot_below)
         y_hi = tot * math.exp(hw) / self.cells[i].tensor_parallel_size
-        f = staircase(self.measured_front_points(), x_hi)
+        f = front_line(self.measured_front_points(), x_hi)
         return float("inf") if f <= 0 else math.log(y_hi / f)
 
     def _cost(self, i: int) -> float:

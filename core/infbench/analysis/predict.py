@@ -231,15 +231,18 @@ class Serving:
 
     def with_options(self, options: dict[str, Any] | None) -> Serving:
         """This profile with an engine's own options applied: ``gpu_memory_utilization``,
-        ``max_num_seqs``, ``max_num_batched_tokens`` with ``enable_chunked_prefill`` (vLLM),
-        ``n_batch``/``n_ubatch`` (llama.cpp: chunk = min of the two), ``flash_attn``,
-        ``split_mode``. Unknown options are ignored."""
+        the most sequences in one step (:data:`SLOT_OPTIONS`: vLLM's ``max_num_seqs``,
+        SGLang's ``max_running_requests``, TensorRT-LLM's ``max_batch_size``, llama.cpp
+        server's ``parallel`` slots), ``max_num_batched_tokens`` with
+        ``enable_chunked_prefill`` (vLLM), ``n_batch``/``n_ubatch`` (llama.cpp: chunk = min
+        of the two), ``flash_attn``, ``split_mode``. Unknown options are ignored."""
         o = options or {}
         kw: dict[str, Any] = {}
         if o.get("gpu_memory_utilization"):
             kw["memory_fraction"] = float(o["gpu_memory_utilization"])
-        if o.get("max_num_seqs"):
-            kw["max_num_seqs"] = int(o["max_num_seqs"])
+        slots = [n for n in (_count(o.get(k)) for k in SLOT_OPTIONS) if n]
+        if slots:
+            kw["max_num_seqs"] = min(slots)
         if o.get("enable_chunked_prefill") and o.get("max_num_batched_tokens"):
             kw.update(prefill_chunk=int(o["max_num_batched_tokens"]), mixed_chunks=True)
         chunks = [int(o[k]) for k in ("n_batch", "n_ubatch") if o.get(k)]
@@ -253,6 +256,24 @@ class Serving:
         if o.get("split_mode") in ("layer", "row", "tensor"):
             kw["split"] = "layer" if o["split_mode"] == "layer" else "tensor"
         return replace(self, **kw) if kw else self
+
+
+#: Engine options that cap the sequences one step runs (a server's slots): a concurrency
+#: above the cap queues (its requests wait, TTFT grows) and the step runs the cap. vLLM
+#: ``max_num_seqs``, SGLang ``max_running_requests``, TensorRT-LLM ``max_batch_size``,
+#: llama.cpp server ``--parallel`` (``n_parallel`` in its library).
+SLOT_OPTIONS = ("max_num_seqs", "max_running_requests", "max_batch_size", "parallel", "n_parallel")
+
+
+def _count(v: Any) -> int | None:
+    """A positive whole number from an engine option's value (``4``, ``4.0``, ``"4"``), else None."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        n = int(float(v))
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
 
 
 #: Engine profiles by engine name (family): defaults of each engine as it shipped when
