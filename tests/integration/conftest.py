@@ -49,11 +49,29 @@ def cpu_image(docker_client):
     return {"image": IMAGE, "engine_version": engine_version}
 
 
+def _uses_ray(item: pytest.Item) -> bool:
+    """Whether a test starts (or uses) the session's Ray cluster: it names ``ray_cluster``, or it
+    is the Ray case of the executor contract."""
+    if "ray_cluster" in getattr(item, "fixturenames", ()):
+        return True
+    cs = getattr(item, "callspec", None)
+    return cs is not None and cs.params.get("make_executor") == "ray"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that use the Ray cluster run last, in their own order: the cluster's raylets
+    stay up until the session ends, and on a 2-core machine they would share the cores with
+    every timed test after the first one that started them (a CI review found them beside
+    the report's, serving's and harness's timed tests)."""
+    items[:] = [i for i in items if not _uses_ray(i)] + [i for i in items if _uses_ray(i)]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster(cpu_limits_file):
     """A real two-node Ray cluster on 127.0.0.1 (tests/support/ray_cluster.py): the head
     reports the test plugin's ``Raytest Alpha`` accelerator, the worker ``Raytest Beta``;
-    both have this host's CPU. Started once per session, on first use."""
+    both have this host's CPU. Started once per session, on first use; the tests that use it
+    run last (:func:`pytest_collection_modifyitems`)."""
     from infbench.data.errors import ConfigError
     from infbench.execution.executors.ray import import_ray
 
