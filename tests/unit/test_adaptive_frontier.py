@@ -201,3 +201,25 @@ def test_a_cells_interval_narrows_with_its_distance_to_a_measured_cell_of_its_se
     assert math.isclose(pl.series_half_width(idx[(8, 32)]), TARGET_HALF_WIDTH * math.log(2) / FULL_WIDTH_DISTANCE)
     assert math.isclose(pl.series_half_width(idx[(8, 2)]), pl.series_half_width(idx[(8, 32)]))
     assert pl.series_half_width(idx[(8, 1)]) == NOISE_HALF_WIDTH                  # a measured cell's own load
+
+
+def test_a_cell_without_tpot_still_corrects_its_series_throughput():
+    """A measured cell whose TPOT p50 is 0 (tokens streamed in chunks faster than the stream's
+    granularity: tiny-random-llama on llama.cpp's server) has no interactivity, but its
+    throughput still corrects its series; its TPOT ratio is left out, not read as 0."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    series = [c for c in cs if c.engine_args["max_num_seqs"] == 8]
+    lo_c, hi_c = series[0], series[-1]
+    r = measure(lo_c)
+    r.metrics["tpot_s"] = {"mean": 0.0, "p50": 0.0}
+    r.metrics["total_tok_s"] *= 3.0                           # the server did three times what the model says
+    pl.record(r)
+    pl.record(measure(hi_c))
+    pts = pl._series_points(series_of(lo_c))
+    assert len(pts) == 2 and pts[0][1] is None and pts[1][1] is not None
+    i2 = cs.index(series[1])                                  # concurrency 2: near the chunked cell
+    _, tot = pl.series_corrected(i2)
+    assert tot > 1.5 * pl.prediction(i2)["total_tok_s"]       # lifted towards the measured 3x
+    tpot, _ = pl.series_corrected(i2)
+    assert tpot is not None and tpot > 0                      # corrected by the cell that has a TPOT

@@ -608,10 +608,12 @@ class AdaptivePlanner:
                 out.append((1.0 / tpot, tot / devices))
         return out
 
-    def _series_points(self, key: str) -> list[tuple[float, float, float]]:
+    def _series_points(self, key: str) -> list[tuple[float, float | None, float]]:
         """The measured ok cells of series ``key`` as ``(log load, log(TPOT measured /
-        predicted), log(total tok/s measured / predicted))``, by load."""
-        pts: list[tuple[float, float, float]] = []
+        predicted), log(total tok/s measured / predicted))``, by load. The TPOT ratio is None
+        for a cell whose TPOT p50 is 0 (tokens streamed in chunks, faster than the stream's
+        granularity): its throughput still counts."""
+        pts: list[tuple[float, float | None, float]] = []
         for cid, r in self.measured.items():
             j = self.ids.index(cid)
             m = r.get("metrics") or {}
@@ -619,20 +621,27 @@ class AdaptivePlanner:
                 continue
             pj = self.prediction(j)
             mt, mo = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
-            if mt and mo and pj.get("tpot_s") and pj.get("total_tok_s"):
-                pts.append((_log_load(self.cells[j]), math.log(mt / pj["tpot_s"]),
-                            math.log(mo / pj["total_tok_s"])))
-        return sorted(pts)
+            if mo and pj.get("total_tok_s"):
+                rt = math.log(mt / pj["tpot_s"]) if mt and pj.get("tpot_s") else None
+                pts.append((_log_load(self.cells[j]), rt, math.log(mo / pj["total_tok_s"])))
+        return sorted(pts, key=lambda p: p[0])
 
     @staticmethod
-    def _interp(pts: list[tuple[float, float, float]], x: float) -> tuple[float, float]:
-        """The two log ratios at log load ``x``: linear between the nearest points below and
-        above, the nearest one's beyond them."""
-        below = [p for p in pts if p[0] <= x]
-        above = [p for p in pts if p[0] >= x]
-        lo, hi = (below[-1] if below else above[0]), (above[0] if above else below[-1])
-        w = 0.0 if hi[0] == lo[0] else (x - lo[0]) / (hi[0] - lo[0])
-        return lo[1] + w * (hi[1] - lo[1]), lo[2] + w * (hi[2] - lo[2])
+    def _interp(pts: list[tuple[float, float | None, float]], x: float) -> tuple[float, float]:
+        """The two log ratios at log load ``x``, each over the points that have it: linear
+        between the nearest points below and above, the nearest one's beyond them; 0 (no
+        correction) where no point has it."""
+        def one(k: int) -> float:
+            have = [(p[0], float(v)) for p in pts if (v := p[k]) is not None]
+            if not have:
+                return 0.0
+            below = [p for p in have if p[0] <= x]
+            above = [p for p in have if p[0] >= x]
+            lo, hi = (below[-1] if below else above[0]), (above[0] if above else below[-1])
+            w = 0.0 if hi[0] == lo[0] else (x - lo[0]) / (hi[0] - lo[0])
+            return float(lo[1] + w * (hi[1] - lo[1]))
+
+        return one(1), one(2)
 
     def series_half_width(self, i: int) -> float:
         """The 90 % half-width (log units) of :meth:`series_corrected` for cell ``i``'s series:
@@ -646,7 +655,8 @@ class AdaptivePlanner:
         errs = []
         for k in range(1, len(pts) - 1):
             rt, ro = self._interp(pts[:k] + pts[k + 1:], pts[k][0])
-            errs.append(max(abs(rt - pts[k][1]), abs(ro - pts[k][2])))
+            mt = pts[k][1]
+            errs.append(max(abs(rt - mt) if mt is not None else 0.0, abs(ro - pts[k][2])))
         full = max(errs) if errs else TARGET_HALF_WIDTH
         if not pts:
             return full
@@ -657,9 +667,9 @@ class AdaptivePlanner:
         """Planned cell ``i``'s predicted TPOT (s) and total tok/s, each corrected by the
         measured cells of its own series (:func:`series_of`): the log ratio measured /
         predicted, interpolated linearly in log concurrency between the nearest measured
-        cells below and above it (the nearest one's beyond them). The fit has no term for an
-        engine configuration (``max_num_seqs``, ``n_parallel``), so a series' own
-        measurements carry what sets it apart."""
+        cells below and above it (the nearest one's beyond them). The model caps the batch at
+        the server's slots but has no term for the queue's own cost or an engine
+        configuration's efficiency: a series' own measurements carry those."""
         pr = self.prediction(i)
         tpot, tot = pr.get("tpot_s"), pr.get("total_tok_s")
         pts = self._series_points(series_of(self.cells[i]))
