@@ -51,11 +51,13 @@ def cpu_image(docker_client):
 
 def _uses_ray(item: pytest.Item) -> bool:
     """Whether a test starts (or uses) the session's Ray cluster: it names ``ray_cluster``, or it
-    is the Ray case of the executor contract."""
+    is the Ray case of a test run on every executor (``make_executor`` in the executor
+    contract, ``where`` in test_scenarios_everywhere: they take the cluster through
+    ``request.getfixturevalue``)."""
     if "ray_cluster" in getattr(item, "fixturenames", ()):
         return True
     cs = getattr(item, "callspec", None)
-    return cs is not None and cs.params.get("make_executor") == "ray"
+    return cs is not None and "ray" in (cs.params.get("make_executor"), cs.params.get("where"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,7 +16,7 @@ from infbench.analysis.adaptive import (
     series_of,
     staircase,
 )
-from infbench.analysis.predict import SLOT_OPTIONS, predict, serving_for
+from infbench.analysis.predict import SLOT_OPTIONS, cell_options, predict, serving_for
 from infbench.data.groups import Group, Plan
 from infbench.data.models import resolve
 from infbench.data.scenarios import FrontierScenario
@@ -179,6 +179,30 @@ def test_server_slots_cap_the_predicted_batch():
     assert float(capped["total_tok_s"]) < float(free["total_tok_s"])
 
 
+def test_a_static_server_with_slots_holds_only_its_slots():
+    """llama.cpp's server allocates its context for its slots (parallel x per slot), so a
+    concurrency far above them queues; it is not refused as a static batch of that size that
+    would not fit (a review found 64 and 256 refused at parallel 4, 2048 in / 2048 out)."""
+    m = resolve("llama-2-7b")
+    sv = serving_for("llama.cpp-server", {"parallel": 4})
+    at4, at256 = (predict(m, H100, b, 2048, 2048, 1, "float16", serving=sv) for b in (4, 256))
+    assert float(at256["fits_memory"]) == 1.0 and math.isfinite(float(at256["tpot_s"]))
+    assert float(at256["tpot_s"]) == float(at4["tpot_s"])
+    free = predict(m, H100, 256, 2048, 2048, 1, "float16", serving=serving_for("llama.cpp-server"))
+    assert float(free["fits_memory"]) == 0.0 and math.isnan(float(free["tpot_s"]))   # no slots: all 256 at once
+
+
+def test_stored_cells_are_fitted_with_their_slots():
+    """`predict --calibrate` and the fits read a stored cell's slots as the planner does: its
+    spec's engine_args, else the slots its llama.cpp server ran with."""
+    row = {"spec": {"engine_args": {"parallel": 2}}, "engine": {"name": "llama.cpp-server", "parallel": 2}}
+    assert serving_for("llama.cpp", cell_options(row)).max_num_seqs == 2
+    row = {"spec": {"engine_args": {}}, "engine": {"name": "llama.cpp-server", "parallel": 8}}
+    assert cell_options(row) == {"parallel": 8}
+    row = {"spec": {}, "engine": {"options": {"n_batch": 512}}}
+    assert cell_options(row) == {"n_batch": 512} and serving_for("llama.cpp", cell_options(row)).max_num_seqs is None
+
+
 def test_the_planner_predicts_a_capped_series_flat_past_its_slots():
     """Before anything is measured: the max_num_seqs-8 series' TPOT stops rising at
     concurrency 8; the max_num_seqs-64 series' keeps rising."""
@@ -222,4 +246,5 @@ def test_a_cell_without_tpot_still_corrects_its_series_throughput():
     _, tot = pl.series_corrected(i2)
     assert tot > 1.5 * pl.prediction(i2)["total_tok_s"]       # lifted towards the measured 3x
     tpot, _ = pl.series_corrected(i2)
-    assert tpot is not None and tpot > 0                      # corrected by the cell that has a TPOT
+    # its TPOT is corrected by the one cell that has a TPOT ratio (the chunked cell's is not read as 0)
+    assert math.isclose(tpot / pl.prediction(i2)["tpot_s"], math.exp(pts[1][1]), rel_tol=1e-9)

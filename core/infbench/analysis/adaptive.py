@@ -26,7 +26,9 @@ its interactivity ``1 / TPOT`` and throughput per device ``total_tok_s / tp`` ea
 of its 90 % interval, against the measured front there read as the report reads it, linear
 between its points: :func:`front_line`); the search stops early
 (``stop_reason`` ``front``) once no unmeasured cell's interval reaches above the front, since
-none could move it, and every series with a cell left has three measured cells (before that,
+none could raise it (a cell under the line between two front points may still be
+Pareto-optimal and, measured, would bend the line down there: the search's front errs high,
+not low, where it stopped early), and every series with a cell left has three measured cells (before that,
 the highest-scoring cell is measured even if its score is not above 0). An
 upper-confidence-bound rule aimed at the front, where AIPerf's and GuideLLM's searches
 optimise one scalar.
@@ -97,9 +99,9 @@ SELECT_METRIC = "e2e_s"
 TARGET_HALF_WIDTH = math.log(1.2)
 #: The narrowest half-width (log units) of a frontier cell's interval: x/ 1.03, the
 #: run-to-run noise of a serving cell's TPOT and throughput on a quiet host (issue 30's
-#: paired runs moved by 2-3 %), for a cell at a measured cell's effective batch.
+#: paired runs moved by 2-3 %), for a cell at a measured cell's load.
 NOISE_HALF_WIDTH = math.log(1.03)
-#: The distance (log effective batch) at which a frontier cell's interval reaches its
+#: The distance (log load: concurrency) at which a frontier cell's interval reaches its
 #: series' full half-width: two doublings from the nearest measured cell of its series.
 FULL_WIDTH_DISTANCE = math.log(4)
 #: The hierarchical priors of the planner's recalibration: the fit's defaults
@@ -644,7 +646,8 @@ class AdaptivePlanner:
         return one(1), one(2)
 
     def series_half_width(self, i: int) -> float:
-        """The 90 % half-width (log units) of :meth:`series_corrected` for cell ``i``'s series:
+        """The nominal 90 % half-width (log units; docs/benchmarks.md gives the coverage
+        measured) of :meth:`series_corrected` for cell ``i``'s series:
         the largest error, on either axis, of predicting each measured inner cell of the series
         from the others (leave-one-out); :data:`TARGET_HALF_WIDTH` while the series has fewer
         than three measured cells. Scaled by the cell's distance (log concurrency) to the

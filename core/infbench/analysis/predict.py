@@ -271,7 +271,7 @@ def _count(v: Any) -> int | None:
         return None
     try:
         n = int(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return n if n > 0 else None
 
@@ -715,7 +715,10 @@ def predict(m: ModelShape, limits: Limits, batch: Any, n_in: Any, n_out: Any, tp
     finite_cap = np.isfinite(cap)
     refused = finite_cap & (cap < I + O)
     if sv.kv_policy == "static":
-        refused |= finite_cap & (cap < B * (I + O))
+        # a static engine allocates its running sequences up front: the batch, or the server's
+        # slots where they cap it (llama.cpp's --parallel: its context is slots x per-slot)
+        held = np.minimum(B, sv.max_num_seqs) if sv.max_num_seqs else B
+        refused |= finite_cap & (cap < held * (I + O))
     recompute_share = np.zeros(B.shape)
     preemptions = np.zeros(B.shape)
     if sv.kv_policy == "paged":
@@ -831,11 +834,20 @@ FIT_METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key, "duration_s")
 
 
 def cell_options(r: dict[str, Any]) -> dict[str, Any]:
-    """The engine options a stored cell ran with: its engine description's ``options``
-    (published cells: e.g. llama-bench's ``n_batch``) or ``engine_args`` (vLLM)."""
+    """The engine options a stored cell ran with: the cell's own ``engine_args`` (its spec),
+    overlaid with its engine description's ``options`` (published cells: e.g. llama-bench's
+    ``n_batch``) or ``engine_args`` (vLLM), and the slots a llama.cpp server ran with (its
+    description's ``parallel``) where no slot option says otherwise
+    (:data:`SLOT_OPTIONS`)."""
     eng = r.get("engine") or {}
-    opts = eng.get("options") or eng.get("engine_args") or {}
-    return opts if isinstance(opts, dict) else {}
+    spec = r.get("spec") or {}
+    opts: dict[str, Any] = dict(spec.get("engine_args") or {}) if isinstance(spec.get("engine_args"), dict) else {}
+    desc = eng.get("options") or eng.get("engine_args") or {}
+    if isinstance(desc, dict):
+        opts.update(desc)
+    if _count(eng.get("parallel")) and not any(k in opts for k in SLOT_OPTIONS):
+        opts["parallel"] = eng["parallel"]
+    return opts
 
 
 def measured_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -39,8 +39,10 @@ def predict(
     dtype: Annotated[str, Opt("--dtype", help="Precision class or engine dtype (bf16, fp16, fp8, "
                               "q8_0...).")] = "bf16",
     engine_arg: Annotated[ListOpt, Opt("--engine-arg", help="Engine option KEY=VALUE that changes the schedule: "
-                                       "enable_chunked_prefill=true with max_num_batched_tokens=N, max_num_seqs, "
-                                       "gpu_memory_utilization, n_batch/n_ubatch, flash_attn.")] = None,
+                                       "enable_chunked_prefill=true with max_num_batched_tokens=N; the server's slots "
+                                       "(max_num_seqs, max_running_requests, max_batch_size or llama.cpp's "
+                                       "parallel: a batch above them runs in waves); gpu_memory_utilization, "
+                                       "n_batch/n_ubatch, flash_attn.")] = None,
     draft_model: Annotated[str | None, Opt("--draft-model", help="Speculative decoding: the draft model.")] = None,
     spec_k: Annotated[int, Opt("--spec-k", help="Speculative decoding: tokens drafted per step.")] = 4,
     acceptance: Annotated[float, Opt("--acceptance", help="Speculative decoding: token acceptance rate.")] = 0.7,
