@@ -28,8 +28,8 @@ between its points: :func:`front_line`); the search stops early
 (``stop_reason`` ``front``) once no unmeasured cell's interval reaches above the front, since
 none could raise it (a cell under the line between two front points may still be
 Pareto-optimal and, measured, would bend the line down there: the search's front errs high,
-not low, where it stopped early), and every series with a cell left has three measured cells (before that,
-the highest-scoring cell is measured even if its score is not above 0). An
+not low, where it stopped early), and every series with a cell left has three measured
+cells (before that, the highest-scoring cell is measured even if its score is not above 0). An
 upper-confidence-bound rule aimed at the front, where AIPerf's and GuideLLM's searches
 optimise one scalar.
 
@@ -70,6 +70,7 @@ from typing import Any, Literal
 import numpy as np
 
 from infbench.analysis.calibration import prior_terms
+from infbench.analysis.frontier import Point, interpolate, pareto
 from infbench.analysis.intervals import INTERVAL_METRICS, conformal_quantile
 from infbench.analysis.predict import (
     FIT_METRICS,
@@ -230,30 +231,20 @@ def front_corners(cells: list[Cell]) -> list[int]:
     return lows + highs
 
 
-def staircase(points: list[tuple[float, float]], x: float) -> float:
-    """The measured front's throughput at interactivity ``x``: the highest y among points
-    whose x is at least ``x`` (0 when none reaches that far)."""
-    return max((py for px, py in points if px >= x), default=0.0)
-
-
 def front_line(points: list[tuple[float, float]], x: float) -> float:
-    """The measured front's throughput at interactivity ``x`` as the front is read
-    (:func:`infbench.analysis.frontier.interpolate`): linear between the two Pareto points
-    around ``x``; below the front's lowest interactivity its highest throughput
-    (:func:`staircase`); 0 beyond its highest (nothing measured reaches that far)."""
-    front: list[tuple[float, float]] = []
-    for px, py in sorted(points, key=lambda p: (-p[0], -p[1])):   # by x descending: keep rising y
-        if not front or py > front[-1][1]:
-            front.append((px, py))
-    front.reverse()                                                # by x ascending, y descending
-    if not front or x > front[-1][0]:
+    """The measured front's throughput at interactivity ``x``, read as the report reads a
+    front (:func:`~infbench.analysis.frontier.pareto`, then
+    :func:`~infbench.analysis.frontier.interpolate`: linear between the two Pareto points
+    around ``x``); below the front's lowest interactivity its highest throughput (every
+    point there is at least as interactive); 0 beyond its highest (nothing measured reaches
+    that far)."""
+    front = pareto([Point(px, py, "", "") for px, py in points])
+    if not front or x > front[-1].x:
         return 0.0
-    if x <= front[0][0]:
-        return front[0][1]
-    for (ax, ay), (bx, by) in zip(front, front[1:]):
-        if ax <= x <= bx:
-            return ay + (x - ax) / (bx - ax) * (by - ay) if bx > ax else max(ay, by)
-    return staircase(points, x)
+    if x <= front[0].x:
+        return front[0].y
+    y = interpolate(front, x)
+    return 0.0 if y is None else y
 
 
 def _axes(c: Cell) -> dict[str, float]:
@@ -688,8 +679,8 @@ class AdaptivePlanner:
         measured cells, :meth:`series_corrected`, the interval :meth:`series_half_width`; the
         model's own interval for a series not measured yet), ``F`` the measured front
         (:func:`front_line`: linear between its points, as its reads are), ``x_hi`` at most
-        the interactivity of the measured cell just below
-        it in its series (a series' interactivity does not rise with concurrency); ``inf``
+        the interactivity of the measured cell just below it in its series (a series'
+        interactivity does not rise with concurrency); ``inf``
         where no measured point reaches ``x_hi`` (the cell would extend the front) or before
         any cell is measured, ``-inf`` without a prediction."""
         tpot, tot = self.series_corrected(i)
