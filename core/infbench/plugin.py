@@ -45,7 +45,14 @@ Example, a plugin's ``hooks.py``::
 
 from __future__ import annotations
 
-from infbench.contract.hookspecs import CONTRACT_VERSION, ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
+from infbench.contract.hookspecs import (
+    CONTRACT_VERSION,
+    ContainerSpec,
+    DefaultSweepAnswer,
+    DeviceLimits,
+    DeviceState,
+    hookimpl,
+)
 from infbench.data.engine import Engine, EngineSpec, RunOutput
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable, InfbenchError
 from infbench.data.paths import default_home
@@ -86,6 +93,7 @@ __all__ = [
     "DeviceLimits",
     "DeviceMismatch",
     "DeviceSpec",
+    "DeviceState",
     "Engine",
     "EngineSpec",
     "EngineUnavailable",

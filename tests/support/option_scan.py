@@ -73,7 +73,9 @@ def values(f: dict[str, str]) -> dict[str, dict[str, Any]]:
     return {
         "dtype": {"dtype": ["f32"]}, "batch": {"batch": ["3"]}, "input_len": {"input_len": ["16"]},
         "output_len": {"output_len": ["4"]}, "tp": {"tp": ["2"]},
-        "warmup": {"warmup": 3}, "seed": {"seed": 7}, "cell_timeout": {"cell_timeout": 100.0},
+        "warmup": {"warmup": 3}, "warmup_tol": {"warmup_tol": 0.05}, "warmup_max_s": {"warmup_max_s": 10.0},
+        "rewarm_after_s": {"rewarm_after_s": 5.0}, "no_remeasure": {"no_remeasure": True},
+        "seed": {"seed": 7}, "cell_timeout": {"cell_timeout": 100.0},
         "threads": {"threads": 2},
         "power_interval": {"power_interval": 0.5}, "power_command": {"power_command": "echo 5"},
         "power_watts": {"power_watts": 100.0}, "power_label": {"power_label": "the PDU"},
@@ -156,8 +158,9 @@ def effect(prep: Any) -> dict[str, Any]:
     out = {
         "executor": prep.executor_name,
         "container_runtime": prep.container_runtime if prep.executor_name in ("container", "ray") else None,
-        # a serving cell warms up with its load's warm-up requests, never with Cell.warmup passes
-        "cells": [json.loads(c.model_dump_json(exclude={"warmup"} if c.load is not None else None)) for c in cells],
+        # every cell warms up in blocks (issue 38: serving cells too), until stable or --warmup N
+        "cells": [json.loads(c.model_dump_json()) for c in cells],
+        "warmup": opts["warmup"].model_dump() if hasattr(opts["warmup"], "model_dump") else opts["warmup"],
         # a search's id is new each time it is planned: what it searches is the rest
         "scenario": [json.loads(p.scenario.model_dump_json(exclude={"search_id"})) if p.scenario is not None
                      else None for p in prep.plans],

@@ -704,7 +704,7 @@ class AdaptivePlanner:
         d = float(self._pred["duration_s"][i])
         hw = self.half_width(i)
         up = d * math.exp(hw) if math.isfinite(hw) else d
-        return up * (1 + self.cells[i].warmup) if math.isfinite(up) else 0.0
+        return up * (1 + (1 if self.cells[i].warmup is None else self.cells[i].warmup)) if math.isfinite(up) else 0.0
 
     # -- the unmeasured cells -----------------------------------------------------------
     def prediction(self, i: int) -> dict[str, Any]:

@@ -207,6 +207,9 @@ class ProgressObserver:
             p.update(self.task, description=escape(terminal_text(f"{event.cell.label()}{where}", False)))
         elif isinstance(event, ev.CellSkipped):
             p.advance(self.task)
+        elif isinstance(event, ev.CellFlagged):
+            p.console.print(f"[yellow]{escape(event.flag)}[/] {escape(printable(event.result.cell.label()))}{where}: "
+                            f"{escape(printable(event.text))}")
         elif isinstance(event, ev.CellFinished):
             p.advance(self.task)
             r = event.result

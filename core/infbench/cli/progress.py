@@ -46,6 +46,7 @@ from infbench.cli.common import print_side_event
 from infbench.data import events as ev
 from infbench.data import metrics as M
 from infbench.data.secrets import printable
+from infbench.data.warmup import BLOCK_OUTPUT_TOKENS
 
 if TYPE_CHECKING:
     from infbench.store import Store
@@ -94,9 +95,13 @@ def timed_weight(cell: Any, device_kind: str = "cpu") -> float:
 
 
 def warmup_weight(cell: Any, device_kind: str = "cpu") -> float:
-    """The expected cost of ``cell``'s warm-up passes (full prompt, 2 output tokens each), in
-    the units of :func:`timed_weight`."""
-    return (cell.warmup or 0) * _pass_weight(cell, min(2, cell.output_len), device_kind)
+    """The expected cost of ``cell``'s warm-up blocks (full prompt, the output shortened to
+    :data:`~infbench.data.warmup.BLOCK_OUTPUT_TOKENS`), in the units of :func:`timed_weight`:
+    ``--warmup N`` blocks, or one for a cell that warms up until stable (most cells carry the
+    group's warm state; the first of a group runs three or more, which the warm-up's own
+    measured rate then accounts for)."""
+    n = 1 if getattr(cell, "warmup", None) is None else cell.warmup
+    return n * _pass_weight(cell, min(BLOCK_OUTPUT_TOKENS, cell.output_len), device_kind)
 
 
 def cell_weight(cell: Any, device_kind: str = "cpu") -> float:
@@ -174,9 +179,10 @@ class SweepProgress:
         self._loading_since: float | None = None
         self._cell_since: float | None = None
         self._timed_since: float | None = None
+        self._cells_column = TextColumn(f"{{task.fields[cells]}}/{self.n} cells")
         self.progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                                 TextColumn(f"{{task.fields[cells]}}/{self.n} cells"), TimeElapsedColumn(),
-                                 EtaColumn(), console=console, disable=disable)
+                                 self._cells_column, TimeElapsedColumn(), EtaColumn(), console=console,
+                                 disable=disable)
         self.task = self.progress.add_task("starting", total=self.total, eta_at=None, cells=0)
         self._by_key = {self._key(c): w for c, w in zip(cells, self.weights.values())}
 
@@ -263,6 +269,16 @@ class SweepProgress:
                 self.groups_left.discard(key())
             p.update(self.task, description=f"loading {escape(event.group.label())}{where} (model load)")
         elif isinstance(event, ev.CellStarted):
+            if getattr(event, "again", False):  # measured once more (its group's sentinel): one more cell to go
+                self.n += 1
+                w = self.weight(event.cell)
+                self.total += w
+                self.timed_left += timed_weight(event.cell, self.kind)
+                self.warm_left += warmup_weight(event.cell, self.kind)
+                g = _group_key(event.cell)
+                self._group_cells[g] = self._group_cells.get(g, 0) + 1
+                p.update(self.task, total=self.total)
+                self._cells_column.text_format = f"{{task.fields[cells]}}/{self.n} cells"
             if self._loading_since is not None:
                 self.loads.append(now - self._loading_since)
                 self._loading_since = None
@@ -280,6 +296,9 @@ class SweepProgress:
             r = event.result
             self._advance(r.cell, measured=r.status != "predicted")  # a predicted cell took no time
             p.console.print(cell_line(r, self.count, self.n) + where)
+        elif isinstance(event, ev.CellFlagged):
+            p.console.print(f"[yellow]{escape(event.flag)}[/] {escape(printable(event.result.cell.label()))}{where}: "
+                            f"{escape(printable(event.text))}")
         else:
             print_side_event(p.console, event)
 

@@ -121,11 +121,12 @@ def report(
     with_ppl = attach_perplexity(flat, with_gate(quality_results(store, status="ok"), gate))
     try:
         from infbench.report.html import write_report
-        from infbench.report.serving import serving_html, write_serving_figures
+        from infbench.report.serving import serving_html, steady_html, write_serving_figures
 
         with writing(out_dir):
             page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
-                                slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat),
+                                slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat)
+                                + steady_html(rows, store.runs()),
                                 ppl_gate=gate, protect=protect)
             figs = []
             if static:

@@ -69,14 +69,24 @@ def results(
 
     A cell shown `suspect` is stored with its numbers but breaks a physical bound (faster
     than its roofline floor, a utilisation above 1, fewer tokens than asked, a prefix-cache
-    hit); the reason is printed under the table and kept in `metrics.suspect`.
+    hit) or was not measured at steady state (`not-warm`, `unsteady`, `drift`: docs/metrics.md,
+    "Steady state"); the reason is printed under the table and kept in `metrics.suspect`. A cell
+    outside its calibrated prediction's 90 % interval is noted `unexpected`; the known-bad host
+    states of the runs shown (a powersave governor, swap in use...) are printed last.
 
     Perplexity measurements follow the cells in the table (`--quality` for them alone, as
     JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
     their model's highest precision.
     """
     from infbench.data.paths import default_store_path
-    from infbench.report.tables import print_results, results_csv, results_json, suspect_notes
+    from infbench.report.tables import (
+        print_results,
+        results_csv,
+        results_json,
+        state_notes,
+        suspect_notes,
+        unexpected_notes,
+    )
 
     if status is not None and status not in STATUSES:
         fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
@@ -135,6 +145,10 @@ def results(
         print_results(out, rows, title=f"results in {store.path}")
         for line in suspect_notes(rows):
             out.print(f"[yellow]suspect:[/] {escape(line)}")
+        for line in unexpected_notes(rows):
+            out.print(f"[cyan]unexpected:[/] {escape(line)}")
+        for line in state_notes(rows, store.runs()):
+            out.print(f"[yellow]host state:[/] {escape(line)}")
         n_pred = sum(1 for r in rows if r["status"] == "predicted")
         if n_pred:
             out.print(f"[magenta]{n_pred} predicted cell(s)[/]: not measured (an adaptive sweep's predictions; their "

@@ -130,7 +130,19 @@ def run(
     store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
                                            "$INFBENCH_HOME/results.db (~/.infbench).")] = None,
     force: Annotated[bool, Opt("--force", help="Measure cells again even if stored ok.")] = False,
-    warmup: Annotated[int | None, Opt("--warmup", help="Warm-up passes per cell (default 1).")] = None,
+    warmup: Annotated[int | None, Opt("--warmup", help="Warm-up blocks per cell, exactly N (a block: the cell's "
+                                      "batch, or 2 x concurrency requests, with 16 output tokens). Default: "
+                                      "blocks until the last 3 agree (docs/metrics.md, steady state).")] = None,
+    warmup_tol: Annotated[float, Opt("--warmup-tol", help="Warm-up until stable: how close the last 3 blocks' "
+                                     "TPOT medians must be (a fraction; default 0.03).")] = 0.03,
+    warmup_max_s: Annotated[float | None, Opt("--warmup-max-s", help="Warm-up until stable: at most this many "
+                                              "seconds per cell, then the cell is flagged not-warm. Default: 30 "
+                                              "on a CPU, 120 on an accelerator.")] = None,
+    rewarm_after_s: Annotated[float, Opt("--rewarm-after-s", help="A cell starting this many seconds after the "
+                                         "engine last ran warms up until stable again (default 60).")] = 60.0,
+    no_remeasure: Annotated[bool, Opt("--no-remeasure", help="When a group's sentinel shows the host changed "
+                                      "state, flag the cells measured in the slower state (drift) but do not "
+                                      "measure them again.")] = False,
     seed: Annotated[int | None, Opt("--seed", help="Seed of the synthetic prompts.")] = None,
     cell_timeout: Annotated[float | None, Opt("--cell-timeout", help="Seconds before a cell is stopped and "
                                               "stored as failed.")] = None,
@@ -285,6 +297,7 @@ def run(
         req = checked_request(
         model=model, engine=engine, dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, tp=tp,
         sweep_file=sweep_file, preset=preset, device=device, store_path=store_path, force=force, warmup=warmup,
+        warmup_tol=warmup_tol, warmup_max_s=warmup_max_s, rewarm_after_s=rewarm_after_s, no_remeasure=no_remeasure,
         seed=seed, cell_timeout=cell_timeout, threads=threads, power_interval=power_interval,
         power_command=power_command, power_watts=power_watts, power_label=power_label, engine_process=engine_process,
         concurrency=concurrency,

@@ -39,7 +39,9 @@ pluggy (:mod:`infbench.detect.platforms.defaults`: launch from the engine's fact
 limits, every precision, no power source); 1.8 adds the optional ``options_model`` of
 ``EngineSpec`` (a pydantic model of the engine's options: types and bounds checked before a
 run, :mod:`infbench.data.engine_options`), and engine arguments become part of a cell's
-identity (``Cell.engine_args``).
+identity (``Cell.engine_args``); 1.10 adds ``infbench_device_state`` (persistence mode, locked
+clocks, power limit against its default, ECC, MIG: stored with each run, known-bad states warned
+about before it, :class:`~infbench.data.contract.DeviceState`).
 """
 
 from __future__ import annotations
@@ -48,9 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, DeviceLimits
+from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, DeviceLimits, DeviceState
 
-__all__ = ["CONTRACT_VERSION", "ContainerSpec", "DefaultSweepAnswer", "DeviceLimits", "hookimpl", "hookspec"]
+__all__ = ["CONTRACT_VERSION", "ContainerSpec", "DefaultSweepAnswer", "DeviceLimits", "DeviceState", "hookimpl",
+           "hookspec"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.data.engine import Engine, EngineSpec
@@ -58,7 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.measure.power import PowerSampler
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.9"
+CONTRACT_VERSION = "1.10"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -207,4 +210,15 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | dict[str, A
         and in every adapter's device check before the first timed request; an adapter
         refuses an accelerator whose plugin does not answer. ``None`` for a device this
         plugin does not own.
+    """
+
+
+@hookspec(firstresult=True)
+def infbench_device_state(device: DeviceInfo) -> list[DeviceState] | None:
+    """The settings of ``device``'s devices that change what they measure (since 1.10): one
+    :class:`~infbench.data.contract.DeviceState` per device of the group (persistence mode,
+    application clocks, power limit and its default, ECC, MIG), read once at the start of a
+    run. Stored in the run's provenance; the core warns before a run on the known-bad ones
+    (:func:`infbench.measure.hoststate.state_warnings`). ``None``: not this plugin's device,
+    or nothing to report. A dict per device with the same fields is accepted too.
     """

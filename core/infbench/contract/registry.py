@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from infbench.contract.manager import PluginManager
-from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, as_model
+from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, DeviceState, as_model
 from infbench.data.engine import EngineSpec
 from infbench.data.errors import ConfigError, EngineUnavailable, suggest
 from infbench.data.schema import PRECISIONS, DeviceBackends, DeviceInfo
@@ -125,3 +125,23 @@ def default_sweep_answer(pm: PluginManager, device: DeviceInfo) -> tuple[Default
             except InfbenchError:
                 continue
     return None, "core"
+
+
+def device_state(pm: PluginManager, device: DeviceInfo) -> list[DeviceState]:
+    """The device plugin's :class:`~infbench.data.contract.DeviceState` of each device of
+    ``device``'s group (hook ``infbench_device_state``; dicts validated into the model); ``[]``
+    when no plugin answers, or the answer is broken (a state is context, never a reason to
+    stop a run)."""
+    try:
+        raw = pm.hook.infbench_device_state(device=device)
+    except Exception:  # noqa: BLE001 - a broken plugin answer is no answer
+        return []
+    out: list[DeviceState] = []
+    for i, item in enumerate(raw or []):
+        try:
+            st = as_model(DeviceState, item, "infbench_device_state")
+        except Exception:  # noqa: BLE001
+            continue
+        if st is not None:
+            out.append(st if "index" in st.model_fields_set else st.model_copy(update={"index": i}))
+    return out

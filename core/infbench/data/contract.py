@@ -2,7 +2,9 @@
 
 * :class:`DeviceLimits` (``infbench_device_info``): the hardware limits of one device;
 * :class:`ContainerSpec` (``infbench_container_spec``): the worker image and how to run it;
-* :class:`DefaultSweepAnswer` (``infbench_default_sweep``): what a bare ``infbench run`` measures.
+* :class:`DefaultSweepAnswer` (``infbench_default_sweep``): what a bare ``infbench run`` measures;
+* :class:`DeviceState` (``infbench_device_state``, since 1.10): the settings of a device that
+  change what it measures (persistence mode, locked clocks, power limit, ECC, MIG).
 
 A plugin written for an older contract may still return the dict; the core validates it
 into the model (:func:`as_model`), so old plugins keep working and a misspelled key is an
@@ -125,6 +127,35 @@ class DefaultSweepAnswer(BaseModel):
     def fields(self) -> dict[str, Any]:
         """The answer as sweep fields (unset ones left out), ``preset`` and ``description`` included."""
         return self.model_dump(exclude_none=True)
+
+
+class DeviceState(BaseModel):
+    """The settings of one device that change what it measures, read at the start of a run and
+    stored in its provenance (since 1.10; docs/metrics.md, "Steady state"). Every field is
+    optional: a plugin gives what its device reports.
+
+    Attributes:
+        index: the device's index within its group.
+        persistence_mode: True when the driver keeps the device initialised between processes.
+        applications_clocks_locked: True when application clocks are set away from their default.
+        sm_clock_mhz, max_sm_clock_mhz: the core clock now and its maximum (MHz).
+        power_limit_w: the power limit in force (W); default_power_limit_w: the device's default.
+        ecc: True when ECC is enabled.
+        mig: True when MIG (or another partitioning) is enabled.
+
+    Other figures a plugin reads may be added as extra fields.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    index: int = 0
+    persistence_mode: bool | None = None
+    applications_clocks_locked: bool | None = None
+    sm_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    power_limit_w: float | None = Field(None, ge=0)
+    default_power_limit_w: float | None = Field(None, ge=0)
+    ecc: bool | None = None
+    mig: bool | None = None
 
 
 def as_model(kind: type[M], answer: Any, who: str) -> M | None:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from infbench.data.errors import CellTimeout, DeviceMismatch
 from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, DeviceInfo, RequestRecord
+from infbench.data.warmup import block_cell
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.data.groups import Group
@@ -224,9 +225,13 @@ class Engine(ABC):
         ``cell.input_len`` tokens from ``model``'s vocabulary (default)."""
         return synthetic_prompts(cell.batch, cell.input_len, model.vocab, cell.seed)
 
-    def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
-        """One untimed pass over the same prompts with 2 output tokens (default)."""
-        self.run(cell.model_copy(update={"output_len": min(2, cell.output_len)}), prompts)
+    def warmup(self, cell: Cell, prompts: list[list[int]]) -> RunOutput | None:
+        """One untimed warm-up block (:func:`infbench.data.warmup.block_cell`: the same prompts,
+        the output shortened to 16 tokens) and its records, whose TPOT tells the session
+        whether the engine is stable yet (default). An adapter may run another pass (a compiled
+        engine, the cell's full length); returning None says only that it warmed up, and the
+        session then cannot judge its stability (the cell's warm-up record says so)."""
+        return self.run(block_cell(cell), prompts)
 
     def verify_device(self, group: Group) -> dict[str, Any]:
         """Prove that the loaded model runs on :attr:`device`; called after :meth:`start`,

@@ -1,7 +1,8 @@
 """Typed events of a run, sent by every executor to the run's observer.
 
 An executor reports what happens as it happens: a group's model is loading, a cell
-started, its warm-up ended, a cell finished (stored ok or failed), a cell was skipped (already stored ok),
+started, its warm-up ended, a cell finished (stored ok or failed), a stored cell was flagged
+(its group's sentinel), a cell was skipped (already stored ok),
 a perplexity measurement started, progressed or finished, a node was lost (Ray), a note
 for the user (e.g. a privileged container), a log line of a worker that is not an event.
 The command line turns them into a progress bar; a worker turns them into its stderr
@@ -31,10 +32,12 @@ class GroupLoading:
 
 @dataclass(frozen=True)
 class CellStarted:
-    """``cell`` is being measured (warm-up included)."""
+    """``cell`` is being measured (warm-up included); ``again``: measured once more, as a new
+    attempt, because its group's sentinel showed it ran while the host was slower."""
 
     cell: Cell
     node: str | None = None
+    again: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,17 @@ class CellFinished:
     """``result`` was stored (status ok or failed)."""
 
     result: CellResult
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class CellFlagged:
+    """A stored ``result`` gained a steady-state flag after it was stored (``flag``: ``drift``
+    or ``unsteady``, ``text``: why, with the figures); it is stored again in place."""
+
+    result: CellResult
+    flag: str
+    text: str
     node: str | None = None
 
 
@@ -113,8 +127,8 @@ class LogLine:
     node: str | None = None
 
 
-RunEvent = Union[GroupLoading, CellStarted, CellTimed, CellFinished, CellSkipped, ScoreStarted, ScoreProgress,  # noqa: UP007
-                 ScoreFinished, NodeLost, Note, LogLine]
+RunEvent = Union[GroupLoading, CellStarted, CellTimed, CellFinished, CellFlagged, CellSkipped,  # noqa: UP007
+                 ScoreStarted, ScoreProgress, ScoreFinished, NodeLost, Note, LogLine]
 #: What an executor calls with each event; must return quickly and never raise.
 Observer = Callable[[RunEvent], None]
 

@@ -331,6 +331,32 @@ COMPILE = MetricDef("compile_s", "compile time", "s", None,
                     "compiles for it (transformers' static cache with torch.compile), outside the timed part",
                     short="compile")
 
+# -- steady state (measure/steady.py, analysis/steady.py; docs/metrics.md "Steady state") -----
+_SS = f"{_MD} Steady state"
+STEADY_OUTPUT_TOK_S = MetricDef("steady_output_tok_s", "steady output throughput", "tok/s", "higher",
+                                f"{_SS}: output tokens arriving inside the steady window / its length (vLLM's Rust "
+                                "bench's window: in-flight requests at the target concurrency)",
+                                short="steady out tok/s", path=("steady_window", "output_tok_s"), digits=1)
+STEADY_TOTAL_TOK_S = MetricDef("steady_total_tok_s", "steady total throughput", "tok/s", "higher",
+                               f"{_SS}: (prompt tokens of requests whose first token arrived in the window + output "
+                               "tokens arriving in it) / its length", short="steady tok/s",
+                               path=("steady_window", "total_tok_s"), digits=1)
+STEADY_TPOT = MetricDef("steady_tpot_s", "steady TPOT", "s", "lower",
+                        f"{_SS}: TPOT of the requests whose whole decode lies inside the steady window",
+                        SUMMARY_STATS, shown_unit="ms", scale=1e3, path=("steady_window", "tpot_s"))
+STEADY_ITL = MetricDef("steady_itl_s", "steady ITL", "s", "lower",
+                       f"{_SS}: inter-token gaps whose both tokens lie inside the steady window", SUMMARY_STATS,
+                       shown_unit="ms", scale=1e3, path=("steady_window", "itl_s"))
+STEADY_ENERGY = MetricDef("steady_energy_j", "steady energy", "J", "lower",
+                          f"{_SS}: device energy over exactly the steady window (ML.ENERGY)",
+                          path=("steady_window", "energy_j"))
+STEADY_TOKENS_PER_J = MetricDef("steady_tokens_per_j", "steady tokens per joule", "tok/J", "higher",
+                                f"{_SS}: the window's tokens (as steady_total_tok_s counts them) / steady_energy_j",
+                                short="steady", path=("steady_window", "tokens_per_j"))
+STEADY_WINDOW_S = MetricDef("steady_window_s", "steady window", "s", None,
+                            f"{_SS}: from when the in-flight requests first reach the target concurrency until they "
+                            "last fall below it", short="window", path=("steady_window", "duration_s"))
+
 # -- roofline (analysis/roofline.py, docs/roofline.md) --------------------------------------
 _ROOF = "docs/roofline.md"
 MBU = MetricDef("mbu", "MBU", "", "higher", f"{_ROOF}: decode bytes per step / (TPOT x bandwidth x tp)",
@@ -420,7 +446,8 @@ _ALL = (TTFT, TPOT, ITL, E2E, TTFRT, TTFAT, RELEASE_LAG, QUEUE_WAIT, TTFT_BY_TUR
         N_REQUESTS, N_COMPLETED, N_FAILED, N_IN_TOTAL, N_OUT_TOTAL, DEVICES_USED, DURATION, OUTPUT_TOK_S,
         TOTAL_TOK_S, OUTPUT_TOK_S_PER_DEVICE, TOK_S_PER_DEVICE, TOK_S_PER_USER, REQUEST_S, LIB_ITL, GOODPUT, ENERGY,
         AVG_POWER, TOKENS_PER_J, OUTPUT_TOKENS_PER_J, J_PER_TOKEN, J_PER_OUTPUT_TOKEN, USD_PER_MTOK, CLIENT_LAG_P99,
-        HARNESS_SHARE, WARMUP, COMPILE, MBU, MFU, MBU_ATTAINABLE,
+        HARNESS_SHARE, WARMUP, COMPILE, STEADY_OUTPUT_TOK_S, STEADY_TOTAL_TOK_S, STEADY_TPOT, STEADY_ITL,
+        STEADY_ENERGY, STEADY_TOKENS_PER_J, STEADY_WINDOW_S, MBU, MFU, MBU_ATTAINABLE,
         MFU_ATTAINABLE_FP32, TTFT_FLOOR, TPOT_FLOOR, SERVER_TTFT, SERVER_TPOT, SERVER_QUEUE_TIME, SERVER_RUNNING,
         SERVER_WAITING, SERVER_KV_CACHE_USAGE,
         SERVER_PREEMPTIONS, SERVER_PREFIX_CACHE_HIT_RATE, SERVER_SPEC_ACCEPTANCE_RATE, UTIL_PCT, MEM_UTIL_PCT,
@@ -465,6 +492,18 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "interval": "a predicted cell's 90 % interval per metric ({metric: [lo, hi]})",
     "interval_half_width": "a predicted cell's interval half-width (log units)",
     "prediction_basis": "what a predicted cell's numbers rest on (the fit, the engine profile)",
+    "warmup": "the cell's warm-up record (measure/steady.py warm_up): mode (until-stable, carried, fixed, none), "
+              "why, each block's TPOT median (ms), core clock (MHz) and seconds, converged, the last blocks' "
+              "spread, seconds, tolerance and ceiling",
+    "steady": "the steady-state checks (analysis/steady.py): timed_drift (first and last thirds), "
+              "reference_tpot_ms (what the group's sentinel compares), sentinel, repeat_cv, remeasured, and "
+              "flags (not-warm, unsteady, drift: name -> the sentence with its figures)",
+    "steady_window": "a serving cell's steady window and its figures (measure/steady.py window_metrics): "
+                     "t0_ns, t1_ns, duration_s, share of the run, throughputs, TPOT, ITL, energy over the "
+                     "window, peak_in_flight, warning",
+    "host": "the host during the cell: compact_stall (memory-compaction stalls, /proc/vmstat delta)",
+    "unexpected": "a measured cell outside its calibrated prediction's 90 % interval (analysis/expectation.py): "
+                  "the metrics outside, their ratios to the prediction, the interval and the basis; a note",
 })
 
 

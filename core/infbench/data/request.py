@@ -89,6 +89,10 @@ class RunRequest(BaseModel):
     store_path: Path | None = None
     force: bool = False
     warmup: int | None = Field(None, ge=0, le=1000)
+    warmup_tol: float = _finite(default=0.03, gt=0, lt=1)
+    warmup_max_s: float | None = _finite(default=None, gt=0, le=1e6)
+    rewarm_after_s: float = _finite(default=60.0, ge=0, le=1e7)
+    no_remeasure: bool = False
     seed: int | None = None
     cell_timeout: float | None = _finite(default=None, gt=0)
     threads: int | None = Field(None, ge=1, le=4096)

@@ -7,6 +7,7 @@ from typing import Any
 
 from infbench.data.schema import Cell, CellResult
 from infbench.data.scores import PerplexityResult
+from infbench.data.warmup import WarmupPolicy
 
 
 @dataclass
@@ -35,6 +36,9 @@ class RunOptions:
             (:class:`infbench.engines.process.EngineProcess`), apart from infbench's
             samplers and display (default). False (``--no-engine-process``) measures it in
             this process, beside them, and flags its cells ``suspect``.
+        warmup: how cells warm up, and whether a drifting group is measured again
+            (:class:`~infbench.data.warmup.WarmupPolicy`: ``--warmup-tol``, ``--warmup-max-s``,
+            ``--rewarm-after-s``, ``--no-remeasure``).
     """
 
     force: bool = False
@@ -48,6 +52,7 @@ class RunOptions:
     load_nodes: int | None = None
     ray_address: str | None = None
     engine_process: bool = True
+    warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
 
 
 @dataclass

@@ -276,8 +276,9 @@ class Cell(BaseModel):
         output_len: generated tokens per request (forced: min = max, EOS ignored).
         tensor_parallel_size: devices one model instance is split over.
         seed: seed of the synthetic prompts.
-        warmup: warm-up passes before the timed one (same batch and prompt length,
-            2 output tokens), excluded from the figures.
+        warmup: warm-up blocks before the timed part (:mod:`infbench.data.warmup`: the cell's
+            batch or load with its output shortened), excluded from the figures; None (the
+            default): blocks until the engine is stable (``--warmup N``: exactly N).
         load: serving-mode load (server engines); None for in-process batch mode.
         dataset: conversations replayed instead of synthetic prompts; ``input_len`` and
             ``output_len`` are then the sample's mean lengths, each request forcing its own.
@@ -310,7 +311,7 @@ class Cell(BaseModel):
     output_len: int = Field(ge=1)
     tensor_parallel_size: int = Field(1, ge=1)
     seed: int = 0
-    warmup: int = Field(1, ge=0)
+    warmup: int | None = Field(None, ge=0)
     load: Load | None = None
     dataset: Dataset | None = None
     trace: Trace | None = None
@@ -440,7 +441,8 @@ class Sweep(BaseModel):
             length) instead of crossing them: LLM-Inference-Bench's "Input Output Length"
             grid, where input = output.
         tensor_parallel_size: list of TP degrees.
-        seed, warmup: copied into every cell.
+        seed, warmup: copied into every cell (``warmup`` None: until stable, the default;
+            an int: exactly that many warm-up blocks).
         cell_timeout_s: a cell running longer is stopped and stored as failed.
         concurrency, request_rate: serving-mode load levels (server engines only).
         burstiness, num_requests, duration_s, warmup_requests, request_timeout_s:
@@ -501,7 +503,7 @@ class Sweep(BaseModel):
     pair_lengths: bool = False
     tensor_parallel_size: list[int] = Field(default_factory=lambda: [1])
     seed: int = Field(0, ge=0)
-    warmup: int = Field(1, ge=0)
+    warmup: int | None = Field(None, ge=0)
     cell_timeout_s: float | None = Field(None, gt=0)
     concurrency: list[int] | None = None
     request_rate: list[float] | None = None

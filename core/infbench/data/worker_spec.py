@@ -14,6 +14,7 @@ from infbench.data.scenarios import ScenarioSpec, SweepScenario
 from infbench.data.schema import Cell, DeviceInfo, short_hash
 from infbench.data.secrets import redact_options
 from infbench.data.version import SCHEMA_VERSION, __version__
+from infbench.data.warmup import WarmupPolicy
 
 SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
 QUALITY_FILE = "quality.jsonl"
@@ -31,6 +32,7 @@ class WorkerOptions(BaseModel):
     load_nodes: int | None = Field(default=None, ge=0)
     ray_address: str | None = None
     engine_process: bool = True
+    warmup: WarmupPolicy = Field(default_factory=WarmupPolicy)
 
 
 class WorkerSpec(BaseModel):
@@ -80,7 +82,8 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
                           server_metrics_interval_s=opts.server_metrics_interval_s,
                           price_per_hour=opts.price_per_hour, load_nodes=getattr(opts, "load_nodes", None),
                           ray_address=getattr(opts, "ray_address", None),
-                          engine_process=getattr(opts, "engine_process", True))
+                          engine_process=getattr(opts, "engine_process", True),
+                          warmup=getattr(opts, "warmup", None) or WarmupPolicy())
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, options=o, scenario=plan.scenario)
 

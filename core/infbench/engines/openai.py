@@ -44,6 +44,7 @@ from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
 from infbench.data.secrets import clean_text, redact_url, url_secrets
 from infbench.data.signals import run_event_loop
+from infbench.data.warmup import block_cell
 from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport
 from infbench.measure.client import HttpClient, Response, endpoint_url
 from infbench.measure.derive import failure_causes
@@ -607,8 +608,15 @@ class OpenAIEngine(Engine):
         return warm + [TraceRequest(r, maker, seed, tr.block_tokens) for r in recs]
 
     # -- running -------------------------------------------------------------------
-    def warmup(self, cell: Cell, prompts: list[Any]) -> None:
-        """Serving cells warm up with ``load.warmup_requests`` inside :meth:`run`."""
+    def warmup(self, cell: Cell, prompts: list[Any]) -> RunOutput:
+        """One warm-up block (:func:`infbench.data.warmup.block_cell`: the cell's batch, or
+        ``2 x concurrency`` requests at its concurrency, the output shortened) with prompts of
+        its own, so no timed prompt is in the server's prefix cache; its records. The cell's
+        ``load.warmup_requests`` are sent inside :meth:`run` besides."""
+        block = block_cell(cell)
+        if self._model is None:
+            raise ConfigError("the warm-up needs the cell's prompts made first (make_prompts)")
+        return self.run(block, self.make_prompts(block, self._model))
 
     def payload(self, cell: Cell, prompt: Any, stream: bool = True) -> dict[str, Any]:
         """The JSON body of one request (streamed with usage requested unless ``stream`` is

@@ -349,9 +349,9 @@ class EngineProcess(Engine):
         """The adapter's prompts for ``cell`` (made in the engine process)."""
         return self._call("make_prompts", cell, model)
 
-    def warmup(self, cell: Any, prompts: list[Any]) -> None:
-        """The adapter's warm-up, in the engine process."""
-        self._call("warmup", cell, prompts)
+    def warmup(self, cell: Any, prompts: list[Any]) -> RunOutput | None:
+        """The adapter's warm-up block, in the engine process, with its records (or None)."""
+        return self._call("warmup", cell, prompts)
 
     def run(self, cell: Any, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
         """The adapter's timed run in the engine process; the answer carries the process's

@@ -176,17 +176,17 @@ class TransformersEngine(Engine):
                                      "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK)")
         return proof
 
-    def warmup(self, cell: Cell, prompts: list[list[int]]) -> None:
-        """One untimed pass: 2 output tokens (the default), or with a static cache the cell's
-        full length, so the forward is compiled for the timed part's cache shape; the first
-        pass at a shape is kept as that shape's ``compile_s``."""
+    def warmup(self, cell: Cell, prompts: list[list[int]]) -> RunOutput:
+        """One untimed block and its records: the default block (the output shortened), or
+        with a static cache the cell's full length, so the forward is compiled for the timed
+        part's cache shape; the first pass at a shape is kept as that shape's ``compile_s``."""
         if not self.static:
-            super().warmup(cell, prompts)
-            return
+            return super().warmup(cell, prompts)
         shape = (len(prompts), cell.input_len + cell.output_len)
         t0 = time.perf_counter()
-        self.run(cell, prompts)
+        out = self.run(cell, prompts)
         self.compile_s.setdefault(shape, time.perf_counter() - t0)
+        return out
 
     def run(self, cell: Cell, prompts: list[list[int]], deadline_ns: int | None = None) -> RunOutput:
         """Generate ``cell.output_len`` tokens for the batch of ``prompts`` (one generate call)."""

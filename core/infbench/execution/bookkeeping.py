@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from infbench.contract.manager import PluginManager
+from infbench.contract.registry import device_state
 from infbench.data.events import CellSkipped, Observer
 from infbench.data.run import RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.data.secrets import command_line, redact_argv
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.detect import Detection
+from infbench.measure.hoststate import host_state, state_warnings
 from infbench.store import Store, describe_db_error
 
 #: Libraries whose versions go into every run's provenance (when installed).
@@ -50,7 +52,8 @@ def git_sha() -> str | None:
 
 def provenance(detection: Detection, pm: PluginManager) -> dict[str, Any]:
     """Everything needed to reproduce or compare a run: host, OS, Python, infbench version
-    and git sha, store schema, library versions, detected devices and loaded plugins."""
+    and git sha, store schema, library versions, detected devices and loaded plugins, and the
+    host's and devices' state (:func:`run_state`)."""
     libs = {}
     for name in TRACKED_LIBRARIES:
         try:
@@ -64,7 +67,19 @@ def provenance(detection: Detection, pm: PluginManager) -> dict[str, Any]:
         "plugins": {n: {"distribution": i.distribution, "version": i.version} for n, i in pm.infos.items()
                     if not i.disabled and not i.error},
         "argv": redact_argv(sys.argv),
+        "host_state": run_state(detection, pm),
     }
+
+
+def run_state(detection: Detection, pm: PluginManager) -> dict[str, Any]:
+    """The host's state (:func:`infbench.measure.hoststate.host_state`: governor, transparent huge
+    pages, compaction stalls, NUMA and binding, swap) and each detected device's
+    (:func:`infbench.contract.registry.device_state`: persistence mode, clocks, power limit, ECC,
+    MIG), with the known-bad ones named (``warnings``,
+    :func:`infbench.measure.hoststate.state_warnings`)."""
+    host = host_state()
+    devices = [{"device": d.label(), **s.model_dump()} for d in detection.devices for s in device_state(pm, d)]
+    return {"host": host, "devices": devices, "warnings": state_warnings(host, devices)}
 
 
 def run_command() -> str:
@@ -191,10 +206,17 @@ def busy_elsewhere(store: Store, cells: list[Cell], device: DeviceInfo, run_id: 
 
 
 def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, observer: Observer,
-           node: str | None = None) -> None:
+           node: str | None = None, flag: tuple[str, str] | None = None) -> None:
     """Store one finished cell, count it in ``summary`` and announce it
     (:class:`~infbench.data.events.CellFinished`): what every executor does with a
     result, in that order, so a stored cell is never missing from the summary.
+
+    The summary holds the newest attempt of each cell: a cell measured again in this run (its
+    group's sentinel) replaces its earlier attempt there (the store keeps both). The same
+    attempt stored again (same cell id and ``started_at``: a flag added after it was stored,
+    ``flag`` = ``(name, text)``, or a worker's line for it read again) updates it in place
+    (:meth:`~infbench.store.Store.save_cell`) and is announced as
+    :class:`~infbench.data.events.CellFlagged`, never counted twice.
 
     SIGINT and SIGTERM wait until this is done (:func:`infbench.data.signals.deferred`). A
     store that refuses the write (disk full, locked past the busy timeout, a corrupt page)
@@ -205,7 +227,7 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
         JournalError: neither the store nor the journal can take the cell.
     """
     from infbench.data import signals
-    from infbench.data.events import CellFinished, Note
+    from infbench.data.events import CellFinished, CellFlagged, Note
     from infbench.store import claims, journal
 
     with signals.deferred():
@@ -222,9 +244,20 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
         else:
             with contextlib.suppress(sqlite3.Error, OSError):
                 claims.release(store, result.cell_id, run_id)
+        same = None
+        for lst in (summary.ok, summary.failed, summary.predicted):
+            for i, old in enumerate(lst):
+                if old.cell_id == result.cell_id:
+                    same = same or old.started_at == result.started_at
+                    del lst[i]
+                    break
         kept = {"ok": summary.ok, "predicted": summary.predicted}.get(result.status, summary.failed)
         kept.append(result)
-        observer(CellFinished(result, node))
+        if same:
+            name, text = flag or ("updated", "stored again")
+            observer(CellFlagged(result, name, text, node))
+        else:
+            observer(CellFinished(result, node))
 
 
 def conclude(store: Store, summary: RunSummary, outcome: dict[str, Any], provenance: dict[str, Any]) -> None:

@@ -18,6 +18,8 @@ from infbench.data.groups import Plan
 from infbench.data.request import RunRequest, flag_of
 from infbench.data.run import RunOptions
 from infbench.data.schema import DeviceInfo, Sweep
+from infbench.data.warmup import WarmupPolicy
+from infbench.execution.bookkeeping import run_state
 
 
 @dataclass
@@ -274,8 +276,12 @@ def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[
     if not any(c.load is None or c.load.mode == "batch" for c in cells):
         refuse("batch", "batch mode (all prompts at once); a load (--concurrency, --request-rate, --trace) sets "
                         "how many requests are in flight instead")
-    if not any(c.load is None for c in cells):
-        refuse("warmup", "in-process batch cells; server engines warm up with --warmup-requests")
+    if r.warmup is not None:
+        for f in ("warmup_tol", "warmup_max_s"):
+            refuse(f, "the warm-up until stable (the default); --warmup N runs exactly N blocks")
+    if r.find_max is not None or r.adaptive is not None or r.preset == "frontier":
+        refuse("no_remeasure", "a plain sweep, whose sentinel measures a drifted cell again; a search "
+                               "(--find-max, --adaptive, the frontier) only flags it")
     if not any(c.load is not None and c.load.mode == "rate" for c in cells):
         refuse("burstiness", "--request-rate loads (the gamma shape of their arrivals)")
     if not loads:
@@ -434,8 +440,11 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
                       engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
                       price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address,
-                      engine_process=r.engine_process)
+                      engine_process=r.engine_process,
+                      warmup=WarmupPolicy(tol=r.warmup_tol, max_s=r.warmup_max_s, rewarm_after_s=r.rewarm_after_s,
+                                          remeasure=not r.no_remeasure))
     warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
+    warnings += [f"host state: {w}" for w in run_state(det, pm)["warnings"]]  # before the run, not after it
     return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)
 
 

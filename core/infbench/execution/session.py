@@ -15,7 +15,12 @@ container, on a Ray node, where ``infbench worker`` runs the same code) measures
   :meth:`RunContext.record_quality` (perplexity), with signals held back while it is written;
   the run itself was begun by :func:`infbench.execution.bookkeeping.started_run`, whose command line and
   provenance are redacted (:mod:`infbench.data.secrets`) in the store;
-* **stopped**: the engine is stopped on every path (:meth:`EngineSession.stop`).
+* **stopped**: the engine is stopped on every path (:meth:`EngineSession.stop`);
+* **steady**: each cell warms up until the engine is stable, or carries the state of the cell
+  before it (:class:`~infbench.measure.steady.WarmState`, one per session); its timed part is
+  checked for drift; at the end of the group a sentinel measures the group's first cell again
+  and, where the host changed state meanwhile, flags the cells measured in the other state and
+  measures them once more (:meth:`EngineSession.finish`; docs/metrics.md, "Steady state").
 
 A scenario never starts an engine itself: it asks the session to measure a cell
 (:meth:`EngineSession.measure`) or score a text (:meth:`EngineSession.score`) and decides
@@ -31,7 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.analysis import steady
 from infbench.analysis.floor import add_roofline
+from infbench.analysis.repeats import base_cell_id
 from infbench.contract.manager import PluginManager
 from infbench.data import signals
 from infbench.data.engine import Engine
@@ -58,7 +65,12 @@ from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
 from infbench.execution.bookkeeping import record, take_cell, unmeasured_failure
 from infbench.measure.cell import measure_cell
+from infbench.measure.steady import WarmState, block_tpot_ms
 from infbench.store import Store, describe_db_error
+
+#: The least time a drifting group's remeasurements may take by default (s): a group of quick
+#: cells still gets its slow ones measured again.
+REMEASURE_FLOOR_S = 60.0
 
 
 class GroupStartFailed(Exception):
@@ -97,6 +109,9 @@ class RunContext:
             ``runner(engine, cell)`` returns the function that runs a cell's load instead of
             the engine's own client, or None for a cell it does not take
             (:class:`infbench.execution.executors.spread.LoadSpread`, ``--load-nodes``).
+        expect: predictions to hold each measured cell against
+            (:class:`~infbench.analysis.expectation.Expectation`: its ``unexpected`` note);
+            None: none.
     """
 
     pm: PluginManager
@@ -114,6 +129,7 @@ class RunContext:
     stamp: Callable[[CellResult], CellResult] | None = None
     take: Callable[[Cell], bool] | None = None
     spread: Any = None
+    expect: Any = None
 
     @property
     def run_id(self) -> str:
@@ -130,11 +146,12 @@ class RunContext:
         return take_cell(self.store, self.run_id, cell, self.device, self.summary, self.observer,
                          self.options.force if force is None else force)
 
-    def record(self, result: CellResult) -> None:
-        """Store one cell result (:func:`infbench.execution.bookkeeping.record`), count and announce it."""
+    def record(self, result: CellResult, flag: tuple[str, str] | None = None) -> None:
+        """Store one cell result (:func:`infbench.execution.bookkeeping.record`), count and announce
+        it; ``flag`` = ``(name, text)`` when it is an attempt stored before, now flagged."""
         if self.stamp is not None:
             result = self.stamp(result)
-        record(self.store, self.run_id, self.summary, result, self.observer, self.node)
+        record(self.store, self.run_id, self.summary, result, self.observer, self.node, flag)
 
     def fail(self, cell: Cell, error: str, started_at: float | None = None,
              metrics: dict[str, Any] | None = None) -> CellResult:
@@ -190,6 +207,12 @@ class EngineSession:
         self.ctx, self.group, self.engine = ctx, group, engine
         #: Seconds the engine took to launch, load and prove its device.
         self.load_s = load_s
+        #: How warm the engine is (each cell's warm-up reads and updates it).
+        self.warm = WarmState(loaded_at=time.perf_counter())
+        #: The results this session measured, in order (the sentinel's material).
+        self.results: list[CellResult] = []
+        #: What :meth:`finish` found: the sentinel's comparison and what it flagged and measured again.
+        self.sentinel: dict[str, Any] | None = None
 
     @classmethod
     def start(cls, ctx: RunContext, group: Group, load: Group | None = None) -> EngineSession:
@@ -230,14 +253,19 @@ class EngineSession:
         self.stop()
 
     def measure(self, cell: Cell, options: RunOptions | None = None,
-                annotate: Callable[[CellResult], None] | None = None) -> CellResult | None:
-        """Claim, measure and store one cell on the loaded engine.
+                annotate: Callable[[CellResult], None] | None = None, again: bool = False) -> CellResult | None:
+        """Claim, measure and store one cell on the loaded engine: warm-up (carrying the
+        session's :attr:`warm` state), timed part, roofline and physics, the steady-state checks
+        (:func:`infbench.analysis.steady.check_timed`) and, where a calibration covers the device,
+        the ``unexpected`` note.
 
         Args:
             cell: a cell of the loaded group (same model, engine, dtype and TP).
             options: knobs for this cell instead of the run's (``--find-max`` sets its SLO).
             annotate: called with the result before it is stored (a scenario adds its own
                 metrics, e.g. ``metrics["find_max"]``).
+            again: a cell stored in this run already, measured once more (:meth:`finish`): claimed
+                with force, announced as such.
 
         Returns:
             The stored result (ok or failed), or None when the cell was claimed by another
@@ -247,15 +275,23 @@ class EngineSession:
             KeyboardInterrupt: after storing a cell that finished before the signal.
         """
         opts = options or self.ctx.options
-        if not self.ctx.claim(cell, opts.force):
+        if not self.ctx.claim(cell, True if again else opts.force):
             return None
-        self.ctx.observer(CellStarted(cell, self.ctx.node))
+        self.ctx.observer(CellStarted(cell, self.ctx.node, again))
         r = None
         run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
         try:
             r = measure_cell(self.engine, self.group, cell, self.ctx.device, self.ctx.sampler, opts, run,
-                             on_timed=lambda: self.ctx.observer(CellTimed(cell, self.ctx.node)))
+                             on_timed=lambda: self.ctx.observer(CellTimed(cell, self.ctx.node)), warm=self.warm)
             add_roofline(r, self.group.model, self.ctx.limits, self.ctx.limits_reason)
+            steady.check_timed(r, self.group.model)
+            if r.status == "ok":
+                ref = steady.reference_tpot_ms(r)
+                if ref is not None:
+                    r.metrics.setdefault("steady", {})["reference_tpot_ms"] = round(ref, 4)
+                note = self.ctx.expect.check(r) if self.ctx.expect is not None else None
+                if note is not None:
+                    r.metrics["unexpected"] = note
             if annotate is not None:
                 annotate(r)
         except KeyboardInterrupt:
@@ -263,7 +299,126 @@ class EngineSession:
                 self.ctx.record(r)
             raise
         self.ctx.record(r)
+        self.results.append(r)
         return r
+
+    def block_tpot_ms(self, cell: Cell) -> float | None:
+        """One warm-up block of ``cell`` run now (:meth:`~infbench.data.engine.Engine.warmup`),
+        its TPOT median in ms (None when the engine's warm-up gives no records)."""
+        prompts = self.engine.make_prompts(cell, self.group.model)
+        out = self.engine.warmup(cell, prompts)
+        self.warm.ran()
+        return block_tpot_ms(out.records) if out is not None else None
+
+    def finish(self, remeasure: bool = True) -> dict[str, Any] | None:
+        """At the end of the group, before the engine stops: the checks no single cell can make
+        (docs/metrics.md, "Steady state").
+
+        * ``--repeat``: the repeats of one workload whose TPOT varies with a CV above 10 % are
+          flagged ``unsteady`` (:func:`~infbench.analysis.steady.repeat_cv`).
+        * The **sentinel**: one block of the group's first measured cell, run now, against the
+          same steps in its timed part (:func:`~infbench.analysis.steady.sentinel_check`). Where
+          they differ by more than 10 %, the host changed state while the group ran: each cell is
+          checked the same way in order, one block each, and a cell that differs is flagged
+          ``drift`` with both figures (stored again in place) and, when it ran slower than the
+          host runs now and ``remeasure`` and the run's policy allow, measured once more as a new
+          attempt, within the policy's budget (by default as long as the group's cells took, at least
+          :data:`REMEASURE_FLOOR_S`).
+
+        Args:
+            remeasure: whether this scenario may measure a cell again (a sweep may; a search
+                decides from what it measured, and only flags).
+
+        Returns:
+            What it found (also :attr:`sentinel`): ``{"first", "check", "flagged", "remeasured",
+            "budget_s", "spent_s"}``; None when nothing was measured ok or the engine gives no
+            block to time. Never raises but for KeyboardInterrupt.
+        """
+        ctx = self.ctx
+        ok = [r for r in self.results if r.status == "ok"]
+        t_start = time.perf_counter()
+        try:
+            self._repeat_checks(ok)
+            if not ok:
+                return None
+            first = ok[0]
+            ref = (first.metrics.get("steady") or {}).get("reference_tpot_ms")
+            now_ms = self.block_tpot_ms(first.cell) if ref else None
+            chk = steady.sentinel_check(ref, now_ms)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed check loses nothing measured
+            ctx.observer(Note(f"the sentinel of {self.group.label()} could not run ({describe_error(exc)})"))
+            return None
+        if chk is None:
+            return None
+        policy = ctx.options.warmup
+        budget = policy.remeasure_budget_s if policy.remeasure_budget_s is not None else max(
+            REMEASURE_FLOOR_S, sum((r.wall_s or 0.0) + float(r.metrics.get("warmup_s") or 0.0) for r in ok))
+        found: dict[str, Any] = {"first": first.cell.label(), "check": chk, "flagged": [], "remeasured": [],
+                                 "budget_s": round(budget, 3), "spent_s": 0.0,
+                                 "seconds": round(time.perf_counter() - t_start, 4)}
+        self.sentinel = found
+        if not chk["drift"]:
+            return found
+        ctx.observer(Note(f"sentinel: {first.cell.label()}'s first decode steps take {chk['now_ms']:.2f} ms now, "
+                          f"{chk['reference_ms']:.2f} ms when measured (x{chk['ratio']:.2f}): the host changed state "
+                          f"during the group; checking each of its {len(ok)} cells"))
+        t_spent = 0.0
+        for r in ok:
+            try:
+                c = chk if r is first else steady.sentinel_check(
+                    (r.metrics.get("steady") or {}).get("reference_tpot_ms"), self.block_tpot_ms(r.cell))
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the engine failed its check block: stop checking, keep all
+                ctx.observer(Note(f"the sentinel's check of {r.cell.label()} failed ({describe_error(exc)}); the "
+                                  "cells not checked yet keep their figures unflagged"))
+                break
+            if c is None or not c["drift"]:
+                continue
+            text = steady.sentinel_flag(c, first.cell.label())
+            self._reflag(r, "drift", text, {"sentinel": c})
+            found["flagged"].append(r.cell.label())
+            if remeasure and policy.remeasure and c["faster_now"] and t_spent < budget:
+                t0 = time.perf_counter()
+                note = {"previous_started_at": r.started_at, "sentinel": c}
+                again = self.measure(r.cell, again=True, annotate=lambda x, note=note: x.metrics.setdefault(
+                    "steady", {}).update(remeasured=note))
+                t_spent += time.perf_counter() - t0
+                if again is not None:
+                    found["remeasured"].append(r.cell.label())
+        found["spent_s"] = round(t_spent, 3)
+        found["seconds"] = round(time.perf_counter() - t_start, 4)
+        return found
+
+    def _repeat_checks(self, ok: list[CellResult]) -> None:
+        """Flag ``unsteady`` the repeats of one workload whose CV is above 10 % (:meth:`finish`)."""
+        by: dict[str, list[CellResult]] = {}
+        if any(o.cell.repeat for o in ok):
+            for r in ok:  # the repeats of one workload share the id of its first measurement
+                by.setdefault(base_cell_id({"spec": r.cell.model_dump(), "device": r.device.model_dump(),
+                                            "cell_id": r.cell_id}), []).append(r)
+        for rs in by.values():
+            cv = steady.repeat_cv(rs) if len(rs) >= 2 else None
+            if cv is None or not cv["unsteady"]:
+                continue
+            text = steady.repeat_flag(cv)
+            for r in rs:
+                self._reflag(r, "unsteady", text, {"repeat_cv": cv})
+
+    def _reflag(self, r: CellResult, name: str, text: str, figures: dict[str, Any]) -> None:
+        """Flag the stored attempt ``r`` after the fact: its newest version (earlier flags kept)
+        with ``name`` and ``figures`` under ``metrics["steady"]``, stored again in place
+        (:meth:`RunContext.record`, announced as :class:`~infbench.data.events.CellFlagged`)."""
+        i = next((j for j, x in enumerate(self.results)
+                  if x.cell_id == r.cell_id and x.started_at == r.started_at), None)
+        flagged = (self.results[i] if i is not None else r).model_copy(deep=True)
+        steady.add_flag(flagged.metrics, name, text)
+        flagged.metrics["steady"].update(figures)
+        self.ctx.record(flagged, (name, text))
+        if i is not None:
+            self.results[i] = flagged
 
     def score(self, req: Any) -> PerplexityResult:
         """Measure and store the perplexity of a :class:`~infbench.quality.perplexity.PerplexityRequest`
@@ -312,8 +467,10 @@ def measuring_context(pm: PluginManager, device: DeviceInfo, store: Store, summa
     sampler (or ``options.power_override`` with the device's telemetry channels), its
     roofline limits and engine backends, and the cell ids stored ok (none with ``force``).
     The caller closes ``ctx.sampler``."""
+    from infbench.analysis.expectation import Expectation
     from infbench.analysis.floor import device_roofline_limits
     from infbench.contract.registry import device_backends
+    from infbench.data.paths import default_home
     from infbench.measure.power import WithChannels, device_power_sampler
 
     sampler = device_power_sampler(pm, device)
@@ -325,5 +482,6 @@ def measuring_context(pm: PluginManager, device: DeviceInfo, store: Store, summa
     except BaseException:
         sampler.close()
         raise
+    expect = Expectation(limits, device.vendor, default_home()) if limits is not None else None
     return RunContext(pm, device, store, summary, options, observer, sampler, limits, reason,
-                      device_backends(pm, device), done, node)
+                      device_backends(pm, device), done, node, expect=expect)

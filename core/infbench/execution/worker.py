@@ -75,10 +75,20 @@ def event_line(event: Any) -> str | None:
     store finished results: ``infbench-worker: loading <group>``, ``infbench-worker: cell
     <spec_hash> <cell JSON>``, ``infbench-worker: timed <spec_hash>`` (warm-up done),
     ``infbench-worker: done <spec_hash> <cell_id> ok|failed
-    [error]``, ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
+    [error]``, ``infbench-worker: flagged <spec_hash> <cell_id> <flag>`` (a stored cell flagged by
+    its group's sentinel: its line in ``cells.jsonl`` again, same ``started_at``),
+    ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
     scored <quality key> ok|failed [error]``.
     """
-    from infbench.data.events import CellFinished, CellStarted, CellTimed, GroupLoading, ScoreFinished, ScoreStarted
+    from infbench.data.events import (
+        CellFinished,
+        CellFlagged,
+        CellStarted,
+        CellTimed,
+        GroupLoading,
+        ScoreFinished,
+        ScoreStarted,
+    )
 
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
@@ -89,6 +99,8 @@ def event_line(event: Any) -> str | None:
     elif isinstance(event, CellFinished):
         r = event.result
         line = f"done {r.spec_hash} {r.cell_id} {r.status}" + (f" {' '.join(str(r.error).split())}" if r.error else "")
+    elif isinstance(event, CellFlagged):
+        line = f"flagged {event.result.spec_hash} {event.result.cell_id} {event.flag}"
     elif isinstance(event, ScoreStarted):
         line = f"score {event.key} {event.label}"
     elif isinstance(event, ScoreFinished):
@@ -117,7 +129,7 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
         VersionSkew, ConfigError: bad spec, or no detected device matches the spec's.
     """
     from infbench.contract.manager import get_plugin_manager
-    from infbench.data.events import CellFinished, ScoreFinished
+    from infbench.data.events import CellFinished, CellFlagged, ScoreFinished
     from infbench.data.groups import Group, Plan
     from infbench.data.models import resolve
     from infbench.data.run import RunOptions
@@ -155,7 +167,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
                       engine_options=dict(o.engine_options), slo=o.slo,
                       server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour,
-                      load_nodes=o.load_nodes, ray_address=o.ray_address, engine_process=o.engine_process)
+                      load_nodes=o.load_nodes, ray_address=o.ray_address, engine_process=o.engine_process,
+                      warmup=o.warmup)
     store = Store(out_dir / DB_FILE)
 
     def append(path: Path, line: str) -> None:
@@ -165,7 +178,7 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
             os.fsync(f.fileno())
 
     def event(ev: Any) -> None:
-        if isinstance(ev, CellFinished):
+        if isinstance(ev, (CellFinished, CellFlagged)):  # a flagged attempt: its line again, same started_at
             append(cells_path, ev.result.model_dump_json())
         elif isinstance(ev, ScoreFinished):
             append(quality_path, ev.result.model_dump_json())

@@ -1,6 +1,6 @@
-"""Step 4 of a run: measure one cell on a started engine (warm-up, timed requests with
-power and telemetry sampling and, for servers, a scrape of their Prometheus metrics;
-metrics from the raw records, docs/metrics.md)."""
+"""Step 4 of a run: measure one cell on a started engine (warm-up until the engine is stable,
+timed requests with power and telemetry sampling and, for servers, a scrape of their Prometheus
+metrics; metrics from the raw records, a serving cell's steady window, docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.measure.contention import ContentionMonitor
 from infbench.measure.derive import cell_metrics, failure_summary
 from infbench.measure.harness import HarnessMonitor, harness_metrics, host_bound
+from infbench.measure.hoststate import CompactionStalls
 from infbench.measure.power import PowerMonitor, PowerSampler
 from infbench.measure.server_metrics import ServerMetricsScraper, from_timings, metrics_url
 from infbench.measure.server_metrics import summarize as server_summary
+from infbench.measure.steady import WarmState, peak_in_flight, steady_window, warm_up, window_metrics
 from infbench.measure.telemetry import summarize_channels
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -27,10 +29,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, sampler: PowerSampler,
                  opts: RunOptions, run: Callable[..., RunOutput] | None = None,
-                 on_timed: Callable[[], None] | None = None) -> CellResult:
-    """Warm up, run the timed part with power and telemetry sampling (and a scrape of the
-    server's ``/metrics`` for server engines), derive metrics. Never raises for a failed
+                 on_timed: Callable[[], None] | None = None, warm: WarmState | None = None) -> CellResult:
+    """Warm up (:func:`infbench.measure.steady.warm_up`: until stable by default, its record in
+    ``metrics["warmup"]``), run the timed part with power and telemetry sampling (and a scrape
+    of the server's ``/metrics`` for server engines), derive metrics; a serving cell at a fixed
+    concurrency also gets its steady window (``metrics["steady_window"]``: throughput, TPOT,
+    ITL and energy over the stretch at the target concurrency). Never raises for a failed
     cell (the error is in the result); re-raises KeyboardInterrupt.
+
+    ``warm`` is the engine session's :class:`~infbench.measure.steady.WarmState` (a cell that
+    follows a settled one carries its state); None: a fresh state (the cell warms up until
+    stable).
 
     ``run(cell, prompts, deadline_ns=...)`` replaces ``engine.run`` for the timed part (serving
     load sent from other nodes, :mod:`infbench.execution.executors.spread`); its records must be on
@@ -45,10 +54,10 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
                 engine=describe_engine(engine), started_at=started)
     try:
         prompts = engine.make_prompts(cell, group.model)
-        w0 = time.perf_counter()
-        for _ in range(cell.warmup):
-            engine.warmup(cell, prompts)
-        warmup_s = time.perf_counter() - w0
+        state = warm if warm is not None else WarmState(loaded_at=time.perf_counter())
+        warmed = warm_up(engine, cell, prompts, opts.warmup, state, device.kind, sampler, opts.power_interval_s)
+        warmup_s = warmed["seconds"]
+        stalls = CompactionStalls()
         if on_timed is not None:
             on_timed()
         t0 = time.perf_counter()
@@ -58,11 +67,14 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         if scraper is not None:
             scraper.start()
         harness = HarnessMonitor()
+        stalls.start()
         try:
             harness.start()
             out = (run or engine.run)(cell, prompts, deadline_ns=deadline)
             harness.stop()
         finally:
+            state.ran()
+            stalled = stalls.stop()
             contention = neighbours.stop()
             readings = monitor.stop()
             if scraper is not None:
@@ -88,8 +100,16 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
             metrics["timed_window_epoch_s"] = metrics_window
         metrics.update(harness_metrics(harness, out.process, serving="client" in out.metrics))
         metrics.update(host_bound(metrics, device.kind))
-        if cell.warmup:
+        metrics["warmup"] = warmed
+        if warmed["blocks"]:
             metrics[M.WARMUP.key] = round(warmup_s, 4)
+        if stalled is not None:
+            metrics["host"] = {"compact_stall": stalled}
+            if stalled:
+                out.warnings.append(f"{stalled} memory-compaction stall(s) during the timed part (/proc/vmstat "
+                                    "compact_stall): the kernel paused allocations to defragment memory")
+        if cell.load is not None and cell.load.mode == "concurrency" and cell.load.concurrency and window:
+            metrics["steady_window"] = serving_window(out.records, cell.load.concurrency, window, monitor)
         if monitor.channel_error:
             metrics["telemetry_note"] = monitor.channel_error
         server = scraper.result() if scraper is not None else None
@@ -136,3 +156,17 @@ def describe_engine(engine: Engine) -> dict[str, Any]:
         return {**engine.describe(), "device_proof": engine.device_proof}
     except Exception as exc:  # noqa: BLE001
         return {"name": getattr(engine, "name", "?"), "describe_error": str(exc), "device_proof": engine.device_proof}
+
+
+def serving_window(records: list[Any], target: int, run: tuple[int, int], monitor: PowerMonitor) -> dict[str, Any]:
+    """A concurrency cell's steady window and its figures
+    (:func:`~infbench.measure.steady.steady_window`, :func:`~infbench.measure.steady.window_metrics`,
+    energy from ``monitor`` over exactly the window), or ``{"warning"}`` when the requests in
+    flight never reached ``target``."""
+    win = steady_window(records, target)
+    run_s = (run[1] - run[0]) / 1e9
+    if win is None:
+        return {"warning": f"the requests in flight never reached the target concurrency {target} (at most "
+                           f"{peak_in_flight(records)}): no steady window; the whole-run figures include the ramp "
+                           "and the drain"}
+    return {**window_metrics(records, win[:2], run_s, monitor.energy), "peak_in_flight": win[2]}

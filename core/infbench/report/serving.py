@@ -167,6 +167,42 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
     return style + "".join(parts) + script
 
 
+def steady_html(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
+    """The report's steady-state section (docs/metrics.md, "Steady state"): per cell its warm-up
+    (mode, blocks, whether it settled, seconds), its steady window (serving: length, output
+    tok/s, TPOT p50) and its flags; then the known-bad host and device states of the runs shown
+    (provenance ``host_state.warnings``) and the cells outside their calibrated prediction
+    (``unexpected``). ``""`` when no cell has a warm-up record and no run a warning."""
+    body = []
+    for r in rows:
+        m = r.get("metrics") or {}
+        w = m.get("warmup")
+        if r.get("status") != "ok" or not isinstance(w, dict):
+            continue
+        s = r["spec"]
+        win = m.get("steady_window") or {}
+        flags = ((m.get("steady") or {}).get("flags") or {})
+        tpot = (win.get("tpot_s") or {}).get("p50")
+        body.append([f"{s['model']} {s['engine']} b{s['batch']} i{s['input_len']} o{s['output_len']}",
+                     w.get("mode"), len(w.get("blocks") or []),
+                     {True: "yes", False: "no", None: "-"}.get(w.get("converged"), "-"), w.get("seconds"),
+                     win.get("duration_s"), win.get("output_tok_s"), None if tpot is None else tpot * 1e3,
+                     ", ".join(sorted(flags)) or "-", (m.get("unexpected") or {}).get("text") or "-"])
+    ids = {r.get("run_id") for r in rows}
+    warned = [[run["run_id"], w] for run in runs if run.get("run_id") in ids
+              for w in (((run.get("provenance") or {}).get("host_state") or {}).get("warnings") or [])]
+    if not body and not warned:
+        return ""
+    parts = ['<section id="steady-state"><h2>Steady state: warm-up, steady window, flags</h2>']
+    if body:
+        parts.append(_table(["cell", "warm-up", "blocks", "settled", "warm-up s", "window s", "window out tok/s",
+                             "window TPOT p50 ms", "flags", "unexpected"], body))
+    if warned:
+        parts.append("<h3>Host and device state known to spoil a measurement</h3>"
+                     + _table(["run", "warning"], warned))
+    return "".join(parts) + "</section>"
+
+
 def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
                           formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150, protect: Any = ()) -> list[Path]:
     """PNG/SVG versions of :func:`serving_figures` (matplotlib): ``goodput_vs_load``,

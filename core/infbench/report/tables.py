@@ -236,6 +236,35 @@ def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def unexpected_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per ok cell whose measurement lies outside its calibrated prediction's 90 %
+    interval (``metrics["unexpected"]``, :mod:`infbench.analysis.expectation`): ``"<cell id>
+    <label>: <sentence>"``."""
+    out = []
+    for r in rows:
+        note = (r.get("metrics") or {}).get("unexpected")
+        if r["status"] == "ok" and isinstance(note, dict) and note.get("text"):
+            s = r["spec"]
+            out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} o{s['output_len']}: "
+                       f"{note['text']}")
+    return out
+
+
+def state_notes(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The known-bad host and device states of the runs ``rows`` came from (each run's
+    provenance ``host_state.warnings``, :func:`infbench.measure.hoststate.state_warnings`):
+    ``"run <id>: <warning>"``."""
+    ids = {r.get("run_id") for r in rows}
+    out = []
+    for run in runs:
+        if run.get("run_id") not in ids:
+            continue
+        st = (run.get("provenance") or {}).get("host_state") or {}
+        for w in st.get("warnings") or []:
+            out.append(f"run {run['run_id']}: {w}")
+    return out
+
+
 def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
     """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
     cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""

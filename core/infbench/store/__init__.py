@@ -382,11 +382,21 @@ class Store:
         endpoint URL), the engine description, the metrics' notes, the power note, each
         request's error and server fields, the /metrics URL.
 
+        The same attempt stored again (this run, this cell id, the same ``started_at``: a flag
+        added after it was stored, :func:`infbench.execution.bookkeeping.record`) updates that
+        row's status, error and metrics in place; its records and readings stay as stored.
+
         Returns:
             The row id of the attempt.
         """
         r = redacted_cell(r)
         with self.transaction():
+            old = self.db.execute("SELECT id FROM cells WHERE run_id=? AND cell_id=? AND started_at=? "
+                                  "ORDER BY id DESC LIMIT 1", (run_id, r.cell_id, r.started_at)).fetchone()
+            if old is not None:
+                self.db.execute("UPDATE cells SET status=?, error=?, metrics=? WHERE id=?",
+                                (r.status, r.error, json.dumps(r.metrics), old[0]))
+                return int(old[0])
             cur = self.db.execute(
                 "INSERT INTO cells (cell_id, spec_hash, run_id, status, error, spec, device, metrics, engine,"
                 " power_note, wall_s, engine_s, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",

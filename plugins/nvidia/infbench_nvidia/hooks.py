@@ -10,6 +10,7 @@ from infbench.plugin import (
     DeviceBackends,
     DeviceInfo,
     DeviceSpec,
+    DeviceState,
     Engine,
     EngineSpec,
     NoPower,
@@ -18,7 +19,14 @@ from infbench.plugin import (
     packaged_specs,
 )
 from infbench_nvidia import __version__
-from infbench_nvidia.nvml import NvmlSampler, NvmlUnavailable, device_groups, load_nvml, precisions_for_cc
+from infbench_nvidia.nvml import (
+    NvmlSampler,
+    NvmlUnavailable,
+    device_groups,
+    device_states,
+    load_nvml,
+    precisions_for_cc,
+)
 from infbench_nvidia.trtllm import TRTLLM_DTYPES
 
 VENDOR = "nvidia"
@@ -67,6 +75,22 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
         return NvmlSampler(nvml, indices, module_scope=bool(device.properties.get("grace_hopper")))
     except ValueError as exc:
         return NoPower(f"NVML: {exc}")
+
+
+@hookimpl
+def infbench_device_state(device: DeviceInfo) -> list[DeviceState] | None:
+    """Each GPU's persistence mode, clocks, power limit, ECC and MIG (:func:`device_states`);
+    None for another vendor's device or without NVML."""
+    if device.vendor != VENDOR:
+        return None
+    try:
+        nvml = load_nvml()
+    except NvmlUnavailable:
+        return None
+    try:
+        return device_states(nvml, device.properties.get("indices") or list(range(device.count)))
+    finally:
+        nvml.nvmlShutdown()
 
 
 def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:

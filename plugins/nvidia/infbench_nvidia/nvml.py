@@ -15,7 +15,7 @@ from collections import defaultdict
 from types import ModuleType
 from typing import Any
 
-from infbench.plugin import ChannelReading, DeviceInfo, PowerReading, PowerSampler, now_ns
+from infbench.plugin import ChannelReading, DeviceInfo, DeviceState, PowerReading, PowerSampler, now_ns
 
 #: Clock event (throttle) reasons that lower the clocks below what was asked, by their
 #: bit in ``nvmlDeviceGetCurrentClocksEventReasons`` (nvml.h ``nvmlClocksEventReason*``).
@@ -291,3 +291,42 @@ class NvmlSampler(PowerSampler):
             self.nvml.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
+
+
+def device_states(nvml: ModuleType, indices: list[int]) -> list[DeviceState]:
+    """The settings of each GPU that change what it measures (plugin contract 1.10): persistence
+    mode (``nvmlDeviceGetPersistenceMode``), application clocks against their defaults
+    (``nvmlDeviceGetApplicationsClock`` / ``nvmlDeviceGetDefaultApplicationsClock``, SM), the
+    SM clock now and its maximum, the enforced power limit against its default
+    (``nvmlDeviceGetEnforcedPowerLimit`` / ``nvmlDeviceGetPowerManagementDefaultLimit``, mW),
+    ECC (``nvmlDeviceGetEccMode``, current) and MIG (``nvmlDeviceGetMigMode``, current). A query
+    the GPU does not answer is left None."""
+
+    def ask(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends: not known
+            return None
+
+    sm = getattr(nvml, "NVML_CLOCK_SM", 1)
+    out = []
+    for i in indices:
+        h = nvml.nvmlDeviceGetHandleByIndex(i)
+        pm = ask(getattr(nvml, "nvmlDeviceGetPersistenceMode", None) or (lambda _h: None), h)
+        app = ask(getattr(nvml, "nvmlDeviceGetApplicationsClock", None) or (lambda _h, _c: None), h, sm)
+        app0 = ask(getattr(nvml, "nvmlDeviceGetDefaultApplicationsClock", None) or (lambda _h, _c: None), h, sm)
+        lim = ask(nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        lim0 = ask(getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None) or (lambda _h: None), h)
+        ecc = ask(getattr(nvml, "nvmlDeviceGetEccMode", None) or (lambda _h: None), h)
+        mig = ask(nvml.nvmlDeviceGetMigMode, h)
+        now = ask(nvml.nvmlDeviceGetClockInfo, h, sm)
+        top = ask(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None) or (lambda _h, _c: None), h, sm)
+        out.append(DeviceState(
+            index=i, persistence_mode=None if pm is None else bool(pm),
+            applications_clocks_locked=None if app is None or app0 is None else int(app) != int(app0),
+            sm_clock_mhz=None if now is None else float(now), max_sm_clock_mhz=None if top is None else float(top),
+            power_limit_w=None if lim is None else lim / 1e3,
+            default_power_limit_w=None if lim0 is None else lim0 / 1e3,
+            ecc=None if ecc is None else bool(ecc[0] if isinstance(ecc, (tuple, list)) else ecc),
+            mig=None if mig is None else bool(mig[0] if isinstance(mig, (tuple, list)) else mig)))
+    return out

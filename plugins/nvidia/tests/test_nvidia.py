@@ -321,3 +321,41 @@ def test_the_plugin_conforms_to_the_contract():
                        count=1, memory_bytes=80 * 2**30, properties={"compute_capability": "9.0"})
     findings = assert_conforms(hooks, devices=[*detected, stand_in])
     assert {"infbench_supported_precisions", "infbench_power_sampler"} <= {f.hook for f in findings}
+
+
+def test_device_state_reads_the_settings_that_change_a_measurement():
+    """Contract 1.10: persistence mode, application clocks against their default, the power
+    limit against its default (mW -> W), ECC and MIG; a query the GPU does not answer is None."""
+    from infbench_nvidia.nvml import device_states
+
+    class Answers(NvmlStandIn):
+        def nvmlDeviceGetPersistenceMode(self, h):
+            return 1 if h == 0 else 0
+
+        def nvmlDeviceGetApplicationsClock(self, h, clock):
+            return 1980 if h == 0 else 1410
+
+        def nvmlDeviceGetDefaultApplicationsClock(self, h, clock):
+            return 1980
+
+        def nvmlDeviceGetPowerManagementDefaultLimit(self, h):
+            return 700000
+
+        def nvmlDeviceGetEnforcedPowerLimit(self, h):
+            return 700000 if h == 0 else 500000
+
+        def nvmlDeviceGetEccMode(self, h):
+            raise RuntimeError("NVMLError_NotSupported")
+
+        def nvmlDeviceGetMaxClockInfo(self, h, clock):
+            return 1980
+
+    a, b = device_states(Answers(), [0, 1])
+    assert (a.persistence_mode, a.applications_clocks_locked, a.power_limit_w, a.default_power_limit_w) == \
+        (True, False, 700.0, 700.0)
+    assert (b.persistence_mode, b.applications_clocks_locked, b.power_limit_w) == (False, True, 500.0)
+    assert a.ecc is None and a.mig is False and a.sm_clock_mhz == 1980.0 and a.max_sm_clock_mhz == 1980.0
+    from infbench.measure.hoststate import state_warnings
+
+    warned = state_warnings({}, [s.model_dump() for s in (a, b)])
+    assert len(warned) == 2 and "persistence mode is off" in warned[0] and "500 W, below its default 700 W" in warned[1]

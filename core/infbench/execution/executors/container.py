@@ -172,7 +172,7 @@ class ContainerExecutor:
                             outcome.update(done_outcome)
                         live = _left(scenario, live, ended, ctx)
             finally:
-                outcome.update(scenario.outcome() if not outcome else {})
+                outcome.update(scenario.concluded() if not outcome else {})
                 conclude(store, summary, outcome, run_prov)
         return summary
 
@@ -216,13 +216,17 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
     for n in handle.notes:
         ctx.observer(Note(n))
     groups = {p.group.label(): p.group for p in live}
-    seen: set[str] = set()
+    seen: set[Any] = set()
+    back: set[str] = set()  # spec hashes of the cells that came back: one starting again is measured again
 
     def take(kind: str, r: Any) -> None:
-        key = (r.spec_hash if kind == "result" else "q:" + r.key())
+        # a line once: a cell measured again or flagged by its group's sentinel is another line
+        key = ((r.spec_hash, r.model_dump_json()) if kind == "result" else "q:" + r.key())
         if key in seen:
             return
         seen.add(key)
+        if kind == "result":
+            back.add(r.spec_hash)
         part = _part_of(live, r)
         if kind == "result":
             ctx.record(r)
@@ -241,7 +245,7 @@ def _attempt(runtime: Any, spec: dict[str, Any], job: Path, home: Path, cache: P
             elif kind == "loading" and payload in groups:
                 ctx.observer(GroupLoading(groups[payload]))
             elif kind == "cell" and payload[1] is not None:
-                ctx.observer(CellStarted(payload[1]))
+                ctx.observer(CellStarted(payload[1], again=payload[0] in back))
                 running = payload[1]
             elif kind == "timed" and running is not None and running.spec_hash() == payload:
                 ctx.observer(CellTimed(running))

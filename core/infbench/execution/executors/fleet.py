@@ -553,8 +553,8 @@ def prediction(pm: PluginManager) -> Callable[[WorkItem, Cell], float | None]:
         t = float(pr.predict(*args, cell.output_len, cell.tensor_parallel_size, cell.dtype, eff, serving=sv)
                   ["duration_s"])
         w = float(pr.predict(*args, 2, cell.tensor_parallel_size, cell.dtype, eff, serving=sv)["duration_s"]) \
-            if cell.warmup else 0.0
-        return t + cell.warmup * w
+            if cell.warmup != 0 else 0.0
+        return t + (1 if cell.warmup is None else cell.warmup) * w
 
     return predict_cell
 

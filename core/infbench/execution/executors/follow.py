@@ -177,7 +177,7 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
     threading.Thread(target=pump, daemon=True).start()
     log_tail: collections.deque[str] = collections.deque(maxlen=40)
     running: Cell | str | None = None
-    sent: set[str] = set()
+    sent: set[Any] = set()
     stalled = False
     last = time.monotonic()
     ended = False
@@ -194,10 +194,13 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
         pending.extend(("quality", "q:" + q.key(), q) for q in scores.read())
         kept = []
         for kind, key, obj in pending:
-            if key in sent:
+            # one yield per line: a cell measured again (its group's sentinel) or flagged after it
+            # was stored comes back as another line of the same spec hash
+            line_key = (key, obj.model_dump_json()) if kind == "result" else key
+            if line_key in sent:
                 continue
             if every or key in announced:
-                sent.add(key)
+                sent.add(line_key)
                 yield kind, obj
             else:
                 kept.append((kind, key, obj))
@@ -237,6 +240,8 @@ def follow_worker(handle: Any, job: Path, stall_s: float,
                     announced.add(name if kind == "done" else "q:" + name)
                     yield from results()
                     running = None
+                elif kind == "flagged":  # a stored cell flagged after the fact: its line again
+                    yield from results()
                 elif kind == "score":
                     key, _, label = rest.partition(" ")
                     running = key

@@ -72,5 +72,5 @@ class InProcessExecutor:
                 ctx.sampler.close()
                 if ctx.spread is not None:
                     ctx.spread.close()
-                conclude(store, summary, scenario.outcome(), self.provenance)
+                conclude(store, summary, scenario.concluded(), self.provenance)
         return summary

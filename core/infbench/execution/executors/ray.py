@@ -588,7 +588,7 @@ class RayExecutor:
             finally:
                 if not outcome:
                     for scenario, _ in {id(sc): (sc, c) for sc, c in contexts.values()}.values():
-                        outcome.update(scenario.outcome())
+                        outcome.update(scenario.concluded())
                 conclude(store, summary, outcome, run_prov)
         return summary
 

@@ -74,6 +74,7 @@ class Frontier(Sweep):
     the module doc). Groups, parts, crashes and resumes are the sweep's."""
 
     kind = "frontier"
+    remeasures = False  # each series stopped on its first figures: a drifted cell is only flagged
     splits = False  # a series runs in order on one server
     spec: FrontierScenario
 

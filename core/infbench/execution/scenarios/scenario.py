@@ -82,18 +82,26 @@ class Scenario(ABC):
     #: may; a search or a perplexity measurement decides its next unit from the last, and
     #: stays whole.
     splits: ClassVar[bool] = False
+    #: Whether the group's sentinel may measure a drifted cell again
+    #: (:meth:`~infbench.execution.session.EngineSession.finish`): a sweep's cells stand alone; a
+    #: search or an adaptive sweep decided its next cells from the first measurement, so its
+    #: drifted cells are only flagged.
+    remeasures: ClassVar[bool] = False
 
     def __init__(self, plan: Plan):
         self.plan = plan
         self.spec = plan.scenario
+        #: What each group's sentinel found (:meth:`~infbench.execution.session.EngineSession.finish`).
+        self.sentinels: list[dict[str, Any]] = []
 
     # -- where the engine runs ------------------------------------------------------------
     def run(self, ctx: RunContext) -> None:
         """Measure this scenario on ``ctx.device``: for each group :meth:`groups` yields, one
         engine session (:meth:`~infbench.execution.session.EngineSession.start`, device proven) handed
         to :meth:`run_group`, stopped on every path; a group whose engine does not start goes
-        to :meth:`start_failed` and the run goes on; :meth:`finish` ends it. The same on every
-        executor."""
+        to :meth:`start_failed` and the run goes on; :meth:`finish` ends it. Before each engine
+        stops, its session checks the group at steady state (the sentinel,
+        :meth:`~infbench.execution.session.EngineSession.finish`). The same on every executor."""
         for group in self.groups(ctx):
             try:
                 session = EngineSession.start(ctx, group, self.load_group(group))
@@ -102,6 +110,9 @@ class Scenario(ABC):
                 continue
             with session:
                 self.run_group(group, session)
+                found = session.finish(remeasure=self.remeasures)
+                if found is not None:
+                    self.sentinels.append({"group": group.label(), **found})
         self.finish(ctx)
 
     def groups(self, ctx: RunContext) -> Iterator[Group]:
@@ -131,6 +142,14 @@ class Scenario(ABC):
         """What the scenario concluded, JSON-ready (stored in the run's provenance under
         ``scenario``); default ``{}``."""
         return {}
+
+    def concluded(self) -> dict[str, Any]:
+        """:meth:`outcome` with what the groups' sentinels found (``sentinels``: each group's
+        comparison, the cells it flagged and measured again, the seconds it took), as stored."""
+        out = dict(self.outcome())
+        if self.sentinels:
+            out["sentinels"] = list(self.sentinels)
+        return out
 
     # -- the host side of executors that run the engine elsewhere --------------------------
     def parts(self, ctx: RunContext) -> list[Part]:

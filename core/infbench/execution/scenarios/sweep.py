@@ -23,6 +23,7 @@ class Sweep(Scenario):
 
     kind = "sweep"
     splits = True
+    remeasures = True
 
     def groups(self, ctx: RunContext) -> Iterator[Group]:
         """Each group with its pending cells; groups with none, or whose pending cells all

@@ -1,0 +1,102 @@
+"""Numbers at steady state with real engines (issue 38, item 8): a stand-in for the H100's slow
+stretch after a model load (tests/support/slowstart_plugin.py: the engine's own process
+throttled by SIGSTOP/SIGCONT, which the noisy-neighbour check cannot see), and a serving cell
+whose steady window and energy window are one.
+
+Mechanisms only: what the warm-up waited for, what the sentinel flagged and measured again,
+which window the figures used. How close the cells come to a quiet host is measured by
+benchmarks/warmup.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infbench.analysis.steady import flags
+from infbench.store import Store
+from tests.support.slowstart_plugin import plugin_dir
+
+pytestmark = pytest.mark.integration
+
+CELLS = ["--engine", "llama.cpp", "--model", "smollm2-135m", "--dtype", "f16", "--input-len", "32",
+         "--output-len", "64", "--threads", "2"]
+
+
+def run(args: list[str], home: Path, profile: str | None, tmp: Path) -> tuple[subprocess.CompletedProcess, Store]:
+    env = {**os.environ, "INFBENCH_HOME": str(home), "COLUMNS": "200"}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir(tmp / "plugin")), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    if profile:
+        env["INFBENCH_SLOWSTART"] = profile
+        env["INFBENCH_SLOWSTART_LOG"] = str(tmp / "throttle.log")
+    store = tmp / "r.db"
+    p = subprocess.run([sys.executable, "-m", "infbench.cli", "run", *args, "--store", str(store)], env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    if profile:
+        assert "throttle" in (tmp / "throttle.log").read_text()   # the stand-in was on
+    return p, Store(store)
+
+
+def test_warmup_waits_out_a_slow_start(infbench_home, tmp_path):
+    """A ramp (3x slow at the load, full speed 8 s later): the first cell's warm-up runs blocks
+    until their TPOT settles, and its record shows what it waited for."""
+    _, store = run([*CELLS, "--batch", "1"], infbench_home, "ramp:8:3", tmp_path)
+    [row] = store.results()
+    w = row["metrics"]["warmup"]
+    tp = [b["tpot_ms"] for b in w["blocks"]]
+    assert w["mode"] == "until-stable" and "first cell since the engine loaded" in w["why"]
+    assert len(tp) >= 4 and tp[0] > 1.5 * tp[-1], w      # it waited: the ramp is in its record
+    assert w["converged"] is True or "not-warm" in flags(row["metrics"])
+    store.close()
+
+
+def test_a_long_slow_stretch_is_caught_by_the_sentinel_and_measured_again(infbench_home, tmp_path):
+    """Steady and slow (3x) for 10 s after the load, then full speed: the warm-up settles inside
+    the stretch, so only the sentinel can tell; the first cell is flagged drift and measured again,
+    and its newest attempt carries no drift flag."""
+    p, store = run([*CELLS, "--batch", "1,2,3"], infbench_home, "long:10:3", tmp_path)
+    rows = store.results(all_attempts=True)
+    first = [r for r in rows if r["spec"]["batch"] == 1]
+    assert len(first) == 2, [(r["spec"]["batch"], flags(r["metrics"])) for r in rows]
+    old, new = first
+    assert "drift" in flags(old["metrics"]) and "x0." in flags(old["metrics"])["drift"]
+    assert "drift" not in flags(new["metrics"]) and new["metrics"]["steady"]["remeasured"]["sentinel"]["faster_now"]
+    assert "sentinel:" in p.stderr + p.stdout
+    store.close()
+
+
+def test_one_fixed_warmup_and_no_remeasure_flags_the_cells_caught(infbench_home, tmp_path):
+    """`--warmup 1 --no-remeasure` in the same stretch: nothing is measured twice, and the cells
+    caught in the stretch are flagged (unsteady, not-warm or drift)."""
+    _, store = run([*CELLS, "--batch", "1,2,3", "--warmup", "1", "--no-remeasure"], infbench_home, "long:10:3",
+                   tmp_path)
+    rows = store.results(all_attempts=True)
+    assert len(rows) == 3
+    caught = {r["spec"]["batch"]: set(flags(r["metrics"])) for r in rows}
+    assert caught[1] & {"unsteady", "not-warm", "drift"}, caught
+    assert all(r["metrics"]["warmup"]["mode"] == "fixed" and len(r["metrics"]["warmup"]["blocks"]) == 1 for r in rows)
+    store.close()
+
+
+def test_a_serving_cell_has_one_steady_window_for_speed_and_energy(infbench_home, tmp_path):
+    """llama.cpp's server at concurrency 2 with a declared 100 W: the window runs from two in
+    flight to the last fall below two, and its energy is the same window's (100 W x its length)."""
+    args = ["--engine", "llama.cpp-server", "--model", "smollm2-135m", "--dtype", "f16", "--input-len", "16",
+            "--output-len", "24", "--concurrency", "2", "--num-requests", "10", "--power-watts", "100", "--json"]
+    _, store = run(args, infbench_home, None, tmp_path)
+    [row] = store.results()
+    m, w = row["metrics"], row["metrics"]["steady_window"]
+    assert w["peak_in_flight"] == 2 and 0 < w["duration_s"] < m["duration_s"]
+    assert w["energy_j"] == pytest.approx(100 * w["duration_s"], rel=0.02)          # the same window
+    assert w["tokens_per_j"] == pytest.approx((w["n_in_in_window"] + w["n_out_in_window"]) / w["energy_j"])
+    assert m["energy_j"] == pytest.approx(100 * m["duration_s"], rel=0.02)          # the whole run beside it
+    assert "shorter than max(10 s" in w["warning"]                                  # a short CPU window says so
+    assert m["warmup"]["mode"] == "until-stable" and m["warmup"]["blocks"]
+    json.dumps(m)
+    store.close()
