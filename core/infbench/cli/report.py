@@ -223,8 +223,10 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
     fa, fb = fronts(a, axis, device_label), fronts(b, axis, device_label)
     ka, kb = {(f.device, f.engine): f for f in fa}, {(f.device, f.engine): f for f in fb}
     pairs = [(ka[k], kb[k]) for k in ka if k in kb]
-    if not pairs and len(fa) == 1 and len(fb) == 1:
-        pairs = [(fa[0], fb[0])]
+    if not pairs and len(fa) == 1 and fb:  # one front against each of B's (an imported publication's)
+        pairs = [(fa[0], f) for f in fb]
+    elif not pairs and len(fb) == 1 and fa:
+        pairs = [(f, fb[0]) for f in fa]
     if not pairs:
         names = lambda fs: ", ".join(f"{f.device} {f.engine}" for f in fs) or "none"  # noqa: E731
         fail(ConfigError(f"no front to pair: A has {names(fa)}; B has {names(fb)}",
@@ -236,6 +238,8 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
             raise typer.Exit(1)
         return
     label = AXES[axis][0]
+    out.print(f"x: tok/s/user = 1 / TPOT p50 (vLLM's TPOT: AIPerf's and guidellm's ITL); y: {label}; imported "
+              "figures converted to these definitions (docs/metrics.md, importing other tools' results)")
     for r in res:
         t = Table(title=f"{label}: B / A at equal interactivity (A = {escape(r['a'])}, B = {escape(r['b'])})",
                   header_style="bold")
@@ -269,14 +273,19 @@ def compare(
                                   "B's throughput per device over A's at equal tok/s/user (docs/report.md).")] = False,
     axis: Annotated[str, Opt("--axis", help="With --frontier: tok_s_per_device (default), output_tok_s_per_device, "
                              "j_per_token or usd_per_mtok.")] = "tok_s_per_device",
+    against: Annotated[str | None, Opt("--against", help="Side B from imported results: imported:SOURCE[:DEVICE"
+                                       "[:ENGINE]] (e.g. imported:inferencex:mi300x:sglang) instead of a run.")] = None,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
     power and tokens per joule, for cells with the same workload (spec hash).
 
     `--frontier` compares fronts instead: per device and engine on both sides (or the one
-    front of each side), B / A of the throughput per device at equal interactivity, read
-    where both fronts are defined; `infbench compare --frontier runA runB`.
+    front of a side against each front of the other), B / A of the throughput per device at
+    equal interactivity, read where both fronts are defined; `infbench compare --frontier
+    runA runB`. `--against imported:inferencex:mi300x` takes side B from an imported
+    publication (`infbench import`): `infbench compare --frontier MYRUN --against
+    imported:inferencex:mi300x` reads the gap to InferenceX's MI300X fronts.
 
     Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
     `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them;
@@ -289,7 +298,7 @@ def compare(
     pair = None
     protect = store_paths(store_path, *(s.split(":")[0] for s in (run_a, run_b) if s and ".db" in s))
     try:
-        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes)
+        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes, against=against)
         if html_out:
             from infbench.data.outputs import COMPARE_HTML, check_output
 
@@ -298,9 +307,11 @@ def compare(
             pair = split([dtypes], "--dtypes")
             if not pair or len(pair) != 2:
                 raise ConfigError(f"--dtypes takes two dtypes, got {dtypes!r}", hint="e.g. --dtypes f16,q4_0")
-        elif run_a is None or run_b is None:
-            raise ConfigError("compare needs two sides (A B), or --dtypes A,B",
+        elif run_a is None or (run_b is None and against is None):
+            raise ConfigError("compare needs two sides (A B, or A --against imported:...), or --dtypes A,B",
                               hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
+        if against is not None and (run_b is not None or dtypes is not None):
+            raise ConfigError("--against replaces side B", hint="give A and --against, without B or --dtypes")
         from infbench.quality.gate import parse_increase
 
         gate = parse_increase(max_ppl_increase)
@@ -308,7 +319,12 @@ def compare(
             la, a = load_side(run_a, store_path)
         else:
             la, a = str(open_store(store_path, readonly=True).path), None
-        lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
+        if against is not None:
+            from infbench.report.compare import load_imported
+
+            lb, b = load_imported(against, store_path)
+        else:
+            lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
     if frontier:
