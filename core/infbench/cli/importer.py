@@ -67,10 +67,11 @@ def import_(
             raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
         checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit, device=device, devices=devices,
                 engine=engine, model_name=model)
+        if fmt in ("lib-csv", "inferencex", "mlperf") and any(v is not None for v in (device, devices, engine, model)):
+            raise ConfigError(f"--device, --devices, --engine and --model fill what a client tool's file does not say; "
+                              f"{fmt} names its hardware, framework and model per row",
+                              hint="leave them out for this format")
         if fmt == "lib-csv":
-            if any(v is not None for v in (device, devices, engine, model)):
-                raise ConfigError("--device, --devices, --engine and --model are for the other formats",
-                                  hint="LLM-Inference-Bench's CSV names its hardware, framework and model per row")
             results, summary, src = _lib_csv(file, source, url, commit)
         else:
             results, summary, src = _tool_file(file, fmt, source, url, commit, device, devices, engine, model)

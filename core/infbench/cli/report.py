@@ -150,9 +150,11 @@ def report(
 
 
 def export(
-    fmt: Annotated[str, Opt("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv or "
-                            "json.")] = "lib-csv",
-    out_file: Annotated[Path | None, Opt("--out", "-o", help="File to write (default: stdout).")] = None,
+    fmt: Annotated[str, Opt("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv, json, "
+                            "inferencex (InferenceX's result rows) or vllm-bench (vllm bench serve's result JSON, "
+                            "one file per cell into the --out folder).")] = "lib-csv",
+    out_file: Annotated[Path | None, Opt("--out", "-o", help="File to write (default: stdout); with vllm-bench, a "
+                                         "folder.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
     run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
     model: Annotated[ListOpt, Opt("--model", "-m", help="Only these models.")] = None,
@@ -166,22 +168,51 @@ def export(
     Length, Output Length, TTFT Latency, end_latency, avg_power in mW, and infbench's
     suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
     dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+
+    `--format inferencex` writes InferenceX's result rows (the JSON its app reads:
+    tput_per_gpu counts input and output tokens, interactivity 1 / TPOT, latencies in s) for
+    ok cells with a concurrency; `--format vllm-bench --out DIR` one `vllm bench serve`
+    result JSON per ok serving cell. `infbench import` reads both back to the same figures.
     """
-    from infbench.data.outputs import EXPORT_JSON, check_output, json_text, write_output
+    from infbench.data.outputs import EXPORT_JSON, check_folder, check_output, json_text, write_output
     from infbench.report.data import LIB_CSV, lib_csv, lib_rows
+    from infbench.report.imports.export import INFERENCEX_JSON, VLLM_BENCH_JSON, inferencex_rows, vllm_bench_results
     from infbench.report.tables import RESULTS_CSV, results_csv, results_json
 
-    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV}.get(fmt, RESULTS_CSV)  # fmt checked next
+    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV,
+            "inferencex": INFERENCEX_JSON}.get(fmt, RESULTS_CSV)  # fmt checked next
     protect = store_paths(store_path)
     try:
         checked(ExportFlags, fmt=fmt)
-        if out_file:
+        if fmt == "vllm-bench":
+            if not out_file:
+                raise ConfigError("--format vllm-bench writes one file per cell: give --out a folder",
+                                  hint="e.g. infbench export --format vllm-bench --out vllm-results/")
+            check_folder(out_file, "--out", "vllm-bench results", protect)
+        elif out_file:
             check_output(out_file, kind, protect)  # refused before the store is read
     except InfbenchError as exc:
         fail(exc)
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
-    if fmt == "json":
+    if fmt == "vllm-bench":
+        assert out_file is not None  # required above
+        results = vllm_bench_results(rows)
+        try:
+            with writing(out_file):
+                for name, d in results:
+                    write_output(out_file / name, json_text(d, indent=None) + "\n", VLLM_BENCH_JSON, protect)
+        except InfbenchError as exc:
+            fail(exc)
+        err.print(f"wrote {len(results)} vllm bench result file(s) in {out_file}"
+                  + ("" if results else " (no ok serving cell with a duration and an output throughput)"))
+        return
+    if fmt == "inferencex":
+        ix = inferencex_rows(rows)
+        text = json_text(ix, indent=None) + "\n"
+        if not ix:
+            err.print("[yellow]no ok cell with a concurrency and a total throughput to export[/]")
+    elif fmt == "json":
         text = json_text(results_json(rows)) + "\n"
     elif fmt == "csv":
         text = results_csv(rows) if rows else ""
