@@ -350,6 +350,7 @@ def compare(
             la, a = load_side(run_a, store_path)
         else:
             la, a = str(open_store(store_path, readonly=True).path), None
+        b: list[dict] | None
         if against is not None:
             from infbench.report.compare import load_imported
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
@@ -252,7 +252,7 @@ def check_row(r: ImportedRow) -> None:
 
 # -- stored cells ------------------------------------------------------------------------------
 #: Hardware keys of published sources -> (catalog id, vendor, kind, the driver's model name).
-HARDWARE: dict[str, tuple[str | None, str, str, str]] = {
+HARDWARE: dict[str, tuple[str | None, str, Literal["gpu", "accelerator"], str]] = {
     "h100": ("h100-sxm", "nvidia", "gpu", "NVIDIA H100 80GB HBM3"),
     "h200": ("h200", "nvidia", "gpu", "NVIDIA H200"),
     "gh200": ("gh200", "nvidia", "gpu", "NVIDIA GH200 480GB"),
@@ -284,7 +284,7 @@ def device_for(name: str, count: int, pm: PluginManager | None = None,
     key = name.strip().lower()
     if key in HARDWARE:
         cid, vendor, kind, model = HARDWARE[key]
-        return DeviceInfo(vendor=vendor, kind=kind, model=model, count=count,  # type: ignore[arg-type]
+        return DeviceInfo(vendor=vendor, kind=kind, model=model, count=count,
                           properties={"catalog_id": cid, "published_name": name, **extra})
     if key in ("cpu", "this cpu") or key.startswith("cpu:"):
         model = name.split(":", 1)[1].strip() if ":" in name else "CPU"

@@ -141,7 +141,7 @@ def _row(r: Any, where: str) -> ImportedRow:
         unmapped["input_tput_per_gpu"] = in_g
     summaries: dict[str, dict[str, float]] = {}
     for stem, key in LATENCIES.items():
-        s = {STATS[st]: vals[f"{st}_{stem}"] for st in STATS if vals.get(f"{st}_{stem}") is not None}
+        s = {STATS[st]: v for st in STATS if (v := vals.get(f"{st}_{stem}")) is not None}
         if s:
             summaries[key] = s
     med_tpot = summaries.get(M.TPOT.key, {}).get("p50")
