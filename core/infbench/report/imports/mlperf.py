@@ -168,7 +168,8 @@ def _row(r: dict[str, str], bench: str, where: str) -> ImportedRow:
     if load["mode"] == "rate" and out_len > 1 and u == "tokens/s":
         load["request_rate"] = result / out_len
     limits = LIMITS.get((bench, scen))
-    extra: dict[str, Any] = {"scenario": scen, "benchmark": r["MlperfModel"], "units": units, "accuracy": r.get("Accuracy"),
+    extra: dict[str, Any] = {
+             "scenario": scen, "benchmark": r["MlperfModel"], "units": units, "accuracy": r.get("Accuracy"),
              "framework": r.get("framework"), "division": r.get("Division"), "availability": r.get("Availability"),
              "version": r.get("version"), "location": r.get("Location"), "nodes": nodes}
     if limits:
