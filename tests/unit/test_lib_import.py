@@ -133,5 +133,5 @@ def test_import_command(tmp_path):
     res = runner.invoke(app, ["import", "--format", "lib-csv", str(bad), "--store", str(db)])
     assert res.exit_code == 2 and "line 2" in res.output and "Latency" in res.output
     assert len(Store(db).results()) == 180  # nothing half-imported
-    res = runner.invoke(app, ["import", "--format", "mlperf", str(bad), "--store", str(db)])
+    res = runner.invoke(app, ["import", "--format", "nonesuch", str(bad), "--store", str(db)])
     assert res.exit_code == 2 and "unknown import format" in res.output

@@ -9,7 +9,9 @@ Each ok serving cell is a point: x = interactivity, ``tok_s_per_user`` = 1 / TPO
 * ``usd_per_mtok``: USD per million output tokens (lower is better).
 
 One front per (device, engine), pooled over every configuration of the engine (its
-engine arguments, tensor parallel size, concurrency): the points no other point beats on
+engine arguments, tensor parallel size, concurrency); an imported publication's cells
+(``infbench import``) form fronts of their own per source, model, precision and shape
+(:func:`series`): the points no other point beats on
 both axes (:func:`pareto`). Between two front points the front is the straight line
 joining them (:func:`interpolate`), as InferenceX's plots draw it; outside the range of
 interactivities a front covers it is undefined, never extrapolated. :func:`compare` gives
@@ -208,7 +210,7 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
         y = axis_value(m, axis)
         if x is None or y is None:
             continue
-        key = (label(r.get("device") or {}), spec.get("engine", "?"))
+        key = (label(r.get("device") or {}), series(r))
         f = groups.setdefault(key, Front(key[0], key[1], axis))
         iv = m.get("interval") or {}
         f.points.append(Point(x, y, r.get("cell_id", ""), _config(spec), predicted=r.get("status") == "predicted",
@@ -217,6 +219,19 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
     for f in groups.values():
         f.front = pareto(f.points, higher)
     return sorted(groups.values(), key=lambda f: (f.device, f.engine))
+
+
+def series(r: dict[str, Any]) -> str:
+    """The second half of a front's key: the engine of a measured cell; for an imported or
+    published one (``infbench import``) also its source and workload (``sglang-server
+    (InferenceX: deepseek-ai/DeepSeek-R1 fp8 1024/1024)``), since a publication's fronts
+    are drawn per model, precision and shape, and never pooled with a site's own cells."""
+    spec, eng = r.get("spec") or {}, r.get("engine") or {}
+    name = str(spec.get("engine", "?"))
+    if eng.get("published") or (r.get("metrics") or {}).get("published"):
+        name += (f" ({eng.get('source') or 'published'}: {spec.get('model')} {spec.get('dtype')} "
+                 f"{spec.get('input_len')}/{spec.get('output_len')})")
+    return name
 
 
 def axis_value(m: dict[str, Any], key: str) -> float | None:

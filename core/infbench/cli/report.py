@@ -151,9 +151,11 @@ def report(
 
 
 def export(
-    fmt: Annotated[str, Opt("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv or "
-                            "json.")] = "lib-csv",
-    out_file: Annotated[Path | None, Opt("--out", "-o", help="File to write (default: stdout).")] = None,
+    fmt: Annotated[str, Opt("--format", "-f", help="lib-csv (LLM-Inference-Bench's CSV columns), csv, json, "
+                            "inferencex (InferenceX's result rows) or vllm-bench (vllm bench serve's result JSON, "
+                            "one file per cell into the --out folder).")] = "lib-csv",
+    out_file: Annotated[Path | None, Opt("--out", "-o", help="File to write (default: stdout); with vllm-bench, a "
+                                         "folder.")] = None,
     store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
     run_id: Annotated[str | None, Opt("--run", help="Only this run (id prefix).")] = None,
     model: Annotated[ListOpt, Opt("--model", "-m", help="Only these models.")] = None,
@@ -167,22 +169,51 @@ def export(
     Length, Output Length, TTFT Latency, end_latency, avg_power in mW, and infbench's
     suspect: why a cell breaks physics, empty when sound) for ok batch-mode cells, so its
     dashboard (InferenceGraphPlotter) and notebooks read infbench results.
+
+    `--format inferencex` writes InferenceX's result rows (the JSON its app reads:
+    tput_per_gpu counts input and output tokens, interactivity 1 / TPOT, latencies in s) for
+    ok cells with a concurrency; `--format vllm-bench --out DIR` one `vllm bench serve`
+    result JSON per ok serving cell. `infbench import` reads both back to the same figures.
     """
-    from infbench.data.outputs import EXPORT_JSON, check_output, json_text, write_output
+    from infbench.data.outputs import EXPORT_JSON, check_folder, check_output, json_text, write_output
     from infbench.report.data import LIB_CSV, lib_csv, lib_rows
+    from infbench.report.imports.export import INFERENCEX_JSON, VLLM_BENCH_JSON, inferencex_rows, vllm_bench_results
     from infbench.report.tables import RESULTS_CSV, results_csv, results_json
 
-    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV}.get(fmt, RESULTS_CSV)  # fmt checked next
+    kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV,
+            "inferencex": INFERENCEX_JSON}.get(fmt, RESULTS_CSV)  # fmt checked next
     protect = store_paths(store_path)
     try:
         checked(ExportFlags, fmt=fmt)
-        if out_file:
+        if fmt == "vllm-bench":
+            if not out_file:
+                raise ConfigError("--format vllm-bench writes one file per cell: give --out a folder",
+                                  hint="e.g. infbench export --format vllm-bench --out vllm-results/")
+            check_folder(out_file, "--out", "vllm-bench results", protect)
+        elif out_file:
             check_output(out_file, kind, protect)  # refused before the store is read
     except InfbenchError as exc:
         fail(exc)
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
-    if fmt == "json":
+    if fmt == "vllm-bench":
+        assert out_file is not None  # required above
+        results = vllm_bench_results(rows)
+        try:
+            with writing(out_file):
+                for name, d in results:
+                    write_output(out_file / name, json_text(d, indent=None) + "\n", VLLM_BENCH_JSON, protect)
+        except InfbenchError as exc:
+            fail(exc)
+        err.print(f"wrote {len(results)} vllm bench result file(s) in {out_file}"
+                  + ("" if results else " (no ok serving cell with a duration and an output throughput)"))
+        return
+    if fmt == "inferencex":
+        ix = inferencex_rows(rows)
+        text = json_text(ix, indent=None) + "\n"
+        if not ix:
+            err.print("[yellow]no ok cell with a concurrency and a total throughput to export[/]")
+    elif fmt == "json":
         text = json_text(results_json(rows)) + "\n"
     elif fmt == "csv":
         text = results_csv(rows) if rows else ""
@@ -224,8 +255,10 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
     fa, fb = fronts(a, axis, device_label), fronts(b, axis, device_label)
     ka, kb = {(f.device, f.engine): f for f in fa}, {(f.device, f.engine): f for f in fb}
     pairs = [(ka[k], kb[k]) for k in ka if k in kb]
-    if not pairs and len(fa) == 1 and len(fb) == 1:
-        pairs = [(fa[0], fb[0])]
+    if not pairs and len(fa) == 1 and fb:  # one front against each of B's (an imported publication's)
+        pairs = [(fa[0], f) for f in fb]
+    elif not pairs and len(fb) == 1 and fa:
+        pairs = [(f, fb[0]) for f in fa]
     if not pairs:
         names = lambda fs: ", ".join(f"{f.device} {f.engine}" for f in fs) or "none"  # noqa: E731
         fail(ConfigError(f"no front to pair: A has {names(fa)}; B has {names(fb)}",
@@ -237,6 +270,8 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
             raise typer.Exit(1)
         return
     label = AXES[axis][0]
+    out.print(f"x: tok/s/user = 1 / TPOT p50 (vLLM's TPOT: AIPerf's and guidellm's ITL); y: {label}; imported "
+              "figures converted to these definitions (docs/metrics.md, importing other tools' results)")
     for r in res:
         t = Table(title=f"{label}: B / A at equal interactivity (A = {escape(r['a'])}, B = {escape(r['b'])})",
                   header_style="bold")
@@ -270,14 +305,19 @@ def compare(
                                   "B's throughput per device over A's at equal tok/s/user (docs/report.md).")] = False,
     axis: Annotated[str, Opt("--axis", help="With --frontier: tok_s_per_device (default), output_tok_s_per_device, "
                              "j_per_token or usd_per_mtok.")] = "tok_s_per_device",
+    against: Annotated[str | None, Opt("--against", help="Side B from imported results: imported:SOURCE[:DEVICE"
+                                       "[:ENGINE]] (e.g. imported:inferencex:mi300x:sglang) instead of a run.")] = None,
     as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Compare two sets of results cell by cell: ratios B / A of throughput, latency,
     power and tokens per joule, for cells with the same workload (spec hash).
 
     `--frontier` compares fronts instead: per device and engine on both sides (or the one
-    front of each side), B / A of the throughput per device at equal interactivity, read
-    where both fronts are defined; `infbench compare --frontier runA runB`.
+    front of a side against each front of the other), B / A of the throughput per device at
+    equal interactivity, read where both fronts are defined; `infbench compare --frontier
+    runA runB`. `--against imported:inferencex:mi300x` takes side B from an imported
+    publication (`infbench import`): `infbench compare --frontier MYRUN --against
+    imported:inferencex:mi300x` reads the gap to InferenceX's MI300X fronts.
 
     Examples: `infbench compare 3f2a 9c1d` (two runs in the store);
     `infbench compare siteA.db siteB.db` (two sites); `--out ratios.html` plots them;
@@ -290,7 +330,7 @@ def compare(
     pair = None
     protect = store_paths(store_path, *(s.split(":")[0] for s in (run_a, run_b) if s and ".db" in s))
     try:
-        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes)
+        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes, against=against)
         if html_out:
             from infbench.data.outputs import COMPARE_HTML, check_output
 
@@ -299,9 +339,11 @@ def compare(
             pair = split([dtypes], "--dtypes")
             if not pair or len(pair) != 2:
                 raise ConfigError(f"--dtypes takes two dtypes, got {dtypes!r}", hint="e.g. --dtypes f16,q4_0")
-        elif run_a is None or run_b is None:
-            raise ConfigError("compare needs two sides (A B), or --dtypes A,B",
+        elif run_a is None or (run_b is None and against is None):
+            raise ConfigError("compare needs two sides (A B, or A --against imported:...), or --dtypes A,B",
                               hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
+        if against is not None and (run_b is not None or dtypes is not None):
+            raise ConfigError("--against replaces side B", hint="give A and --against, without B or --dtypes")
         from infbench.quality.gate import parse_increase
 
         gate = parse_increase(max_ppl_increase)
@@ -309,7 +351,13 @@ def compare(
             la, a = load_side(run_a, store_path)
         else:
             la, a = str(open_store(store_path, readonly=True).path), None
-        lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
+        b: list[dict] | None
+        if against is not None:
+            from infbench.report.compare import load_imported
+
+            lb, b = load_imported(against, store_path)
+        else:
+            lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     except InfbenchError as exc:
         fail(exc)
     if frontier:

@@ -510,7 +510,7 @@ class ExportFlags(Flags):
     """``infbench export``."""
 
     COMMAND: ClassVar[str] = "export"
-    fmt: Literal["lib-csv", "csv", "json"] = "lib-csv"
+    fmt: Literal["lib-csv", "csv", "json", "inferencex", "vllm-bench"] = "lib-csv"
 
 
 class ReportFlags(Flags):
@@ -529,6 +529,7 @@ class CompareFlags(Flags):
     run_a: Text | None = None
     run_b: Text | None = None
     dtypes: Text | None = None
+    against: Annotated[str, Field(max_length=300, pattern=r"^imported:[^:]+(:[^:]*){0,2}$")] | None = None
 
 
 class ImportFlags(Flags):
@@ -536,7 +537,12 @@ class ImportFlags(Flags):
     the run's provenance: the URL's credentials are redacted there)."""
 
     COMMAND: ClassVar[str] = "import"
-    fmt: Literal["lib-csv"] = "lib-csv"
+    fmt: Literal["lib-csv", "vllm-bench", "aiperf", "guidellm", "inference-perf", "inferencex", "mlperf"] = "lib-csv"
+    device: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    devices: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    engine: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")] | None = None
+    model_name: Annotated[str, Field(min_length=1, max_length=300)] | None = None
+    FLAGS: ClassVar[dict[str, str]] = {**Flags.FLAGS, "model_name": "--model"}
     source: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     url: Annotated[str, Field(max_length=2000, pattern=r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$")] | None = None
     commit: Annotated[str, Field(max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]*$")] | None = None

@@ -487,6 +487,8 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "client": "the serving client's own health (loop and release lag, reasons it fell behind)",
     "find_max": "a --find-max probe's judgement (analysis/slo_search.py)",
     "published": "True for a cell imported from published results",
+    "unmapped": "an imported cell's figures that infbench does not define, under the source tool's own names and "
+                "units, as they came (infbench import; docs/metrics.md, importing other tools' results)",
     "price_per_hour_usd": "the --price-per-hour behind usd_per_mtok",
     "predicted": "True for an adaptive sweep's predicted cell (status predicted: not measured)",
     "interval": "a predicted cell's 90 % interval per metric ({metric: [lo, hi]})",

@@ -76,6 +76,68 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     return arg, rows
 
 
+#: The prefix of ``compare --against``: ``imported:SOURCE[:DEVICE[:ENGINE]]``.
+IMPORTED_PREFIX = "imported:"
+
+
+def load_imported(arg: str, default_store: Path | None) -> tuple[str, list[dict[str, Any]]]:
+    """The imported cells ``compare --against imported:SOURCE[:DEVICE[:ENGINE]]`` names.
+
+    ``SOURCE`` matches an imported run's source name or format, case-insensitive
+    (``inferencex``, ``mlperf``, ``vllm-bench``, ``aiperf``, ``LLM-Inference-Bench``);
+    ``DEVICE`` a cell's catalog id, its published hardware name, or a part of its model name
+    (``mi300x``, ``h200``, ``b200``); ``ENGINE`` a part of its engine or framework
+    (``sglang``). Empty parts match everything.
+
+    Returns:
+        ``(label, Store.results() rows)``, the newest cells of every matching imported run.
+
+    Raises:
+        ConfigError: no imported run or no cell matches (the sources and devices there are
+            named in the hint).
+    """
+    from infbench.store import Store
+    from infbench.store.published import published_runs
+
+    parts = arg[len(IMPORTED_PREFIX):].split(":") if arg.startswith(IMPORTED_PREFIX) else []
+    if not parts or not parts[0]:
+        raise ConfigError(f"--against {arg[:80]!r}: expected imported:SOURCE[:DEVICE[:ENGINE]]",
+                          hint="e.g. --against imported:inferencex:mi300x (see `infbench import`)")
+    src, dev, eng = (parts + ["", ""])[:3]
+    store = Store(default_store, readonly=True)
+    try:
+        runs = published_runs(store)
+        want = src.lower()
+        chosen = [r for r in runs if want in {str(((r.get("provenance") or {}).get("source") or {}).get(k) or "")
+                                              .lower() for k in ("name", "format", "tool")}]
+        rows = [c for r in chosen for c in store.results(run_id=r["run_id"])]
+    finally:
+        store.close()
+    if not chosen:
+        names = sorted({str(((r.get("provenance") or {}).get("source") or {}).get("format") or
+                             ((r.get("provenance") or {}).get("source") or {}).get("name")) for r in runs}) or ["none"]
+        raise ConfigError(f"no imported run from {src!r} in the store",
+                          hint=f"imported sources here: {', '.join(names)}; `infbench import --format ...` first")
+
+    def dev_ok(r: dict[str, Any]) -> bool:
+        d = r.get("device") or {}
+        p = d.get("properties") or {}
+        keys = {str(p.get("catalog_id") or "").lower(), str(p.get("published_name") or "").lower()}
+        return not dev or dev.lower() in keys or dev.lower() in str(d.get("model") or "").lower()
+
+    def eng_ok(r: dict[str, Any]) -> bool:
+        e = f"{r['spec'].get('engine')} {(r.get('engine') or {}).get('framework') or ''}".lower()
+        return not eng or eng.lower() in e
+
+    picked = [r for r in rows if r["status"] == "ok" and dev_ok(r) and eng_ok(r)]
+    if not picked:
+        devs = sorted({str(((r.get("device") or {}).get("properties") or {}).get("catalog_id") or
+                           ((r.get("device") or {}).get("properties") or {}).get("published_name")) for r in rows})
+        raise ConfigError(f"no imported cell of {src!r} matches device {dev or 'any'!r} and engine {eng or 'any'!r}",
+                          hint=f"devices imported from {src}: {', '.join(devs[:12])}")
+    return arg, picked
+
+
 def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
     """Match two sides by spec_hash and compute ratios B / A.
 

@@ -147,25 +147,32 @@ function figFrontier(rs) {
   const table = $('frontier-table');
   if (!all.length) { table.innerHTML = ''; window.infbench.fronts = []; return empty(id, 'Throughput-interactivity frontier', 'no serving cell with a TPOT and ' + mets[y] + ' (infbench run --preset frontier)'); }
   const groups = new Map();
-  for (const r of all) { const k = r.device + ' | ' + r.engine; if (!groups.has(k)) groups.set(k, []); groups.get(k).push(r); }
+  // An imported publication's cells (infbench import) form fronts of their own (front_series names the
+  // source, model, precision and shape), drawn hollow with a dashed front.
+  for (const r of all) { const k = r.front_series || (r.device + ' | ' + r.engine); if (!groups.has(k)) groups.set(k, []); groups.get(k).push(r); }
   const traces = [], fronts = [];
   for (const [k, pts] of groups) {
     const front = paretoFront(pts, y, higher);
     fronts.push({name: k, points: pts.length, front: front.map(r => ({x: r.tok_s_per_user, y: r[y], cell_id: r.cell_id, label: r.label})),
       at: (D.frontier_at || []).map(x => frontAt(front, y, x)), area: frontArea(front, y)});
     const meas = pts.filter(r => !r.predicted), pred = pts.filter(r => r.predicted);
-    traces.push({type: 'scatter', mode: 'markers', name: k, legendgroup: k, x: meas.map(r => r.tok_s_per_user), y: meas.map(r => r[y]),
-      text: meas.map(r => r.label), hovertemplate: '%{text}<br>%{x:.3g} tok/s/user, %{y:.4g}<extra></extra>', marker: {size: 8}});
+    const imported = meas.length > 0 && meas.every(r => r.published);
+    traces.push({type: 'scatter', mode: 'markers', name: imported ? k + ' (imported)' : k, legendgroup: k, x: meas.map(r => r.tok_s_per_user), y: meas.map(r => r[y]),
+      text: meas.map(r => r.label), hovertemplate: '%{text}<br>%{x:.3g} tok/s/user, %{y:.4g}' + (imported ? ' (imported)' : '') + '<extra></extra>',
+      marker: imported ? {symbol: 'diamond-open', size: 10} : {size: 8}});
     if (pred.length) {
       const lo = r => num(r[y + '_lo']), hi = r => num(r[y + '_hi']);
       traces.push({type: 'scatter', mode: 'markers', name: k + ' predicted (90 % interval)', legendgroup: k, x: pred.map(r => r.tok_s_per_user), y: pred.map(r => r[y]),
         text: pred.map(r => r.label), hovertemplate: '%{text}<br>%{x:.3g} tok/s/user, %{y:.4g} (predicted)<extra></extra>', marker: {symbol: 'circle-open', size: 10},
         error_y: {type: 'data', symmetric: false, array: pred.map(r => hi(r) === null ? 0 : hi(r) - r[y]), arrayminus: pred.map(r => lo(r) === null ? 0 : r[y] - lo(r))}});
     }
-    traces.push({type: 'scatter', mode: 'lines', name: k + ' front', legendgroup: k, x: front.map(r => r.tok_s_per_user), y: front.map(r => r[y]),
-      text: front.map(r => r.label), hovertemplate: '%{text}<extra>front</extra>', line: {shape: 'linear'}});
+    traces.push({type: 'scatter', mode: 'lines', name: k + (imported ? ' front (imported)' : ' front'), legendgroup: k, x: front.map(r => r.tok_s_per_user), y: front.map(r => r[y]),
+      text: front.map(r => r.label), hovertemplate: '%{text}<extra>front</extra>', line: imported ? {shape: 'linear', dash: 'dash'} : {shape: 'linear'}});
+    fronts[fronts.length - 1].imported = imported;
   }
-  Plotly.react(id, traces, {...base('Throughput-interactivity frontier: ' + mets[y] + ' against tok/s/user (1 / TPOT p50), one front per device and engine'),
+  const nImp = fronts.filter(f => f.imported).length;
+  Plotly.react(id, traces, {...base('Throughput-interactivity frontier: ' + mets[y] + ' against tok/s/user (1 / TPOT p50), one front per device and engine'
+      + (nImp ? '; ' + nImp + ' imported (hollow, dashed; converted to these definitions: docs/metrics.md)' : '')),
     xaxis: {title: {text: mets.tok_s_per_user}}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
   const fmt = v => v === null ? '-' : (Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3));
   table.innerHTML = '<tr><th>device | engine</th><th>front / cells</th>' + (D.frontier_at || []).map(x => '<th>at ' + x + ' tok/s/user</th>').join('') + '<th>area</th></tr>'

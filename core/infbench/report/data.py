@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from infbench.analysis.frontier import axis_value
+from infbench.analysis.frontier import axis_value, series
 from infbench.analysis.roofline import effective_batch
 from infbench.contract.registry import PERPLEXITY_TWIN
 from infbench.data import metrics as M
@@ -146,6 +146,9 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         row[f"{M.TOK_S_PER_DEVICE.key}_{end}"] = t / devs if t is not None else None
         tp = row.get(f"tpot_ms_p50_{'hi' if end == 'lo' else 'lo'}")
         row[f"{M.TOK_S_PER_USER.key}_{end}"] = 1e3 / tp if tp else None
+    # The front a cell belongs to in the frontier figure: device | engine, and for an imported
+    # publication also its source and workload (infbench.analysis.frontier.series).
+    row["front_series"] = f"{device_label(dev)} | {series(r)}"
     row["label"] = config_label(row) + (" (predicted)" if row["predicted"] else "")
     return row
 

@@ -143,6 +143,8 @@ MAX_TOK_S = 1e9
 MAX_POWER_MW = 1e10
 #: Longest text cell (hardware, framework, model names).
 MAX_TEXT = 300
+#: Fastest decode a row may claim per sequence (s per token; :data:`infbench.report.imports.common.MIN_TPOT_S`).
+MIN_TPOT_S = 1e-5
 
 
 def _int(v: str, col: str, where: str, hi: int = MAX_TOKENS) -> int:
@@ -318,15 +320,50 @@ def _consistent(row: LibRow, raw: dict[str, str], where: str) -> None:
         if v is not None and v > lat * (1 + CONSISTENCY_SLACK + tol_lat + _rounding(raw.get(col), v)):
             raise ConfigError(f"{where}: {col!r} {v:g} s exceeds 'Latency' {lat:g} s, the whole batch's time",
                               hint="the row contradicts itself: fix or delete it")
+    # Physics (issue 41): each sequence decodes its n_out tokens one after another, at least
+    # MIN_TPOT_S each, so neither the batch's Latency nor a request's E2E can be shorter.
+    floor = row.n_out * MIN_TPOT_S
+    for col, v in (("Latency", lat), ("end_latency", row.e2e_s)):
+        if v is not None and v * (1 + CONSISTENCY_SLACK + _rounding(raw.get(col), v)) < floor:
+            raise ConfigError(f"{where}: {col!r} {v:g} s for {row.n_out} output tokens is under "
+                              f"{MIN_TPOT_S * 1e6:g} µs per token: no device decodes a sequence that fast",
+                              hint="the row contradicts physics: fix or delete it")
+    if row.ttft_s is not None and row.e2e_s is not None and row.n_out > 1:
+        decode = row.e2e_s - row.ttft_s
+        printed = (_rounding(raw.get("TTFT Latency"), row.ttft_s) * row.ttft_s
+                   + _rounding(raw.get("end_latency"), row.e2e_s) * row.e2e_s)
+        if decode > printed and decode / (row.n_out - 1) < MIN_TPOT_S:
+            raise ConfigError(f"{where}: 'end_latency' - 'TTFT Latency' = {decode:g} s for {row.n_out - 1} tokens "
+                              f"is a TPOT of {decode / (row.n_out - 1) * 1e9:.3g} ns, under {MIN_TPOT_S * 1e6:g} µs "
+                              "per token", hint="the row contradicts physics: fix or delete it")
     if row.throughput_tok_s is not None:
         tol = CONSISTENCY_SLACK + tol_lat + _rounding(raw.get("Throughput"), row.throughput_tok_s)
         tokens = row.throughput_tok_s * lat
-        expected = [row.batch * (row.n_in + row.n_out), row.n_in + row.n_out]  # eq. 2; llama-bench's one sequence
+        expected = [row.batch * (row.n_in + row.n_out)]  # eq. 2
+        if single_sequence_allowed(row):
+            expected.append(row.n_in + row.n_out)  # llama-bench -b BATCH: one sequence
         if not any(abs(tokens / e - 1) <= tol for e in expected):
             raise ConfigError(f"{where}: 'Throughput' {row.throughput_tok_s:g} tok/s x 'Latency' {lat:g} s is "
                               f"{tokens:.6g} tokens, but batch {row.batch} x ({row.n_in} + {row.n_out}) tokens is "
                               f"{expected[0]:g}", hint="Throughput is batch x (input + output) / Latency "
-                                                       "(LLM-Inference-Bench eq. 2): fix or delete the row")
+                                                       "(LLM-Inference-Bench eq. 2; one sequence's tokens only for "
+                                                       "the paper's own llama-bench rows): fix or delete the row")
+    else:
+        implied = row.batch * (row.n_in + row.n_out) / lat
+        if implied > MAX_TOK_S:
+            raise ConfigError(f"{where}: no 'Throughput', and batch {row.batch} x ({row.n_in} + {row.n_out}) tokens "
+                              f"in 'Latency' {lat:g} s is {implied:.3g} tok/s, more than {MAX_TOK_S:g}",
+                              hint="the row contradicts physics: fix or delete it")
+
+
+def single_sequence_allowed(row: LibRow) -> bool:
+    """Whether a row may hold one sequence's tokens although its ``Batch Size`` is above 1:
+    only llama.cpp rows of LLM-Inference-Bench's own hardware names, which ran
+    ``llama-bench -b BATCH`` (one sequence, BATCH its n_batch: the module doc). Any other
+    row's batch is the number of sequences (issue 41: a batch-64 vLLM row holding one
+    sequence's tokens is refused)."""
+    return row.batch == 1 or (LIB_ENGINES.get(row.framework, row.framework.lower()).startswith("llama.cpp")
+                              and row.hardware in LIB_HARDWARE)
 
 
 def published_device(name: str, units: int, pm: PluginManager | None = None) -> tuple[DeviceInfo, int]:
@@ -404,7 +441,7 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
         if r.throughput_tok_s and engine.startswith("llama.cpp"):
             ratio = r.throughput_tok_s * r.latency_s / (r.n_in + r.n_out)
             # One sequence for BATCH > 1, or any row of the paper itself: llama-bench -b BATCH.
-            if abs(ratio - 1.0) < 0.02 and (r.batch > 1 or r.hardware in LIB_HARDWARE):
+            if abs(ratio - 1.0) < 0.02 and r.hardware in LIB_HARDWARE and single_sequence_allowed(r):
                 seqs, options = 1, {"n_batch": r.batch}
                 summary["single_sequence_rows"] += 1
         cell = Cell(model=model, engine=engine, dtype=dtype, batch=seqs, input_len=r.n_in, output_len=r.n_out,

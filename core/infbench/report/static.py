@@ -177,22 +177,36 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
           and r.get(M.TOK_S_PER_DEVICE.key)]
     if fr:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        fr_keys = sorted({(r["device"], r["engine"]) for r in fr})
-        for i, (dev, eng) in enumerate(fr_keys):
+
+        def front_key(r: dict[str, Any]) -> str:
+            return r.get("front_series") or f"{r['device']} | {r['engine']}"
+
+        fr_keys = sorted({front_key(r) for r in fr})
+        n_imported = 0
+        for i, key in enumerate(fr_keys):
             color = f"C{i % 10}"
-            fr_rows = [r for r in fr if (r["device"], r["engine"]) == (dev, eng)]
+            fr_rows = [r for r in fr if front_key(r) == key]
+            imported = all(r.get("published") for r in fr_rows)
+            n_imported += imported
             fr_pts = [Point(r[M.TOK_S_PER_USER.key], r[M.TOK_S_PER_DEVICE.key], r["cell_id"], r["label"],
                             predicted=bool(r.get("predicted"))) for r in fr_rows]
             fr_front = pareto(fr_pts)
             meas = [p for p in fr_pts if not p.predicted]
             pred = [p for p in fr_pts if p.predicted]
-            ax.scatter([p.x for p in meas], [p.y for p in meas], s=20, color=color, label=f"{dev} {eng}")
+            if imported:  # an imported publication: hollow diamonds, a dashed front
+                ax.scatter([p.x for p in meas], [p.y for p in meas], s=30, marker="D", facecolors="none",
+                           edgecolors=color, label=f"{key} (imported)")
+            else:
+                ax.scatter([p.x for p in meas], [p.y for p in meas], s=20, color=color, label=key)
             if pred:
                 ax.scatter([p.x for p in pred], [p.y for p in pred], s=36, facecolors="none", edgecolors=color,
-                           label=f"{dev} {eng} (predicted)")
-            ax.plot([p.x for p in fr_front], [p.y for p in fr_front], linewidth=1.2, color=color)
-        ax.set_xlabel(M.TOK_S_PER_USER.col().label)
-        ax.set_ylabel(M.TOK_S_PER_DEVICE.col().label)
+                           label=f"{key} (predicted)")
+            ax.plot([p.x for p in fr_front], [p.y for p in fr_front], linewidth=1.2, color=color,
+                    linestyle="--" if imported else "-")
+        if n_imported:
+            ax.set_title("imported points converted to infbench's definitions (docs/metrics.md)", fontsize=8)
+        ax.set_xlabel(M.TOK_S_PER_USER.col().label + " = 1 / TPOT p50")
+        ax.set_ylabel(M.TOK_S_PER_DEVICE.col().label + " (input + output)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         save(fig, "frontier")
