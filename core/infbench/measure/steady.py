@@ -166,8 +166,12 @@ def warm_up(engine: Engine, cell: Cell, prompts: list[Any], policy: WarmupPolicy
                + ("; the cell's own warm-up requests go first" if serving else "; one block compiles its shape"))
     else:
         mode, n_max = "until-stable", None
-        why = ("the first cell since the engine loaded" if state.last_active is None
-               else f"the engine was idle {idle:.0f} s (more than {policy.rewarm_after_s:g} s)")
+        if state.last_active is None:
+            why = "the first cell since the engine loaded"
+        elif idle is not None and idle > policy.rewarm_after_s:
+            why = f"the engine was idle {idle:.0f} s (more than {policy.rewarm_after_s:g} s)"
+        else:
+            why = "the engine has not settled yet (an earlier warm-up did not converge)"
     record: dict[str, Any] = {"mode": mode, "why": why, "blocks": [], "converged": None, "spread": None,
                               "seconds": 0.0, "tol": policy.tol, "max_s": max_s}
     read_clock = sampler is not None and device_kind != "cpu"
