@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json, store_for_writing
+from infbench.data.errors import ConfigError
 from infbench.data.inputs import ImportFlags, checked
 
 Opt = typer.Option
@@ -43,20 +43,17 @@ def import_(
     from infbench.report.lib_import import DEFAULT_SOURCE, published_cells, read_lib_csv
     from infbench.store.published import file_sha256, import_published
 
-    try:
-        if fmt not in FORMATS:
-            raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
-        checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit)
-        rows = read_lib_csv(file)
-        src = {**DEFAULT_SOURCE, "file": str(file.resolve()), "sha256": file_sha256(file), "format": fmt}
-        if source:
-            src = {"name": source, "file": src["file"], "sha256": src["sha256"], "format": fmt}
-        src.update({k: v for k, v in (("url", url), ("commit", commit)) if v})
-        results, summary = published_cells(rows, src, plugin_manager())
-        store = store_for_writing(store_path)
-        run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
-    except InfbenchError as exc:
-        fail(exc)
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
+    checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit)
+    rows = read_lib_csv(file)
+    src = {**DEFAULT_SOURCE, "file": str(file.resolve()), "sha256": file_sha256(file), "format": fmt}
+    if source:
+        src = {"name": source, "file": src["file"], "sha256": src["sha256"], "format": fmt}
+    src.update({k: v for k, v in (("url", url), ("commit", commit)) if v})
+    results, summary = published_cells(rows, src, plugin_manager())
+    store = store_for_writing(store_path)
+    run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
     report = {"run_id": run_id, "store": str(store.path), "source": src, **summary}
     if as_json:
         print_json(report)

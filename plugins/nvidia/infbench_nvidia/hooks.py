@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.plugin import (
     ContainerSpec,
     DefaultSweepAnswer,
@@ -14,6 +12,7 @@ from infbench.plugin import (
     EngineSpec,
     NoPower,
     PowerSampler,
+    ServerOptions,
     hookimpl,
     packaged_specs,
 )
@@ -69,7 +68,7 @@ def infbench_power_sampler(device: DeviceInfo) -> PowerSampler | None:
         return NoPower(f"NVML: {exc}")
 
 
-def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _trtllm(device: DeviceInfo, options: ServerOptions) -> Engine:
     from infbench_nvidia.trtllm import TrtllmServeEngine
 
     return TrtllmServeEngine(device, options)
