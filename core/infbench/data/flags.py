@@ -121,7 +121,8 @@ def flag(*decls: str, help: str, default: Any = None, param: str | None = None, 
                     applies, where)
     if cli_type == "float":
         bounds.setdefault("allow_inf_nan", False)  # a number is finite: NaN and infinity are refused
-    return Field(default, json_schema_extra={"cli": [spec, *also]}, **bounds)  # type: ignore[dict-item]
+    extra: Any = {"cli": [spec, *also]}  # read by flags_of (never a JSON schema's: the flags are objects)
+    return Field(default, json_schema_extra=extra, **bounds)
 
 
 def also(*decls: str, help: str, **kw: Any) -> FlagSpec:
