@@ -156,7 +156,7 @@ def _run(config: RunConfig, notes: list[str]) -> None:
         return
     if output.dry_run:
         _print_dry_run(prep.plans, as_json, prep.fleet, prep.default)
-        if prep.refused():
+        if prep.refused() and prep.default is not None:
             raise prep.default.refusal()
         return
     if prep.default is not None:

@@ -136,7 +136,7 @@ class OptimumHabanaEngine(TransformersEngine):
 
     name = NAME
     options_model = OptimumHabanaOptions
-    options: OptimumHabanaOptions  # type: ignore[assignment]
+    options: OptimumHabanaOptions  # type: ignore[assignment]  # the Gaudi model, not transformers' own
 
     def start(self, group) -> None:
         """Refuse a non-Gaudi device, set lazy mode, adapt transformers to Gaudi, build or

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
-from infbench.data.engine_options import TransformersOptions
+from infbench.data.engine_options import EngineOptions, TransformersOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.engines import availability as av
@@ -71,7 +71,7 @@ class TransformersEngine(Engine):
     """
 
     name = "transformers"
-    options_model = TransformersOptions
+    options_model: type[EngineOptions] = TransformersOptions
     options: TransformersOptions
 
     def __init__(self, device, options=None):

@@ -26,6 +26,8 @@ from infbench.data.run import RunOptions
 from infbench.data.run_config import PARTS, FindMaxScenario, PerplexityScenario, RayExecutor, RunConfig
 from infbench.data.schema import DeviceInfo, Sweep
 from infbench.detect.registry import Registry
+from infbench.execution.default_sweep import DefaultSweep
+from infbench.execution.executors.fleet import Fleet
 
 
 @dataclass
@@ -49,10 +51,10 @@ class RunPlan:
 
     config: RunConfig
     registry: Registry
-    default: Any
+    default: DefaultSweep | None
     sweep: Sweep
     plans: list[Plan]
-    fleet: Any
+    fleet: Fleet | None
     executor_name: str
     options: RunOptions
     warnings: list[str] = field(default_factory=list)
@@ -339,7 +341,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
     if isinstance(sc, FindMaxScenario):
         check_workload(config.load.trace is not None, config.load.stream is False)
     ex = config.executor
-    name = ex.groups if isinstance(ex, RayExecutor) and ex.groups != "nodes" else ex.kind  # --load-nodes: here
+    name: str = ex.groups if isinstance(ex, RayExecutor) and ex.groups != "nodes" else ex.kind  # --load-nodes
     det = registry.detection()
     det.raise_config_errors()
     # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
@@ -372,7 +374,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         slo = SloTarget(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s, goodput=sc.goodput)
         plans = [find_max_plan(plans[0], sc.mode, slo, sc.limit, sc.max_probes)]
     elif sc.kind == "adaptive":
-        plans = [adaptive_plan(p, sc.budget) for p in plans]  # type: ignore[union-attr]
+        plans = [adaptive_plan(p, sc.budget) for p in plans]
     refuse_ignored(config, name, plans, specs)
     checked = check_engine_args(specs, sweep.engines, sweep.engine_args)  # plan() refused bad ones
     resolved = resolve(config, sweep, checked.values, endpoint, load_nodes, ray_address)
