@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from infbench.detect.registry import Registry
 from infbench.data.run_config import RunConfig
 from infbench.data.schema import DeviceInfo
 from infbench.detect import Detection
+from infbench.detect.registry import Registry
 from infbench.engines import process as P
 from infbench.execution import orchestrator as O
 from infbench.testing import plugin_manager
