@@ -22,7 +22,9 @@ What is here, by the hook it serves (docs/plugins.md shows each in use):
   :class:`ChannelReading` (clocks, temperature, throttle reasons), :func:`now_ns`;
 * ``infbench_engines``, ``infbench_launch_engine``: :class:`EngineSpec`, :class:`Engine` (an in-process adapter),
   :class:`ManagedServerEngine` (a server infbench starts and talks to over the OpenAI API),
-  :class:`RunOutput`, :class:`RequestRecord`, :class:`Cell`, :data:`CLIENT_OPTIONS`,
+  :class:`RunOutput`, :class:`RequestRecord`, :class:`Cell`, :data:`CLIENT_OPTIONS`, the options
+  models an adapter receives (contract 2.0: :class:`EngineOptions`, :class:`OpenAIOptions`,
+  :class:`ServerOptions`; subclass one for an engine's own options),
   :func:`slots_needed`, :func:`dummy_hf_dir` (a config-only Hugging Face folder for
   ``load_format=dummy``), :func:`default_home`;
 * ``infbench_container_spec``, ``infbench_default_sweep``, ``infbench_device_info``:
@@ -54,6 +56,7 @@ from infbench.contract.hookspecs import (
     hookimpl,
 )
 from infbench.data.engine import Engine, EngineSpec, RunOutput
+from infbench.data.engine_options import EngineOptions, OpenAIOptions, ServerOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable, InfbenchError
 from infbench.data.paths import default_home
 from infbench.data.schema import (
@@ -95,17 +98,20 @@ __all__ = [
     "DeviceSpec",
     "DeviceState",
     "Engine",
+    "EngineOptions",
     "EngineSpec",
     "EngineUnavailable",
     "FixedPowerSampler",
     "InfbenchError",
     "ManagedServerEngine",
     "NoPower",
+    "OpenAIOptions",
     "PowerReading",
     "PowerSampler",
     "RemotePlatformPlugin",
     "RequestRecord",
     "RunOutput",
+    "ServerOptions",
     "StreamSampler",
     "default_home",
     "device_label",

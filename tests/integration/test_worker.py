@@ -52,8 +52,8 @@ def test_spec_carries_scrape_interval_and_price(tmp_path):
     spec = tmp_path / "spec.json"
     served = ["-m", "tiny", "-e", "llama.cpp-server", "-b", "1", "--input-len", "16", "--output-len", "4"]
     infbench("run", *served, "--write-spec", str(spec), "--scrape-interval", "0.25", "--price-per-hour", "2.5")
-    raw = json.loads(spec.read_text())
-    assert raw["options"]["server_metrics_interval_s"] == 0.25 and raw["options"]["price_per_hour"] == 2.5
+    raw = json.loads(spec.read_text())  # the run's configuration, the model of the command line (issue 40)
+    assert raw["config"]["load"]["scrape_interval_s"] == 0.25 and raw["config"]["power"]["price_per_hour"] == 2.5
 
 
 def test_version_skew_is_refused(tmp_path):

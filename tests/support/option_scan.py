@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,7 @@ def values(f: dict[str, str]) -> dict[str, dict[str, Any]]:
         "dtype": {"dtype": ["f32"]}, "batch": {"batch": ["3"]}, "input_len": {"input_len": ["16"]},
         "output_len": {"output_len": ["4"]}, "tp": {"tp": ["2"]},
         "warmup": {"warmup": 3}, "warmup_tol": {"warmup_tol": 0.05}, "warmup_max_s": {"warmup_max_s": 10.0},
-        "rewarm_after_s": {"rewarm_after_s": 5.0}, "no_remeasure": {"no_remeasure": True},
+        "rewarm_after_s": {"rewarm_after_s": 5.0}, "remeasure": {"remeasure": False},
         "seed": {"seed": 7}, "cell_timeout": {"cell_timeout": 100.0},
         "threads": {"threads": 2},
         "power_interval": {"power_interval": 0.5}, "power_command": {"power_command": "echo 5"},
@@ -151,8 +150,7 @@ def effect(prep: Any) -> dict[str, Any]:
         assert declared is not None
         declared |= set(names)
     o = prep.options
-    opts = asdict(o) if not hasattr(o, "power_override") or o.power_override is None else \
-        {**{k: v for k, v in vars(o).items() if k != "power_override"}}
+    opts = {k: v for k, v in vars(o).items() if k not in ("power_override", "config")}
     eopts = {k: v for k, v in (opts.pop("engine_options") or {}).items() if declared is None or k in declared}
     power = o.power_override
     out = {
@@ -175,20 +173,22 @@ def effect(prep: Any) -> dict[str, Any]:
         "ray_address": opts["ray_address"] if prep.executor_name == "ray" or (serving and opts["load_nodes"]) else None,
         # where an in-process engine runs (its own process or this one): only in-process cells have one
         "engine_process": opts.get("engine_process") if any(c.load is None for c in cells) else None,
-        "perplexity": None if prep.request.perplexity is None else
-        (str(prep.request.perplexity), prep.request.ppl_n_ctx, prep.request.ppl_chunks),
+        "perplexity": None if prep.config.scenario.kind != "perplexity" else
+        (str(prep.config.scenario.text_path), prep.config.scenario.n_ctx, prep.config.scenario.max_chunks),
     }
     return out
 
 
 def prepared_effect(flags: dict[str, Any], pm: Any) -> tuple[str, Any]:
-    """``("ok", effect)`` for a run given ``flags`` (RunRequest field values), or
+    """``("ok", effect)`` for a run given ``flags`` (``infbench run``'s parameters, as the
+    command line passes them to :meth:`~infbench.data.run_config.RunConfig.from_flags`), or
     ``("refused", message)`` when infbench refuses it as a usage error."""
-    from infbench.data.request import checked_request
+    from infbench.data.run_config import RunConfig
+    from infbench.detect.registry import Registry
     from infbench.execution.orchestrator import prepare
 
     try:
-        prep = prepare(checked_request(**flags), pm)
+        prep = prepare(RunConfig.from_flags(flags), Registry(pm))
         prep.executor()
         return "ok", effect(prep)
     except InfbenchError as exc:

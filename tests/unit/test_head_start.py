@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from infbench.data.request import RunRequest
+from infbench.data.run_config import RunConfig
 from infbench.data.schema import DeviceInfo
 from infbench.detect import Detection
+from infbench.detect.registry import Registry
 from infbench.engines import process as P
 from infbench.execution import orchestrator as O
 from infbench.testing import plugin_manager
@@ -31,29 +32,40 @@ def specs():
     return engine_specs(plugin_manager())
 
 
+def run_config(**flags):
+    return RunConfig.from_flags(flags)
+
+
+def host(*devices: DeviceInfo) -> Registry:
+    """A registry whose detection saw ``devices``."""
+    reg = Registry(plugin_manager())
+    reg._detection = Detection(devices=list(devices))
+    return reg
+
+
 def test_one_named_in_process_engine_starts_with_its_modules(started, specs):
     for m in specs["transformers"].modules:
         pytest.importorskip(m)
-    assert O.head_start(RunRequest(engine=["transformers"]), specs, Detection(devices=[CPU]), "auto") is True
+    assert O.head_start(run_config(engine=["transformers"]), host(CPU)) is True
     assert started == [list(specs["transformers"].modules)] == [["torch", "transformers"]]
 
 
-@pytest.mark.parametrize("req,executor", [
-    (RunRequest(engine=["llama.cpp"], dry_run=True), "auto"),            # nothing will start
-    (RunRequest(engine=["llama.cpp"], engine_process=False), "auto"),    # measured in this process
-    (RunRequest(engine=["llama.cpp"]), "container"),                     # elsewhere
-    (RunRequest(engine=["llama.cpp", "transformers"]), "auto"),          # which one first is the plan's
-    (RunRequest(engine=["llama.cpp-server"]), "auto"),                   # a server, no engine process
-    (RunRequest(engine=["nonesuch"]), "auto"),                           # the plan reports it
-    (RunRequest(), "auto"),                                              # the CPU's default sweep
+@pytest.mark.parametrize("req", [
+    run_config(engine=["llama.cpp"], dry_run=True),                      # nothing will start
+    run_config(engine=["llama.cpp"], engine_process=False),              # measured in this process
+    run_config(engine=["llama.cpp"], executor="container"),              # elsewhere
+    run_config(engine=["llama.cpp", "transformers"]),                    # which one first is the plan's
+    run_config(engine=["llama.cpp-server"]),                             # a server, no engine process
+    run_config(engine=["nonesuch"]),                                     # the plan reports it
+    run_config(),                                                        # the CPU's default sweep
 ])
-def test_no_head_start_where_no_engine_process_of_this_run_would_take_it(started, specs, req, executor):
-    assert O.head_start(req, specs, Detection(devices=[CPU]), executor) is False
+def test_no_head_start_where_no_engine_process_of_this_run_would_take_it(started, specs, req):
+    assert O.head_start(req, host(CPU)) is False
     assert started == []
 
 
 def test_default_sweep_on_an_accelerator_imports_torch_and_transformers(started, specs, monkeypatch):
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: object())   # as on the GPU host
-    assert O.head_start(RunRequest(), specs, Detection(devices=[CPU, GPU]), "auto") is True
+    assert O.head_start(run_config(), host(CPU, GPU)) is True
     assert started == [O.HEAD_START_MODULES]
-    assert O.head_start(RunRequest(preset="lib-corner"), specs, Detection(devices=[GPU]), "auto") is False
+    assert O.head_start(run_config(preset="lib-corner"), host(GPU)) is False

@@ -100,10 +100,16 @@ def test_merge_shifts_whole_records_so_clock_skew_never_enters_ttft():
 
 
 def test_load_nodes_needs_a_cluster_and_a_measuring_process_with_ray(pm, monkeypatch):
+    from infbench.contract.registry import engine_specs
     from infbench.data.errors import ConfigError
-    from infbench.data.request import checked_request
+    from infbench.data.run_config import RunConfig
     from infbench.data.schema import Sweep
     from infbench.execution.orchestrator import spread_nodes
+
+    def checked_request(**flags):
+        return RunConfig.from_flags(flags)
+
+    specs = engine_specs(pm)
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     serving_sweep = Sweep(models=["tiny-random-llama"], engines=["llama.cpp-server"], dtypes=["f16"], batch=[1],
@@ -111,15 +117,17 @@ def test_load_nodes_needs_a_cluster_and_a_measuring_process_with_ray(pm, monkeyp
     endpoint = Sweep(models=["m"], engines=["openai"], dtypes=["auto"], batch=[1], input_len=[8], output_len=[4])
     notes: list[str] = []
     with pytest.raises(ConfigError, match="none was given"):
-        spread_nodes(checked_request(load_nodes=2), "inprocess", serving_sweep, pm, notes)
+        spread_nodes(checked_request(load_nodes=2), "inprocess", serving_sweep, specs, notes)
     with pytest.raises(ConfigError, match="worker image"):
-        spread_nodes(checked_request(load_nodes=2, ray_address="h:1"), "container", serving_sweep, pm, notes)
+        spread_nodes(checked_request(load_nodes=2, ray_address="h:1"), "container", serving_sweep, specs, notes)
     with pytest.raises(ConfigError, match="worker image"):
-        spread_nodes(checked_request(load_nodes=2, ray_address="h:1", container_runtime="docker"), "ray",
-                     serving_sweep, pm, notes)
-    assert spread_nodes(checked_request(load_nodes=3, ray_address="h:1"), "inprocess", serving_sweep, pm, notes) == 3
-    assert spread_nodes(checked_request(), "inprocess", serving_sweep, pm, notes) is None and not notes
+        spread_nodes(checked_request(load_nodes=2, ray_address="h:1", container_runtime="docker", executor="ray"),
+                     "ray", serving_sweep, specs, notes)
+    assert spread_nodes(checked_request(load_nodes=3, ray_address="h:1"), "inprocess", serving_sweep, specs,
+                        notes) == 3
+    assert spread_nodes(checked_request(), "inprocess", serving_sweep, specs, notes) is None and not notes
     # --executor ray with only an endpoint: its load from every node (0), said in a note
-    assert spread_nodes(checked_request(ray_address="h:1"), "ray", endpoint, pm, notes) == 0
+    assert spread_nodes(checked_request(ray_address="h:1", executor="ray"), "ray", endpoint, specs, notes) == 0
     assert "every node of the cluster" in notes[0]
-    assert spread_nodes(checked_request(ray_address="h:1"), "ray", serving_sweep, pm, []) is None
+    assert spread_nodes(checked_request(ray_address="h:1", executor="ray"), "ray", serving_sweep, specs,
+                        []) is None

@@ -16,8 +16,8 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field, field_validator
 
 from infbench.data.errors import ConfigError
+from infbench.data.flags import split_values
 from infbench.data.inputs import Flags, Seconds, checked
-from infbench.data.request import split_values
 from infbench.data.schema import PRECISIONS, SWEEP_LIMITS
 from infbench.detect.devices import MAX_PEAK_TFLOPS, MIN_PEAK_TFLOPS, MIN_PEAK_WHY, PHYSICAL_LIMITS, PHYSICAL_MINIMA
 

@@ -12,15 +12,23 @@ without a subprocess.
 
 Every command that prints a table also takes ``--json``. Exit status: 0 ok, 1 error,
 2 bad input, 3 some cells failed (their errors are stored), 130 interrupted.
+
+Commands raise; errors are printed in one place, the entry point (:class:`Commands`, the
+app's command group: an :class:`~infbench.data.errors.InfbenchError` as ``error:``/``hint:``
+with its exit status, a store error with exit 2), so that ``infbench`` and a test's
+``CliRunner`` print them the same way; :func:`main` adds the last line of defence against a
+raw traceback.
 """
 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from infbench.cli import (
     catalog,
@@ -34,10 +42,30 @@ from infbench.cli import (
     results,
     run_cmd,
 )
-from infbench.cli.common import out
+from infbench.cli.common import out, print_error
+from infbench.data.errors import InfbenchError, StoreFailure
 from infbench.data.version import __version__
 
+
+class Commands(TyperGroup):
+    """The ``infbench`` command group: runs a command and prints what it raised, once
+    (:func:`infbench.cli.common.print_error`), exiting with the error's status."""
+
+    def invoke(self, ctx: Any) -> Any:
+        """Invoke the command; an infbench error is printed and becomes its exit status, a
+        store error (:class:`sqlite3.Error`) exit 2."""
+        try:
+            return super().invoke(ctx)
+        except InfbenchError as exc:
+            print_error(exc)
+            raise typer.Exit(exc.exit_code) from None
+        except sqlite3.Error as exc:
+            print_error(StoreFailure(exc))
+            raise typer.Exit(2) from None
+
+
 app = typer.Typer(
+    cls=Commands,
     name="infbench",
     help="Benchmark LLM inference the same way on any accelerator.\n\n"
          "Start with `infbench detect`, then `infbench run` (a quick default sweep on the detected "
@@ -83,26 +111,15 @@ for _m in COMMAND_MODULES:
 def main() -> None:
     """Console-script entry point.
 
-    The last line of defence against a raw traceback: an infbench error that escaped a
-    command is printed as ``error:``/``hint:`` (its exit status), a store error as
-    ``error:`` with exit 2, and anything else as one ``internal error`` line naming the
-    exception and where it happened (exit 1; ``-v`` shows the traceback)."""
-    import sqlite3
+    Errors of the commands are printed by :class:`Commands`; this is the last line of defence
+    against a raw traceback: anything else is one ``internal error`` line naming the exception
+    and where it happened (exit 1; ``-v`` shows the traceback)."""
     import traceback
 
-    from infbench.data.errors import InfbenchError
     from infbench.data.outputs import terminal_text as clean
 
     try:
         app()
-    except InfbenchError as exc:
-        sys.stderr.write(f"error: {clean(exc.message)}\n" + (f"hint: {clean(exc.hint)}\n" if exc.hint else ""))
-        sys.exit(exc.exit_code)
-    except sqlite3.Error as exc:
-        sys.stderr.write(f"error: the results store failed: {clean(exc)}\n"
-                         "hint: check the --store file (disk space, permissions, "
-                         "`sqlite3 FILE 'PRAGMA integrity_check'`)\n")
-        sys.exit(2)
     except Exception as exc:  # noqa: BLE001 - print one line, not a traceback
         if "-v" in sys.argv or "--verbose" in sys.argv:
             traceback.print_exc()

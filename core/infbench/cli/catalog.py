@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
-from infbench.data.errors import InfbenchError
+from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
 
 Opt = typer.Option
 
@@ -27,10 +26,7 @@ def devices(
     """
     from infbench.detect.devices import catalog
 
-    try:
-        specs = [s for s in catalog(plugin_manager()) if vendor is None or s.vendor == vendor]
-    except InfbenchError as exc:
-        fail(exc)
+    specs = [s for s in catalog(plugin_manager()) if vendor is None or s.vendor == vendor]
     if as_json:
         print_json([{**s.model_dump(), "per_device": s.per_device()} for s in specs])
         return

@@ -1,8 +1,10 @@
-"""What every command module shares: the consoles, error exit, JSON output, the plugin
-manager, opening the store, and the flag-list splitter.
+"""What every command module shares: the consoles, the one error printer, JSON output, the
+plugin manager, opening the store, and the flag-list splitter.
 
-Exit status of every command: 0 ok, 1 error, 2 bad input, 3 some cells failed (their
-errors are stored), 130 interrupted.
+Commands raise :class:`~infbench.data.errors.InfbenchError`; the entry point prints it once
+(:func:`print_error`, from :class:`infbench.cli.Commands`) and exits with its status. Exit
+status of every command: 0 ok, 1 error, 2 bad input, 3 some cells failed (their errors are
+stored), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -13,16 +15,15 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress
 
 from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.flags import split_values
 from infbench.data.outputs import SafeConsole, json_text, terminal_text
-from infbench.data.request import split_values
 from infbench.data.secrets import printable
 
 # Wide tables when piped (rich falls back to 80 columns without a terminal). Every string
@@ -34,18 +35,19 @@ err: Console = SafeConsole(stderr=True, width=None if sys.stderr.isatty() else 1
 JSON_HELP = "Machine-readable output."
 
 
-def fail(exc: InfbenchError) -> NoReturn:
-    """Print ``error: <message>`` and ``hint: <hint>`` on stderr and exit with the error's code."""
+def print_error(exc: InfbenchError) -> None:
+    """The one error printer: ``error: <message>`` and ``hint: <hint>`` on stderr (called by the
+    entry point, :class:`infbench.cli.Commands`, for every command)."""
     err.print(f"[bold red]error:[/] {escape(exc.message)}")
     if exc.hint:
         err.print(f"[yellow]hint:[/] {escape(exc.hint)}")
-    raise typer.Exit(exc.exit_code)
 
 
-def need(extra: str, exc: ImportError) -> NoReturn:
-    """Exit with a hint to install the optional extra that provides a missing module."""
-    fail(ConfigError(f"this command needs {exc.name or 'an optional package'}",
-                     hint=f"pip install 'infbench[{extra}]'"))
+def need(extra: str, exc: ImportError) -> ConfigError:
+    """The error of a missing optional module, with a hint to install the extra providing it
+    (``raise need("report", exc)``)."""
+    return ConfigError(f"this command needs {exc.name or 'an optional package'}",
+                       hint=f"pip install 'infbench[{extra}]'")
 
 
 def plugin_manager():
@@ -62,41 +64,38 @@ def print_json(obj: Any) -> None:
 
 
 def split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | None:
-    """:func:`infbench.plan.sweeps.split_values`, exiting with status 2 on a bad item."""
-    try:
-        return split_values(values, flag, cast)
-    except ConfigError as exc:
-        fail(exc)
+    """:func:`infbench.data.flags.split_values` (raises ConfigError, exit 2, on a bad item)."""
+    return split_values(values, flag, cast)
 
 
 def check_run_id(run_id: str | None, flag: str = "--run") -> None:
-    """Exit 2 unless ``run_id`` is None or a run id prefix (hex digits)."""
+    """Refuse (ConfigError, exit 2) a ``run_id`` that is not None nor a run id prefix (hex digits)."""
     from infbench.store import valid_run_prefix
 
     if run_id is not None and not valid_run_prefix(run_id):
-        fail(ConfigError(f"{flag} {run_id[:40]!r} is not a run id (run ids are hex digits, e.g. 3f2a9c)",
-                         hint="see the run ids with `infbench results --format json` or the store's runs"))
+        raise ConfigError(f"{flag} {run_id[:40]!r} is not a run id (run ids are hex digits, e.g. 3f2a9c)",
+                          hint="see the run ids with `infbench results --format json` or the store's runs")
 
 
 def open_store(store_path: Path | None, readonly: bool = False):
-    """The results store at ``store_path`` (default location when None), or exit with the reason.
+    """The results store at ``store_path`` (default location when None).
 
     Args:
         store_path: ``--store``, or None for ``$INFBENCH_HOME/results.db``.
         readonly: open read-only (``results``, ``report``, ``export``, ``compare``): the
             file is never written; a missing file is an error (exit 2).
+
+    Raises:
+        InfbenchError: the store cannot be opened (why, and what to do).
     """
     from infbench.store import Store
 
-    try:
-        return Store(store_path, readonly=readonly)
-    except InfbenchError as exc:
-        fail(exc)
+    return Store(store_path, readonly=readonly)
 
 
 def read_results(store, **kwargs):
-    """``store.results(**kwargs)``, exiting 2 with the reason when the file cannot be read
-    (a corrupt page found only when the rows are read)."""
+    """``store.results(**kwargs)``; a file that cannot be read (a corrupt page found only when
+    the rows are read) is a StoreError (exit 2) with the reason."""
     import sqlite3
 
     from infbench.store import StoreError, describe_db_error
@@ -104,23 +103,23 @@ def read_results(store, **kwargs):
     try:
         return store.results(**kwargs)
     except sqlite3.DatabaseError as exc:
-        fail(StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}",
-                        hint=f"salvage it with `sqlite3 {store.path} .recover | sqlite3 recovered.db`"))
+        raise StoreError(f"cannot read the results store {store.path}: {describe_db_error(exc)}",
+                         hint=f"salvage it with `sqlite3 {store.path} .recover | sqlite3 recovered.db`") from None
 
 
 def store_for_writing(store_path: Path | None):
     """:func:`open_store` for ``run`` and ``ingest``, made ready by
     :func:`infbench.store.recovery.prepare` (integrity check, runs left ``running`` by a
     dead process marked ``interrupted``, journalled cells stored), with a note for each
-    thing it did; exits 2 when the store is damaged or cannot be written."""
+    thing it did; raises (exit 2) when the store is damaged or cannot be written."""
     from infbench.store.recovery import prepare
 
     store = open_store(store_path)
     try:
         rec = prepare(store)
-    except InfbenchError as exc:
+    except InfbenchError:
         store.close()
-        fail(exc)
+        raise
     if rec.interrupted:
         err.print(f"[yellow]note:[/] {len(rec.interrupted)} run(s) left `running` by a process that is gone are now "
                   f"marked interrupted: {', '.join(rec.interrupted)}")
@@ -135,16 +134,14 @@ def store_for_writing(store_path: Path | None):
 @contextlib.contextmanager
 def writing(path: Path, what: str = "--out") -> Iterator[None]:
     """Turn an OS error while writing ``path`` (read-only folder, a parent that cannot be
-    created, ``/proc``, a full disk) into ``error: cannot write ...`` and exit 2, and a write
-    the output boundary refuses (:class:`infbench.data.outputs.OutputRefused`: the store, an
-    SQLite file, a file infbench did not write) into its error, exit 2."""
+    created, ``/proc``, a full disk) into ``error: cannot write ...`` (ConfigError, exit 2); a
+    write the output boundary refuses (:class:`infbench.data.outputs.OutputRefused`: the store,
+    an SQLite file, a file infbench did not write) raises its own error."""
     try:
         yield
-    except InfbenchError as exc:
-        fail(exc)
     except OSError as exc:
-        fail(ConfigError(f"cannot write {path} ({what}): {exc.strerror or exc}",
-                         hint=f"choose a writable location for {what}"))
+        raise ConfigError(f"cannot write {path} ({what}): {exc.strerror or exc}",
+                          hint=f"choose a writable location for {what}") from None
 
 
 def store_paths(*paths: Path | str | None) -> list[Path]:

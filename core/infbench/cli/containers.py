@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, fail, out, print_json, split
+from infbench.cli.common import JSON_HELP, err, out, print_json, split
 from infbench.data.errors import ConfigError, InfbenchError
 
 Opt = typer.Option
@@ -63,19 +63,16 @@ def containers_build(
     """
     from infbench.runtimes import images as im
 
-    try:
-        root = im.source_root(context)
-        args = parse_build_args(build_arg or [])
-        recipes = im.find_recipes(root)
-        vendors = split(vendor, "--vendor")
-        names = split(image, "--image")
-        chosen = [r for r in recipes if (not vendors or r.vendor in vendors) and (not names or r.name in names)]
-        if not chosen:
-            raise ConfigError(f"no image recipe matches vendor={vendors} image={names}",
-                              hint="known: " + ", ".join(f"{r.vendor}/{r.name}" for r in recipes))
-        im.docker_client()  # a Docker engine answers, before any build
-    except InfbenchError as exc:
-        fail(exc)
+    root = im.source_root(context)
+    args = parse_build_args(build_arg or [])
+    recipes = im.find_recipes(root)
+    vendors = split(vendor, "--vendor")
+    names = split(image, "--image")
+    chosen = [r for r in recipes if (not vendors or r.vendor in vendors) and (not names or r.name in names)]
+    if not chosen:
+        raise ConfigError(f"no image recipe matches vendor={vendors} image={names}",
+                          hint="known: " + ", ".join(f"{r.vendor}/{r.name}" for r in recipes))
+    im.docker_client()  # a Docker engine answers, before any build
     results = []
     for r in chosen:
         status = err.status(f"building {r.repository} from {r.dockerfile}") if not as_json else contextlib.nullcontext()
@@ -114,10 +111,7 @@ def containers_list(
     are refused by `infbench run` until rebuilt)."""
     from infbench.runtimes import images as im
 
-    try:
-        built = im.list_images()
-    except InfbenchError as exc:
-        fail(exc)
+    built = im.list_images()
     try:
         recipes = im.find_recipes(im.source_root(context))
     except ConfigError:

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json
+from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
 from infbench.data.errors import InfbenchError
 from infbench.data.secrets import printable
 
@@ -180,13 +180,9 @@ def _engine_table(device, t: dict) -> Table:
 def _detect_fleet(address: str, as_json: bool) -> None:
     """``infbench detect --ray-address``: the fleet as JSON or a table of device groups."""
     from infbench.execution.executors.fleet import fleet_dict
+    from infbench.execution.executors.ray import detect_fleet
 
-    try:
-        from infbench.execution.executors.ray import detect_fleet
-
-        fleet = detect_fleet(address)
-    except InfbenchError as exc:
-        fail(exc)
+    fleet = detect_fleet(address)
     d = fleet_dict(fleet)
     if as_json:
         print_json(d)

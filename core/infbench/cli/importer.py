@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json, store_for_writing
+from infbench.data.errors import ConfigError
 from infbench.data.inputs import ImportFlags, checked
 
 Opt = typer.Option
@@ -62,23 +62,20 @@ def import_(
     """
     from infbench.store.published import import_published
 
-    try:
-        if fmt not in FORMATS:
-            raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
-        checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit, device=device, devices=devices,
-                engine=engine, model_name=model)
-        if fmt in ("lib-csv", "inferencex", "mlperf") and any(v is not None for v in (device, devices, engine, model)):
-            raise ConfigError(f"--device, --devices, --engine and --model fill what a client tool's file does not say; "
-                              f"{fmt} names its hardware, framework and model per row",
-                              hint="leave them out for this format")
-        if fmt == "lib-csv":
-            results, summary, src = _lib_csv(file, source, url, commit)
-        else:
-            results, summary, src = _tool_file(file, fmt, source, url, commit, device, devices, engine, model)
-        store = store_for_writing(store_path)
-        run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
-    except InfbenchError as exc:
-        fail(exc)
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
+    checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit, device=device, devices=devices,
+            engine=engine, model_name=model)
+    if fmt in ("lib-csv", "inferencex", "mlperf") and any(v is not None for v in (device, devices, engine, model)):
+        raise ConfigError(f"--device, --devices, --engine and --model fill what a client tool's file does not say; "
+                          f"{fmt} names its hardware, framework and model per row",
+                          hint="leave them out for this format")
+    if fmt == "lib-csv":
+        results, summary, src = _lib_csv(file, source, url, commit)
+    else:
+        results, summary, src = _tool_file(file, fmt, source, url, commit, device, devices, engine, model)
+    store = store_for_writing(store_path)
+    run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
     report = {"run_id": run_id, "store": str(store.path), "source": src, **summary}
     if as_json:
         print_json(report)

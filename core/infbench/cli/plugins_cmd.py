@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json
+from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json
 from infbench.data.errors import ConfigError
 
 Opt = typer.Option
@@ -82,8 +82,8 @@ def check(
     pm = plugin_manager()
     names = [n for n, i in pm.infos.items() if n != "core" and not i.disabled] if name is None else [name]
     if name is not None and name not in pm.infos:
-        fail(ConfigError(f"no plugin named {name!r}", hint=f"installed: {', '.join(sorted(pm.infos)) or 'none'} "
-                                                          "(`infbench plugins` lists them)"))
+        raise ConfigError(f"no plugin named {name!r}", hint=f"installed: {', '.join(sorted(pm.infos)) or 'none'} "
+                                                          "(`infbench plugins` lists them)")
     report: dict[str, Any] = {}
     for n in names:
         info = pm.infos[n]
@@ -134,7 +134,7 @@ packages = ["infbench_{mod}"]
 infbench_{mod} = ["devices.yaml"]
 '''
 
-_HOOKS = '''"""infbench plugin for {title}: detection, precisions, power and the device catalog.
+_HOOKS = '''"""infbench plugin for {title}: detection, precisions, power, the device catalog and engines.
 
 Imports only :mod:`infbench.plugin` (the public API; the rest of infbench may move between
 releases). Fill in each TODO with the vendor's driver library; until then the plugin reports
@@ -143,7 +143,18 @@ no devices, as it must on a host without the hardware.
 
 from __future__ import annotations
 
-from infbench.plugin import DeviceInfo, DeviceSpec, NoPower, PowerSampler, hookimpl, packaged_specs
+from infbench.plugin import (
+    DeviceInfo,
+    DeviceSpec,
+    Engine,
+    EngineOptions,
+    EngineSpec,
+    EngineUnavailable,
+    NoPower,
+    PowerSampler,
+    hookimpl,
+    packaged_specs,
+)
 
 VENDOR = "{vendor}"
 
@@ -179,6 +190,25 @@ def infbench_device_catalog() -> list[DeviceSpec]:
     """Datasheet figures (memory, bandwidth, peak FLOP/s, TDP) of the vendor's devices, from
     this package's devices.yaml (each figure with its source)."""
     return list(packaged_specs("infbench_{mod}"))
+
+
+class {cls}Options(EngineOptions):
+    """The options of the vendor's engine (``--engine-arg KEY=VALUE``), typed and bounded, their
+    defaults here (plugin contract 2.0: the adapter receives this model and reads attributes)."""
+    # TODO: e.g. max_batch_tokens: int = Field(8192, ge=1, le=1 << 20)
+
+
+def _engine(device: DeviceInfo, options: {cls}Options) -> Engine:
+    """The vendor engine's adapter for ``device``, created, not started (an
+    infbench.plugin.Engine subclass: start, run, stop, describe, verify_device)."""
+    raise EngineUnavailable("the {title} engine adapter is not written yet")  # TODO
+
+
+@hookimpl
+def infbench_engines() -> list[EngineSpec]:
+    """The engines this plugin provides (or says run on its devices)."""
+    # TODO: [EngineSpec("{vendor}-engine", _engine, [VENDOR], {{"bf16": "bf16"}}, options_model={cls}Options)]
+    return []
 '''
 
 _DEVICES = '''# {title} devices: datasheet figures per package, each with its source
@@ -220,8 +250,9 @@ contract. The hooks are in `infbench_{mod}/hooks.py`; see infbench's docs/plugin
 def write_skeleton(vendor: str, out_dir: Path) -> list[Path]:
     """Write a plugin package for ``vendor`` under ``out_dir/infbench-VENDOR``: pyproject.toml
     (entry point ``VENDOR = infbench_VENDOR.hooks``), the hooks module (detect, precisions,
-    power, catalog: each a TODO that already keeps to the contract), an empty devices.yaml, a
-    Dockerfile, a README and a conformance test.
+    power, catalog, and an engine with its typed options model, contract 2.0: each a TODO that
+    already keeps to the contract), an empty devices.yaml, a Dockerfile, a README and a
+    conformance test.
 
     Returns:
         The files written.
@@ -237,6 +268,7 @@ def write_skeleton(vendor: str, out_dir: Path) -> list[Path]:
     if root.exists():
         raise ConfigError(f"{root} already exists", hint="choose another --out, or remove it first")
     mod, title = vendor, vendor.replace("_", " ").title()
+    cls = title.replace(" ", "")
     files = {
         "pyproject.toml": _PYPROJECT, "README.md": _README,
         f"infbench_{mod}/__init__.py": '"""infbench plugin for {title}."""\n',
@@ -247,7 +279,7 @@ def write_skeleton(vendor: str, out_dir: Path) -> list[Path]:
     for rel, text in files.items():
         p = root / rel
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text.format(vendor=vendor, mod=mod, title=title))
+        p.write_text(text.format(vendor=vendor, mod=mod, title=title, cls=cls))
         written.append(p)
     return written
 
@@ -262,10 +294,7 @@ def new(
     devices.yaml, a Dockerfile and a conformance test. Then `pip install -e infbench-VENDOR`,
     fill in the TODOs, and `infbench plugins check VENDOR`.
     """
-    try:
-        files = write_skeleton(vendor, out_dir)
-    except ConfigError as exc:
-        fail(exc)
+    files = write_skeleton(vendor, out_dir)
     root = files[0].parent
     out.print(f"wrote {root}/ ({len(files)} files). Next: pip install -e {root} && infbench plugins check {vendor}")
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, need, open_store, out, plugin_manager, print_json, read_results, split
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.cli.common import JSON_HELP, need, open_store, out, plugin_manager, print_json, read_results, split
+from infbench.data.errors import ConfigError
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
@@ -118,73 +118,70 @@ def predict(
     home = default_home()
     report_cal: list[dict[str, Any]] = []
     profile_report: dict[str, Any] | None = None
-    try:
-        check_predict_flags(flags)
-        sets = parse_sets(split(set_, "--set"))
-        profile_only = calibrate_ and engine != "generic" and not device and not sets and not device_file
-        devices_ = split(device, "--device") or ([] if (sets or device_file or profile_only) else ["cpu"])
-        limits = {d: P.limits_for_id(pm, d) for d in devices_}
-        stacks: dict[str, str | None] = {lim.id: stack_of(vendor_of(pm, d)) for d, lim in limits.items()}
-        what_if: set[str] = set()
-        if sets or device_file:
-            file_vendor = _file_vendor(device_file)
-            if limits:
-                new = {}
-                for v in limits.values():
-                    lim = custom_limits(v, sets)
-                    new[lim.id] = lim
-                    stacks[lim.id] = stacks.get(v.id)
-                limits = new
-            else:
-                lim = custom_limits(None, sets, device_file)
-                limits = {lim.id: lim}
-                stacks[lim.id] = stack_of(file_vendor) if file_vendor else None
-            what_if = set(limits)
-        options = parse_engine_args(split(engine_arg, "--engine-arg") or [])
-        shapes = [resolve(m) for m in (split(model, "--model") or [])]
-        if requirements_:
-            _requirements(pm, home, shapes, limits, stacks, preset, slo_ttft, slo_tpot,
-                          split(batch, "--batch", int) or [1], dtype, engine, as_json)
-            return
-        builtin = not no_builtin
-        if device_label is not None and not devices_:
-            raise ConfigError("--device-label chooses a campaign of the --device given",
-                              hint="e.g. --device max-1550 --device-label 'Intel PVC GPU'")
-        if calibrate_ and profile_only:
-            profile_report = _calibrate_profile(pm, home, engine, store_path, run_id, builtin)
-        elif calibrate_:
-            report_cal = _calibrate(pm, home, limits, stacks, engine, store_path, run_id, builtin, device_label)
-            fitted = {c["engine"] for c in report_cal}
-            if engine == "generic" and len(fitted) == 1:
-                engine = fitted.pop()  # the only engine measured there: predict as it schedules
-        if not shapes and not calibrate_:
-            raise ConfigError("give --model (and --device), or --calibrate, or --requirements",
-                              hint="e.g. infbench predict --model llama-3-8b --device h100-sxm --engine vllm")
-        bases: dict[str, Any] = {}
-        for d, lim in limits.items():
-            b = resolve_basis(home, lim.id.split("+")[0], engine, stacks.get(d), what_if=d in what_if,
-                              builtin=builtin, label=device_label)
-            if eff_compute or eff_memory or overhead_ms is not None:
-                eff = b.efficiency_for(engine, lim, None)
-                eff = P.Efficiency.from_dict({**eff.__dict__, "eff_compute": eff_compute or eff.eff_compute,
-                                              "eff_memory": eff_memory or eff.eff_memory,
-                                              "overhead_s": overhead_ms / 1e3 if overhead_ms is not None
-                                              else eff.overhead_s, "source": "command line"})
-                b = replace(b, used="command line", detail="--eff-compute/--eff-memory/--overhead-ms over "
-                            + b.detail, fit=None, efficiency=eff, key=None)
-            bases[d] = b
-        spec = P.Speculative(resolve(draft_model), spec_k, acceptance) if draft_model else None
-        if spec is not None:
-            P.expected_tokens(spec_k, acceptance)  # validates k and the rate
-        rows_ = P.predict_grid(shapes, limits, split(batch, "--batch", int) or [1],
-                               split(input_len, "--input", int) or [1024], split(output_len, "--output", int) or [128],
-                               split(tp, "--tp", int) or [1], dtype,
-                               lambda d, m: bases[d].efficiency_for(engine, limits[d], m), engine=engine,
-                               pp=split(pp, "--pp", int) or [1], ep=ep, options=options, speculative=spec,
-                               moe_imbalance=moe_imbalance)
-        add_intervals(rows_, bases, engine)
-    except InfbenchError as exc:
-        fail(exc)
+    check_predict_flags(flags)
+    sets = parse_sets(split(set_, "--set"))
+    profile_only = calibrate_ and engine != "generic" and not device and not sets and not device_file
+    devices_ = split(device, "--device") or ([] if (sets or device_file or profile_only) else ["cpu"])
+    limits = {d: P.limits_for_id(pm, d) for d in devices_}
+    stacks: dict[str, str | None] = {lim.id: stack_of(vendor_of(pm, d)) for d, lim in limits.items()}
+    what_if: set[str] = set()
+    if sets or device_file:
+        file_vendor = _file_vendor(device_file)
+        if limits:
+            new = {}
+            for v in limits.values():
+                lim = custom_limits(v, sets)
+                new[lim.id] = lim
+                stacks[lim.id] = stacks.get(v.id)
+            limits = new
+        else:
+            lim = custom_limits(None, sets, device_file)
+            limits = {lim.id: lim}
+            stacks[lim.id] = stack_of(file_vendor) if file_vendor else None
+        what_if = set(limits)
+    options = parse_engine_args(split(engine_arg, "--engine-arg") or [])
+    shapes = [resolve(m) for m in (split(model, "--model") or [])]
+    if requirements_:
+        _requirements(pm, home, shapes, limits, stacks, preset, slo_ttft, slo_tpot,
+                      split(batch, "--batch", int) or [1], dtype, engine, as_json)
+        return
+    builtin = not no_builtin
+    if device_label is not None and not devices_:
+        raise ConfigError("--device-label chooses a campaign of the --device given",
+                          hint="e.g. --device max-1550 --device-label 'Intel PVC GPU'")
+    if calibrate_ and profile_only:
+        profile_report = _calibrate_profile(pm, home, engine, store_path, run_id, builtin)
+    elif calibrate_:
+        report_cal = _calibrate(pm, home, limits, stacks, engine, store_path, run_id, builtin, device_label)
+        fitted = {c["engine"] for c in report_cal}
+        if engine == "generic" and len(fitted) == 1:
+            engine = fitted.pop()  # the only engine measured there: predict as it schedules
+    if not shapes and not calibrate_:
+        raise ConfigError("give --model (and --device), or --calibrate, or --requirements",
+                          hint="e.g. infbench predict --model llama-3-8b --device h100-sxm --engine vllm")
+    bases: dict[str, Any] = {}
+    for d, lim in limits.items():
+        b = resolve_basis(home, lim.id.split("+")[0], engine, stacks.get(d), what_if=d in what_if,
+                          builtin=builtin, label=device_label)
+        if eff_compute or eff_memory or overhead_ms is not None:
+            eff = b.efficiency_for(engine, lim, None)
+            eff = P.Efficiency.from_dict({**eff.__dict__, "eff_compute": eff_compute or eff.eff_compute,
+                                          "eff_memory": eff_memory or eff.eff_memory,
+                                          "overhead_s": overhead_ms / 1e3 if overhead_ms is not None
+                                          else eff.overhead_s, "source": "command line"})
+            b = replace(b, used="command line", detail="--eff-compute/--eff-memory/--overhead-ms over "
+                        + b.detail, fit=None, efficiency=eff, key=None)
+        bases[d] = b
+    spec = P.Speculative(resolve(draft_model), spec_k, acceptance) if draft_model else None
+    if spec is not None:
+        P.expected_tokens(spec_k, acceptance)  # validates k and the rate
+    rows_ = P.predict_grid(shapes, limits, split(batch, "--batch", int) or [1],
+                           split(input_len, "--input", int) or [1024], split(output_len, "--output", int) or [128],
+                           split(tp, "--tp", int) or [1], dtype,
+                           lambda d, m: bases[d].efficiency_for(engine, limits[d], m), engine=engine,
+                           pp=split(pp, "--pp", int) or [1], ep=ep, options=options, speculative=spec,
+                           moe_imbalance=moe_imbalance)
+    add_intervals(rows_, bases, engine)
     if as_json:
         print_json({"predictions": rows_, "calibrations": report_cal,
                     **({"profile": profile_report} if profile_report is not None else {})})
@@ -301,7 +298,7 @@ def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: di
                 cal = calibrate(by_engine.get(e, []), lim, engine=e, stack=stacks.get(d), home=home,
                                 builtin=builtin)
             except ImportError as exc:
-                need("report", exc)
+                raise need("report", exc) from None
             if device_label is not None:
                 cal.campaign = next(iter(camps))
             path = save_device_calibration(home, cal)
@@ -331,7 +328,7 @@ def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: P
     try:
         fit, table = fit_engine_profile(groups, e, home, builtin=builtin)
     except ImportError as exc:
-        need("report", exc)
+        raise need("report", exc) from None
     small = [g for g in groups if len(g.points) < MIN_DEVICE_CELLS]
     skipped += [{"device": g.key, "catalog_id": g.device_id, "engine": e, "cells": len(g.points),
                  "why": f"{len(g.points)} usable cells (< {MIN_DEVICE_CELLS})"} for g in small]

@@ -12,7 +12,6 @@ from rich.markup import escape
 from infbench.cli.common import (
     JSON_HELP,
     err,
-    fail,
     out,
     plugin_manager,
     print_json,
@@ -20,6 +19,7 @@ from infbench.cli.common import (
     stdout_to_stderr,
     store_for_writing,
 )
+from infbench.cli.flags import sharing_config_options
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.inputs import PerplexityFlags, QuantizeFlags, checked
 from infbench.data.secrets import printable
@@ -29,7 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
 
 Opt = typer.Option
-ListOpt = list[str] | None
 
 PERPLEXITY_HELP = """Measure perplexity exactly as llama.cpp's `llama-perplexity` does, on
 llama.cpp, transformers or vLLM, and store it beside the throughput of the same precision.
@@ -57,39 +56,43 @@ chunks) are shown again, not re-run, unless `--force`.
 """
 
 
+#: The options ``infbench perplexity`` shares with ``infbench run`` (the run's configuration:
+#: :mod:`infbench.cli.flags`), in its words.
+_SHARED_HELP = {
+    "engine": "llama.cpp (default), transformers, vllm. Comma list or repeat.",
+    "dtype": "Engine dtype(s) or class(es). Default: the GGUF's own type on llama.cpp, float32 on transformers and "
+             "vLLM.",
+    "device": "Device vendor to run on. Default: first accelerator, else cpu.",
+    "engine_arg": "KEY=VALUE passed to the engine (vLLM EngineArgs names...).",
+    "executor": "Where the engines run: inprocess (default), container (the plugin's worker image) or ray (a Ray "
+                "cluster's node with the device; the model and text must exist at the same path there).",
+    "container_runtime": "--executor container: docker or apptainer (default: Docker when an engine answers).",
+    "ray_address": "--executor ray: the cluster (HOST:PORT of the head; default $RAY_ADDRESS).",
+    "store_path": "Results database.",
+    "force": "Measure again even if stored.",
+    "as_json": JSON_HELP,
+}
+
+
+@sharing_config_options(["model", "text", "engine", "dtype", "n_ctx", "chunks", "device", "threads", "engine_arg",
+                         "max_ppl_increase", "baseline", "executor", "container_runtime", "ray_address", "store_path",
+                         "force", "as_json"], _SHARED_HELP)
 def perplexity(
     model: Annotated[str, Opt("--model", "-m", help="A .gguf file or a Hugging Face folder with weights.")],
     text: Annotated[Path, Opt("--text", help="UTF-8 text to score (e.g. WikiText-2's wiki.test.raw).")],
-    engine: Annotated[ListOpt, Opt("--engine", "-e", help="llama.cpp (default), transformers, vllm. Comma list "
-                                   "or repeat.")] = None,
-    dtype: Annotated[ListOpt, Opt("--dtype", help="Engine dtype(s) or class(es). Default: the GGUF's own type on "
-                                  "llama.cpp, float32 on transformers and vLLM.")] = None,
     n_ctx: Annotated[int, Opt("--n-ctx", help="Tokens per chunk (llama-perplexity's -c).")] = 512,
     chunks: Annotated[int | None, Opt("--chunks", help="Score only the first N chunks (llama-perplexity's "
                                       "--chunks).")] = None,
-    device: Annotated[str | None, Opt("--device", help="Device vendor to run on. Default: first accelerator, "
-                                      "else cpu.")] = None,
-    threads: Annotated[int | None, Opt("--threads", help="CPU threads for the engine.")] = None,
-    engine_arg: Annotated[ListOpt, Opt("--engine-arg", help="KEY=VALUE passed to the engine (vLLM EngineArgs "
-                                       "names...).")] = None,
     max_ppl_increase: Annotated[str | None, Opt("--max-ppl-increase", help="Flag precisions whose perplexity "
                                                 "exceeds the baseline's by more than this (e.g. 1%).")] = None,
     baseline: Annotated[str | None, Opt("--baseline", help="dtype to compare with (default: the highest "
                                         "precision measured).")] = None,
-    executor: Annotated[str | None, Opt("--executor", help="Where the engines run: inprocess (default), container "
-                                        "(the plugin's worker image) or ray (a Ray cluster's node with the device; "
-                                        "the model and text must exist at the same path there).")] = None,
-    container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
-                                                 "apptainer (default: Docker when an engine answers).")] = None,
-    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the cluster (HOST:PORT of the "
-                                           "head; default $RAY_ADDRESS).")] = None,
-    store_path: Annotated[Path | None, Opt("--store", help="Results database.")] = None,
-    force: Annotated[bool, Opt("--force", help="Measure again even if stored.")] = False,
-    as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False,
+    **shared: Any,
 ) -> None:
     from infbench.contract.registry import engine_specs
-    from infbench.data.engine_options import check_engine_args, parse_engine_args
+    from infbench.data.engine_options import check_engine_args
     from infbench.data.run import RunOptions
+    from infbench.data.run_config import RunConfig
     from infbench.detect import detect
     from infbench.engines.options import engine_options
     from infbench.execution.bookkeeping import provenance
@@ -100,23 +103,24 @@ def perplexity(
     from infbench.report.tables import quality_json, quality_table
     from infbench.store.quality import quality_results
 
-    try:
-        checked(PerplexityFlags, n_ctx=n_ctx, chunks=chunks, threads=threads)
-        pm = plugin_manager()
-        gate = parse_increase(max_ppl_increase)
-        reqs = plan_perplexity(model, split(engine, "--engine") or ["llama.cpp"], split(dtype, "--dtype"), text,
-                               n_ctx, chunks, pm)
-        det = detect(pm)
-        dev = select_device(det, device)
-        engines = list(dict.fromkeys(r.engine for r in reqs))
-        args = check_engine_args(engine_specs(pm), engines, parse_engine_args(engine_arg or []))  # before any run
-        eopts = engine_options(checked=args.values, n_threads=threads)
-        plan = perplexity_plan(reqs, dev)
-        ex = scenario_executor(executor, container_runtime, ray_address, plan, pm, provenance(det, pm))
-    except InfbenchError as exc:
-        fail(exc)
-    store = store_for_writing(store_path)
-    summary = _run_quality(ex, plan, store, RunOptions(force=force, engine_options=eopts), n_ctx, as_json)
+    checked(PerplexityFlags, n_ctx=n_ctx, chunks=chunks)
+    config = RunConfig.from_flags(shared)  # the run's parts: engines, engine options, executor, output
+    sweep, eng, out_ = config.sweep, config.engine, config.output
+    pm = plugin_manager()
+    gate = parse_increase(max_ppl_increase)
+    reqs = plan_perplexity(model, sweep.engines or ["llama.cpp"], sweep.dtypes, text, n_ctx, chunks, pm)
+    det = detect(pm)
+    dev = select_device(det, sweep.device)
+    engines = list(dict.fromkeys(r.engine for r in reqs))
+    args = check_engine_args(engine_specs(pm), engines, eng.args or {})  # before any run
+    eopts = engine_options(checked=args.values, n_threads=eng.threads)
+    plan = perplexity_plan(reqs, dev)
+    ex = scenario_executor(shared.get("executor") or "inprocess", getattr(config.executor, "container_runtime", None),
+                           getattr(config.executor, "address", None), plan, pm, provenance(det, pm))
+    store = store_for_writing(out_.store)
+    force, as_json = out_.force, out_.as_json
+    summary = _run_quality(lambda observer: ex.run(plan, store, RunOptions(force=force, engine_options=eopts),
+                                                        observer), as_json)
     keys = [req.key() for req in reqs]
     skipped = set(summary.quality_skipped)
     everything = with_gate(quality_results(store), gate, baseline)
@@ -154,12 +158,12 @@ def scenario_executor(name: str | None, container_runtime: str | None, ray_addre
     return ex
 
 
-def _run_quality(ex: Any, plan: Any, store: Store, opts: Any, n_ctx: int, as_json: bool, prefix: str = "") -> Any:
-    """Run a perplexity plan on ``ex`` with a status line; failed measurements and warnings
-    printed as they come. Returns the run's summary.
+def _run_quality(run: Any, as_json: bool, prefix: str = "") -> Any:
+    """Run a perplexity plan (``run(observer)``: an executor's ``run``) with a status line;
+    failed measurements and warnings printed as they come. Returns the run's summary.
 
     Raises:
-        typer.Exit: bad input found where the engine runs (exit 2), or Ctrl-C (130).
+        typer.Exit: Ctrl-C (130).
     """
     from infbench.data import events as ev
     from infbench.data import signals
@@ -184,24 +188,21 @@ def _run_quality(ex: Any, plan: Any, store: Store, opts: Any, n_ctx: int, as_jso
 
         try:
             with signals.terminate_as_interrupt():
-                return ex.run(plan, store, opts, observer)
-        except InfbenchError as exc:
-            fail(exc)
+                return run(observer)
         except KeyboardInterrupt as exc:
             err.print("[yellow]interrupted:[/] the measurements finished so far are stored")
             raise typer.Exit(signals.exit_status(exc)) from None
 
 
-def perplexity_after_run(plan: Any, text: Path, store: Store, pm: PluginManager, executor: Any, opts: Any, n_ctx: int,
-                         chunks: int | None, as_json: bool) -> list[dict[str, Any]]:
+def perplexity_after_run(prep: Any, store: Store, as_json: bool) -> list[dict[str, Any]]:
     """``infbench run --perplexity TEXT``: the perplexity plan of the run's real-weights groups
-    (:func:`infbench.execution.orchestrator.perplexity_after_run_plan`) run on the run's
-    executor with a status line; returns the stored, gated rows
-    (:func:`infbench.execution.orchestrator.perplexity_rows`)."""
-    from infbench.execution.orchestrator import perplexity_after_run_plan, perplexity_rows
+    (:meth:`~infbench.execution.orchestrator.RunPlan.perplexity_plan`) run on the run's executor
+    (:meth:`~infbench.execution.orchestrator.RunPlan.run`) with a status line; returns the
+    stored, gated rows (:func:`infbench.execution.orchestrator.perplexity_rows`)."""
+    from infbench.execution.orchestrator import perplexity_rows
 
     try:
-        pplan, reqs, notes = perplexity_after_run_plan(plan, str(text), n_ctx, chunks, pm)
+        pplan, reqs, notes = prep.perplexity_plan()
     except InfbenchError as exc:
         err.print(f"[red]perplexity not measured:[/] {escape(exc.message)}")
         return []
@@ -209,7 +210,7 @@ def perplexity_after_run(plan: Any, text: Path, store: Store, pm: PluginManager,
         err.print(f"[yellow]note:[/] {escape(n)}")
     if pplan is None:
         return []
-    summary = _run_quality(executor, pplan, store, opts, n_ctx, as_json, "perplexity: ")
+    summary = _run_quality(lambda observer: prep.run(store, observer, pplan), as_json, "perplexity: ")
     return perplexity_rows(store, reqs, summary)
 
 
@@ -238,18 +239,15 @@ def quantize(
     from infbench.quality.quantize import derive, hf_folder, normalize_dtype
     from infbench.quality.weights import weights_info
 
-    try:
-        checked(QuantizeFlags, threads=threads)
-        if model.suffix != ".gguf" or not model.is_file():
-            raise ConfigError(f"--model {model} is not a .gguf file", hint="quantize works on GGUF files")
-        targets = [d.lower() if d.lower() == "hf" else normalize_dtype(d) for d in split(to, "--to") or []]
-        if not targets:
-            raise ConfigError("--to names no dtype", hint="e.g. --to q8_0,q4_0")
-        from infbench.data.models import resolve
+    checked(QuantizeFlags, threads=threads)
+    if model.suffix != ".gguf" or not model.is_file():
+        raise ConfigError(f"--model {model} is not a .gguf file", hint="quantize works on GGUF files")
+    targets = [d.lower() if d.lower() == "hf" else normalize_dtype(d) for d in split(to, "--to") or []]
+    if not targets:
+        raise ConfigError("--to names no dtype", hint="e.g. --to q8_0,q4_0")
+    from infbench.data.models import resolve
 
-        info = weights_info(resolve(str(model)))
-    except InfbenchError as exc:
-        fail(exc)
+    info = weights_info(resolve(str(model)))
     if not info.real:
         err.print(f"[yellow]note:[/] {escape(info.reason or 'dummy weights')}: speed only, no quality")
     done = []
@@ -258,14 +256,12 @@ def quantize(
             status.update(f"{model.name} -> {d}")
             try:
                 done.append(hf_folder(model) if d == "hf" else derive(model, d, threads=threads))
-            except InfbenchError as exc:
-                fail(exc)
             except OSError as exc:  # an unwritable or full cache
                 from infbench.data.paths import cache_dir
 
-                fail(ConfigError(f"cannot write the {d} precision of {model.name} under {cache_dir()}: "
-                                 f"{exc.strerror or exc}", hint="free disk space, or set INFBENCH_HOME to a writable "
-                                                                "folder"))
+                raise ConfigError(f"cannot write the {d} precision of {model.name} under {cache_dir()}: "
+                                  f"{exc.strerror or exc}",
+                                  hint="free disk space, or set INFBENCH_HOME to a writable folder") from None
     if as_json:
         print_json([{"dtype": x.dtype, "path": str(x.path), "created": x.created, "seconds": round(x.seconds, 3),
                      "provenance": x.provenance} for x in done])

@@ -16,7 +16,6 @@ from infbench.cli.common import (
     JSON_HELP,
     check_run_id,
     err,
-    fail,
     need,
     open_store,
     out,
@@ -27,7 +26,7 @@ from infbench.cli.common import (
     store_paths,
     writing,
 )
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.errors import ConfigError
 from infbench.data.inputs import CompareFlags, ExportFlags, ReportFlags, checked
 from infbench.data.secrets import printable
 
@@ -88,18 +87,15 @@ def report(
     from infbench.data.outputs import check_folder
     from infbench.report.data import flat_row, limits_resolver
 
-    try:
-        checked(ReportFlags, slo_ttft=slo_ttft, slo_tpot=slo_tpot, title=title)
-        protect = store_paths(store_path)
-        check_folder(out_dir, "--out", "a report", protect, files=["index.html"])
-        figures = out_dir / "figures"
-        if figures.is_dir():  # each figure the report may write is a regular file or absent
-            check_folder(figures, "--out", "a report's figures", protect,
-                         files=sorted(f.name for f in figures.iterdir() if f.suffix in (".png", ".svg", ".pdf")))
-        elif os.path.lexists(figures):
-            check_folder(figures, "--out", "a report's figures", protect)
-    except InfbenchError as exc:
-        fail(exc)
+    checked(ReportFlags, slo_ttft=slo_ttft, slo_tpot=slo_tpot, title=title)
+    protect = store_paths(store_path)
+    check_folder(out_dir, "--out", "a report", protect, files=["index.html"])
+    figures = out_dir / "figures"
+    if figures.is_dir():  # each figure the report may write is a regular file or absent
+        check_folder(figures, "--out", "a report's figures", protect,
+                     files=sorted(f.name for f in figures.iterdir() if f.suffix in (".png", ".svg", ".pdf")))
+    elif os.path.lexists(figures):
+        check_folder(figures, "--out", "a report's figures", protect)
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
     if not rows:
@@ -114,10 +110,7 @@ def report(
     from infbench.report.data import attach_perplexity
     from infbench.store.quality import quality_results
 
-    try:
-        gate = parse_increase(max_ppl_increase)
-    except ConfigError as exc:
-        fail(exc)
+    gate = parse_increase(max_ppl_increase)
     with_ppl = attach_perplexity(flat, with_gate(quality_results(store, status="ok"), gate))
     try:
         from infbench.report.html import write_report
@@ -135,7 +128,7 @@ def report(
                 figs = (write_figures(flat, out_dir / "figures", protect=protect)
                         + write_serving_figures(rows, flat, out_dir / "figures", protect=protect))
     except ImportError as exc:
-        need("report", exc)
+        raise need("report", exc) from None
     backfilled = sum(1 for f in flat if f["roofline_backfilled"])
     if as_json:
         print_json({"html": str(page), "figures": [str(p) for p in figs], "cells": len(flat),
@@ -183,28 +176,22 @@ def export(
     kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV,
             "inferencex": INFERENCEX_JSON}.get(fmt, RESULTS_CSV)  # fmt checked next
     protect = store_paths(store_path)
-    try:
-        checked(ExportFlags, fmt=fmt)
-        if fmt == "vllm-bench":
-            if not out_file:
-                raise ConfigError("--format vllm-bench writes one file per cell: give --out a folder",
-                                  hint="e.g. infbench export --format vllm-bench --out vllm-results/")
-            check_folder(out_file, "--out", "vllm-bench results", protect)
-        elif out_file:
-            check_output(out_file, kind, protect)  # refused before the store is read
-    except InfbenchError as exc:
-        fail(exc)
+    checked(ExportFlags, fmt=fmt)
+    if fmt == "vllm-bench":
+        if not out_file:
+            raise ConfigError("--format vllm-bench writes one file per cell: give --out a folder",
+                              hint="e.g. infbench export --format vllm-bench --out vllm-results/")
+        check_folder(out_file, "--out", "vllm-bench results", protect)
+    elif out_file:
+        check_output(out_file, kind, protect)  # refused before the store is read
     store = _read_store(store_path, run_id)
     rows = _filtered(store, run_id, model, device, engine) if store else []
     if fmt == "vllm-bench":
         assert out_file is not None  # required above
         results = vllm_bench_results(rows)
-        try:
-            with writing(out_file):
-                for name, d in results:
-                    write_output(out_file / name, json_text(d, indent=None) + "\n", VLLM_BENCH_JSON, protect)
-        except InfbenchError as exc:
-            fail(exc)
+        with writing(out_file):
+            for name, d in results:
+                write_output(out_file / name, json_text(d, indent=None) + "\n", VLLM_BENCH_JSON, protect)
         err.print(f"wrote {len(results)} vllm bench result file(s) in {out_file}"
                   + ("" if results else " (no ok serving cell with a duration and an output throughput)"))
         return
@@ -251,7 +238,7 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
     from infbench.report.data import device_label
 
     if axis not in AXES:
-        fail(ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}"))
+        raise ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}")
     fa, fb = fronts(a, axis, device_label), fronts(b, axis, device_label)
     ka, kb = {(f.device, f.engine): f for f in fa}, {(f.device, f.engine): f for f in fb}
     pairs = [(ka[k], kb[k]) for k in ka if k in kb]
@@ -261,8 +248,8 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
         pairs = [(f, fb[0]) for f in fa]
     if not pairs:
         names = lambda fs: ", ".join(f"{f.device} {f.engine}" for f in fs) or "none"  # noqa: E731
-        fail(ConfigError(f"no front to pair: A has {names(fa)}; B has {names(fb)}",
-                         hint="compare runs (or stores) that hold one device and engine each, or the same ones"))
+        raise ConfigError(f"no front to pair: A has {names(fa)}; B has {names(fb)}",
+                         hint="compare runs (or stores) that hold one device and engine each, or the same ones")
     res = [compare(x, y) for x, y in pairs]
     if as_json:
         print_json({"a": la, "b": lb, "axis": axis, "comparisons": res})
@@ -329,37 +316,34 @@ def compare(
 
     pair = None
     protect = store_paths(store_path, *(s.split(":")[0] for s in (run_a, run_b) if s and ".db" in s))
-    try:
-        checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes, against=against)
-        if html_out:
-            from infbench.data.outputs import COMPARE_HTML, check_output
+    checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes, against=against)
+    if html_out:
+        from infbench.data.outputs import COMPARE_HTML, check_output
 
-            check_output(html_out, COMPARE_HTML, protect)
-        if dtypes is not None:
-            pair = split([dtypes], "--dtypes")
-            if not pair or len(pair) != 2:
-                raise ConfigError(f"--dtypes takes two dtypes, got {dtypes!r}", hint="e.g. --dtypes f16,q4_0")
-        elif run_a is None or (run_b is None and against is None):
-            raise ConfigError("compare needs two sides (A B, or A --against imported:...), or --dtypes A,B",
-                              hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
-        if against is not None and (run_b is not None or dtypes is not None):
-            raise ConfigError("--against replaces side B", hint="give A and --against, without B or --dtypes")
-        from infbench.quality.gate import parse_increase
+        check_output(html_out, COMPARE_HTML, protect)
+    if dtypes is not None:
+        pair = split([dtypes], "--dtypes")
+        if not pair or len(pair) != 2:
+            raise ConfigError(f"--dtypes takes two dtypes, got {dtypes!r}", hint="e.g. --dtypes f16,q4_0")
+    elif run_a is None or (run_b is None and against is None):
+        raise ConfigError("compare needs two sides (A B, or A --against imported:...), or --dtypes A,B",
+                          hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
+    if against is not None and (run_b is not None or dtypes is not None):
+        raise ConfigError("--against replaces side B", hint="give A and --against, without B or --dtypes")
+    from infbench.quality.gate import parse_increase
 
-        gate = parse_increase(max_ppl_increase)
-        if run_a is not None:
-            la, a = load_side(run_a, store_path)
-        else:
-            la, a = str(open_store(store_path, readonly=True).path), None
-        b: list[dict] | None
-        if against is not None:
-            from infbench.report.compare import load_imported
+    gate = parse_increase(max_ppl_increase)
+    if run_a is not None:
+        la, a = load_side(run_a, store_path)
+    else:
+        la, a = str(open_store(store_path, readonly=True).path), None
+    b: list[dict] | None
+    if against is not None:
+        from infbench.report.compare import load_imported
 
-            lb, b = load_imported(against, store_path)
-        else:
-            lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
-    except InfbenchError as exc:
-        fail(exc)
+        lb, b = load_imported(against, store_path)
+    else:
+        lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
     if frontier:
         assert a is not None and b is not None  # two sides were required above
         _compare_frontier(a, b, la, lb, axis, as_json)
@@ -380,7 +364,7 @@ def compare(
             with writing(html_out):
                 write_compare_html(res, la, lb, html_out, protect)
         except ImportError as exc:
-            need("report", exc)
+            raise need("report", exc) from None
     if as_json:
         print_json({"a": la, "b": lb, **res})
         return

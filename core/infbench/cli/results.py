@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from infbench.cli.common import check_run_id, err, fail, open_store, out, print_json, read_results
+from infbench.cli.common import check_run_id, err, open_store, out, print_json, read_results
 from infbench.data import metrics as M
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.errors import ConfigError
 from infbench.data.inputs import ResultsFlags, checked
 
 Opt = typer.Option
@@ -89,16 +89,13 @@ def results(
     )
 
     if status is not None and status not in STATUSES:
-        fail(ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}"))
+        raise ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}")
     check_run_id(run_id)
-    try:
-        from infbench.quality.gate import parse_increase
+    from infbench.quality.gate import parse_increase
 
-        checked(ResultsFlags, fmt=fmt, status=status, max_ttft=max_ttft, max_tpot=max_tpot, max_e2e=max_e2e,
-                percentile=percentile)
-        gate = parse_increase(max_ppl_increase)
-    except InfbenchError as exc:
-        fail(exc)
+    checked(ResultsFlags, fmt=fmt, status=status, max_ttft=max_ttft, max_tpot=max_tpot, max_e2e=max_e2e,
+            percentile=percentile)
+    gate = parse_increase(max_ppl_increase)
     if store_path is None and not default_store_path().exists():
         err.print(f"no results in {default_store_path()}; run `infbench run` first")
         return
@@ -121,14 +118,14 @@ def results(
         return
     limits = {d.key: v for d, v in ((M.TTFT, max_ttft), (M.TPOT, max_tpot), (M.E2E, max_e2e)) if v is not None}
     if limits and not best:
-        fail(ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best"))
+        raise ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best")
     if best:
         from infbench.report.select import best as pick
 
         try:
             rows = pick(rows, limits, percentile)
         except ValueError as exc:
-            fail(ConfigError(str(exc), hint="e.g. infbench results --best --max-e2e 25.6"))
+            raise ConfigError(str(exc), hint="e.g. infbench results --best --max-e2e 25.6") from None
         if not rows and fmt == "table":
             err.print(f"no ok cell meets {limits} at {percentile}")
             raise typer.Exit(1)
@@ -172,13 +169,13 @@ def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
     from infbench.report.data import device_label
 
     if axis not in AXES:
-        fail(ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}"))
+        raise ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}")
     fs = fronts(rows, axis, device_label)
     if fmt == "json":
         print_json({"axis": axis, "x": "tok_s_per_user", "fronts": [f.as_dict() for f in fs]})
         return
     if fmt == "csv":
-        fail(ConfigError("--frontier prints a table or JSON", hint="--format table or --format json"))
+        raise ConfigError("--frontier prints a table or JSON", hint="--format table or --format json")
     if not fs:
         err.print("no ok serving cell with a TPOT and the axis; measure one with `infbench run --preset frontier`")
         raise typer.Exit(1)

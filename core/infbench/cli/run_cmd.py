@@ -14,17 +14,15 @@ from rich.markup import escape
 from infbench.cli.common import (
     JSON_HELP,
     err,
-    fail,
     out,
-    plugin_manager,
     print_json,
     stdout_to_stderr,
     store_for_writing,
     store_paths,
     writing,
 )
-from infbench.data.errors import InfbenchError
-from infbench.data.request import RunRequest
+from infbench.cli.flags import with_config_options
+from infbench.data.run_config import RunConfig
 from infbench.data.version import __version__
 from infbench.store import StoreError, describe_db_error
 
@@ -105,269 +103,72 @@ and the sweep goes on.
 """
 
 Opt = typer.Option
-ListOpt = list[str] | None
 
 
-def run(
-    model: Annotated[ListOpt, Opt("--model", "-m", help="Zoo name, HF id, HF folder or .gguf file. "
-                                  "Repeat or comma list.")] = None,
-    engine: Annotated[ListOpt, Opt("--engine", "-e", help="Engine(s): llama.cpp, transformers, vllm (batch "
-                                   "mode); llama.cpp-server, vllm-server, openai (serving mode). See `infbench "
-                                   "plugins`.")] = None,
-    dtype: Annotated[ListOpt, Opt("--dtype", help="Engine dtype (f16, q8_0, bfloat16...) or class (fp16, bf16, "
-                                  "int8).")] = None,
-    batch: Annotated[ListOpt, Opt("--batch", "-b", help="Prompts submitted together.")] = None,
-    input_len: Annotated[ListOpt, Opt("--input-len", help="Prompt length in tokens.")] = None,
-    output_len: Annotated[ListOpt, Opt("--output-len", help="Generated tokens per request (forced).")] = None,
-    tp: Annotated[ListOpt, Opt("--tensor-parallel-size", "--tp", help="Devices per model instance.")] = None,
-    sweep_file: Annotated[Path | None, Opt("--sweep", help="YAML sweep file (fields of `Sweep`).")] = None,
-    preset: Annotated[str | None, Opt("--preset", help="quick (the CPU's default), lib-corner (the GPUs' "
-                                      "default), paper (LLM-Inference-Bench grid), genz-qa, genz-chat, genz-rag, "
-                                      "genz-summarization, genz-codegen (GenZ use cases with SLOs). Default: the "
-                                      "device's default sweep.")] = None,
-    device: Annotated[str | None, Opt("--device", help="Device vendor to run on (cpu, nvidia...). Default: first "
-                                      "accelerator, else cpu.")] = None,
-    store_path: Annotated[Path | None, Opt("--store", help="Results database. Default: "
-                                           "$INFBENCH_HOME/results.db (~/.infbench).")] = None,
-    force: Annotated[bool, Opt("--force", help="Measure cells again even if stored ok.")] = False,
-    warmup: Annotated[int | None, Opt("--warmup", help="Warm-up blocks per cell, exactly N (a block: the cell's "
-                                      "batch, or 2 x concurrency requests, with 16 output tokens). Default: "
-                                      "blocks until the last 3 agree (docs/metrics.md, steady state).")] = None,
-    warmup_tol: Annotated[float, Opt("--warmup-tol", help="Warm-up until stable: how close the last 3 blocks' "
-                                     "TPOT medians must be (a fraction; default 0.03).")] = 0.03,
-    warmup_max_s: Annotated[float | None, Opt("--warmup-max-s", help="Warm-up until stable: at most this many "
-                                              "seconds per cell, then the cell is flagged not-warm. Default: 30 "
-                                              "on a CPU, 120 on an accelerator.")] = None,
-    rewarm_after_s: Annotated[float, Opt("--rewarm-after-s", help="A cell starting this many seconds after the "
-                                         "engine last ran warms up until stable again (default 60).")] = 60.0,
-    no_remeasure: Annotated[bool, Opt("--no-remeasure", help="When a group's sentinel shows the host changed "
-                                      "state, flag the cells measured in the slower state (drift) but do not "
-                                      "measure them again.")] = False,
-    seed: Annotated[int | None, Opt("--seed", help="Seed of the synthetic prompts.")] = None,
-    cell_timeout: Annotated[float | None, Opt("--cell-timeout", help="Seconds before a cell is stopped and "
-                                              "stored as failed.")] = None,
-    threads: Annotated[int | None, Opt("--threads", min=1, help="CPU threads for the engine.")] = None,
-    power_interval: Annotated[float, Opt("--power-interval", help="Power sampling interval (s).")] = 0.1,
-    power_command: Annotated[str | None, Opt("--power-command", help="Replace the device's power sampler by a "
-                                             "shell command that prints watts (a PDU or BMC reading); energy is "
-                                             "then labelled user-supplied.")] = None,
-    power_watts: Annotated[float | None, Opt("--power-watts", help="Replace the device's power sampler by a "
-                                             "declared constant power in W (not measured; labelled so).")] = None,
-    power_label: Annotated[str | None, Opt("--power-label", help="What --power-command/--power-watts covers, "
-                                           "stored with the energy (e.g. 'rack PDU, 8 nodes').")] = None,
-    engine_process: Annotated[bool, Opt("--engine-process/--no-engine-process", help="Run in-process engines "
-                                        "(transformers, llama.cpp, vLLM's LLM...) in a process of their own, apart "
-                                        "from infbench's samplers and display (default). --no-engine-process "
-                                        "measures them beside infbench's threads, as before, and flags their cells "
-                                        "suspect: for diagnosis only.")] = True,
-    concurrency: Annotated[ListOpt, Opt("--concurrency", "-c", help="Serving mode: requests kept in flight "
-                                        "(server engines).")] = None,
-    request_rate: Annotated[ListOpt, Opt("--request-rate", "-r", help="Serving mode: mean arrivals per s "
-                                         "(Poisson; see --burstiness).")] = None,
-    burstiness: Annotated[float | None, Opt("--burstiness", help="Gamma shape of inter-arrival times: 1 = "
-                                            "Poisson, <1 burstier.")] = None,
-    num_requests: Annotated[int | None, Opt("--num-requests", "-n", help="Serving mode: timed requests per "
-                                            "cell.")] = None,
-    duration: Annotated[float | None, Opt("--duration", help="Serving mode: seconds to offer requests per "
-                                          "cell.")] = None,
-    warmup_requests: Annotated[int | None, Opt("--warmup-requests", help="Serving mode: untimed requests first "
-                                               "(default 1).")] = None,
-    request_timeout: Annotated[float | None, Opt("--request-timeout", help="Serving mode: per-request limit in "
-                                                 "s (default 600); a request past it is stored as failed, and a "
-                                                 "cell stops offering requests once as many have timed out as are "
-                                                 "in flight with none completed.")] = None,
-    base_url: Annotated[str | None, Opt("--base-url", help="--engine openai: the server, e.g. "
-                                        "http://127.0.0.1:8000/v1. Credentials in it (user:password@, "
-                                        "?api_key=) are used to connect but never stored or printed.")] = None,
-    api_key_env: Annotated[str | None, Opt("--api-key-env", help="Name of the environment variable holding the "
-                                           "API key (never stored).")] = None,
-    endpoint: Annotated[str | None, Opt("--endpoint", help="completions (default) or chat.")] = None,
-    served_model_name: Annotated[str | None, Opt("--served-model-name", help="Model name sent to the server "
-                                                 "(default: --model).")] = None,
-    prompt_format: Annotated[str | None, Opt("--prompt-format", help="token_ids (exact lengths, zoo model "
-                                             "served with dummy weights) or text.")] = None,
-    engine_arg: Annotated[ListOpt, Opt("--engine-arg", help="KEY=VALUE passed to the engine as its own "
-                                       "argument (vLLM: any EngineArgs name, e.g. quantization=fp8, "
-                                       "gpu_memory_utilization=0.85). Repeat for more.")] = None,
-    dataset: Annotated[Path | None, Opt("--dataset", help="Serving mode: replay chat conversations from a JSONL "
-                                        "file (OpenAI messages, ShareGPT or LMSYS); each request's output is "
-                                        "forced to its dropped final assistant turn's length.")] = None,
-    max_input_len: Annotated[int | None, Opt("--max-input-len", help="--dataset: skip conversations whose "
-                                             "prompt is longer (tokens; default 1024).")] = None,
-    max_output_len: Annotated[int | None, Opt("--max-output-len", help="--dataset: skip conversations whose "
-                                              "final assistant turn is longer (tokens; default 1024).")] = None,
-    # -- serving workloads (issue 16): traces, sessions, shared prefixes, streaming, tokenizer --
-    trace: Annotated[Path | None, Opt("--trace", help="Serving mode: replay a request trace at its own timing: "
-                                      "Mooncake JSONL (timestamp ms, input_length, output_length, hash_ids: equal "
-                                      "ids give identical 512-token prompt blocks) or the Azure LLM inference CSV "
-                                      "(TIMESTAMP, ContextTokens, GeneratedTokens). Output lengths are forced; "
-                                      "--num-requests/--duration cut it; --concurrency caps it.")] = None,
-    trace_speed: Annotated[ListOpt, Opt("--trace-speed", help="--trace: time compression, 2 = twice as fast; a "
-                                        "list sweeps it (default 1).")] = None,
-    multi_turn: Annotated[bool, Opt("--multi-turn", help="--dataset: replay each conversation turn by turn as a "
-                                    "session, each user turn sent after the server's own answer (TTFT per turn "
-                                    "index); --num-requests then counts sessions, --concurrency sessions in "
-                                    "flight.")] = False,
-    think_time: Annotated[float | None, Opt("--think-time", help="--multi-turn: seconds between an answer and "
-                                            "the next user turn.")] = None,
-    prefix_len: Annotated[int | None, Opt("--prefix-len", help="Serving mode: synthetic prompts start with one of "
-                                          "--num-prefixes shared prefixes of this many tokens (a system prompt "
-                                          "reused across requests; part of --input-len).")] = None,
-    num_prefixes: Annotated[int | None, Opt("--num-prefixes", help="--prefix-len: distinct shared prefixes "
-                                            "(default 1).")] = None,
-    len_range: Annotated[float | None, Opt("--len-range", help="Serving mode: draw each synthetic request's input "
-                                           "and output lengths, uniform integers, around --input-len and "
-                                           "--output-len: with R = 0.8, from [0.8 L, L] (InferenceX's "
-                                           "--random-range-ratio; vLLM's current one with "
-                                           "--len-range-convention vllm). Each request's output is still forced "
-                                           "to its own length.")] = None,
-    len_range_convention: Annotated[str | None, Opt("--len-range-convention", help="--len-range: inferencex "
-                                                    "(default: [floor(R L), L], vLLM <= 0.8 and InferenceX) or vllm "
-                                                    "([floor(L (1-R)), ceil(L (1+R))], vLLM's random dataset "
-                                                    "today).")] = None,
-    no_stream: Annotated[bool, Opt("--no-stream", help="Serving mode: non-streaming requests; E2E and throughput "
-                                   "only (TTFT, TPOT and ITL are not measured).")] = False,
-    tokenizer: Annotated[str | None, Opt("--tokenizer", help="Serving mode: a tokenizer folder or a Hugging Face "
-                                         "id in the local cache, for text prompts of exact token counts against "
-                                         "any endpoint; the server's usage stays the authority, mismatches are "
-                                         "reported.")] = None,
-    slo_ttft: Annotated[float | None, Opt("--slo-ttft", help="TTFT limit (s) for goodput.")] = None,
-    slo_tpot: Annotated[float | None, Opt("--slo-tpot", help="TPOT limit (s) for goodput.")] = None,
-    slo_e2e: Annotated[float | None, Opt("--slo-e2e", help="E2E limit (s) for goodput.")] = None,
-    dry_run: Annotated[bool, Opt("--dry-run", help="Print the planned cells and exit.")] = False,
-    write_spec: Annotated[Path | None, Opt("--write-spec", help="Write the planned cells as a worker spec (for "
-                                           "`infbench worker --spec FILE --out DIR` elsewhere, then `infbench "
-                                           "ingest DIR`) and exit.")] = None,
-    executor: Annotated[str | None, Opt("--executor", help="auto (default), inprocess, container (the plugin's "
-                                        "worker image) or ray. auto: in-process on the CPU, the image on vendor "
-                                        "hardware when a container runtime is present.")] = None,
-    container_runtime: Annotated[str | None, Opt("--container-runtime", help="--executor container: docker or "
-                                                 "apptainer (default: Docker when an engine answers). With "
-                                                 "--executor ray: run each group in the plugin's image with this "
-                                                 "runtime on its node (default: in-process there).")] = None,
-    ray_address: Annotated[str | None, Opt("--ray-address", help="--executor ray: the Ray cluster (HOST:PORT of "
-                                           "the head; default $RAY_ADDRESS). With it, --device takes device types "
-                                           "of the fleet: a comma list, or all.")] = None,
-    load_nodes: Annotated[int | None, Opt("--load-nodes", help="Send each serving cell's load from N nodes of the "
-                                          "Ray cluster (--ray-address or $RAY_ADDRESS), merged into one cell: a "
-                                          "rate as N Poisson streams, a concurrency in N shares, a trace by request "
-                                          "(docs/cluster.md).")] = None,
-    runtime: Annotated[str | None, Opt("--runtime", hidden=True, help="Deprecated: use --executor (none = "
-                                       "inprocess, docker/apptainer = container).")] = None,
-    repeat: Annotated[int | None, Opt("--repeat", help="Measure every cell N times; results give the mean and "
-                                      "95 % t-interval across repeats (`infbench results --repeats`). How many a "
-                                      "difference of X % needs: docs/metrics.md#repeatability.")] = None,
-    price_per_hour: Annotated[float | None, Opt("--price-per-hour", help="USD per hour of the measured machine: "
-                                                "every cell gets usd_per_mtok (USD per million output "
-                                                "tokens).")] = None,
-    scrape_interval: Annotated[float, Opt("--scrape-interval", help="Seconds between scrapes of a server "
-                                          "engine's Prometheus /metrics (0: off).")] = 1.0,
-    find_max: Annotated[str | None, Opt("--find-max", help="rate or concurrency: search for the highest load "
-                                        "meeting the SLO (--slo-ttft-ms/--slo-tpot-ms, --goodput).")] = None,
-    slo_ttft_ms: Annotated[float | None, Opt("--slo-ttft-ms", help="TTFT limit per request in ms (goodput, "
-                                             "--find-max).")] = None,
-    slo_tpot_ms: Annotated[float | None, Opt("--slo-tpot-ms", help="TPOT limit per request in ms (goodput, "
-                                             "--find-max).")] = None,
-    goodput: Annotated[float, Opt("--goodput", help="--find-max: fraction of requests that must meet the SLO.")
-                       ] = 0.9,
-    find_max_limit: Annotated[float | None, Opt("--find-max-limit", help="--find-max: highest load tried "
-                                                "(default 512 in flight, 1000 req/s).")] = None,
-    find_max_probes: Annotated[int, Opt("--find-max-probes", help="--find-max: most probes (cells) to "
-                                        "measure.")] = 20,
-    adaptive: Annotated[str | None, Opt("--adaptive", help="Measure only a designed share of the planned cells "
-                                        "(25%) or for a time (10m, 90s), grid corners first, then the cells "
-                                        "whose predicted interval is widest; store the rest as `predicted` cells "
-                                        "with 90 % intervals (never ok: a later run measures them). With "
-                                        "--preset frontier: each series' lowest and highest concurrency first, "
-                                        "then the cells that could still move the throughput-interactivity "
-                                        "front.")] = None,
-    perplexity: Annotated[Path | None, Opt("--perplexity", help="After the cells, measure the perplexity of this "
-                                           "text for each group with real weights (`infbench perplexity`; stored "
-                                           "beside the throughput).")] = None,
-    ppl_n_ctx: Annotated[int, Opt("--ppl-n-ctx", help="--perplexity: tokens per chunk.")] = 512,
-    ppl_chunks: Annotated[int | None, Opt("--ppl-chunks", help="--perplexity: score only the first N "
-                                          "chunks.")] = None,
-    as_json: Annotated[bool, Opt("--json", help="Print a JSON summary instead of tables.")] = False,
-) -> None:
+@with_config_options
+def run(**values: Any) -> None:
+    """``infbench run``: its options are generated from :class:`~infbench.data.run_config.RunConfig`
+    (:mod:`infbench.cli.flags`); the values become one configuration, and :func:`_run` plans
+    and runs it."""
     from infbench.data import signals
     from infbench.data.outputs import WORKER_SPEC, check_output
-    from infbench.data.request import checked_request
 
-    try:
-        req = checked_request(
-        model=model, engine=engine, dtype=dtype, batch=batch, input_len=input_len, output_len=output_len, tp=tp,
-        sweep_file=sweep_file, preset=preset, device=device, store_path=store_path, force=force, warmup=warmup,
-        warmup_tol=warmup_tol, warmup_max_s=warmup_max_s, rewarm_after_s=rewarm_after_s, no_remeasure=no_remeasure,
-        seed=seed, cell_timeout=cell_timeout, threads=threads, power_interval=power_interval,
-        power_command=power_command, power_watts=power_watts, power_label=power_label, engine_process=engine_process,
-        concurrency=concurrency,
-        request_rate=request_rate, burstiness=burstiness, num_requests=num_requests, duration=duration,
-        warmup_requests=warmup_requests, request_timeout=request_timeout, base_url=base_url, api_key_env=api_key_env,
-        endpoint=endpoint, served_model_name=served_model_name, prompt_format=prompt_format, engine_arg=engine_arg,
-        dataset=dataset, max_input_len=max_input_len, max_output_len=max_output_len, trace=trace,
-        trace_speed=trace_speed, multi_turn=multi_turn, think_time=think_time, prefix_len=prefix_len,
-        num_prefixes=num_prefixes, len_range=len_range, len_range_convention=len_range_convention,
-        no_stream=no_stream, tokenizer=tokenizer, slo_ttft=slo_ttft, slo_tpot=slo_tpot,
-        slo_e2e=slo_e2e, dry_run=dry_run, write_spec=write_spec, executor=executor,
-        container_runtime=container_runtime, ray_address=ray_address, load_nodes=load_nodes, runtime=runtime,
-        repeat=repeat,
-        price_per_hour=price_per_hour, scrape_interval=scrape_interval, find_max=find_max, slo_ttft_ms=slo_ttft_ms,
-        slo_tpot_ms=slo_tpot_ms, goodput=goodput, find_max_limit=find_max_limit, find_max_probes=find_max_probes,
-        adaptive=adaptive, perplexity=perplexity, ppl_n_ctx=ppl_n_ctx, ppl_chunks=ppl_chunks, as_json=as_json)
-        if req.write_spec is not None:  # refused before anything is detected or planned
-            check_output(req.write_spec, WORKER_SPEC, store_paths(req.store_path))
-    except InfbenchError as exc:
-        fail(exc)
+    notes: list[str] = []
+    config = RunConfig.from_flags(values, notes)
+    if config.output.write_spec is not None:  # refused before anything is detected or planned
+        check_output(config.output.write_spec, WORKER_SPEC, store_paths(config.output.store))
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
     try:
         with signals.terminate_as_interrupt():
-            _run(req)
+            _run(config, notes)
     except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
         err.print("[yellow]interrupted[/] before any cell was measured")
         raise typer.Exit(signals.exit_status(exc)) from None
 
 
-def _run(req: RunRequest) -> None:
-    """Prepare (:func:`infbench.execution.orchestrator.prepare`), then write a spec, print a dry run, or
-    run on the chosen executor and print the summary."""
+def _run(config: RunConfig, notes: list[str]) -> None:
+    """Plan (:func:`infbench.execution.orchestrator.prepare`, after the engine's head start), then
+    write a spec, print a dry run, or run the scenario on the chosen executor
+    (:meth:`~infbench.execution.orchestrator.RunPlan.run`; the perplexity after it the same way)
+    and print the summary."""
     from infbench.data import signals
-    from infbench.execution.orchestrator import prepare
+    from infbench.detect.registry import registry
+    from infbench.execution.orchestrator import head_start, prepare
 
-    try:
-        prep = prepare(req, plugin_manager())
-        for n in prep.notes:
-            err.print(f"[yellow]note:[/] {escape(n)}")
-        prep.notes.clear()
-        for w in prep.warnings:
-            err.print(f"[yellow]warning:[/] {w}")
-        cells = prep.cells()
-        if req.write_spec is not None:
-            with writing(req.write_spec, "--write-spec"):
-                wspec = prep.write_spec()
-            if req.as_json:
-                print_json({"spec": str(req.write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
-            else:
-                out.print(f"wrote worker spec {req.write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
-            return
-        if req.dry_run:
-            _print_dry_run(prep.plans, req.as_json, prep.fleet, prep.default)
-            if prep.refused():
-                raise prep.default.refusal()
-            return
-        if prep.default is not None:
-            _print_default_notes(prep.default)  # on stderr, also with --json
-        ex = prep.executor()
-        for n in prep.notes:
-            err.print(f"[yellow]note:[/] {escape(n)}")
-    except InfbenchError as exc:
-        fail(exc)
-    store = store_for_writing(req.store_path)
-    opts, as_json = prep.options, req.as_json
-    if req.find_max is not None:
+    reg = registry()
+    head_start(config, reg)
+    prep = prepare(config, reg)
+    for n in [*notes, *prep.notes]:
+        err.print(f"[yellow]note:[/] {escape(n)}")
+    prep.notes.clear()
+    for w in prep.warnings:
+        err.print(f"[yellow]warning:[/] {w}")
+    cells = prep.cells()
+    output = prep.config.output
+    as_json = output.as_json
+    if output.write_spec is not None:
+        with writing(output.write_spec, "--write-spec"):
+            wspec = prep.write_spec()
+        if as_json:
+            print_json({"spec": str(output.write_spec), "spec_hash": wspec.spec_hash(), "cells": len(cells)})
+        else:
+            out.print(f"wrote worker spec {output.write_spec} ({len(cells)} cells, spec hash {wspec.spec_hash()})")
+        return
+    if output.dry_run:
+        _print_dry_run(prep.plans, as_json, prep.fleet, prep.default)
+        if prep.refused() and prep.default is not None:
+            raise prep.default.refusal()
+        return
+    if prep.default is not None:
+        _print_default_notes(prep.default)  # on stderr, also with --json
+    ex = prep.executor()
+    for n in prep.notes:
+        err.print(f"[yellow]note:[/] {escape(n)}")
+    store = store_for_writing(output.store)
+    if prep.config.scenario.kind == "find_max":
         from infbench.cli.serving_cmd import run_find_max
 
-        run_find_max(prep.plan, store, opts, ex, req.find_max, req.slo_ttft_s(), req.slo_tpot_s(), req.goodput,
-                     req.find_max_limit, req.find_max_probes, as_json)
+        run_find_max(prep, store, as_json)
         return
     if not as_json:
         dev, fleet = prep.device, prep.fleet
@@ -386,22 +187,20 @@ def _run(req: RunRequest) -> None:
     observer = SweepProgress(cells, err, disable=as_json, device_kind=kind)  # one bar, its ETA, a line per cell
     try:
         with observer, stdout_to_stderr(as_json):
-            summary = ex.run(prep.plans if prep.fleet is not None else prep.plan, store, opts, observer)
-    except InfbenchError as exc:
-        fail(exc)
+            summary = prep.run(store, observer)
     except sqlite3.Error as exc:  # the run could not even be recorded (begin): nothing was measured
-        fail(StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
-                        hint="free disk space, wait for the process holding it, or pass --store another file"))
+        raise StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
+                         hint="free disk space, wait for the process holding it, or pass --store another file"
+                         ) from None
     except KeyboardInterrupt as exc:
         with signals.deferred():
             _print_interrupted(store, as_json, exc)
         raise typer.Exit(signals.exit_status(exc)) from None
     quality = None
-    if req.perplexity is not None:
+    if prep.config.scenario.kind == "perplexity":
         from infbench.cli.quality_cmd import perplexity_after_run
 
-        quality = perplexity_after_run(prep.plan, req.perplexity, store, prep.pm, ex, opts, req.ppl_n_ctx,
-                                       req.ppl_chunks, as_json)
+        quality = perplexity_after_run(prep, store, as_json)
     _print_summary(store, summary, as_json, quality)
     first_run_note(store, summary, out, as_json)  # where results went, and the commands that show them
     if summary.failed or any(q["status"] != "ok" for q in quality or []):
@@ -567,8 +366,6 @@ def worker(
                      files=[CELLS_FILE, QUALITY_FILE, PROVENANCE_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm"])
         with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
             prov = run_worker(spec, out_dir, observer)
-    except InfbenchError as exc:
-        fail(exc)
     except KeyboardInterrupt as exc:
         err.print("[yellow]interrupted:[/] finished cells are in cells.jsonl")
         raise typer.Exit(signals.exit_status(exc)) from None
@@ -593,12 +390,10 @@ def ingest(
     store = store_for_writing(store_path)
     try:
         res = do_ingest(out_dir, store, command=run_command())
-    except InfbenchError as exc:
-        fail(exc)
     except sqlite3.Error as exc:
-        fail(StoreError(f"the results store {store.path} refused the ingest ({describe_db_error(exc)}); nothing "
-                        "was stored", hint=f"free disk space or wait for the process holding it, then ingest {out_dir} "
-                                           "again (the folder is untouched)"))
+        raise StoreError(f"the results store {store.path} refused the ingest ({describe_db_error(exc)}); nothing "
+                         "was stored", hint=f"free disk space or wait for the process holding it, then ingest "
+                                            f"{out_dir} again (the folder is untouched)") from None
     cells = res.pop("cells")
     if as_json:
         print_json({**res, "cell_ids": [c.cell_id for c in cells]})

@@ -1,6 +1,6 @@
 """The serving additions of ``infbench run``: ``--find-max`` (SLO-constrained maximum
-load; logic in :mod:`infbench.analysis.slo_search`) and the SLO flags in ms. Options and
-printing only."""
+load; logic in :mod:`infbench.analysis.slo_search`) and the ``results`` views of searches and
+repeats. Printing only."""
 
 from __future__ import annotations
 
@@ -10,51 +10,37 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from infbench.cli.common import err, fail, out, print_json, stdout_to_stderr
+from infbench.cli.common import err, out, print_json, stdout_to_stderr
 from infbench.data import metrics as M
-from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.secrets import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
 
 
-def slo_seconds(seconds: float | None, ms: float | None, name: str) -> float | None:
-    """One SLO limit in s from ``--slo-NAME`` (s) or ``--slo-NAME-ms``.
-
-    Raises:
-        ConfigError: both given.
-    """
-    if seconds is not None and ms is not None:
-        raise ConfigError(f"give --slo-{name} (s) or --slo-{name}-ms, not both")
-    return ms / 1e3 if ms is not None else seconds
-
-
-def run_find_max(the_plan: Any, store: Store, opts: Any, executor: Any, mode: str, ttft_s: float | None,
-                 tpot_s: float | None, goodput: float, limit: float | None, probes: int, as_json: bool) -> None:
-    """``--find-max``: run the search (``the_plan``, from
-    :func:`infbench.execution.scenarios.find_max.find_max_plan`) on ``executor`` with a progress bar
-    and print the knee and the probes (:func:`infbench.execution.orchestrator.find_max_result`).
+def run_find_max(prep: Any, store: Store, as_json: bool) -> None:
+    """``--find-max``: run the search (the :class:`~infbench.execution.orchestrator.RunPlan`
+    whose scenario is the search; its :meth:`~infbench.execution.orchestrator.RunPlan.run`, the
+    path of every scenario) with a progress bar and print the knee and the probes
+    (:meth:`~infbench.execution.orchestrator.RunPlan.find_max`).
 
     Exits 3 when no probe passed because every probe failed, or nothing was measured."""
     from infbench.analysis.slo_search import SloTarget, knee_text, searches
     from infbench.cli.common import ProgressObserver
-    from infbench.execution.orchestrator import find_max_result
 
-    plan = the_plan
+    sc = prep.config.scenario
+    mode, goodput, probes = sc.mode, sc.goodput, sc.max_probes
+    slo = SloTarget(ttft_s=prep.config.slo.ttft_s, tpot_s=prep.config.slo.tpot_s, goodput=goodput)
+    progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=err, disable=as_json)
+    observer = ProgressObserver(progress, progress.add_task("searching", total=probes))
     try:
-        slo = SloTarget(ttft_s=ttft_s, tpot_s=tpot_s, goodput=goodput)
-        progress = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
-                            MofNCompleteColumn(), TimeElapsedColumn(), console=err, disable=as_json)
-        observer = ProgressObserver(progress, progress.add_task("searching", total=probes))
         with progress, stdout_to_stderr(as_json):
-            summary = executor.run(plan, store, opts, observer)
-    except InfbenchError as exc:
-        fail(exc)
+            summary = prep.run(store, observer)
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] the probes measured so far are stored.")
         raise typer.Exit(130) from None
-    res, rows = find_max_result(plan, store, summary, mode)
+    res, rows = prep.find_max(store, summary)
     found = next(iter(searches(rows)), None)
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path), "find_max": res})
@@ -92,7 +78,7 @@ def print_repeats(rows: list[dict[str, Any]], fmt: str) -> None:
     except ImportError as exc:
         from infbench.cli.common import need
 
-        need("report", exc)
+        raise need("report", exc) from None
     if fmt == "json":
         print_json(groups)
     elif not groups:

@@ -46,7 +46,7 @@ from typing import Any
 
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits
 from infbench.contract.manager import check_plugin
-from infbench.data.engine import EngineSpec
+from infbench.data.engine import EngineSpec, takes_typed
 from infbench.data.schema import PRECISIONS, DeviceInfo, DeviceSpec, PowerReading
 from infbench.measure.power import PowerSampler
 
@@ -195,6 +195,14 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
                    if odd else None)
             out.append(Finding("infbench_engines", bad is None, bad or f"{len(ans)} engine(s): {', '.join(names)}"))
             engines = ans if bad is None else []
+            for e in engines:
+                if e.factory is not None:
+                    typed = takes_typed(e)
+                    out.append(Finding("infbench_engines", typed, f"{e.name}: the factory takes its typed options "
+                                       "(contract 2.0)" if typed else f"{e.name}: the factory takes its options as "
+                                       "a dict (contract 1.x, deprecated: it gets a dict with a DeprecationWarning "
+                                       "until 2.1); annotate its options parameter with the engine's options model "
+                                       "(EngineSpec.options_model, else infbench.plugin.EngineOptions)"))
     if "infbench_device_catalog" in hooks:
         ok, ans = _call(plugin, "infbench_device_catalog")
         if not ok or not isinstance(ans, (list, tuple)) or not all(isinstance(s, DeviceSpec) for s in ans):

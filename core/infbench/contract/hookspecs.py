@@ -41,7 +41,13 @@ limits, every precision, no power source); 1.8 adds the optional ``options_model
 run, :mod:`infbench.data.engine_options`), and engine arguments become part of a cell's
 identity (``Cell.engine_args``); 1.10 adds ``infbench_device_state`` (persistence mode, locked
 clocks, power limit against its default, ECC, MIG: stored with each run, known-bad states warned
-about before it, :class:`~infbench.data.contract.DeviceState`).
+about before it, :class:`~infbench.data.contract.DeviceState`); 2.0 hands every engine its typed
+options: ``EngineSpec.factory(device, options)`` and ``infbench_launch_engine(engine, device,
+options)`` receive the engine's options model (``options_model``, else
+:class:`~infbench.data.engine_options.OpenOptions`), defaults in the model, read as attributes
+(:mod:`infbench.engines.options`). For one minor version a 1.x factory (its ``options`` not annotated with a pydantic model, and ``EngineSpec.typed_options``
+not set) still gets the given options as a dict, and an adapter may still read its options as
+a dict (``options.get(key)``), each with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.measure.power import PowerSampler
 
 #: Version of this contract (major.minor). Plugins may check it at import time.
-CONTRACT_VERSION = "1.10"
+CONTRACT_VERSION = "2.0"
 
 hookspec = pluggy.HookspecMarker("infbench")
 hookimpl = pluggy.HookimplMarker("infbench")
@@ -141,7 +147,7 @@ def infbench_engines() -> list[EngineSpec]:
 
 
 @hookspec(firstresult=True)
-def infbench_launch_engine(engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine | None:
+def infbench_launch_engine(engine: str, device: DeviceInfo, options: Any) -> Engine | None:
     """Create (not yet start) the engine adapter ``engine`` for ``device``.
 
     The core's own implementation runs last (``trylast``, :mod:`infbench.detect.platforms.defaults`)
@@ -152,7 +158,7 @@ def infbench_launch_engine(engine: str, device: DeviceInfo, options: dict[str, A
     Args:
         engine: engine name (``llama.cpp``, ``transformers``...).
         device: the device group the cells run on.
-        options: engine options from the sweep (``n_threads``...).
+        options: the engine's typed options (contract 2.0: its options model; ``n_threads``...).
     """
 
 

@@ -58,6 +58,19 @@ class PluginManager(pluggy.PluginManager):
         super().__init__("infbench")
         self.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        #: What is built once from the plugins (the engine registry...); cleared when one is
+        #: registered or unregistered.
+        self.cache: dict[str, Any] = {}
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """pluggy's ``register``, clearing :attr:`cache`."""
+        self.cache.clear()
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        """pluggy's ``unregister``, clearing :attr:`cache`."""
+        self.cache.clear()
+        return super().unregister(plugin, name)
 
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any, BaseException | None]]:
         """Call every implementation of ``hook_name`` separately, isolating failures.

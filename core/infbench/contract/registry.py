@@ -24,13 +24,17 @@ PERPLEXITY_TWIN = {"llama.cpp-server": "llama.cpp", "vllm-server": "vllm"}
 
 
 def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
-    """All engines from every plugin's ``infbench_engines`` hook, merged by name.
+    """All engines from every plugin's ``infbench_engines`` hook, merged by name: built once per
+    plugin manager and cached on it (registering or unregistering a plugin clears the cache).
 
     Platforms are united; the first spec with a factory provides the adapter, its
     modules and install hint; dtypes are united, the provider's first (default) dtype
     staying first, so a vendor plugin can add the dtypes its hardware brings (``fp8``
     for vLLM on H100). Whether a device can run a dtype's precision is decided by the
     device's ``infbench_supported_precisions``, not here."""
+    cache = getattr(pm, "cache", None)
+    if cache is not None and "engine_specs" in cache:
+        return cache["engine_specs"]
     merged: dict[str, EngineSpec] = {}
     for specs in pm.hook.infbench_engines():
         for s in specs or []:
@@ -45,10 +49,13 @@ def engine_specs(pm: PluginManager) -> dict[str, EngineSpec]:
                 m.check = s.check
                 m.serving, m.any_model = s.serving, s.any_model
                 m.options, m.native_options, m.options_model = s.options, s.native_options, s.options_model
+                m.typed_options = s.typed_options
                 m.description = s.description or m.description
                 m.dtypes = {**s.dtypes, **m.dtypes}
             else:
                 m.dtypes = {**m.dtypes, **{k: v for k, v in s.dtypes.items() if k not in m.dtypes}}
+    if cache is not None:
+        cache["engine_specs"] = merged
     return merged
 
 

@@ -9,7 +9,10 @@ engine adapters.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import shutil
+import typing
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from infbench.data.engine_options import as_dict, as_options
 from infbench.data.errors import CellTimeout, DeviceMismatch
 from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, DeviceInfo, RequestRecord
@@ -86,6 +90,12 @@ class EngineSpec:
         factory: ``factory(device, options) -> Engine`` (an
             :class:`infbench.data.engine.Engine`, created, not started); None when a
             plugin only declares that an engine provided elsewhere runs on its ``platforms``.
+            Since contract 2.0 ``options`` is the engine's typed options model
+            (``options_model``, else :class:`~infbench.data.engine_options.OpenOptions`), its
+            defaults in the model; annotate the parameter with it. A factory whose ``options``
+            is not annotated with a pydantic model is a contract 1.x factory: it gets the given
+            options as a dict, with a ``DeprecationWarning``, for one minor version
+            (:func:`infbench.engines.options.create`).
         platforms: device vendors it runs on (``cpu``, ``nvidia``...).
         dtypes: the engine's dtype names mapped to precision classes
             (``{"f16": "fp16", "q8_0": "int8"}``); the first is the default.
@@ -112,10 +122,13 @@ class EngineSpec:
             declares is checked against its type and bounds before anything runs, and
             ``options`` defaults to its field names. None: only ``options`` names (values
             as parsed), as before contract 1.8.
+        typed_options: whether ``factory`` takes the typed options (contract 2.0); None: read
+            from the annotation of its ``options`` parameter (for a lambda or a partial, say so
+            here).
     """
 
     name: str
-    factory: Callable[[DeviceInfo, dict[str, Any]], Any] | None
+    factory: Callable[[DeviceInfo, Any], Any] | None
     platforms: list[str]
     dtypes: dict[str, str] = field(default_factory=dict)
     modules: list[str] = field(default_factory=list)
@@ -128,6 +141,7 @@ class EngineSpec:
     options: tuple[str, ...] | None = None
     native_options: Callable[[], Any] | None = None
     options_model: type[BaseModel] | None = None
+    typed_options: bool | None = None
 
     def __post_init__(self) -> None:
         if self.options is None and self.options_model is not None:
@@ -157,6 +171,44 @@ class EngineSpec:
         return self.dtypes.get(str(dtype).lower()) or precision_of(dtype)
 
 
+def takes_typed(spec: Any) -> bool:
+    """Whether ``spec.factory`` takes the typed options (contract 2.0): ``spec.typed_options``
+    when the spec says, else the annotation of the factory's second parameter (a pydantic
+    model: typed; ``dict``, ``Any``, none: a contract 1.x factory)."""
+    said = getattr(spec, "typed_options", None)
+    if said is not None:
+        return bool(said)
+    factory = spec.factory
+    try:
+        params = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if len(params) < 2:
+        return False
+    name = params[1].name
+    try:
+        ann = typing.get_type_hints(factory).get(name, params[1].annotation)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: read its text
+        ann = params[1].annotation
+    if isinstance(ann, str):
+        model = getattr(spec, "options_model", None)
+        return model is not None and ann.strip("'\"") == model.__name__
+    return isinstance(ann, type) and issubclass(ann, BaseModel)
+
+
+def create_engine(spec: Any, device: Any, options: BaseModel) -> Any:
+    """The adapter of ``spec`` for ``device`` (created, not started): ``spec.factory(device,
+    options)`` with the typed options (contract 2.0), or, for a contract 1.x factory, with
+    them as a dict (:func:`~infbench.data.engine_options.as_dict`) and a ``DeprecationWarning``."""
+    if takes_typed(spec):
+        return spec.factory(device, options)
+    warnings.warn(f"engine {spec.name!r}: its factory takes options as a dict (plugin contract 1.x); contract 2.0 "
+                  f"passes its typed options model ({type(options).__name__}): annotate the factory's options "
+                  "parameter with it (or set EngineSpec.typed_options). The dict shim goes in the next minor "
+                  "version.", DeprecationWarning, stacklevel=2)
+    return spec.factory(device, as_dict(options))
+
+
 class Engine(ABC):
     """An engine adapter: one loaded model serving the cells of one group.
 
@@ -165,10 +217,16 @@ class Engine(ABC):
 
     Args:
         device: the device group to run on.
-        options: engine options (e.g. ``n_threads``).
+        options: the engine's typed options (contract 2.0: its options model, read as
+            attributes), or a dict of them (made :attr:`options_model` when the adapter
+            declares one, else kept as a dict, as contract 1.x adapters read it).
     """
 
     name = "engine"
+    #: The adapter's options model (:mod:`infbench.data.engine_options`): the options it
+    #: receives are made this model (:func:`~infbench.data.engine_options.as_options`); None
+    #: (a contract 1.x adapter): kept as given.
+    options_model: type[BaseModel] | None = None
     #: Evidence that the engine runs on :attr:`device`, from :meth:`verify_device`; stored
     #: with every cell as ``engine["device_proof"]``.
     device_proof: dict[str, Any] | None = None
@@ -180,9 +238,12 @@ class Engine(ABC):
     #: client) and for the test stand-ins of :mod:`infbench.testing`.
     isolate: bool = True
 
-    def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
+    def __init__(self, device: DeviceInfo, options: Any = None):
         self.device = device
-        self.options = dict(options or {})
+        if self.options_model is not None:
+            self.options: Any = as_options(self.options_model, options)
+        else:
+            self.options = options if isinstance(options, BaseModel) else dict(options or {})
         self._backends: Any = None
 
     @property

@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+import warnings
+from collections.abc import Callable, ItemsView, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -46,10 +47,10 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
 FLAG = "--engine-arg"
 
 
-def not_identity(**kwargs: Any) -> Any:
+def not_identity(default: Any = None, **kwargs: Any) -> Any:
     """A :func:`pydantic.Field` that is not part of a cell's identity (it does not change
     what is measured: where to connect, credentials, timeouts, the client's event loop)."""
-    return Field(None, json_schema_extra={"identity": False}, **kwargs)
+    return Field(default, json_schema_extra={"identity": False}, **kwargs)
 
 
 def is_identity(info: FieldInfo) -> bool:
@@ -68,15 +69,108 @@ Flag = Annotated[bool, Field(strict=True)]
 
 
 class EngineOptions(BaseModel):
-    """The options every engine adapter reads: the base of each engine's model.
+    """The options every engine adapter reads: the base of each engine's model. Since plugin
+    contract 2.0 an adapter receives its engine's model (``EngineSpec.factory(device,
+    options)``) and reads its fields as attributes, their defaults in the model; an option not
+    given keeps its default and is not part of a cell's identity.
 
     Attributes:
         n_threads: CPU threads of the engine (``--threads``), 1..4096.
+
+    Contract 1.x adapters read their options as a dict: :meth:`get`, ``options[key]``, ``key in
+    options``, :meth:`items` and :meth:`keys` still work on the given options (and the passed-
+    through native ones) for one minor version, with a ``DeprecationWarning``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     n_threads: Threads | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options given (set explicitly), and the native ones passed through, as a dict:
+        what a contract 1.x adapter received (:func:`as_dict`)."""
+        return {**{k: getattr(self, k) for k in self.model_fields_set}, **(self.model_extra or {})}
+
+    def _dict_read(self) -> dict[str, Any]:
+        warnings.warn(f"{type(self).__name__} is read as a dict: since plugin contract 2.0 engine options are a typed "
+                      "model (read options.NAME); dict reads go in the next minor version",
+                      DeprecationWarning, stacklevel=3)
+        return self.given()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Contract 1.x: ``options.get(key, default)`` over :meth:`given` (deprecated)."""
+        return self._dict_read().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict_read()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dict_read()
+
+    def items(self) -> ItemsView[str, Any]:
+        """Contract 1.x: ``options.items()`` over :meth:`given` (deprecated)."""
+        return self._dict_read().items()
+
+    def keys(self) -> KeysView[str]:
+        """Contract 1.x: ``options.keys()`` over :meth:`given` (deprecated)."""
+        return self._dict_read().keys()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        """Contract 1.x: ``options[key] = value`` (deprecated; contract 2.0 adapters replace
+        their options with ``options.model_copy(update={...})``)."""
+        self._dict_read()
+        if key in type(self).model_fields:
+            object.__setattr__(self, key, value)
+            self.__pydantic_fields_set__.add(key)
+        elif self.__pydantic_extra__ is not None:
+            self.__pydantic_extra__[key] = value
+        else:
+            raise KeyError(f"{type(self).__name__} has no option {key!r}")
+
+    def setdefault(self, key: str, value: Any) -> Any:
+        """Contract 1.x: ``options.setdefault(key, value)`` (deprecated)."""
+        given = self._dict_read()
+        if key not in given:
+            self[key] = value
+            return value
+        return given[key]
+
+
+class OpenOptions(EngineOptions):
+    """The options model of an engine that declares none (contract 1.6's names only, or
+    nothing): the common options, every other given option passed through as it was parsed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+def as_options(model: type[BaseModel], values: Mapping[str, Any] | BaseModel | None) -> Any:
+    """``values`` (a dict of options, or another engine's options model) as ``model``: the
+    options ``model`` declares, and, when it passes native options through (``extra="allow"``:
+    vLLM's ``EngineArgs``, MII's ``ModelConfig``), every other one; options it neither declares
+    nor passes through (the run's ``--tokenizer`` for llama.cpp in process) are left out.
+
+    Raises:
+        pydantic.ValidationError: a value the model refuses (values checked by
+            :func:`check_engine_args` never are).
+    """
+    if isinstance(values, model):
+        return values
+    if isinstance(values, EngineOptions):
+        values = values.given()
+    elif isinstance(values, BaseModel):
+        values = values.model_dump(exclude_unset=True)
+    allow = model.model_config.get("extra") == "allow"
+    return model.model_validate({k: v for k, v in (values or {}).items() if allow or k in model.model_fields})
+
+
+def as_dict(options: Any) -> dict[str, Any]:
+    """The dict a contract 1.x factory received: the given options of an options model
+    (:meth:`EngineOptions.given`), or a copy of a dict."""
+    if isinstance(options, EngineOptions):
+        return options.given()
+    if isinstance(options, BaseModel):
+        return options.model_dump(exclude_unset=True)
+    return dict(options or {})
 
 
 class OpenAIOptions(EngineOptions):
@@ -100,14 +194,14 @@ class OpenAIOptions(EngineOptions):
 
     base_url: Name | None = not_identity()
     api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] | None = not_identity()
-    endpoint: Literal["completions", "chat"] | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
     served_model: Name | None = not_identity()
     prompt_format: Literal["token_ids", "text"] | None = None
-    force_output: Flag | None = None
+    force_output: Flag = True
     tokenizer: Name | None = None
     extra_body: dict[str, Any] | None = None
     extra_headers: dict[str, Annotated[str, Field(max_length=8192)]] | None = not_identity()
-    event_loop: Literal["uvloop", "asyncio"] | None = not_identity()
+    event_loop: Literal["uvloop", "asyncio"] = not_identity(default="uvloop")
     metrics_url: Annotated[str, Field(max_length=2048)] | None = not_identity()
 
     @field_validator("extra_body", "extra_headers", mode="before")
@@ -155,11 +249,16 @@ def _finite_tree(v: Any) -> bool:
 
 
 class ServerOptions(OpenAIOptions):
-    """A server infbench starts itself, driven through the OpenAI client.
+    """A server infbench starts itself, driven through the OpenAI client; options the server
+    reads itself (vLLM's ``EngineArgs``, SGLang's ``ServerArgs``, TensorRT-LLM's LLM API) pass
+    through (native options, checked by name against the engine's ``native_options``).
 
     Attributes:
-        startup_timeout_s: seconds to wait for the server to answer; not identity.
+        startup_timeout_s: seconds to wait for the server to answer (None: the adapter's own
+            limit, the time its server needs); not identity.
     """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     startup_timeout_s: Seconds | None = not_identity()
 
@@ -168,12 +267,13 @@ class LlamaCppOptions(EngineOptions):
     """llama.cpp in process (llama-cpp-python).
 
     Attributes:
-        n_gpu_layers: layers offloaded to the GPU, -1 for all (0..100000, or -1).
+        n_gpu_layers: layers offloaded to the GPU, -1 for all (0..100000, or -1; None: what
+            the device needs).
         n_ubatch: llama.cpp's physical batch in tokens (default 512), 1..1048576.
     """
 
     n_gpu_layers: Annotated[int, Field(strict=True, ge=-1, le=100_000)] | None = None
-    n_ubatch: Tokens | None = None
+    n_ubatch: Tokens = 512
 
 
 class LlamaServerOptions(ServerOptions):
@@ -203,6 +303,8 @@ class VllmOptions(ServerOptions):
 
 class MiiOptions(EngineOptions):
     """DeepSpeed-MII in process; ``mii.config.ModelConfig`` fields pass through (native options)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
 class OptimumHabanaOptions(EngineOptions):

@@ -124,3 +124,18 @@ def describe_error(exc: BaseException) -> str:
     tb = traceback.extract_tb(exc.__traceback__)
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+class StoreFailure(InfbenchError):
+    """The results store's database failed under a command (a :class:`sqlite3.Error` no layer
+    turned into a message of its own): printed by the entry point, exit 2.
+
+    Args:
+        exc: the database error.
+    """
+
+    exit_code = 2
+
+    def __init__(self, exc: BaseException):
+        super().__init__(f"the results store failed: {exc}", hint="check the --store file (disk space, permissions, "
+                                                                  "`sqlite3 FILE 'PRAGMA integrity_check'`)")

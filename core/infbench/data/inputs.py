@@ -19,7 +19,7 @@ site config, worker output):
 **Flags**: each command's options are one pydantic model (:class:`ResultsFlags`,
 :class:`ExportFlags`, :class:`ReportFlags`, :class:`CompareFlags`, :class:`ImportFlags`,
 :class:`PerplexityFlags`, :class:`QuantizeFlags`; ``run`` has
-:class:`infbench.data.request.RunRequest`, ``predict``
+:class:`infbench.data.run_config.RunConfig` (its flags generated from it), ``predict``
 :class:`infbench.analysis.predict_inputs.PredictFlags`) built from the bounded types below
 and checked by :func:`checked` before anything is read, stored or started.
 """

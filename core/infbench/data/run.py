@@ -1,10 +1,22 @@
-"""A run's knobs (:class:`RunOptions`) and what it did (:class:`RunSummary`)."""
+"""A run's measuring knobs (:class:`RunOptions`, made from its
+:class:`~infbench.data.run_config.RunConfig`) and what it did (:class:`RunSummary`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.data.run_config import (
+    AutoExecutor,
+    EnginePart,
+    LoadPart,
+    PowerPart,
+    RayExecutor,
+    RunConfig,
+    SloPart,
+    SweepPart,
+    WarmupPart,
+)
 from infbench.data.schema import Cell, CellResult
 from infbench.data.scores import PerplexityResult
 from infbench.data.warmup import WarmupPolicy
@@ -12,7 +24,9 @@ from infbench.data.warmup import WarmupPolicy
 
 @dataclass
 class RunOptions:
-    """Knobs of a run that are not part of a cell's identity.
+    """Knobs of a run that are not part of a cell's identity: the measuring view of a
+    :class:`~infbench.data.run_config.RunConfig` (:meth:`of`, the same on the host and in every
+    worker), with the user's power sampler once built.
 
     Attributes:
         force: re-run cells that already have a stored ok result.
@@ -39,6 +53,8 @@ class RunOptions:
         warmup: how cells warm up, and whether a drifting group is measured again
             (:class:`~infbench.data.warmup.WarmupPolicy`: ``--warmup-tol``, ``--warmup-max-s``,
             ``--rewarm-after-s``, ``--no-remeasure``).
+        config: the configuration these knobs were made of (what a worker spec carries);
+            None for knobs set directly (the library's callers, tests).
     """
 
     force: bool = False
@@ -53,6 +69,38 @@ class RunOptions:
     ray_address: str | None = None
     engine_process: bool = True
     warmup: WarmupPolicy = field(default_factory=WarmupPolicy)
+    config: RunConfig | None = None
+
+    @classmethod
+    def of(cls, config: RunConfig, force: bool = False) -> RunOptions:
+        """The knobs of a planned configuration (:func:`infbench.execution.orchestrator.resolve`:
+        the grid's cell limit and SLO in it): the engines' options are the named flags (the
+        tokenizer included) under the checked ``--engine-arg`` values, the spread load the Ray
+        executor's ``load_nodes``."""
+        eng, ex = config.engine, config.executor
+        named = {**eng.named(), **({"tokenizer": config.load.tokenizer} if config.load.tokenizer else {})}
+        ray = ex if isinstance(ex, RayExecutor) else None
+        return cls(force=force, cell_timeout_s=config.sweep.cell_timeout_s, power_interval_s=config.power.interval_s,
+                   engine_options={**named, **(eng.args or {})}, slo=config.slo.as_dict(),
+                   server_metrics_interval_s=config.load.scrape_interval_s, price_per_hour=config.power.price_per_hour,
+                   load_nodes=ray.load_nodes if ray else None, ray_address=ray.address if ray else None,
+                   warmup=config.warmup.policy(),
+                   engine_process=eng.process, config=config)
+
+    def as_config(self) -> RunConfig:
+        """The configuration these knobs come from (:attr:`config`), or one made of them
+        (knobs set directly): what a worker spec carries."""
+        if self.config is not None:
+            return self.config
+        slo = self.slo or {}
+        ex: Any = RayExecutor(address=self.ray_address, load_nodes=self.load_nodes, groups="inprocess") \
+            if self.load_nodes is not None else AutoExecutor()
+        return RunConfig(sweep=SweepPart(cell_timeout_s=self.cell_timeout_s), warmup=WarmupPart.of(self.warmup),
+                         load=LoadPart(scrape_interval_s=self.server_metrics_interval_s),
+                         slo=SloPart(**{k: v for k, v in slo.items() if k in ("ttft_s", "tpot_s", "e2e_s")}),
+                         engine=EnginePart(args=dict(self.engine_options) or None, process=self.engine_process),
+                         power=PowerPart(interval_s=self.power_interval_s, price_per_hour=self.price_per_hour),
+                         executor=ex)
 
 
 @dataclass

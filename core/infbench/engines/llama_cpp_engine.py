@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from infbench.data.engine import Engine, RunOutput
+from infbench.data.engine_options import LlamaCppOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.data.signals import c_callback
@@ -39,6 +40,8 @@ class LlamaCppEngine(Engine):
     """
 
     name = "llama.cpp"
+    options_model = LlamaCppOptions
+    options: LlamaCppOptions
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
@@ -95,7 +98,7 @@ class LlamaCppEngine(Engine):
             raise ConfigError(f"llama.cpp could not load {path}", hint="is it a valid GGUF for this llama.cpp version?")
         self.model_file = str(path)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
-        self.threads = int(self.options.get("n_threads") or default_threads())
+        self.threads = int(self.options.n_threads or default_threads())
         from infbench.quality.sample import llama_cpp_sample, weights_record, with_sample
 
         self.weights = with_sample(weights_record(m, path), lambda: llama_cpp_sample(L, self.model, self.threads))
@@ -113,7 +116,7 @@ class LlamaCppEngine(Engine):
 
         g = ggml_probe()
         label = device_label(self.device)
-        asked = self.options.get("n_gpu_layers")
+        asked = self.options.n_gpu_layers
         if self.device.kind == "cpu":
             if asked not in (None, 0, "0") and g["gpu_offload"]:
                 raise DeviceMismatch(self.name, label, f"n_gpu_layers={asked} would offload layers to "
@@ -167,7 +170,7 @@ class LlamaCppEngine(Engine):
         # Sized for the rounded length, so every cell that reuses this context fits
         # (a cell with more tokens but the same rounded length once overflowed the batch).
         cp.n_batch = batch * per_seq
-        cp.n_ubatch = int(self.options.get("n_ubatch", 512))
+        cp.n_ubatch = self.options.n_ubatch
         cp.n_seq_max = batch
         cp.n_threads = cp.n_threads_batch = self.threads
         self.ctx = L.llama_init_from_model(self.model, cp)

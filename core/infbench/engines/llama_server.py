@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from infbench.data.engine_options import LlamaServerOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import DeviceBackends, DeviceInfo
 from infbench.engines import availability as av
@@ -32,6 +33,8 @@ class LlamaServerEngine(ManagedServerEngine):
     ``parallel`` (slots; default from the group), ``startup_timeout_s`` (default 120)."""
 
     name = "llama.cpp-server"
+    options_model = LlamaServerOptions
+    options: LlamaServerOptions
 
     def start(self, group) -> None:
         """Write/locate the GGUF, start the server, wait for ``/health``, then check ``/v1/models``."""
@@ -55,18 +58,19 @@ class LlamaServerEngine(ManagedServerEngine):
                                   hint=f"use one of {', '.join(GGUF_DTYPES)}")
             path = str(dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf"))
         self._check_devices()
-        parallel = int(self.options.get("parallel") or slots_needed(group.cells))
+        parallel = self.options.parallel or slots_needed(group.cells)
         per_slot = max(c.longest() for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
-        extra = ["--threads", str(self.options["n_threads"])] if self.options.get("n_threads") else []
+        extra = ["--threads", str(self.options.n_threads)] if self.options.n_threads else []
         if self.device.kind != "cpu":
             extra += ["--n-gpu-layers", "999"]
         extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
         self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path,
                                          "--port", str(port), "--parallel", str(parallel),
                                          "--ctx", str(parallel * per_slot), *extra],
-                           float(self.options.get("startup_timeout_s", 120)))
-        self.options.setdefault("served_model", path)
+                           self.options.startup_timeout_s or 120.0)
+        if self.options.served_model is None:
+            self.options = self.options.model_copy(update={"served_model": path})
         self.parallel = parallel
         from infbench.quality.sample import weights_record
 

@@ -55,6 +55,7 @@ import time
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
+from infbench.data.engine_options import MiiOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
@@ -241,6 +242,8 @@ class MiiEngine(Engine):
     """
 
     name = BATCH
+    options_model = MiiOptions
+    options: MiiOptions
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
@@ -256,7 +259,7 @@ class MiiEngine(Engine):
         """
         self.gpu_name = _refuse_elsewhere(self.name, self.device, self.backends)   # before anything loads
         mii = _need_mii()
-        self.kwargs = pipeline_kwargs(group, self.options)
+        self.kwargs = pipeline_kwargs(group, self.options.given())
         self.path, _ = model_folder(group)
         self.pipe = mii.pipeline(self.path, **self.kwargs)
         from infbench.quality.sample import weights_record
@@ -400,7 +403,7 @@ class MiiServerEngine(ManagedServerEngine):
         """
         import importlib.util
 
-        if self.options.get("prompt_format", "text") != "text":
+        if (self.options.prompt_format or "text") != "text":
             raise ConfigError("MII's OpenAI server takes text prompts only (it forwards them as strings)",
                               hint="drop --prompt-format (text is the default for deepspeed-mii-server)")
         self.gpu_name = _refuse_elsewhere(self.name, self.device, self.backends)
@@ -410,9 +413,10 @@ class MiiServerEngine(ManagedServerEngine):
         self.deployment = f"infbench-{group.model.name.replace('/', '-')}"
         tp, length = group.tensor_parallel_size, max_length(group)
         self.launch_server(lambda port: server_argv(self.path, port, tp, length, f"{self.deployment}-{port}"),
-                           float(self.options.get("startup_timeout_s", 1200)))
+                           self.options.startup_timeout_s or 1200.0)
         self.metrics_url = None                  # MII serves no Prometheus metrics
-        self.options["served_model"] = self.path  # MII's /v1/completions checks model == --model
+        # MII's /v1/completions checks model == --model
+        self.options = self.options.model_copy(update={"served_model": self.path})
         from infbench.quality.sample import weights_record
 
         self.weights = weights_record(group.model)

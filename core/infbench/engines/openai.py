@@ -39,6 +39,7 @@ from typing import Any
 
 from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
+from infbench.data.engine_options import OpenAIOptions
 from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
@@ -404,10 +405,12 @@ class OpenAIEngine(Engine):
     #: :meth:`run` is the serving client, which stays in the measuring process.
     isolate = False
     default_prompt_format = "text"
+    options_model: type[OpenAIOptions] = OpenAIOptions
+    options: OpenAIOptions
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
-        self.base_url: str = self.options.get("base_url") or ""
+        self.base_url: str = self.options.base_url or ""
         self._key: str | None = None
         self._model: Any = None
 
@@ -426,19 +429,19 @@ class OpenAIEngine(Engine):
                                     hint="pip install httpx (an infbench dependency: reinstall infbench)") from exc
         if not self.base_url:
             raise ConfigError("the openai engine needs a server URL", hint="pass --base-url http://HOST:PORT/v1")
-        env = self.options.get("api_key_env")
+        env = self.options.api_key_env
         if env:
             self._key = os.environ.get(env)
             if not self._key:
                 raise ConfigError(f"environment variable {env} (named by --api-key-env) is not set",
                                   hint=f"export {env}=...")
-        self.endpoint = self.options.get("endpoint", "completions")
+        self.endpoint = self.options.endpoint
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r}", hint="use completions or chat")
-        if self.options.get("tokenizer"):
+        if self.options.tokenizer:
             from infbench.workloads.tokenizer import tokenizer_text
 
-            tokenizer_text(str(self.options["tokenizer"]))          # a bad --tokenizer fails here, clearly
+            tokenizer_text(str(self.options.tokenizer))          # a bad --tokenizer fails here, clearly
         self.group = group
         self._model = getattr(group, "model", None)
         self._check_server()
@@ -460,13 +463,13 @@ class OpenAIEngine(Engine):
         return {"device": "remote", "endpoint": self.public_url}
 
     def _headers(self) -> dict[str, str]:
-        extra = {str(k): str(v) for k, v in (self.options.get("extra_headers") or {}).items()}
+        extra = {str(k): str(v) for k, v in (self.options.extra_headers or {}).items()}
         return {**extra, **({"Authorization": f"Bearer {self._key}"} if self._key else {})}
 
     def _secrets(self) -> list[str]:
         """Everything that must never be stored: the API key, URL credentials and query
         values, and the values of ``extra_headers``."""
-        headers = [str(v) for v in (self.options.get("extra_headers") or {}).values() if len(str(v)) >= 4]
+        headers = [str(v) for v in (self.options.extra_headers or {}).values() if len(str(v)) >= 4]
         return ([self._key] if self._key else []) + url_secrets(self.base_url) + headers
 
     def _scrub(self, text: str | bytes, limit: int | None = 300) -> str:
@@ -498,18 +501,18 @@ class OpenAIEngine(Engine):
         """Base URL (credentials and query removed), endpoint, the API key variable's
         *name*, the tokenizer, and the client's event loop."""
         return {"name": self.name, "base_url": self.public_url,
-                "endpoint": self.options.get("endpoint", "completions"),
-                "api_key_env": self.options.get("api_key_env"), "tokenizer": self.options.get("tokenizer"),
+                "endpoint": self.options.endpoint,
+                "api_key_env": self.options.api_key_env, "tokenizer": self.options.tokenizer,
                 "client": "infbench.measure.client", "event_loop": event_loop_runner()[1]
-                if self.options.get("event_loop", "uvloop") == "uvloop" else "asyncio",
+                if self.options.event_loop == "uvloop" else "asyncio",
                 "versions": {}}
 
     # -- prompts -------------------------------------------------------------------
     def prompt_format(self, model) -> str:
         """``token_ids`` when asked for and the model's vocabulary is known, else ``text``
         (always ``text`` with a ``tokenizer``)."""
-        fmt = self.options.get("prompt_format", self.default_prompt_format)
-        if self.options.get("tokenizer") and "prompt_format" not in self.options:
+        fmt = self.options.prompt_format or self.default_prompt_format
+        if self.options.tokenizer and self.options.prompt_format is None:
             return "text"
         if fmt == "token_ids" and "vocab_size" not in model.config:
             raise ConfigError(f"token-id prompts need the vocabulary of {model.name}",
@@ -526,10 +529,10 @@ class OpenAIEngine(Engine):
 
         fmt = self.prompt_format(model)
         tok = None
-        if self.options.get("tokenizer") and fmt == "text":
+        if self.options.tokenizer and fmt == "text":
             from infbench.workloads.tokenizer import tokenizer_text
 
-            tok = tokenizer_text(str(self.options["tokenizer"]))
+            tok = tokenizer_text(str(self.options.tokenizer))
         return PromptMaker(fmt, vocab_size=model.config.get("vocab_size"), tokenizer=tok, text_map=self.map_text)
 
     def make_prompts(self, cell: Cell, model) -> list[Any]:
@@ -556,7 +559,7 @@ class OpenAIEngine(Engine):
             ins, outs = range_lengths(n, cell.input_len, cell.output_len, cell.len_range,
                                       cell.len_range_convention or "inferencex", seed)
             return self.prompt_maker(model).ranged(ins, outs, seed)
-        if cell.prefix_len or self.options.get("tokenizer"):
+        if cell.prefix_len or self.options.tokenizer:
             maker = self.prompt_maker(model)
             if cell.prefix_len:
                 return maker.shared_prefix(n, cell.input_len, cell.prefix_len, cell.num_prefixes or 1, seed)
@@ -626,11 +629,11 @@ class OpenAIEngine(Engine):
         if hasattr(prompt, "materialize"):
             prompt = prompt.materialize()
         n_out = getattr(prompt, "output_len", None) or cell.output_len
-        body: dict[str, Any] = {"model": self.options.get("served_model") or cell.model, "stream": stream,
+        body: dict[str, Any] = {"model": self.options.served_model or cell.model, "stream": stream,
                                 "max_tokens": n_out, "temperature": 0.0}
         if stream:
             body["stream_options"] = {"include_usage": True}
-        if self.options.get("force_output", True):
+        if self.options.force_output:
             body.update(ignore_eos=True, min_tokens=n_out)
         if isinstance(prompt, ChatRequest):
             body["messages"] = list(prompt.messages)
@@ -642,12 +645,12 @@ class OpenAIEngine(Engine):
                     else [{"role": "user", "content": text}]
             else:
                 body["prompt"] = content
-        body.update(self.options.get("extra_body") or {})
+        body.update(self.options.extra_body or {})
         return body
 
     def _chat(self, cell: Cell) -> bool:
         """True if requests go to ``/chat/completions`` (``endpoint: chat``, or a dataset cell)."""
-        return cell.dataset is not None or self.options.get("endpoint", "completions") == "chat"
+        return cell.dataset is not None or self.options.endpoint == "chat"
 
     def run(self, cell: Cell, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
         """Offer ``cell.load`` to the server; one record per timed request (per turn for
@@ -663,7 +666,7 @@ class OpenAIEngine(Engine):
         self._wrong_length = 0
         stats = LoadStats()
         runner, loop_name = event_loop_runner()
-        if self.options.get("event_loop") == "asyncio":
+        if self.options.event_loop == "asyncio":
             runner, loop_name = asyncio.run, "asyncio"
         records = run_event_loop(runner, self._run(cell, load, prompts, stats))
         t1 = time.perf_counter_ns()
@@ -682,7 +685,7 @@ class OpenAIEngine(Engine):
             want = str(cell.output_len) if cell.dataset is None and cell.trace is None else "the forced length"
             warnings.append(f"{self._wrong_length} request(s) returned an output length other than {want} "
                             "(server ignored ignore_eos/min_tokens?)")
-        if (cell.dataset is None and cell.trace is None and not self.options.get("tokenizer") and prompts
+        if (cell.dataset is None and cell.trace is None and not self.options.tokenizer and prompts
                 and isinstance(prompts[0], str)):
             seen = [r.n_in for r in ok if r.n_out_source == "usage"]
             if seen and any(n != cell.input_len for n in seen):
@@ -691,7 +694,7 @@ class OpenAIEngine(Engine):
         diffs = [r.n_in - r.n_in_client for r in ok if r.n_in_client is not None and r.n_out_source == "usage"]
         off = [d for d in diffs if d]
         if off:
-            src = f"--tokenizer {self.options['tokenizer']}" if self.options.get("tokenizer") else "the client"
+            src = f"--tokenizer {self.options.tokenizer}" if self.options.tokenizer else "the client"
             warnings.append(f"prompt tokens: the server's usage differs from {src}'s count in {len(off)} of "
                             f"{len(diffs)} request(s) (server - client: {min(off):+d} to {max(off):+d} tokens; "
                             "the server's count is stored as n_in, the client's as n_in_client)")
@@ -726,14 +729,14 @@ class OpenAIEngine(Engine):
             n_in = getattr(p, "n_in", None)
             if n_in is None and isinstance(p, list) and p and isinstance(p[0], int):
                 n_in = len(p)
-            if n_in is None and chat and self.options.get("tokenizer") and "messages" in body:
+            if n_in is None and chat and self.options.tokenizer and "messages" in body:
                 from infbench.workloads.tokenizer import tokenizer_text
 
-                n_in = tokenizer_text(str(self.options["tokenizer"])).chat_count(body["messages"])
-            elif n_in is None and self.options.get("tokenizer") and isinstance(body.get("prompt"), str):
+                n_in = tokenizer_text(str(self.options.tokenizer)).chat_count(body["messages"])
+            elif n_in is None and self.options.tokenizer and isinstance(body.get("prompt"), str):
                 from infbench.workloads.tokenizer import tokenizer_text
 
-                n_in = tokenizer_text(str(self.options["tokenizer"])).count(body["prompt"])
+                n_in = tokenizer_text(str(self.options.tokenizer)).count(body["prompt"])
             data = json.dumps(body).encode()
             return client.request_bytes("POST", target, data), body["max_tokens"], n_in
 
@@ -772,10 +775,10 @@ class OpenAIEngine(Engine):
                 history.append({"role": "user", "content": user})
                 body = self.payload(cell, _Messages(tuple(history), n_out), stream)
                 n_in = None
-                if self.options.get("tokenizer"):
+                if self.options.tokenizer:
                     from infbench.workloads.tokenizer import tokenizer_text
 
-                    n_in = tokenizer_text(str(self.options["tokenizer"])).chat_count(history)
+                    n_in = tokenizer_text(str(self.options.tokenizer)).chat_count(history)
                 req = client.request_bytes("POST", target, json.dumps(body).encode())
                 try:
                     async with asyncio.timeout(timeout):
@@ -844,10 +847,10 @@ class OpenAIEngine(Engine):
         return rec, text
 
     def _count_text(self, text: str) -> int:
-        if self.options.get("tokenizer"):
+        if self.options.tokenizer:
             from infbench.workloads.tokenizer import tokenizer_text
 
-            return tokenizer_text(str(self.options["tokenizer"])).count(text)
+            return tokenizer_text(str(self.options.tokenizer)).count(text)
         return len(text.split())
 
 

@@ -42,6 +42,7 @@ import time
 from typing import Any
 
 from infbench.data.engine import RunOutput
+from infbench.data.engine_options import OptimumHabanaOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
@@ -134,6 +135,8 @@ class OptimumHabanaEngine(TransformersEngine):
     """
 
     name = NAME
+    options_model = OptimumHabanaOptions
+    options: OptimumHabanaOptions  # type: ignore[assignment]  # the Gaudi model, not transformers' own
 
     def start(self, group) -> None:
         """Refuse a non-Gaudi device, set lazy mode, adapt transformers to Gaudi, build or
@@ -148,7 +151,7 @@ class OptimumHabanaEngine(TransformersEngine):
         if self.device.kind == "cpu":
             raise DeviceMismatch(self.name, label, "optimum-habana runs on Intel Gaudi only", "the CPU",
                                  "use --engine transformers on the CPU")
-        self.flags = generate_flags(self.options)
+        self.flags = generate_flags(self.options.given())
         if self.flags["lazy_mode"]:               # before the check imports Gaudi's bridge
             os.environ.setdefault("PT_HPU_LAZY_MODE", "1")
         s = check_optimum_habana(self.device, self.backends)
@@ -208,7 +211,7 @@ class OptimumHabanaEngine(TransformersEngine):
         gc = copy.deepcopy(self.model.generation_config)
         if not isinstance(gc, GaudiGenerationConfig):
             gc = GaudiGenerationConfig.from_dict(gc.to_dict())
-        for k, v in generation_settings(self.options, self.optimized, cell.output_len).items():
+        for k, v in generation_settings(self.options.given(), self.optimized, cell.output_len).items():
             setattr(gc, k, v)
         return gc
 

@@ -1,5 +1,12 @@
-"""Engine options from the command line: ``--engine-arg KEY=VALUE`` and the named flags
-(``--threads``, ``--base-url``...) gathered into the dict an adapter receives.
+"""Engine options from the command line to the adapter: ``--engine-arg KEY=VALUE`` and the
+named flags (``--threads``, ``--base-url``...) gathered (:func:`engine_options`), then made the
+engine's own typed options model (:func:`typed_options`) and handed to its factory
+(:func:`infbench.data.engine.create_engine`, plugin contract 2.0: ``EngineSpec.factory(device,
+options: OptionsModel)``).
+
+A contract 1.x factory (``factory(device, options: dict)``) still gets the options as a dict
+(the model's given options, :func:`infbench.data.engine_options.as_dict`) for one minor
+version, with a ``DeprecationWarning``.
 
 The typed options of each engine, the parsing of ``KEY=VALUE`` items and the check of a
 sweep's engine arguments live in the data layer (:mod:`infbench.data.engine_options`), so
@@ -11,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from pydantic import BaseModel
+
 from infbench.data.engine_options import (
     CheckedArgs,
     EngineOptions,
@@ -18,10 +27,12 @@ from infbench.data.engine_options import (
     LlamaServerOptions,
     MiiOptions,
     OpenAIOptions,
+    OpenOptions,
     OptimumHabanaOptions,
     ServerOptions,
     TransformersOptions,
     VllmOptions,
+    as_options,
     check_engine_args,
     option_names,
     parse_engine_args,
@@ -30,7 +41,7 @@ from infbench.data.engine_options import (
 __all__ = ["COMMON_OPTIONS", "OPENAI_OPTIONS", "SERVER_OPTIONS", "CheckedArgs", "EngineOptions", "LlamaCppOptions",
            "LlamaServerOptions", "MiiOptions", "OpenAIOptions", "OptimumHabanaOptions", "ServerOptions",
            "TransformersOptions", "VllmOptions", "check_engine_args", "engine_options", "parse_engine_args",
-           "unknown_engine_args"]
+           "typed_options", "unknown_engine_args"]
 
 #: Options every adapter receives from the named flags (``--threads``, ``--base-url``...).
 COMMON_OPTIONS = option_names(EngineOptions)
@@ -78,3 +89,16 @@ class _names_only:  # noqa: N801 - a view of a spec without its options model (n
         self.options = getattr(spec, "options", None)
         self.native_options = getattr(spec, "native_options", None)
         self.options_model = None
+
+
+def typed_options(spec: Any, options: dict[str, Any] | BaseModel | None) -> BaseModel:
+    """The options of one engine as its own model (``spec.options_model``; an engine that
+    declares none: :class:`~infbench.data.engine_options.OpenOptions`), from the run's options
+    (:func:`engine_options`, with a group's identity arguments over them): the fields the model
+    declares, and the native options it passes through.
+
+    Raises:
+        pydantic.ValidationError: a value the model refuses (checked values never are).
+    """
+    model = getattr(spec, "options_model", None) or OpenOptions
+    return as_options(model, options)

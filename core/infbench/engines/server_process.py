@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data.engine import Engine
+from infbench.data.engine_options import ServerOptions
 from infbench.data.errors import EngineUnavailable
 from infbench.engines.openai import OpenAIEngine
 
@@ -174,6 +175,8 @@ class ManagedServerEngine(OpenAIEngine):
     """
 
     default_prompt_format = "token_ids"
+    options_model: type[ServerOptions] = ServerOptions
+    options: ServerOptions
     #: Seconds between SIGTERM and SIGKILL on stop.
     stop_grace_s = 10.0
 

@@ -204,10 +204,10 @@ class SglangServerEngine(ManagedServerEngine):
         self.proof_name = self._check_device()          # before anything loads
         if importlib.util.find_spec("sglang") is None:
             raise EngineUnavailable("the sglang-server engine needs SGLang", hint=INSTALL)
-        self.args = sglang_args(group, self.device, self.options)
+        self.args = sglang_args(group, self.device, self.options.given())
         self.launch_server(lambda port: sglang_argv(self.args, port),
-                           float(self.options.get("startup_timeout_s", 900)))
-        self.options["served_model"] = self.args["served_model_name"]
+                           self.options.startup_timeout_s or 900.0)
+        self.options = self.options.model_copy(update={"served_model": self.args["served_model_name"]})
         from infbench.quality.sample import weights_record
 
         self.weights = weights_record(group.model)

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
+from infbench.data.engine_options import EngineOptions, TransformersOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.engines import availability as av
@@ -70,6 +71,8 @@ class TransformersEngine(Engine):
     """
 
     name = "transformers"
+    options_model: type[EngineOptions] = TransformersOptions
+    options: TransformersOptions
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
@@ -96,8 +99,8 @@ class TransformersEngine(Engine):
             raise ConfigError(f"transformers dtype {group.dtype!r} unknown",
                               hint=f"use one of {', '.join(TRANSFORMERS_DTYPES)}")
         m = group.model
-        if self.options.get("n_threads"):
-            torch.set_num_threads(int(self.options["n_threads"]))
+        if self.options.n_threads:
+            torch.set_num_threads(self.options.n_threads)
         dtype = getattr(torch, group.dtype)
         self.dev = self._torch_device()
         from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
@@ -112,7 +115,7 @@ class TransformersEngine(Engine):
             config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
             self.model = build_hf_model(transformers, torch, config, dtype, self.dev, seed=0)
         self.build_s = time.perf_counter() - t0
-        ci = self.options.get("cache_implementation")
+        ci = self.options.cache_implementation
         if ci not in (None, "", "dynamic", "static"):
             raise ConfigError(f"transformers cache_implementation {ci!r} is not supported by infbench",
                               hint="use --engine-arg cache_implementation=static (or leave it out for the dynamic "

@@ -41,6 +41,7 @@ import time
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
+from infbench.data.engine_options import VllmOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.engines import availability as av
@@ -177,6 +178,8 @@ class VllmEngine(Engine):
     together, per-token times from stepping the engine. See the module docstring."""
 
     name = "vllm"
+    options_model = VllmOptions
+    options: VllmOptions
 
     def __init__(self, device, options=None):
         super().__init__(device, options)
@@ -192,7 +195,7 @@ class VllmEngine(Engine):
         """
         vllm = _need_vllm()
         self.platform = check_platform(self.name, self.device, self.backends)
-        self.args = vllm_args(group, self.device, self.options)
+        self.args = vllm_args(group, self.device, self.options.given())
         self.llm = vllm.LLM(**self.args)
         from infbench.quality.sample import vllm_sample, weights_record, with_sample
 
@@ -283,6 +286,8 @@ class VllmServerEngine(ManagedServerEngine):
     (passed as ``--key-name value``)."""
 
     name = "vllm-server"
+    options_model = VllmOptions
+    options: VllmOptions
     stop_grace_s = 20.0
 
     def start(self, group) -> None:
@@ -295,13 +300,13 @@ class VllmServerEngine(ManagedServerEngine):
         vllm = _need_vllm()
         self.vllm_version = vllm.__version__
         self.platform = check_platform(self.name, self.device, self.backends)
-        self.args = vllm_args(group, self.device, self.options)
+        self.args = vllm_args(group, self.device, self.options.given())
         served = group.model.name
         # INFO: the server's log then carries its engine config (device_config=...), the device check's evidence.
         self.launch_server(lambda port: server_argv(self.args, port, served),
-                           float(self.options.get("startup_timeout_s", 600)),
+                           self.options.startup_timeout_s or 600.0,
                            env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"})
-        self.options["served_model"] = served
+        self.options = self.options.model_copy(update={"served_model": served})
         from infbench.quality.sample import weights_record
 
         self.weights = weights_record(group.model)

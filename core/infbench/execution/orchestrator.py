@@ -1,60 +1,66 @@
-"""``infbench run`` from a :class:`~infbench.data.request.RunRequest` to a started run:
-detect -> default sweep -> sweep -> plan (one per device type on a Ray fleet) -> scenario
-(a sweep, ``--find-max``) -> run options -> executor. :mod:`infbench.cli.run_cmd` turns the
-flags into the request and prints what comes back; everything it decides is here.
+"""``infbench run`` from a :class:`~infbench.data.run_config.RunConfig` to a run:
+:func:`prepare` (detect -> default sweep -> grid -> plan, one per device type on a Ray fleet ->
+scenario -> run options) returns a :class:`RunPlan`, whose :meth:`RunPlan.run` measures every
+scenario (a sweep, ``--find-max``, ``--adaptive``, the frontier) through the executor's
+``run``, and :meth:`RunPlan.perplexity` the perplexity after it (``--perplexity``), through the
+same executor. :mod:`infbench.cli.run_cmd` turns the flags into the configuration and prints
+what comes back; everything it decides is here.
 
-:func:`prepare` checks everything it can before anything is stored or started and raises
-:class:`~infbench.data.errors.ConfigError` (exit 2) for bad input.
+:func:`prepare` is pure: it reads the host (the registry's detection) and the files the
+configuration names, and starts, stores and writes nothing; bad input is a
+:class:`~infbench.data.errors.ConfigError` (exit 2). The only thing started before the run is
+the engine process's head start (:func:`head_start`), which the command line calls just
+before :func:`prepare`, so that its imports overlap the planning.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from infbench.contract.manager import PluginManager
 from infbench.data.errors import ConfigError
 from infbench.data.groups import Plan
-from infbench.data.request import RunRequest, flag_of
 from infbench.data.run import RunOptions
+from infbench.data.run_config import PARTS, FindMaxScenario, PerplexityScenario, RayExecutor, RunConfig
 from infbench.data.schema import DeviceInfo, Sweep
-from infbench.data.warmup import WarmupPolicy
+from infbench.detect.registry import Registry
 from infbench.execution.bookkeeping import run_state
+from infbench.execution.default_sweep import DefaultSweep
+from infbench.execution.executors.fleet import Fleet
 
 
 @dataclass
-class PreparedRun:
+class RunPlan:
     """A run ready to start (see :func:`prepare`).
 
     Attributes:
-        request: what was asked.
-        pm: the plugin manager.
-        detection: this host's :class:`~infbench.detect.Detection`.
+        config: the run's configuration (a sweep file's parts merged in).
+        registry: the engines, plugins and detection.
         default: the device's default sweep (:class:`~infbench.execution.default_sweep.DefaultSweep`)
             when no ``--preset``/``--sweep`` was given, else None.
-        sweep: the validated :class:`~infbench.data.schema.Sweep`.
+        sweep: the validated grid (:class:`~infbench.data.schema.Sweep`).
         plans: one :class:`~infbench.data.groups.Plan` per device type (several on a Ray fleet);
             with ``--find-max`` one plan whose scenario is the search.
         fleet: the Ray fleet (``--executor ray``), else None.
-        executor_name: ``auto``, ``inprocess``, ``container`` or ``ray``.
-        container_runtime: ``docker``, ``apptainer`` or None.
-        options: the run's knobs (everything but ``power_override``, set by :meth:`executor`).
+        executor_name: ``auto``, ``inprocess``, ``container`` or ``ray``, as resolved.
+        options: the run's measuring knobs (:meth:`RunOptions.of` the resolved configuration).
         warnings: what the plans warn about (positions past the model's context...).
         notes: lines for the user (``--runtime`` is deprecated, ...).
     """
 
-    request: RunRequest
-    pm: PluginManager
-    detection: Any
-    default: Any
+    config: RunConfig
+    registry: Registry
+    default: DefaultSweep | None
     sweep: Sweep
     plans: list[Plan]
-    fleet: Any
+    fleet: Fleet | None
     executor_name: str
-    container_runtime: str | None
     options: RunOptions
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _executor: Any = None
 
     @property
     def plan(self) -> Plan:
@@ -65,6 +71,16 @@ class PreparedRun:
     def device(self) -> DeviceInfo:
         """The device of the first plan."""
         return self.plans[0].device
+
+    @property
+    def pm(self) -> Any:
+        """The plugin manager."""
+        return self.registry.pm
+
+    @property
+    def container_runtime(self) -> str | None:
+        """``--container-runtime`` (or what ``--runtime`` implied), or None."""
+        return getattr(self.config.executor, "container_runtime", None)
 
     def cells(self) -> list[Any]:
         """Every planned cell, in run order."""
@@ -84,105 +100,80 @@ class PreparedRun:
         """
         from infbench.data.outputs import WORKER_SPEC, json_text, write_output
         from infbench.data.paths import default_store_path
-        from infbench.data.secrets import redact_tree
-        from infbench.data.worker_spec import make_spec
+        from infbench.data.worker_spec import make_spec, redacted_doc
 
         if len(self.plans) > 1:
             raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
                               "device types", hint="pick one with --device")
         spec = make_spec(self.plan, self.options)
-        doc = spec.model_dump(mode="json")
-        doc.update(device=redact_tree(doc["device"]), options=redact_tree(doc["options"]))  # cells untouched: ids
-        assert self.request.write_spec is not None  # called only with --write-spec
-        write_output(self.request.write_spec, json_text(doc, redacted=False), WORKER_SPEC,
-                     [self.request.store_path, default_store_path()])
+        out = self.config.output
+        assert out.write_spec is not None  # called only with --write-spec
+        write_output(out.write_spec, json_text(redacted_doc(spec), redacted=False), WORKER_SPEC,
+                     [out.store, default_store_path()])
         return spec
 
     def executor(self) -> Any:
-        """The executor (:func:`infbench.execution.executors.choose_executor`), with the user's power
-        source in :attr:`options` (``--power-command``/``--power-watts``); its notes go to
-        :attr:`notes`.
+        """The executor (:func:`infbench.execution.executors.choose_executor`), built once, with the
+        user's power source in :attr:`options` (``--power-command``/``--power-watts``); its notes
+        go to :attr:`notes`.
 
         Raises:
             ConfigError: an executor not usable here, or a user power source with an
                 executor that measures in another process.
         """
+        if self._executor is not None:
+            return self._executor
         from infbench.execution.bookkeeping import provenance
         from infbench.execution.executors import choose_executor
         from infbench.measure.power import user_power_sampler
 
-        r = self.request
-        extra = {"ray_address": r.ray_address, "fleet": self.fleet} if self.executor_name == "ray" else {}
-        prov = provenance(self.detection, self.pm)
+        ex_cfg = self.config.executor
+        extra = {"ray_address": ex_cfg.address, "fleet": self.fleet} if self.executor_name == "ray" and \
+            isinstance(ex_cfg, RayExecutor) else {}
+        prov = provenance(self.registry.detection(), self.pm)
         if self.default is not None:
             prov["default_sweep"] = self.default.provenance()  # the engine chosen, where, and its build
         ex = choose_executor(self.executor_name, self.device, self.sweep.engines, self.pm, prov, self.notes,
                              self.container_runtime, **extra)
-        if ex.name != "inprocess" and (r.power_command or r.power_watts is not None):
+        power = self.config.power
+        if ex.name != "inprocess" and power.user_source():
             raise ConfigError("--power-command/--power-watts replace the sampler in this process; they do not reach "
                               f"the {ex.name} executor's workers", hint="add --executor inprocess")
-        self.options.power_override = user_power_sampler(r.power_command, r.power_watts, r.power_label)
+        self.options.power_override = user_power_sampler(power.command, power.watts, power.label)
+        self._executor = ex
         return ex
 
+    def run(self, store: Any, observer: Any, plan: Plan | None = None) -> Any:
+        """Measure the plan's scenario (a sweep, ``--find-max``, ``--adaptive``, the frontier),
+        or ``plan`` (the perplexity after it, :meth:`perplexity_plan`), on the executor: its
+        ``run`` is the one path of every scenario. Every result is stored as it comes.
 
-def executor_name(r: RunRequest, notes: list[str]) -> tuple[str, str | None]:
-    """``--executor`` and ``--container-runtime``, with the deprecated ``--runtime`` mapped
-    onto them (a note says so).
+        Returns:
+            The :class:`~infbench.data.run.RunSummary`.
+        """
+        if plan is None:
+            plan = self.plans if self.fleet is not None else self.plan  # type: ignore[assignment]
+        return self.executor().run(plan, store, self.options, observer)
 
-    Raises:
-        ConfigError: an unknown ``--runtime``.
-    """
-    from infbench.execution.executors import RUNTIME_ALIASES
+    def find_max(self, store: Any, summary: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """After ``--find-max`` ran: the search's result and its stored probes
+        (:func:`find_max_result`)."""
+        assert isinstance(self.config.scenario, FindMaxScenario)
+        return find_max_result(self.plan, store, summary, self.config.scenario.mode)
 
-    if r.runtime is None:
-        return r.executor or "auto", r.container_runtime
-    if r.runtime not in RUNTIME_ALIASES:
-        raise ConfigError(f"unknown runtime {r.runtime!r}", hint=f"choose one of: {', '.join(RUNTIME_ALIASES)}")
-    name, rt = RUNTIME_ALIASES[r.runtime]
-    new = f"--executor {name}" + (f" --container-runtime {rt}" if rt else "")
-    notes.append(f"--runtime {r.runtime} is deprecated; it means `{new}`")
-    return name, rt or r.container_runtime
+    def perplexity_plan(self) -> tuple[Plan | None, list[Any], list[str]]:
+        """``--perplexity TEXT`` after the cells: the perplexity plan of the run's real-weights
+        groups (:func:`perplexity_after_run_plan`), run with :meth:`run`.
 
-
-def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
-    """The :class:`~infbench.data.schema.Sweep` of a request: preset or sweep file, the default
-    sweep's fields, then the flags; on llama.cpp a real GGUF runs at its own type (``q4_1``...)
-    unless ``--dtype`` asks for derived precisions.
-
-    Raises:
-        ConfigError: a bad flag value, sweep file or combination.
-    """
-    from infbench.data.engine_options import parse_engine_args
-    from infbench.plan.sweeps import build_sweep, serving_workload_flags
-    from infbench.quality.weights import gguf_native_dtypes
-
-    concurrency, request_rate = r.strs("concurrency"), r.strs("request_rate")
-    if r.find_max == "concurrency" and not concurrency and not request_rate:
-        concurrency = ["1"]                      # the search starts at 1 in flight
-    elif r.find_max == "rate" and not request_rate and not concurrency:
-        request_rate = ["1"]
-    dtypes = r.strs("dtype")
-    engines_now = r.strs("engine") or list((default.fields if default else {}).get("engines") or ["llama.cpp"])
-    if dtypes is None and r.sweep_file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
-        dtypes = gguf_native_dtypes(r.strs("model"))
-    from infbench.data.request import split_values
-
-    return build_sweep(
-        r.preset, r.sweep_file, base=default.fields if default else None, models=r.strs("model"),
-        engines=r.strs("engine"), dtypes=dtypes, batch=r.ints("batch"), input_len=r.ints("input_len"),
-        output_len=r.ints("output_len"), tensor_parallel_size=r.ints("tp"), warmup=r.warmup, seed=r.seed,
-        cell_timeout_s=r.cell_timeout, concurrency=split_values(concurrency, "--concurrency", int),
-        request_rate=split_values(request_rate, "--request-rate", float), burstiness=r.burstiness,
-        num_requests=r.num_requests, duration_s=r.duration, warmup_requests=r.warmup_requests,
-        request_timeout_s=r.request_timeout, slo_ttft_s=r.slo_ttft_s(), slo_tpot_s=r.slo_tpot_s(),
-        slo_e2e_s=r.slo_e2e, dataset=str(r.dataset) if r.dataset else None, dataset_max_input_len=r.max_input_len,
-        dataset_max_output_len=r.max_output_len, repeat=r.repeat,
-        engine_args=parse_engine_args(r.engine_arg) if r.engine_arg else None, **serving_workload_flags(
-            r.trace, r.floats("trace_speed"), r.multi_turn, r.think_time, r.prefix_len, r.num_prefixes,
-            r.no_stream, r.tokenizer, r.len_range, r.len_range_convention))
+        Raises:
+            InfbenchError: the text or a model cannot be scored (the run's cells stay stored).
+        """
+        sc = self.config.scenario
+        assert isinstance(sc, PerplexityScenario)
+        return perplexity_after_run_plan(self.plan, sc.text_path, sc.n_ctx, sc.max_chunks, self.pm)
 
 
-def fleet_plans(sweep: Sweep, pm: PluginManager, device: str | None, ray_address: str | None
+def fleet_plans(sweep: Sweep, registry: Registry, device: str | None, ray_address: str | None
                 ) -> tuple[Any, list[Plan]]:
     """``--executor ray``: detect the fleet, select its device types (``--device``) and plan
     the sweep once per type.
@@ -191,27 +182,24 @@ def fleet_plans(sweep: Sweep, pm: PluginManager, device: str | None, ray_address
         ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
             with a selected device, or a plan error.
     """
-    from infbench.contract.registry import engine_specs
     from infbench.execution.executors.fleet import plan_fleet
     from infbench.execution.executors.ray import detect_fleet
 
-    specs = engine_specs(pm)
+    specs = registry.engines
     if any(e in specs and specs[e].any_model for e in sweep.engines):
         raise ConfigError("a remote endpoint (--engine openai) is driven from the Ray cluster's nodes on its own, "
                           "not in a sweep with engines that run on the nodes",
                           hint="run the endpoint's cells in their own `infbench run --executor ray --engine openai`")
     fleet = detect_fleet(ray_address)
-    return fleet, plan_fleet(sweep, fleet.select(device), pm)
+    return fleet, plan_fleet(sweep, fleet.select(device), registry.pm)
 
 
-def _endpoints_only(sweep: Sweep, pm: PluginManager) -> bool:
-    from infbench.contract.registry import engine_specs
-
-    specs = engine_specs(pm)
+def _endpoints_only(sweep: Sweep, specs: dict[str, Any]) -> bool:
     return all(e in specs and specs[e].any_model for e in sweep.engines)
 
 
-def spread_nodes(r: RunRequest, executor: str, sweep: Sweep, pm: PluginManager, notes: list[str]) -> int | None:
+def spread_nodes(config: RunConfig, executor: str, sweep: Sweep, specs: dict[str, Any], notes: list[str]
+                 ) -> int | None:
     """The client nodes serving cells' load is sent from (:attr:`RunOptions.load_nodes`):
     ``--load-nodes N``; with ``--executor ray`` and only remote endpoints (``--engine
     openai``), 0 (every alive node) when not given; else None (this process).
@@ -219,113 +207,67 @@ def spread_nodes(r: RunRequest, executor: str, sweep: Sweep, pm: PluginManager, 
     Raises:
         ConfigError: ``--load-nodes`` without a Ray cluster address, or with a container executor.
     """
-    import os
-
-    if r.load_nodes is None:
-        if executor == "ray" and _endpoints_only(sweep, pm):
+    ex = config.executor
+    load_nodes = ex.load_nodes if isinstance(ex, RayExecutor) else None
+    if load_nodes is None:
+        if executor == "ray" and _endpoints_only(sweep, specs):
             notes.append("--executor ray with an endpoint: its load is sent from every node of the cluster "
                          "(--load-nodes N for fewer)")
             return 0
         return None
-    if not (r.ray_address or os.environ.get("RAY_ADDRESS")):
+    assert isinstance(ex, RayExecutor)
+    if not (ex.address or os.environ.get("RAY_ADDRESS")):
         raise ConfigError("--load-nodes sends load from nodes of a Ray cluster, and none was given",
                           hint="add --ray-address HOST:PORT (or set RAY_ADDRESS); docs/cluster.md shows how to start "
                                "one")
-    if executor == "container" or (executor == "ray" and r.container_runtime):
+    if executor == "container" or (executor == "ray" and ex.container_runtime):
         raise ConfigError("--load-nodes starts its clients from the process that measures, which then needs Ray; "
                           "a worker image does not have it", hint="drop --container-runtime, or use --executor "
                                                                   "inprocess")
-    return r.load_nodes
+    return load_nodes
 
 
-#: Options of ``infbench run`` read as engine options, by the option each engine declares.
-_ENGINE_FLAGS = {"base_url": "base_url", "api_key_env": "api_key_env", "endpoint": "endpoint",
-                 "served_model_name": "served_model", "prompt_format": "prompt_format"}
-
-
-def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[str, Any]) -> None:
-    """Refuse an option that does nothing in the run it was given with (issue 33): each
-    applies to some cells or scenarios only, and given elsewhere it would be silently
-    ignored. The message names the option and where it applies. The scan of every option
-    against every mode that found these is ``tests/unit/test_option_scan.py``.
-
-    Args:
-        r: the request (an option is "given" when its value is not the default).
-        executor: ``--executor`` as resolved so far (``auto`` before the executor is built).
-        plans: the planned cells (with ``--find-max``, the search's starting cell).
-        specs: the engine registry (which engine reads which option).
+def build_grid(config: RunConfig, default: Any) -> Sweep:
+    """The grid (:class:`~infbench.data.schema.Sweep`) of a configuration: preset or sweep file,
+    the default sweep's fields, then the configuration's (:meth:`RunConfig.grid_fields`); a
+    search starts at one in flight (or 1 req/s) when no load is given; on llama.cpp a real GGUF
+    runs at its own type (``q4_1``...) unless ``--dtype`` asks for derived precisions.
 
     Raises:
-        ConfigError: naming each ignored option and where it applies (exit 2).
+        ConfigError: a bad sweep file or combination.
     """
-    cells = [c for p in plans for c in p.cells]
-    server = [c for c in cells if c.load is not None]
-    loads = [c for c in server if c.load is not None and c.load.mode != "batch"]
-    engines = sorted({c.engine for c in cells})
-    defaults = RunRequest.model_fields
-    problems: list[str] = []
+    from infbench.plan.sweeps import build_sweep
+    from infbench.quality.weights import gguf_native_dtypes
 
-    def given(field: str) -> bool:
-        v = getattr(r, field)
-        return v not in (None, False, []) and v != defaults[field].default
+    fields = config.grid_fields()
+    sc = config.scenario
+    if isinstance(sc, FindMaxScenario) and not fields.get("concurrency") and not fields.get("request_rate"):
+        fields["concurrency" if sc.mode == "concurrency" else "request_rate"] = [1] if sc.mode == "concurrency" \
+            else [1.0]  # the search starts at 1
+    s = config.sweep
+    engines_now = s.engines or list((default.fields if default else {}).get("engines") or ["llama.cpp"])
+    if "dtypes" not in fields and s.file is None and set(engines_now) <= {"llama.cpp", "llama.cpp-server"}:
+        native = gguf_native_dtypes(s.models)
+        if native is not None:
+            fields["dtypes"] = native
+    return build_sweep(s.preset, s.file, base=default.fields if default else None, **fields)
 
-    def refuse(field: str, where: str) -> None:
-        if given(field):
-            problems.append(f"{flag_of(field)} applies to {where}")
 
-    if not any(c.load is None or c.load.mode == "batch" for c in cells):
-        refuse("batch", "batch mode (all prompts at once); a load (--concurrency, --request-rate, --trace) sets "
-                        "how many requests are in flight instead")
-    if r.warmup is not None:
-        for f in ("warmup_tol", "warmup_max_s"):
-            refuse(f, "the warm-up until stable (the default); --warmup N runs exactly N blocks")
-    if r.find_max is not None or r.adaptive is not None or r.preset == "frontier":
-        refuse("no_remeasure", "a plain sweep, whose sentinel measures a drifted cell again; a search "
-                               "(--find-max, --adaptive, the frontier) only flags it")
-    if not any(c.load is not None and c.load.mode == "rate" for c in cells):
-        refuse("burstiness", "--request-rate loads (the gamma shape of their arrivals)")
-    if not loads:
-        for f in ("num_requests", "duration"):
-            refuse(f, "serving loads of a server engine (--concurrency, --request-rate, --trace)")
-    if not server:
-        for f in ("warmup_requests", "request_timeout", "scrape_interval"):
-            refuse(f, "serving cells of a server engine (e.g. --engine llama.cpp-server)")
-        refuse("load_nodes", "serving cells on Ray: a server engine with --concurrency/--request-rate/--trace, "
-                             "and --ray-address")
-    elif not loads:
-        refuse("load_nodes", "serving loads (--concurrency, --request-rate, --trace) sent from Ray nodes")
-    for f, opt in _ENGINE_FLAGS.items():
-        readers = [e for e in engines if getattr(specs.get(e), "options", None) is None
-                   or opt in (specs[e].options or ())]
-        if not readers:
-            who = sorted(n for n, s in specs.items() if s.options is not None and opt in s.options)
-            refuse(f, f"engines that read {opt} ({', '.join(who[:6])}); {', '.join(engines)} "
-                      f"{'does' if len(engines) == 1 else 'do'} not")
-    if r.dataset is None:
-        for f in ("max_input_len", "max_output_len"):
-            refuse(f, "--dataset FILE (its length filter)")
-    if r.power_command is None and r.power_watts is None:
-        refuse("power_label", "--power-command or --power-watts (what their readings cover)")
-    if executor == "inprocess" or (executor == "auto" and all(p.device.vendor == "cpu" or p.device.kind == "remote"
-                                                              for p in plans)):
-        refuse("container_runtime", "cells run in worker images (--executor container, or --executor ray with "
-                                    "images); here they run in this process")
-    if executor != "ray" and r.load_nodes is None:
-        refuse("ray_address", "--executor ray and --load-nodes; this run uses no Ray cluster")
-    if r.find_max is None:
-        for f in ("goodput", "find_max_limit", "find_max_probes"):
-            refuse(f, "--find-max (the SLO search)")
-    if r.perplexity is None:
-        for f in ("ppl_n_ctx", "ppl_chunks"):
-            refuse(f, "--perplexity TEXT (the perplexity measured after the cells)")
-    # --no-engine-process (the engine-process change, where RunRequest gains the field): only
-    # in-process engines have a process of their own to give up; server engines always do.
-    if getattr(r, "engine_process", True) is False and not any(c.load is None for c in cells):
-        problems.append("--no-engine-process applies to in-process engines (llama.cpp, transformers, vllm); "
-                        "a server engine runs in its own process anyway")
-    if problems:
-        raise ConfigError("option(s) that would do nothing in this run: " + "; ".join(problems),
-                          hint="drop them, or add what they apply to")
+def with_sweep_file(config: RunConfig) -> RunConfig:
+    """``config`` with the parts its sweep file names (``power:``, ``scenario:``...) under the
+    command line's (:meth:`RunConfig.with_file`); the file's grid fields are read by
+    :func:`build_grid`.
+
+    Raises:
+        ConfigError: an unreadable file or an invalid part.
+    """
+    if config.sweep.file is None:
+        return config
+    from infbench.plan.sweeps import load_sweep_file
+
+    doc = load_sweep_file(config.sweep.file)
+    parts = {k: v for k, v in doc.items() if k in PARTS and isinstance(v, dict)}
+    return config.with_file(parts) if parts else config
 
 
 #: What the head start imports for a default sweep on an accelerator: what every in-process
@@ -333,25 +275,24 @@ def refuse_ignored(r: RunRequest, executor: str, plans: list[Plan], specs: dict[
 HEAD_START_MODULES = ["torch", "transformers:AutoModelForCausalLM", "transformers:AutoConfig"]
 
 
-def head_start(r: RunRequest, specs: dict[str, Any], det: Any, executor: str) -> bool:
+def head_start(config: RunConfig, registry: Registry) -> bool:
     """Start the engine process's imports while infbench plans
-    (:func:`infbench.engines.process.prewarm`), when this run will start an in-process engine in
-    its own process on this machine: ``--engine`` names exactly one in-process engine (its
-    ``EngineSpec.modules``, each importable here), or the default sweep runs on a detected
-    accelerator (:data:`HEAD_START_MODULES`, when torch is importable). Never for a dry run, a
-    worker spec, ``--no-engine-process``, ``--base-url``, or a container or Ray executor; never
-    for the CPU's default sweep (its engine is llama.cpp, and a torch import beside planning
-    would slow it).
+    (:func:`infbench.engines.process.prewarm`; the command line calls it just before
+    :func:`prepare`), when this run will start an in-process engine in its own process on this
+    machine: ``--engine`` names exactly one in-process engine (its ``EngineSpec.modules``, each
+    importable here), or the default sweep runs on a detected accelerator
+    (:data:`HEAD_START_MODULES`, when torch is importable). Never for a dry run, a worker spec,
+    ``--no-engine-process``, ``--base-url``, or a container or Ray executor; never for the CPU's
+    default sweep (its engine is llama.cpp, and a torch import beside planning would slow it).
 
     Returns:
         True when an engine process was started ahead.
     """
-    import importlib.util
-
     from infbench.engines.process import prewarm
 
-    if r.dry_run or r.write_spec is not None or not r.engine_process or r.base_url or executor not in ("auto",
-                                                                                                     "inprocess"):
+    out, eng = config.output, config.engine
+    if out.dry_run or out.write_spec is not None or not eng.process or eng.base_url or \
+            config.executor.kind not in ("auto", "inprocess"):
         return False
 
     def importable(mods: list[str]) -> bool:
@@ -360,7 +301,8 @@ def head_start(r: RunRequest, specs: dict[str, Any], det: Any, executor: str) ->
         except (ImportError, ValueError):
             return False
 
-    names = r.strs("engine")
+    names = config.sweep.engines
+    specs = registry.engines
     if names:
         if len(set(names)) != 1 or names[0] not in specs:
             return False
@@ -369,83 +311,100 @@ def head_start(r: RunRequest, specs: dict[str, Any], det: Any, executor: str) ->
         if spec.serving or spec.factory is None or not mods or not importable(mods):
             return False
         return prewarm(mods)
-    if r.preset is not None or r.sweep_file is not None:
+    if config.sweep.preset is not None or config.sweep.file is not None:
         return False
-    if not any(getattr(d, "kind", "cpu") != "cpu" for d in getattr(det, "devices", [])):
+    if not any(getattr(d, "kind", "cpu") != "cpu" for d in getattr(registry.detection(), "devices", [])):
         return False
     return importable(["torch", "transformers"]) and prewarm(HEAD_START_MODULES)
 
 
-def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
-    """Detect, choose the default sweep, build and plan the sweep, and set the scenario
-    (``--find-max``) and the run options; nothing is stored or started.
+def prepare(config: RunConfig, registry: Registry) -> RunPlan:
+    """Plan a run: detect (the registry's detection), choose the default sweep, build and plan
+    the grid, set the scenario (``--find-max``, ``--adaptive``) and the run options. Nothing
+    is started, stored or written.
 
     Raises:
         ConfigError, EngineUnavailable: bad input (exit 2), with what to do; a default sweep
             with no usable engine (unless ``--dry-run``, which shows why).
     """
     from infbench.analysis.slo_search import SloTarget, check_workload
-    from infbench.contract.registry import engine_specs
     from infbench.data.engine_options import check_engine_args
-    from infbench.detect import detect
-    from infbench.engines.options import engine_options
     from infbench.execution.default_sweep import default_for_run
+    from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
     from infbench.execution.scenarios.find_max import find_max_plan
     from infbench.plan import plan as make_plan
+    from infbench.plan.applies import refuse_ignored
     from infbench.plan.target import choose_device
 
     notes: list[str] = []
-    if r.find_max is not None:
-        check_workload(r.trace is not None, r.no_stream)
-    name, container_runtime = executor_name(r, notes)
-    det = detect(pm)
+    config = with_sweep_file(config)
+    sc, s, eng = config.scenario, config.sweep, config.engine
+    if isinstance(sc, FindMaxScenario):
+        check_workload(config.load.trace is not None, config.load.stream is False)
+    ex = config.executor
+    name: str = ex.groups if isinstance(ex, RayExecutor) and ex.groups != "nodes" else ex.kind  # --load-nodes
+    det = registry.detection()
     det.raise_config_errors()
-    head_start(r, engine_specs(pm), det, name)
     # The device's default sweep (contract 1.4) when no --preset/--sweep: its plugin's grid on the best engine here.
-    default = default_for_run(pm, det, r.preset, r.sweep_file, r.device, r.strs("engine"), name, container_runtime,
-                              r.base_url)
-    if default is not None and not default.user_engines and default.chosen is None and not r.dry_run:
+    default = default_for_run(registry.pm, det, s.preset, s.file, s.device, s.engines, name,
+                              getattr(config.executor, "container_runtime", None), eng.base_url)
+    if default is not None and not default.user_engines and default.chosen is None and not config.output.dry_run:
         raise default.refusal()
     name = default.executor(name) if default is not None else name  # the CPU image: after in-process engines
-    if r.perplexity is not None:
+    if isinstance(sc, PerplexityScenario):
         from infbench.quality.perplexity import read_text
 
-        read_text(r.perplexity)
-    sweep = build_request_sweep(r, default)
+        read_text(sc.text_path)
+    sweep = build_grid(config, default)
+    specs = registry.engines
     fleet = None
-    load_nodes = spread_nodes(r, name, sweep, pm, notes)
-    if load_nodes is not None and name == "ray" and _endpoints_only(sweep, pm):
+    load_nodes = spread_nodes(config, name, sweep, specs, notes)
+    if load_nodes is not None and name == "ray" and _endpoints_only(sweep, specs):
         name = "inprocess"      # the endpoint is measured from here, its load sent from the nodes
+    ray_address = config.executor.address if isinstance(config.executor, RayExecutor) else None
     if name == "ray":
-        fleet, plans = fleet_plans(sweep, pm, r.device, r.ray_address)
-        endpoint_opts: dict[str, Any] = {"base_url": None, "api_key_env": None}
+        fleet, plans = fleet_plans(sweep, registry, s.device, ray_address)
+        endpoint: dict[str, Any] = {"base_url": None, "api_key_env": None}
     else:
-        dev, endpoint_opts = choose_device(det, sweep.engines, pm, r.device, r.base_url, r.api_key_env)
-        plans = [make_plan(sweep, dev, pm, installed_here=name != "container")]
-    if r.find_max is not None:
+        dev, endpoint = choose_device(det, sweep.engines, registry.pm, s.device, eng.base_url, eng.api_key_env)
+        plans = [make_plan(sweep, dev, registry.pm, installed_here=name != "container")]
+    if isinstance(sc, FindMaxScenario):
         if len(plans) > 1:
             raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
                               hint="pick one with --device")
-        slo = SloTarget(ttft_s=r.slo_ttft_s(), tpot_s=r.slo_tpot_s(), goodput=r.goodput)
-        plans = [find_max_plan(plans[0], r.find_max, slo, r.find_max_limit, r.find_max_probes)]
-    if r.adaptive is not None:
-        from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
-
-        plans = [adaptive_plan(p, r.adaptive) for p in plans]
-    refuse_ignored(r, name, plans, engine_specs(pm))
-    checked = check_engine_args(engine_specs(pm), sweep.engines, sweep.engine_args)  # plan() refused bad ones
-    eopts = engine_options(checked=checked.values, n_threads=r.threads, endpoint=r.endpoint,
-                           served_model=r.served_model_name, prompt_format=r.prompt_format, tokenizer=r.tokenizer,
-                           **endpoint_opts)
-    opts = RunOptions(force=r.force, cell_timeout_s=sweep.cell_timeout_s, power_interval_s=r.power_interval,
-                      engine_options=eopts, slo=sweep.slo(), server_metrics_interval_s=r.scrape_interval,
-                      price_per_hour=r.price_per_hour, load_nodes=load_nodes, ray_address=r.ray_address,
-                      engine_process=r.engine_process,
-                      warmup=WarmupPolicy(tol=r.warmup_tol, max_s=r.warmup_max_s, rewarm_after_s=r.rewarm_after_s,
-                                          remeasure=not r.no_remeasure))
+        slo = SloTarget(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s, goodput=sc.goodput)
+        plans = [find_max_plan(plans[0], sc.mode, slo, sc.limit, sc.max_probes)]
+    elif sc.kind == "adaptive":
+        plans = [adaptive_plan(p, sc.budget) for p in plans]
+    refuse_ignored(config, name, plans, specs)
+    checked = check_engine_args(specs, sweep.engines, sweep.engine_args)  # plan() refused bad ones
+    resolved = resolve(config, sweep, checked.values, endpoint, load_nodes, ray_address)
+    opts = RunOptions.of(resolved, force=config.output.force)
     warnings = list(dict.fromkeys(w for p in plans for w in p.warnings))
-    warnings += [f"host state: {w}" for w in run_state(det, pm)["warnings"]]  # before the run, not after it
-    return PreparedRun(r, pm, det, default, sweep, plans, fleet, name, container_runtime, opts, warnings, notes)
+    warnings += [f"host state: {w}" for w in run_state(det, registry.pm)["warnings"]]  # before the run, not after
+    return RunPlan(resolved, registry, default, sweep, plans, fleet, name, opts, warnings, notes)
+
+
+def resolve(config: RunConfig, sweep: Sweep, engine_args: dict[str, Any], endpoint: dict[str, Any],
+            load_nodes: int | None, ray_address: str | None) -> RunConfig:
+    """The configuration as planned, what the run options and every worker spec are made of:
+    the grid's cell limit and SLO (a preset's or a file's included), the engine arguments as
+    checked (typed, JSON objects parsed), the endpoint a remote platform gave, and the client
+    nodes of a spread load."""
+    eng = config.engine.model_copy(update={"args": engine_args or None, **{k: v for k, v in endpoint.items()
+                                                                           if v is not None}})
+    parts: dict[str, Any] = {
+        "sweep": config.sweep.model_copy(update={"cell_timeout_s": sweep.cell_timeout_s}),
+        "slo": config.slo.model_copy(update={"ttft_s": sweep.slo_ttft_s, "tpot_s": sweep.slo_tpot_s,
+                                             "e2e_s": sweep.slo_e2e_s}),
+        "engine": eng,
+    }
+    if load_nodes is not None:
+        ex = config.executor
+        parts["executor"] = RayExecutor(address=ray_address, load_nodes=load_nodes,
+                                        container_runtime=getattr(ex, "container_runtime", None),
+                                        groups=getattr(ex, "groups", "nodes"))
+    return config.model_copy(update=parts)
 
 
 def find_max_result(plan: Plan, store: Any, summary: Any, mode: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -473,7 +432,7 @@ def find_max_result(plan: Plan, store: Any, summary: Any, mode: str) -> tuple[di
 
 
 def perplexity_after_run_plan(plan: Plan, text: str, n_ctx: int, chunks: int | None,
-                              pm: PluginManager) -> tuple[Plan | None, list[Any], list[str]]:
+                              pm: Any) -> tuple[Plan | None, list[Any], list[str]]:
     """``infbench run --perplexity TEXT``: the perplexity plan of the run's real-weights groups.
 
     Returns:

@@ -51,7 +51,6 @@ from infbench.data.worker_spec import (
     PROVENANCE_FILE,
     QUALITY_FILE,
     SPEC_FILE,
-    WorkerOptions,
     WorkerSpec,
     make_spec,
     read_spec,
@@ -62,7 +61,7 @@ from infbench.data.worker_spec import (
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
 
-__all__ = ["CELLS_FILE", "DB_FILE", "PROVENANCE_FILE", "QUALITY_FILE", "SPEC_FILE", "VersionSkew", "WorkerOptions",
+__all__ = ["CELLS_FILE", "DB_FILE", "PROVENANCE_FILE", "QUALITY_FILE", "SPEC_FILE", "VersionSkew",
            "WorkerSpec", "ingest", "make_spec", "read_spec", "run_worker", "write_spec"]
 
 
@@ -163,12 +162,7 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
             "started_at": time.time(), "finished_at": None, "status": "running",
             "provenance": {**provenance(det, pm), "worker": True}}
     _write_json(out_dir / PROVENANCE_FILE, prov)
-    o = spec.options
-    opts = RunOptions(force=True, cell_timeout_s=o.cell_timeout_s, power_interval_s=o.power_interval_s,
-                      engine_options=dict(o.engine_options), slo=o.slo,
-                      server_metrics_interval_s=o.server_metrics_interval_s, price_per_hour=o.price_per_hour,
-                      load_nodes=o.load_nodes, ray_address=o.ray_address, engine_process=o.engine_process,
-                      warmup=o.warmup)
+    opts = RunOptions.of(spec.config, force=True)  # the host's knobs, made the host's way
     store = Store(out_dir / DB_FILE)
 
     def append(path: Path, line: str) -> None:

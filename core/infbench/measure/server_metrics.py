@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.data.engine_options import as_dict
 from infbench.measure.derive import NS
 
 #: Labels that distinguish samples of one series rather than separate series.
@@ -487,7 +488,7 @@ def metrics_url(engine: Any) -> str | None:
     fragment dropped), the path vLLM, SGLang, llama.cpp and TGI serve it on. The URL may
     carry userinfo (to connect); the scraper stores and prints it redacted.
     """
-    opts = getattr(engine, "options", None) or {}
+    opts = as_dict(getattr(engine, "options", None))  # the options given (a typed model's, or a dict)
     if "metrics_url" in opts:
         return opts["metrics_url"] or None
     url = getattr(engine, "metrics_url", None)

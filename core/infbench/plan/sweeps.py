@@ -2,7 +2,9 @@
 
 The order of precedence: a preset (default ``quick``) is the base; a sweep file's fields
 replace the preset's (the file may name its own base with ``preset:``); each axis given
-on the command line replaces both. The result is validated as a
+on the command line replaces both. A file's keys that name a part of the run's configuration
+(``power:``, ``scenario:``... :data:`infbench.data.run_config.PARTS`) are that part, read by
+:func:`infbench.execution.orchestrator.with_sweep_file`; the others are the grid's fields. The result is validated as a
 :class:`~infbench.data.schema.Sweep`, and every validation error is turned into one
 :class:`~infbench.data.errors.ConfigError` naming the field, the value and the allowed fields.
 """
@@ -18,6 +20,7 @@ from pydantic import ValidationError
 
 from infbench.data.errors import ConfigError, suggest
 from infbench.data.inputs import StrictYamlLoader
+from infbench.data.run_config import PARTS
 from infbench.data.schema import Sweep
 
 #: Largest sweep file read (a sweep is a few lines of YAML).
@@ -27,19 +30,6 @@ MAX_MESSAGE = 2000
 
 _short = reprlib.Repr()
 _short.maxstring, _short.maxother, _short.maxlist, _short.maxdict, _short.maxlevel = 60, 60, 6, 6, 2
-
-
-def serving_workload_flags(trace: Any = None, trace_speed: list[float] | None = None, multi_turn: bool = False,
-                           think_time_s: float | None = None, prefix_len: int | None = None,
-                           num_prefixes: int | None = None, no_stream: bool = False,
-                           tokenizer: str | None = None, len_range: float | None = None,
-                           len_range_convention: str | None = None) -> dict[str, Any]:
-    """The :class:`Sweep` fields of the serving-workload flags (``--trace`` ...
-    ``--tokenizer``), None for those not given (so a sweep file's values stay)."""
-    return {"trace": str(trace) if trace else None, "trace_speed": trace_speed,
-            "multi_turn": True if multi_turn else None, "think_time_s": think_time_s, "prefix_len": prefix_len,
-            "num_prefixes": num_prefixes, "stream": False if no_stream else None, "tokenizer": tokenizer,
-            "len_range": len_range, "len_range_convention": len_range_convention}
 
 
 def validation_message(exc: ValidationError, source: str) -> ConfigError:
@@ -126,7 +116,7 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
 
     source = "command-line flags"
     if sweep_file is not None:
-        data = load_sweep_file(sweep_file)
+        data = {k: v for k, v in load_sweep_file(sweep_file).items() if k not in PARTS}  # parts: RunConfig's
         source = str(sweep_file)
         p = data.pop("preset", preset or "quick")
         if not isinstance(p, str) or p not in PRESETS:

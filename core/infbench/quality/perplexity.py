@@ -224,7 +224,7 @@ class LlamaCppScorer(Scorer):
         self.vocab = L.llama_model_get_vocab(engine.model)
         cp = L.llama_context_default_params()
         cp.n_ctx = cp.n_batch = n_ctx
-        cp.n_ubatch = min(n_ctx, int(engine.options.get("n_ubatch", 512)))
+        cp.n_ubatch = min(n_ctx, int(getattr(engine.options, "n_ubatch", 512)))
         cp.n_seq_max = 1
         cp.n_threads = cp.n_threads_batch = engine.threads
         self.ctx = L.llama_init_from_model(engine.model, cp)

@@ -20,16 +20,41 @@ import time
 from typing import Any
 
 import numpy as np
+from pydantic import ConfigDict, Field
 
 from infbench.contract.hookspecs import hookimpl
 from infbench.contract.manager import PluginManager, build_plugin_manager
 from infbench.data.engine import Engine, EngineSpec, RunOutput
+from infbench.data.engine_options import EngineOptions
 from infbench.data.errors import CellTimeout
 from infbench.data.groups import Group
 from infbench.data.schema import Cell, DeviceInfo, RequestRecord
 
+
+class FakeOptions(EngineOptions):
+    """The fake engines' options (``--engine-arg KEY=VALUE``; contract 2.0: their typed model,
+    read as attributes). Other options pass through (a test's own stand-in reads them).
+
+    Attributes:
+        ttft_s, tpot_s: TTFT and TPOT of every request in s (None: 0.01 and 0.002).
+        fail_batch: cells of this batch raise ``RuntimeError``.
+        start_error: ``start`` raises ``RuntimeError`` with this text.
+        capacity: the server's slots (:class:`FakeServer`).
+        sleep_s: real seconds each ``run`` sleeps (interrupt tests).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    ttft_s: float | None = Field(None, ge=0)
+    tpot_s: float | None = Field(None, ge=0)
+    fail_batch: int | None = None
+    start_error: str | None = None
+    capacity: int | None = Field(None, ge=1)
+    sleep_s: float | None = Field(None, ge=0)
+
+
 #: The options the fake engines read (``--engine-arg KEY=VALUE``).
-FAKE_OPTIONS = ("ttft_s", "tpot_s", "fail_batch", "start_error", "capacity", "sleep_s")
+FAKE_OPTIONS = tuple(FakeOptions.model_fields)
 
 
 class FakeEngine(Engine):
@@ -43,24 +68,26 @@ class FakeEngine(Engine):
     """
 
     name = "fake"
+    options_model = FakeOptions
+    options: FakeOptions
     #: Measured in this process (milliseconds per test); a test that needs the engine's own
     #: process wraps it in :class:`infbench.engines.process.EngineProcess` itself.
     isolate = False
 
-    def __init__(self, device: DeviceInfo, options: dict[str, Any] | None = None):
+    def __init__(self, device: DeviceInfo, options: FakeOptions | dict[str, Any] | None = None):
         super().__init__(device, options)
         self.group: Group | None = None
         self.runs: list[Cell] = []
         self.stopped = False
 
     def _opt(self, key: str, default: float) -> float:
-        v = self.options.get(key)
+        v = getattr(self.options, key, None)
         return float(v) if v is not None else default
 
     def start(self, group: Group) -> None:
         """Remember the group; raise ``RuntimeError(start_error)`` when that option is set."""
-        if self.options.get("start_error"):
-            raise RuntimeError(str(self.options["start_error"]))
+        if self.options.start_error:
+            raise RuntimeError(str(self.options.start_error))
         self.group = group
 
     def ttft(self, cell: Cell) -> float:
@@ -70,7 +97,7 @@ class FakeEngine(Engine):
     def run(self, cell: Cell, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
         """One record per prompt (``n_in`` its length), ``cell.output_len`` tokens at
         ``t_send + ttft + i * tpot``; raises for ``fail_batch``."""
-        if self.options.get("fail_batch") is not None and cell.batch == int(self.options["fail_batch"]):
+        if self.options.fail_batch is not None and cell.batch == int(self.options.fail_batch):
             raise RuntimeError(f"fake failure at batch {cell.batch}")
         if self._opt("sleep_s", 0.0):
             time.sleep(self._opt("sleep_s", 0.0))
@@ -143,10 +170,10 @@ class FakeScorer:
 
 #: The fake engines' registry entries.
 ENGINES = [
-    EngineSpec("fake", FakeEngine, ["cpu", "nvidia"], {"f16": "fp16", "f32": "fp32"}, options=FAKE_OPTIONS,
-               description="stand-in batch engine (infbench.testing; measures nothing)"),
-    EngineSpec("fake-server", FakeServer, ["cpu", "nvidia"], {"f16": "fp16"}, serving=True, options=FAKE_OPTIONS,
-               description="stand-in server engine (infbench.testing; measures nothing)"),
+    EngineSpec("fake", FakeEngine, ["cpu", "nvidia"], {"f16": "fp16", "f32": "fp32"}, options_model=FakeOptions,
+               typed_options=True, description="stand-in batch engine (infbench.testing; measures nothing)"),
+    EngineSpec("fake-server", FakeServer, ["cpu", "nvidia"], {"f16": "fp16"}, serving=True, options_model=FakeOptions,
+               typed_options=True, description="stand-in server engine (infbench.testing; measures nothing)"),
 ]
 
 
@@ -166,4 +193,5 @@ def plugin_manager() -> PluginManager:
     return pm
 
 
-__all__ = ["ENGINES", "FakeEngine", "FakePlugin", "FakeScorer", "FakeServer", "plugin_manager", "CellTimeout"]
+__all__ = ["ENGINES", "FakeEngine", "FakeOptions", "FakePlugin", "FakeScorer", "FakeServer", "plugin_manager",
+           "CellTimeout"]

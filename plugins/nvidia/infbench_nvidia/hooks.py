@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from infbench.plugin import (
     ContainerSpec,
     DefaultSweepAnswer,
@@ -15,6 +13,7 @@ from infbench.plugin import (
     EngineSpec,
     NoPower,
     PowerSampler,
+    ServerOptions,
     hookimpl,
     packaged_specs,
 )
@@ -93,7 +92,7 @@ def infbench_device_state(device: DeviceInfo) -> list[DeviceState] | None:
         nvml.nvmlShutdown()
 
 
-def _trtllm(device: DeviceInfo, options: dict[str, Any]) -> Engine:
+def _trtllm(device: DeviceInfo, options: ServerOptions) -> Engine:
     from infbench_nvidia.trtllm import TrtllmServeEngine
 
     return TrtllmServeEngine(device, options)

@@ -66,7 +66,7 @@ class TrtllmServeEngine(ManagedServerEngine):
             llm_args["load_format"] = "dummy"
         else:
             raise ConfigError(f"{m.name} is not a zoo model or a local folder", hint="see `infbench models`")
-        llm_args.update({k: v for k, v in self.options.items() if k not in CLIENT_OPTIONS})
+        llm_args.update({k: v for k, v in self.options.given().items() if k not in CLIENT_OPTIONS})
         opts_file = default_home() / "cache" / f"trtllm-{group.label().replace(' ', '_')}.yaml"
         opts_file.parent.mkdir(parents=True, exist_ok=True)
         opts_file.write_text(yaml.safe_dump(llm_args))
@@ -75,8 +75,8 @@ class TrtllmServeEngine(ManagedServerEngine):
         self.args = llm_args
         self.launch_server(lambda port: trtllm_argv(path, port, served, group.tensor_parallel_size,
                                                     slots_needed(group.cells), longest + 16, str(opts_file)),
-                           float(self.options.get("startup_timeout_s", 1200)))
-        self.options["served_model"] = served
+                           self.options.startup_timeout_s or 1200.0)
+        self.options = self.options.model_copy(update={"served_model": served})
         super().start(group)
 
     def verify_device(self, group) -> dict[str, Any]:

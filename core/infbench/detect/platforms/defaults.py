@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.contract.hookspecs import hookimpl
 from infbench.data.contract import DeviceLimits
-from infbench.data.engine import Engine
+from infbench.data.engine import Engine, create_engine
 from infbench.data.schema import PRECISIONS, DeviceInfo
 from infbench.measure.power import NoPower, PowerSampler
 
@@ -38,14 +38,16 @@ class CoreDefaults:
         self.pm = pm
 
     @hookimpl(trylast=True)
-    def infbench_launch_engine(self, engine: str, device: DeviceInfo, options: dict[str, Any]) -> Engine | None:
-        """The engine's registered factory (None: no plugin registers an adapter for it)."""
+    def infbench_launch_engine(self, engine: str, device: DeviceInfo, options: Any) -> Engine | None:
+        """The engine's registered factory, given its typed options (contract 2.0; a 1.x
+        factory its options as a dict: :func:`infbench.data.engine.create_engine`); None: no plugin
+        registers an adapter for it."""
         from infbench.contract.registry import engine_specs
 
         spec = engine_specs(self.pm).get(engine)
         if spec is None or spec.factory is None:
             return None
-        created: Engine = spec.factory(device, options)
+        created: Engine = create_engine(spec, device, options)
         return created
 
     @hookimpl(trylast=True)

@@ -204,7 +204,7 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
     except InfbenchError as exc:
         yield {"event": "refused", "error": f"on node {host}: {exc.message}" + (f" ({exc.hint})" if exc.hint else "")}
         return
-    for kind, payload in follow_worker(handle, job, stall_limit(spec.options.cell_timeout_s)):
+    for kind, payload in follow_worker(handle, job, stall_limit(spec.config.sweep.cell_timeout_s)):
         if kind == "loading":
             yield {"event": "loading", "group": payload}
         elif kind == "cell":

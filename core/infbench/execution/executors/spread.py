@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from infbench.data.engine import RunOutput
+from infbench.data.engine_options import as_dict
 from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.data.schema import Cell
 from infbench.execution.executors.ray import _affinity, connect, import_ray
@@ -69,7 +70,7 @@ def client_job(engine: Any, share: Any, start_wall_ns: int, limit_s: float | Non
     options (a managed server's served model name included), the API key's value (kept in
     memory on the node, never written), the share's cell and prompts, the start on the
     node's own wall clock and the time limit."""
-    options = {k: v for k, v in (engine.options or {}).items() if k not in ("api_key_env", "base_url")}
+    options = {k: v for k, v in as_dict(engine.options).items() if k not in ("api_key_env", "base_url")}
     return {"base_url": engine.base_url, "key": getattr(engine, "_key", None), "options": options,
             "device": engine.device, "cell": share.cell, "prompts": share.prompts, "start_wall_ns": start_wall_ns,
             "limit_s": limit_s, "method": share.method}

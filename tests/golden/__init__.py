@@ -1,0 +1,1 @@
+"""Golden files of the command line (issue 40): see harness.py."""
