@@ -45,7 +45,8 @@ about before it, :class:`~infbench.data.contract.DeviceState`); 2.0 hands every 
 options: ``EngineSpec.factory(device, options)`` and ``infbench_launch_engine(engine, device,
 options)`` receive the engine's options model (``options_model``, else
 :class:`~infbench.data.engine_options.OpenOptions`), defaults in the model, read as attributes
-(:mod:`infbench.engines.options`). For one minor version a 1.x factory (its ``options`` not annotated with a pydantic model, and ``EngineSpec.typed_options``
+(:mod:`infbench.engines.options`). For one minor version a 1.x factory (its ``options`` not
+annotated with a pydantic model, and ``EngineSpec.typed_options``
 not set) still gets the given options as a dict, and an adapter may still read its options as
 a dict (``options.get(key)``), each with a ``DeprecationWarning``.
 """
