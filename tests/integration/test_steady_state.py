@@ -97,7 +97,8 @@ def test_a_serving_cell_has_one_steady_window_for_speed_and_energy(infbench_home
     assert w["energy_j"] == pytest.approx(100 * w["duration_s"], rel=0.02)          # the same window
     assert w["tokens_per_j"] == pytest.approx((w["n_in_in_window"] + w["n_out_in_window"]) / w["energy_j"])
     assert m["energy_j"] == pytest.approx(100 * m["duration_s"], rel=0.02)          # the whole run beside it
-    assert "shorter than max(10 s" in w["warning"]                                  # a short CPU window says so
+    short = w["duration_s"] < max(10.0, 0.1 * m["duration_s"])
+    assert ("shorter than max(10 s" in w.get("warning", "")) == short              # a short window says so
     assert m["warmup"]["mode"] == "until-stable" and m["warmup"]["blocks"]
     json.dumps(m)
     store.close()
