@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, fail, out, plugin_manager, print_json, store_for_writing
+from infbench.cli.common import JSON_HELP, err, fail, out, plugin_manager, print_json, store_for_writing
+from infbench.data import signals
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.inputs import ImportFlags, checked
 
@@ -38,7 +39,8 @@ def import_(
     fits the prediction to them. Devices are mapped by name to `infbench devices`
     (an MI250 counts as two GCDs); llama.cpp rows measured with llama-bench `-b N` become
     one-sequence cells with n_batch N. A malformed row stops the import with its line
-    number; nothing is stored then.
+    number; nothing is stored then. The cells are stored together or not at all: an
+    import interrupted part-way (Ctrl-C, SIGTERM, a kill) stores none of them.
     """
     from infbench.report.lib_import import DEFAULT_SOURCE, published_cells, read_lib_csv
     from infbench.store.published import file_sha256, import_published
@@ -54,9 +56,14 @@ def import_(
         src.update({k: v for k, v in (("url", url), ("commit", commit)) if v})
         results, summary = published_cells(rows, src, plugin_manager())
         store = store_for_writing(store_path)
-        run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
+        with signals.terminate_as_interrupt():
+            run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]),
+                                      progress=lambda line: err.print(line))
     except InfbenchError as exc:
         fail(exc)
+    except KeyboardInterrupt as exc:
+        err.print("[yellow]interrupted:[/] nothing was imported (the cells are stored together or not at all)")
+        raise typer.Exit(signals.exit_status(exc)) from None
     report = {"run_id": run_id, "store": str(store.path), "source": src, **summary}
     if as_json:
         print_json(report)

@@ -307,7 +307,7 @@ def run(
         fail(exc)
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
     try:
-        with signals.terminate_as_interrupt():
+        with signals.terminate_as_interrupt(), signals.native_call_watchdog(enabled=not req.engine_process):
             _run(req)
     except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
         err.print("[yellow]interrupted[/] before any cell was measured")
@@ -540,7 +540,7 @@ def worker(
     from an infbench with another store schema is refused (exit 2).
     """
     from infbench.data import signals
-    from infbench.data.outputs import check_folder
+    from infbench.data.outputs import check_folder, check_own_folder
     from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
     from infbench.execution.worker import event_line, run_worker
 
@@ -552,6 +552,7 @@ def worker(
     try:
         check_folder(out_dir, "--out", "a worker's results",  # never a store or another file
                      files=[CELLS_FILE, QUALITY_FILE, PROVENANCE_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm"])
+        check_own_folder(out_dir, "--out", "a worker's results")  # a folder infbench did not make is the user's
         with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
             prov = run_worker(spec, out_dir, observer)
     except InfbenchError as exc:

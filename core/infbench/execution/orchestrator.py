@@ -142,6 +142,37 @@ def executor_name(r: RunRequest, notes: list[str]) -> tuple[str, str | None]:
     return name, rt or r.container_runtime
 
 
+def _progress_line(text: str) -> None:
+    """A planning progress line on stderr (a large sweep says how far it got)."""
+    import sys
+
+    print(f"infbench: {text}", file=sys.stderr, flush=True)
+
+
+#: ``infbench run``'s flags that set an engine option, and their :class:`RunRequest` fields.
+_FLAG_FIELDS = {"--threads": "threads", "--endpoint": "endpoint", "--base-url": "base_url",
+                "--api-key-env": "api_key_env", "--served-model-name": "served_model_name",
+                "--prompt-format": "prompt_format", "--tokenizer": "tokenizer"}
+
+
+def agree_flags(r: RunRequest, args: dict[str, Any] | None) -> RunRequest:
+    """``r`` checked against the engine arguments ``args``
+    (:func:`~infbench.data.engine_options.agreed_flags`): a flag and an engine argument that
+    set one option differently are refused; ``base_url``/``api_key_env`` given only as
+    engine arguments become ``--base-url``/``--api-key-env``, so the device and the run's
+    records name the endpoint the traffic goes to.
+
+    Raises:
+        ConfigError: a flag and its engine argument disagree.
+    """
+    from infbench.data.engine_options import agreed_flags
+
+    got = agreed_flags({f: getattr(r, k) for f, k in _FLAG_FIELDS.items()}, args)
+    update = {k: str(got[f]) for f, k in (("--base-url", "base_url"), ("--api-key-env", "api_key_env"))
+              if got[f] is not None and getattr(r, k) is None}
+    return r.model_copy(update=update) if update else r
+
+
 def build_request_sweep(r: RunRequest, default: Any) -> Sweep:
     """The :class:`~infbench.data.schema.Sweep` of a request: preset or sweep file, the default
     sweep's fields, then the flags; on llama.cpp a real GGUF runs at its own type (``q4_1``...)
@@ -380,7 +411,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     """
     from infbench.analysis.slo_search import SloTarget, check_workload
     from infbench.contract.registry import engine_specs
-    from infbench.data.engine_options import check_engine_args
+    from infbench.data.engine_options import check_engine_args, parse_engine_args
     from infbench.detect import detect
     from infbench.engines.options import engine_options
     from infbench.execution.default_sweep import default_for_run
@@ -389,6 +420,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     from infbench.plan.target import choose_device
 
     notes: list[str] = []
+    r = agree_flags(r, parse_engine_args(r.engine_arg or []))  # --base-url vs base_url=...: one value, recorded
     if r.find_max is not None:
         check_workload(r.trace is not None, r.no_stream)
     name, container_runtime = executor_name(r, notes)
@@ -406,6 +438,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
 
         read_text(r.perplexity)
     sweep = build_request_sweep(r, default)
+    agree_flags(r, sweep.engine_args)  # the sweep file's engine arguments agree with the flags too
     fleet = None
     load_nodes = spread_nodes(r, name, sweep, pm, notes)
     if load_nodes is not None and name == "ray" and _endpoints_only(sweep, pm):
@@ -415,7 +448,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
         endpoint_opts: dict[str, Any] = {"base_url": None, "api_key_env": None}
     else:
         dev, endpoint_opts = choose_device(det, sweep.engines, pm, r.device, r.base_url, r.api_key_env)
-        plans = [make_plan(sweep, dev, pm, installed_here=name != "container")]
+        plans = [make_plan(sweep, dev, pm, installed_here=name != "container", progress=_progress_line)]
     if r.find_max is not None:
         if len(plans) > 1:
             raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
