@@ -618,3 +618,116 @@ def test_log_axes_label_whole_values():
     assert t["tickvals"] == [2, 5, 10, 20, 50, 100] and t["ticktext"] == ["2", "5", "10", "20", "50", "100"]
     wide = log_ticks([0.01, 500])
     assert wide["tickvals"] == [0.01, 0.1, 1, 10, 100, 1000] and wide["ticktext"][0] == "0.01"
+
+
+_STUCK = r"""
+import os, signal, sys, time
+from infbench.data import signals
+
+ran = []
+with signals.terminate_as_interrupt(), signals.native_call_watchdog(grace_s=0.5), \
+        signals.on_hard_exit(lambda: ran.append(1) or print("hook ran", flush=True)):
+    # SIGTERM held back in this thread: its Python handler cannot run, as in a native call that does not return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    print("stuck", flush=True)
+    time.sleep(60)
+print("returned", flush=True)
+"""
+
+
+def test_sigterm_ends_a_run_stuck_in_a_native_call(tmp_path):
+    """--no-engine-process: SIGTERM while the main thread sits in a call that does not
+    return ends the process after the grace (exit 143), the on-exit hook having run, and
+    says why; it does not wait for the call."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", _STUCK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert p.stdout.readline().strip() == "stuck"
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143 and "hook ran" in out and "returned" not in out
+    assert "SIGTERM arrived while the engine was inside a native call" in err
+
+
+def test_the_watchdog_does_not_cut_a_run_that_handles_its_signal():
+    """A main thread that runs Python after SIGTERM (the normal path) is not cut short."""
+    import signal
+    import time
+
+    from infbench.data import signals
+
+    with signals.terminate_as_interrupt(), signals.native_call_watchdog(grace_s=0.2):
+        with pytest.raises(signals.Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        time.sleep(0.5)  # the cleanup after the signal takes longer than the grace: still alive
+    assert signal.getsignal(signal.SIGTERM) is not None
+
+
+def test_a_new_engine_after_a_killed_engine_process(monkeypatch, tmp_path):
+    """A cell past --cell-timeout whose engine process had to be killed: the next cell gets
+    a new engine process (announced as loading again) and is measured, not stored failed
+    without running."""
+    from infbench import hookimpl, testing
+    from infbench.data.events import Collector, GroupLoading
+    from infbench.data.groups import Plan
+    from infbench.data.run import RunOptions
+    from infbench.engines import process as P
+    from infbench.execution.executors.inprocess import InProcessExecutor
+    from infbench.store import Store
+    from tests.unit.test_engine_process import CPU, cell, group
+
+    monkeypatch.setattr(P, "KILL_GRACE_S", 0.3)
+
+    class Launch:
+        @hookimpl(tryfirst=True)
+        def infbench_launch_engine(self, engine, device, options):
+            return HangsOnBatchOne(device, options) if engine == "fake" else None
+
+    pm = testing.plugin_manager()
+    pm.register(Launch(), name="hang-once")
+    ev = Collector()
+    plan = Plan(CPU, [group(cell(1, 4), cell(2, 4))])
+    s = InProcessExecutor(pm, {"host": "test"}).run(plan, Store(tmp_path / "r.db"), RunOptions(cell_timeout_s=0.5),
+                                                    ev)
+    assert [r.cell.batch for r in s.failed] == [1] and [r.cell.batch for r in s.ok] == [2]
+    assert len(ev.of(GroupLoading)) == 2
+
+
+from infbench.testing import FakeEngine  # noqa: E402 - the engine below must be importable by its own process
+
+
+class HangsOnBatchOne(FakeEngine):
+    """An isolated stand-in engine whose batch-1 cell never returns (a hung native call)."""
+
+    isolate = True
+
+    def run(self, cell, prompts, deadline_ns=None):
+        if cell.batch == 1:
+            import time
+
+            time.sleep(600)
+        return super().run(cell, prompts, deadline_ns)
+
+
+def test_adaptive_on_a_remote_endpoint_is_refused_before_a_run_begins(tmp_path):
+    from infbench.store import Store
+
+    store = tmp_path / "s.db"
+    r = cli("run", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--concurrency",
+            "1,2,4", "--adaptive", "50%", "--store", store)
+    assert "--adaptive predicts from the device's limits" in " ".join(r.output.split())
+    assert not store.exists() or Store(store, readonly=True).runs() == []
+
+
+@pytest.mark.parametrize("value, says", [("010", "YAML 1.1 reading as a number (8)"), ("1:30", "(90)"),
+                                         ("yes", "boolean only in YAML 1.1")])
+def test_sweep_files_have_one_reading_too(tmp_path, value, says):
+    """A sweep file's ``n_ubatch: 010`` was 8 and ``1:30`` 90 (YAML 1.1): refused with the line."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"models: [tiny]\nbatch: [1]\nengine_args:\n  n_ubatch: {value}\n")
+    r = cli("run", "--sweep", f, "--dry-run")
+    assert says in " ".join(r.output.split()) and "line 4" in " ".join(r.output.split())

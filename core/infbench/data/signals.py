@@ -59,7 +59,13 @@ def exit_status(exc: BaseException) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
+#: ``time.monotonic()`` when a Python-level handler of infbench last ran (the main thread
+#: was running Python then): :func:`native_call_watchdog` reads it.
+_python_saw = [0.0]
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _python_saw[0] = time.monotonic()
     raise Terminated(signum)
 
 
@@ -131,27 +137,30 @@ def _watch(fd: int, stop: threading.Event, grace_s: float, main_ident: int) -> N
     import select
 
     ints, code, why = 0, 0, ""
-    state, since = None, 0.0
+    state, since, armed = None, 0.0, 0.0
     while not stop.is_set():
         try:
             ready = select.select([fd], [], [], 0.05)[0]
             data = os.read(fd, 512) if ready else b""
         except OSError:
             return
+        now = time.monotonic()
         for b in data:
             if b == signal.SIGTERM and not code:
-                code, why = EXIT_TERMINATED, "SIGTERM arrived"
+                code, why, armed = EXIT_TERMINATED, "SIGTERM arrived", now
             elif b == signal.SIGINT:
                 ints += 1
                 if ints >= 2 and not code:
-                    code, why = EXIT_INTERRUPTED, "Ctrl-C came twice"
+                    code, why, armed = EXIT_INTERRUPTED, "Ctrl-C came twice", now
         if not code:
             continue
-        now = time.monotonic()
+        if _python_saw[0] >= armed - 0.2:  # its handler ran: the main thread is not stuck, the run ends its way
+            code, ints = 0, 0
+            continue
         st = _main_state(main_ident)
         if st != state or _depth:  # the main thread runs Python (or is storing a cell): not stuck
             state, since = st, now
-        elif now - since >= grace_s:
+        elif now - since >= grace_s and now - armed >= grace_s:
             _hard_exit(code, f"{why} while the engine was inside a native call that did not return within "
                              f"{grace_s:g} s")
 
@@ -165,10 +174,12 @@ def native_call_watchdog(enabled: bool = True, grace_s: float = HARD_EXIT_GRACE_
     when that call returns, so SIGTERM took 48.5 s and Ctrl-C twice 26.3 s. While this is
     active (main thread only), the C-level signal handler also writes each signal's number
     to a pipe (:func:`signal.set_wakeup_fd`) that a daemon thread reads. After SIGTERM, or
-    a second SIGINT, it watches the main thread's Python frame: once it has not moved for
-    ``grace_s`` seconds, and no cell is being stored (:func:`deferred`), the main thread is
-    stuck in native code, and the process ends itself: the :func:`on_hard_exit` hooks run
-    (the run is marked ``interrupted``), a line says why on stderr, and ``os._exit`` gives
+    a second SIGINT, it waits for a Python-level handler of infbench to run (SIGTERM's,
+    SIGINT's, :func:`deferred`'s, :func:`run_event_loop`'s): if none has run and the main
+    thread's Python frame has not moved for ``grace_s`` seconds, and no cell is being stored
+    (:func:`deferred`), the main thread is stuck in native code, and the process ends
+    itself: the :func:`on_hard_exit` hooks run (the run is marked ``interrupted``), a line
+    says why on stderr, and ``os._exit`` gives
     143 (SIGTERM) or 130 (Ctrl-C). A main thread that handles the signal in time is never
     cut short. Finished cells are already stored (each in its own transaction); SQLite
     keeps the store consistent however a process ends.
@@ -188,6 +199,16 @@ def native_call_watchdog(enabled: bool = True, grace_s: float = HARD_EXIT_GRACE_
         os.close(w)
         yield
         return
+    prev_int = signal.getsignal(signal.SIGINT)
+
+    def on_int(signum: int, frame: Any) -> None:  # Ctrl-C as before, noted as handled in Python
+        _python_saw[0] = time.monotonic()
+        if callable(prev_int):
+            prev_int(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_int)
     stop = threading.Event()
     t = threading.Thread(target=_watch, args=(r, stop, grace_s, threading.main_thread().ident),
                          name="infbench-signal-watchdog", daemon=True)
@@ -197,6 +218,8 @@ def native_call_watchdog(enabled: bool = True, grace_s: float = HARD_EXIT_GRACE_
     finally:
         with contextlib.suppress(ValueError, OSError):
             signal.set_wakeup_fd(old)
+        if signal.getsignal(signal.SIGINT) is on_int:
+            signal.signal(signal.SIGINT, prev_int)
         stop.set()
         t.join(1.0)
         for fd in (r, w):
@@ -205,6 +228,7 @@ def native_call_watchdog(enabled: bool = True, grace_s: float = HARD_EXIT_GRACE_
 
 
 def _hold(signum: int, frame: Any) -> None:
+    _python_saw[0] = time.monotonic()
     _pending.append(signum)
 
 
@@ -273,6 +297,7 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
         task = asyncio.current_task()
 
         def on_term(signum: int, frame: Any) -> None:
+            _python_saw[0] = time.monotonic()
             caught.append(signum)
             if task is not None:
                 loop.call_soon_threadsafe(task.cancel)

@@ -458,7 +458,7 @@ def prepare(r: RunRequest, pm: PluginManager) -> PreparedRun:
     if r.adaptive is not None:
         from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
 
-        plans = [adaptive_plan(p, r.adaptive) for p in plans]
+        plans = [adaptive_plan(p, r.adaptive, pm) for p in plans]  # a device without limits: refused before the run
     refuse_ignored(r, name, plans, engine_specs(pm))
     checked = check_engine_args(engine_specs(pm), sweep.engines, sweep.engine_args)  # plan() refused bad ones
     eopts = engine_options(checked=checked.values, n_threads=r.threads, endpoint=r.endpoint,
