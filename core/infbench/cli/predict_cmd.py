@@ -219,14 +219,14 @@ def predict_engine_args(pm: Any, engine: str, options: dict[str, Any]) -> dict[s
         return options
     options = {**options, **check_values(engine, PredictOptions, options)}  # what predict itself reads
     specs = engine_specs(pm)
-    if engine in specs and getattr(specs[engine], "options_model", None) is not None:
-        model = specs[engine].options_model
-        return {**options, **check_values(engine, model, options)}
+    own = getattr(specs.get(engine), "options_model", None)
+    if own is not None:
+        return {**options, **check_values(engine, own, options)}
     out = dict(options)
     for name, spec in specs.items():
         model = getattr(spec, "options_model", None)
         mine = {k: v for k, v in options.items() if model is not None and k in model.model_fields}
-        if mine:
+        if mine and model is not None:
             out.update(check_values(name, model, mine))
     return out
 

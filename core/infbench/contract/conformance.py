@@ -128,10 +128,10 @@ def stand_in_devices(vendor: str, catalog: list[DeviceSpec], kind: str = "gpu") 
     """Devices to call the per-device hooks on where the plugin's hardware is absent: one
     per catalog entry (its name as the model, its memory), or one generic device of
     ``vendor`` when the catalog is empty. Each is marked ``properties["stand_in"]``."""
-    out = [DeviceInfo(vendor=s.vendor, kind=kind, model=s.name, count=1,  # type: ignore[arg-type]
+    out = [DeviceInfo(vendor=s.vendor, kind=kind, model=s.name, count=1,
                       memory_bytes=s.per_device()["memory_bytes"], properties={"stand_in": True})
            for s in catalog]
-    return out or [DeviceInfo(vendor=vendor, kind=kind, model=f"{vendor} stand-in device",  # type: ignore[arg-type]
+    return out or [DeviceInfo(vendor=vendor, kind=kind, model=f"{vendor} stand-in device",
                               count=1, properties={"stand_in": True})]
 
 

@@ -126,7 +126,7 @@ def _capture(ident_box: list[int]) -> Iterator[dict[str, io.StringIO]]:
             for name in ("stdout", "stderr"):
                 _routers[name] = _Router(getattr(sys, name))
                 setattr(sys, name, _routers[name])
-            os._exit = _raise_exit
+            os._exit = _raise_exit  # type: ignore[assignment]  # os._exit's stand-in raises
         _depth[0] += 1
     bufs: dict[str, io.StringIO] = {"stdout": io.StringIO(), "stderr": io.StringIO()}
     try:
@@ -141,7 +141,7 @@ def _capture(ident_box: list[int]) -> Iterator[dict[str, io.StringIO]]:
                 for name in ("stdout", "stderr"):
                     if getattr(sys, name) is _routers[name]:
                         setattr(sys, name, _routers[name].real)
-                if os._exit is _raise_exit:
+                if os._exit is _raise_exit:  # type: ignore[comparison-overlap]
                     os._exit = _real_exit
 
 

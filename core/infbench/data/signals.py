@@ -126,6 +126,7 @@ def _hard_exit(code: int, why: str) -> None:
         with contextlib.suppress(Exception):
             fn()
     with contextlib.suppress(Exception):
+        assert sys.__stderr__ is not None
         sys.__stderr__.write(f"infbench: {why}; finished cells are stored, the cell being measured is lost; "
                              f"exiting now (status {code})\n")
         sys.__stderr__.flush()

@@ -227,7 +227,7 @@ def planned_cell_count(sweep: Sweep) -> int:
     else:
         pairs = len(set(sweep.input_len)) * len(set(sweep.output_len))
     return (len(set(sweep.models)) * len(set(sweep.engines)) * len(set(sweep.dtypes))
-            * len(set(sweep.tensor_parallel_size)) * shapes * pairs * len(sweep.engine_configs or [None])
+            * len(set(sweep.tensor_parallel_size)) * shapes * pairs * max(1, len(sweep.engine_configs or []))
             * sweep.repeat)
 
 
