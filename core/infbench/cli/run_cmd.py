@@ -529,7 +529,8 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
 
 def worker(
     spec: Annotated[Path, Opt("--spec", help="Worker spec (`infbench run --write-spec FILE` writes one).")],
-    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db.")],
+    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db: a new or "
+                                               "empty folder, or one an earlier worker made.")],
 ) -> None:
     """Run the cells of a worker spec here and write raw results and provenance to --out.
 
@@ -537,7 +538,8 @@ def worker(
     mounted from the host; a batch job on another node runs it the same way. Bring the
     results back with `infbench ingest DIR`. Each finished cell is appended to
     cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
-    from an infbench with another store schema is refused (exit 2).
+    from an infbench with another store schema, one edited after it was written, or a
+    folder holding files infbench did not write there is refused (exit 2).
     """
     from infbench.data import signals
     from infbench.data.outputs import check_folder, check_own_folder

@@ -141,7 +141,7 @@ def _capture(ident_box: list[int]) -> Iterator[dict[str, io.StringIO]]:
                 for name in ("stdout", "stderr"):
                     if getattr(sys, name) is _routers[name]:
                         setattr(sys, name, _routers[name].real)
-                if os._exit is _raise_exit:  # type: ignore[comparison-overlap]
+                if os._exit is _raise_exit:
                     os._exit = _real_exit
 
 
