@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infbench.contract.guard import PluginHookError
 from infbench.contract.manager import PluginManager
-from infbench.data.errors import InfbenchError
 from infbench.data.schema import DeviceInfo, impossible_device
 
 PCI_ROOT = "/sys/bus/pci/devices"
@@ -161,8 +161,8 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
     det = Detection(pci=scan_pci(pci_root))
     for plugin, result, exc in pm.call_each("infbench_detect"):
         if exc is not None:
-            msg = exc.message if isinstance(exc, InfbenchError) else f"{type(exc).__name__}: {exc}"
-            det.errors.append((plugin, msg))
+            hung_or_exited = isinstance(exc, PluginHookError)
+            det.errors.append((plugin, exc.message if hung_or_exited else f"{type(exc).__name__}: {exc}"))
             continue
         if result is None:
             continue
