@@ -621,15 +621,22 @@ def test_log_axes_label_whole_values():
 
 
 _STUCK = r"""
-import os, signal, sys, time
+import os, signal, sys, threading, time
 from infbench.data import signals
 
-ran = []
-with signals.terminate_as_interrupt(), signals.native_call_watchdog(grace_s=0.5), \
-        signals.on_hard_exit(lambda: ran.append(1) or print("hook ran", flush=True)):
-    # SIGTERM held back in this thread: its Python handler cannot run, as in a native call that does not return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+def ready():  # says "stuck" once the main thread sits inside the call below, not before
+    main = threading.main_thread().ident
+    while sys._current_frames()[main].f_lineno != LINE:
+        time.sleep(0.01)
     print("stuck", flush=True)
+
+with signals.terminate_as_interrupt(), signals.native_call_watchdog(grace_s=0.5), \
+        signals.on_hard_exit(lambda: print("hook ran", flush=True)):
+    # SIGTERM held back in this thread and the main thread inside one C call that a signal does not
+    # interrupt: its Python handler cannot run, as in a native call that does not return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    LINE = sys._getframe().f_lineno + 2
+    threading.Thread(target=ready, daemon=True).start()
     time.sleep(60)
 print("returned", flush=True)
 """
@@ -647,8 +654,8 @@ def test_sigterm_ends_a_run_stuck_in_a_native_call(tmp_path):
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert p.stdout.readline().strip() == "stuck"
     p.send_signal(signal.SIGTERM)
-    out, err = p.communicate(timeout=30)
-    assert p.returncode == 143 and "hook ran" in out and "returned" not in out
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 143 and "hook ran" in out and "returned" not in out, (p.returncode, out, err[-2000:])
     assert "SIGTERM arrived while the engine was inside a native call" in err
 
 
