@@ -471,9 +471,12 @@ def bounded_waits(work: Path, import_rows: int) -> dict:
     res = {"plugins": plugin_probes(w), "serving": serving_probes(w), "planning": planning_probe(w),
            "import": import_probe(w, import_rows)}
     res["signals_no_engine_process"] = {"after": sigterm_no_engine_process(w, ROOT / "core")}
-    main_core = Path("/work/main/core")
-    if main_core.is_dir():
-        res["signals_no_engine_process"]["before (main)"] = sigterm_no_engine_process(w, main_core)
+    base = subprocess.run(["git", "merge-base", "HEAD", "main"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    if base:  # the same probe on the core this branch started from (a clean export of that commit)
+        before = w / "before"
+        before.mkdir()
+        subprocess.run(f"git archive {base} core | tar -x -C {before}", shell=True, cwd=ROOT, check=True)
+        res["signals_no_engine_process"][f"before ({base[:7]})"] = sigterm_no_engine_process(w, before / "core")
     return res
 
 
