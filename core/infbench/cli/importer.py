@@ -49,6 +49,9 @@ def import_(
         if fmt not in FORMATS:
             raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
         checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit)
+        size = file.stat().st_size if file.is_file() else 0
+        if size > 1 << 20:  # a large file says what it is doing before the reading starts
+            err.print(f"import: reading {file} ({size / 1e6:.0f} MB), then storing its cells together")
         rows = read_lib_csv(file)
         src = {**DEFAULT_SOURCE, "file": str(file.resolve()), "sha256": file_sha256(file), "format": fmt}
         if source:
