@@ -161,8 +161,8 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
     det = Detection(pci=scan_pci(pci_root))
     for plugin, result, exc in pm.call_each("infbench_detect"):
         if exc is not None:
-            hung_or_exited = isinstance(exc, PluginHookError)
-            det.errors.append((plugin, exc.message if hung_or_exited else f"{type(exc).__name__}: {exc}"))
+            det.errors.append((plugin, exc.message if isinstance(exc, PluginHookError) else
+                               f"{type(exc).__name__}: {exc}"))
             continue
         if result is None:
             continue
