@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from infbench.contract.manager import build_plugin_manager, get_plugin_manager
+from infbench.data.secrets import forget_all
 from tests.support.home import make_home
 
 
@@ -26,6 +27,7 @@ def infbench_home(tmp_path, monkeypatch, gguf_cache, cpu_limits_file):
     monkeypatch.setenv("INFBENCH_HOME", str(home))
     monkeypatch.delenv("INFBENCH_DISABLE_PLUGINS", raising=False)
     get_plugin_manager.cache_clear()
+    forget_all()  # the secrets an earlier test's options held (data.secrets.remember)
     yield home
     get_plugin_manager.cache_clear()
 

@@ -105,11 +105,16 @@ def test_find_max_whose_every_probe_failed_exits_non_zero(stub, tmp_path):
 
 def test_engine_arg_url(stub, tmp_path):
     """``--engine-arg base_url=http://bob:pw@host/v1`` was used, and stored verbatim in the
-    run's command and provenance."""
+    run's command and provenance. Given with a different ``--base-url`` it is refused
+    (issue 41: the records named one endpoint while the traffic went to the other); alone
+    it is the endpoint, recorded as such."""
     store = tmp_path / "s.db"
     stub.log.clear()
     p = cli("run", *SERVING, "--base-url", stub.base_url, "--engine-arg", f"base_url={secret_url(stub)}",
             "--model", "normal", "--store", store)
+    assert p.returncode == 2 and "set the same option to two values" in " ".join(p.stderr.split()), p.stderr
+    check(store, p)
+    p = cli("run", *SERVING, "--engine-arg", f"base_url={secret_url(stub)}", "--model", "normal", "--store", store)
     assert p.returncode == 0, p.stderr
     check(store, p)
     runs = store_dump(store)
@@ -173,3 +178,19 @@ def test_quantize_into_an_unwritable_cache_is_an_input_error(tmp_path):
     with readonly_dir(tmp_path) as ro:
         p = cli("quantize", "--model", gguf, "--to", "q8_0", env={"INFBENCH_HOME": str(ro / "home")})
     assert p.returncode == 2 and "cannot write" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_a_bearer_token_in_extra_headers_echoed_bare(stub, tmp_path):
+    """Issue 41: ``--engine-arg 'extra_headers={"Authorization": "Bearer T"}'`` against a
+    server whose 401 echoes ``T`` alone: it was printed in the failure line, stored in
+    ``cells.error`` and ``requests.error`` and exported; now it is redacted everywhere."""
+    store = tmp_path / "s.db"
+    headers = json.dumps({"Authorization": f"Bearer {KEY}", "X-Team": "t34m-S3cr3tHdr"})
+    p = cli("run", *SERVING, "--base-url", stub.base_url, "--engine-arg", f"extra_headers={headers}",
+            "--model", "echo_bare", "--store", store)
+    assert p.returncode == 3, p.stderr
+    assert "invalid credential" in store_dump(store)                 # the server's text is kept, the token not
+    outs = [p, cli("results", "--store", store, "--all"), cli("export", "--format", "json", "--store", store),
+            cli("export", "--format", "csv", "--store", store)]
+    check(store, *outs)
+    assert all("t34m-S3cr3tHdr" not in o.stdout + o.stderr for o in outs)

@@ -13,7 +13,9 @@ usage carries ``completion_tokens_details.reasoning_tokens``), ``think`` (the sa
 ``<think>...</think>`` text, no details), ``usage_negative`` / ``usage_huge``
 (``completion_tokens`` -5 / 10**9), ``malformed_once`` (the first such request gets one
 event ``{"choices": "notalist"}``),
-``hang`` (never sends a token), ``echo_auth`` (HTTP 401 whose body echoes the request's
+``hang`` (never sends a token), ``extra`` (three times ``max_tokens``, no usage),
+``forever`` (tokens without end), ``echo_bare`` (HTTP 401 echoing the request's
+credential without its ``Bearer`` word), ``echo_auth`` (HTTP 401 whose body echoes the request's
 ``Authorization`` header after 280 characters, with ANSI/OSC escapes), ``bos`` (usage
 counts one prompt token more than the words). A body with ``"stream": false`` gets one
 JSON response (``message``/``text``, usage).
@@ -85,9 +87,16 @@ class StubServer:
             text = ("x" * 280 + " you sent Authorization: " + request.headers.get("Authorization", "")
                     + " \x1b[31mred\x1b[0m \x1b]0;pwned\x07 \x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\")
             return web.Response(status=401, text=text)
+        if mode == "echo_bare":  # a 401 that echoes the credential alone, without its scheme word
+            auth = request.headers.get("Authorization", "")
+            return web.Response(status=401, text="invalid credential: " + auth.split(" ", 1)[-1])
         if mode == "hang":
             await asyncio.sleep(3600)
         n = 3 if mode == "short" else int(body.get("max_tokens", 16))
+        if mode == "extra":        # three times max_tokens, no usage: a server ignoring max_tokens
+            n *= 3
+        elif mode == "forever":    # tokens without end (a stream that never finishes)
+            n = 10**9
         if "messages" in body:
             n_in = sum(len(m["content"].split()) for m in body["messages"])
         else:
@@ -151,7 +160,7 @@ class StubServer:
             await send(ev(text, reasoning=mode == "reasoning" and i < n_think))
             entry["written_ns"].append(time.perf_counter_ns())
         await send(ev("", finish="length"))
-        if mode != "no_usage":
+        if mode not in ("no_usage", "extra"):
             ct = {"usage_negative": -5, "usage_huge": 10**9}.get(mode, n)
             last = {"object": "text_completion", "choices": [],
                     "usage": {"prompt_tokens": n_in, "completion_tokens": ct, "total_tokens": n_in + n}}

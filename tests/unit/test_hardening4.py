@@ -192,7 +192,7 @@ def test_a_run_with_engine_args_is_not_skipped(tmp_path, cpu):
     ("n_ubatch=-1", "n_ubatch=-1: input should be greater than or equal to 1"),
     ("n_ubatch=0", "n_ubatch=0: input should be greater than or equal to 1"),
     ("n_ubatch=1000000000", "less than or equal to 1048576"),
-    ("n_ubatch=1e9", "n_ubatch=1e9: input should be a valid integer"),
+    ("n_ubatch=1e9", "n_ubatch=1000000000.0: input should be a valid integer"),  # read as JSON: a float (issue 41)
     ("n_threads=0", "n_threads=0: input should be greater than or equal to 1"),
     ("n_threads=1.5", "n_threads=1.5: input should be a valid integer"),
     ('n_threads={"a":1}', 'n_threads={"a":1}: input should be a valid integer'),

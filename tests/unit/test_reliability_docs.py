@@ -29,8 +29,11 @@ def test_the_docs_counts_are_the_jsons():
     assert m, "docs/reliability.md has no reliability:counts region"
     assert m.group(1).strip() == rel.render(data, "counts").strip()
     t = data["totals"]
-    parts = ("bad_input_cases", "boundary_cases", "round4_cases", "secret_paths")
-    tried = sum(data[k]["passed"] + data[k]["failed"] for k in parts)
+    parts = ("bad_input_cases", "boundary_cases", "round4_cases", "secret_paths", "round5_cases")
+    tried = sum(data[k]["passed"] + data[k]["failed"] for k in parts if k in data)
     assert t["cases_tried"] == tried + data["fuzz"]["total_examples"] + data["option_scan"]["pairs"]
     assert data["option_scan"]["ignored"] == 0  # issue 33: no run option accepted and ignored
     assert t["failed_checks"] == 0 and t["cells_lost"] == 0
+    # issue 41: no case of any kind unhandled, every case classified
+    by = data["round5_cases"]["by_kind"]
+    assert all(v["unhandled"] == 0 for v in by.values()) and by["unclassified"]["cases"] == 0

@@ -62,3 +62,40 @@ def _roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = 
     result.metrics["roofline"] = r
     result.metrics[M.MBU.key] = r["mbu"]
     result.metrics[M.MFU.key] = r["mfu"]
+
+
+def recheck(result: CellResult, pm: PluginManager) -> list[str]:
+    """The physics check of a cell that arrives measured from elsewhere (a worker's folder
+    at ``ingest``, the journal), as ``run`` applies it to its own cells (issue 41): the
+    roofline recomputed on a copy from this host's description of the cell's device (where
+    it has one) and the model's shape (where it resolves), then every reason of
+    :func:`infbench.analysis.physics.check_cell`, the device-free floors included.
+
+    Returns:
+        The reasons (empty when sound, or when the cell is not ok). The result itself is
+        not changed; :func:`mark_rechecked` adds the reasons to it.
+    """
+    from infbench.data.models import resolve
+
+    if result.status != "ok":
+        return []
+    probe = result.model_copy(deep=True)
+    for k in ("suspect", "roofline", "roofline_note", M.MBU.key, M.MFU.key):
+        probe.metrics.pop(k, None)
+    limits, reason = device_roofline_limits(pm, result.device)
+    try:
+        shape = resolve(result.cell.model)
+    except Exception:  # noqa: BLE001 - a model this host does not know: no roofline, the other checks still run
+        shape, limits = None, None
+    add_roofline(probe, shape, limits, reason)
+    found = probe.metrics.get("suspect")
+    return [r for r in str(found).split("; ") if r] if found else []
+
+
+def mark_rechecked(result: CellResult, reasons: list[str]) -> None:
+    """Add ``reasons`` (:func:`recheck`) to an ok cell's ``metrics["suspect"]``, keeping
+    those it carried."""
+    if not reasons or result.status != "ok":
+        return
+    had = [r for r in str(result.metrics.get("suspect") or "").split("; ") if r]
+    result.metrics["suspect"] = "; ".join(dict.fromkeys(had + reasons))

@@ -7,6 +7,8 @@ and one that breaks a physical bound keeps its numbers but is stored with
 
 * **too few tokens**: a request produced fewer output tokens than the cell forces, or its
   prompt was more than 5 % shorter than asked (the cell measured a smaller workload);
+* **too many tokens**: a server streamed more tokens than a request's ``max_tokens`` (the
+  extra ones are left out of the counts and the throughput);
 * **prefix cache hit**: the engine says more than 10 % of a prompt came from its cache
   (llama.cpp's ``timings.cache_n``, OpenAI ``usage.prompt_tokens_details.cached_tokens``,
   vLLM's ``num_cached_tokens``), so TTFT skipped part of the prefill. Not for a workload
@@ -20,6 +22,9 @@ and one that breaks a physical bound keeps its numbers but is stored with
   cell's prefill or end-to-end floor (every prompt of the batch must be prefilled before
   the last first token), or the mean TPOT below the decode floor; in serving mode, any
   request's TTFT or TPOT below the floor of a batch of one;
+* **faster than any hardware** (:func:`infbench.measure.derive.impossible_timing`): a first
+  token within 1 us of the send, or a sequence gaining tokens faster than 10^7 tok/s;
+  device-free floors, applied also where a cell is ingested or replayed from the journal;
 * **noisy neighbours**: other processes used the cell's CPUs or its accelerator while it
   ran (:mod:`infbench.measure.contention`: "other processes used 1.70 cores during the
   cell"); the numbers are real but measured on a shared machine.
@@ -39,6 +44,7 @@ from typing import Any
 from infbench.analysis.roofline import Limits
 from infbench.data import metrics as M
 from infbench.measure.contention import contention_reasons
+from infbench.measure.derive import impossible_timing
 from infbench.measure.harness import harness_reasons
 
 #: A prompt this much shorter than asked makes the cell a smaller workload.
@@ -124,6 +130,10 @@ def token_reasons(cell: Any, records: list[Any]) -> list[str]:
                        f"tokens asked (as few as {min(prompts)})")
     elif any(r.n_out == 0 for r in done):
         out.append("too few tokens: a completed request produced no output token")
+    extra = [r.n_out_extra for r in done if getattr(r, "n_out_extra", None)]
+    if extra:
+        out.append(f"too many tokens: {len(extra)} of {len(done)} requests got more tokens than their max_tokens "
+                   f"(up to {max(extra)} extra, not counted): the server does not honour max_tokens")
     if reuses_prefixes(cell):
         return out
     cached = []
@@ -265,7 +275,8 @@ def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[st
         limits: the device's limits (None: only the token checks run).
         shape: the model shape (for the batch-of-one floors of serving cells).
     """
-    reasons = token_reasons(result.cell, result.records)
+    reasons = impossible_timing(result.records)
+    reasons += token_reasons(result.cell, result.records)
     reasons += prefix_rate_reasons(result.cell, result.metrics)
     reasons += contention_reasons(result.metrics.get("contention"), getattr(result.device, "kind", "cpu"))
     reasons += harness_reasons(result.metrics, getattr(result.device, "kind", "cpu"))

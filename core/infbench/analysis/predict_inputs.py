@@ -11,10 +11,11 @@ the same limits.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from infbench.data.engine_options import Flag, Slots, Tokens
 from infbench.data.errors import ConfigError
 from infbench.data.flags import split_values
 from infbench.data.inputs import Flags, Seconds, checked
@@ -130,3 +131,33 @@ def check_predict_flags(flags: dict[str, Any]) -> PredictFlags:
     """
     given = {k: flags[k] for k in PredictFlags.model_fields if flags.get(k) is not None}
     return checked(PredictFlags, **given)
+
+
+class PredictOptions(BaseModel):
+    """The engine options ``infbench predict`` reads (:meth:`infbench.analysis.predict.Serving.with_options`),
+    held to the bounds ``run``'s options models hold them to (issue 41: ``predict`` took
+    ``max_num_batched_tokens=-1``). Other keys pass (an engine's own checks them).
+
+    Attributes:
+        gpu_memory_utilization: the share of device memory the engine may use, (0, 1].
+        max_num_seqs, max_running_requests, max_batch_size, parallel, n_parallel: the most
+            sequences one step runs (1..65,536).
+        max_num_batched_tokens, n_batch, n_ubatch: tokens per step or chunk (1..1,048,576).
+        enable_chunked_prefill, flash_attn: switches.
+        split_mode: how layers spread over devices (``layer``, ``row``, ``tensor``, ``none``).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    max_num_seqs: Slots | None = None
+    max_running_requests: Slots | None = None
+    max_batch_size: Slots | None = None
+    parallel: Slots | None = None
+    n_parallel: Slots | None = None
+    max_num_batched_tokens: Tokens | None = None
+    n_batch: Tokens | None = None
+    n_ubatch: Tokens | None = None
+    enable_chunked_prefill: Flag | None = None
+    flash_attn: Flag | None = None
+    split_mode: Literal["layer", "row", "tensor", "none"] | None = None

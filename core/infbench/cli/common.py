@@ -112,11 +112,12 @@ def store_for_writing(store_path: Path | None):
     :func:`infbench.store.recovery.prepare` (integrity check, runs left ``running`` by a
     dead process marked ``interrupted``, journalled cells stored), with a note for each
     thing it did; raises (exit 2) when the store is damaged or cannot be written."""
+    from infbench.analysis.floor import recheck
     from infbench.store.recovery import prepare
 
     store = open_store(store_path)
     try:
-        rec = prepare(store)
+        rec = prepare(store, check=lambda r: recheck(r, plugin_manager()))  # journalled cells: run's physics
     except InfbenchError:
         store.close()
         raise

@@ -11,7 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json, store_for_writing
+from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json, store_for_writing
+from infbench.data import signals
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import ImportFlags, checked
 
@@ -53,7 +54,8 @@ def import_(
     not define is kept as it came under `metrics.unmapped`. A file whose figures contradict
     themselves or physics (negative or NaN times, throughput beyond what the concurrency and
     latency allow, GPU counts that do not divide) is refused with the row and the reason, and
-    nothing is stored.
+    nothing is stored. The cells are stored together or not at all: an import interrupted
+    part-way (Ctrl-C, SIGTERM, a kill) stores none of them.
 
     Examples: `infbench import --format lib-csv All_results.csv --commit 4211f5d`;
     `infbench import -f inferencex benchmarks.json`, then `infbench compare --frontier RUN
@@ -70,12 +72,21 @@ def import_(
         raise ConfigError(f"--device, --devices, --engine and --model fill what a client tool's file does not say; "
                           f"{fmt} names its hardware, framework and model per row",
                           hint="leave them out for this format")
+    size = file.stat().st_size if file.is_file() else 0
+    if size > 1 << 20:  # a large file says what it is doing before the reading starts
+        err.print(f"import: reading {file} ({size / 1e6:.0f} MB), then storing its cells together")
     if fmt == "lib-csv":
         results, summary, src = _lib_csv(file, source, url, commit)
     else:
         results, summary, src = _tool_file(file, fmt, source, url, commit, device, devices, engine, model)
     store = store_for_writing(store_path)
-    run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]))
+    try:
+        with signals.terminate_as_interrupt():
+            run_id = import_published(store, results, src, command=" ".join(["infbench", *sys.argv[1:]]),
+                                      progress=lambda line: err.print(line))
+    except KeyboardInterrupt as exc:
+        err.print("[yellow]interrupted:[/] nothing was imported (the cells are stored together or not at all)")
+        raise typer.Exit(signals.exit_status(exc)) from None
     report = {"run_id": run_id, "store": str(store.path), "source": src, **summary}
     if as_json:
         print_json(report)

@@ -12,10 +12,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json
+from infbench.contract.manager import BUILTIN_PLUGINS
 from infbench.data.errors import ConfigError
 
 Opt = typer.Option
 Arg = typer.Argument
+#: The vendor plugins infbench's repository ships under plugins/ (entry-point names).
+BUNDLED_VENDOR_PLUGINS = ("nvidia", "amd", "intel", "habana", "sambanova", "cerebras")
 
 plugins_app = typer.Typer(
     help="Plugins: `infbench plugins` lists them with their hooks and engines; `plugins check [NAME]` "
@@ -258,12 +261,20 @@ def write_skeleton(vendor: str, out_dir: Path) -> list[Path]:
         The files written.
 
     Raises:
-        ConfigError: ``vendor`` is not a lower-case identifier, or the folder already exists.
+        ConfigError: ``vendor`` is not a lower-case identifier, is the name of a plugin
+            infbench ships (a built-in, ``core``, or a bundled vendor plugin), or the folder
+            already exists.
     """
     if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", vendor):
         raise ConfigError(f"vendor {vendor!r} is not a short lower-case name",
                           hint="letters, digits and _; starting with a letter (it names the package "
                                "infbench_VENDOR and the entry point)")
+    reserved = sorted({*BUILTIN_PLUGINS, "core", *BUNDLED_VENDOR_PLUGINS})
+    if vendor in reserved:
+        raise ConfigError(f"{vendor!r} is the name of a plugin infbench ships ({', '.join(reserved)}); a new "
+                          "plugin of that name would shadow it (or, for core, take the core's place)",
+                          hint=f"choose another name, e.g. {vendor}_site or mylab_{vendor}; to change the "
+                               f"bundled {vendor} plugin, edit plugins/{vendor}/ in infbench's repository")
     root = out_dir / f"infbench-{vendor}"
     if root.exists():
         raise ConfigError(f"{root} already exists", hint="choose another --out, or remove it first")

@@ -139,8 +139,10 @@ def predict(
             limits = {lim.id: lim}
             stacks[lim.id] = stack_of(file_vendor) if file_vendor else None
         what_if = set(limits)
-    options = parse_engine_args(split(engine_arg, "--engine-arg") or [])
+    options = predict_engine_args(pm, engine, parse_engine_args(split(engine_arg, "--engine-arg") or []))
     shapes = [resolve(m) for m in (split(model, "--model") or [])]
+    check_predict_context(shapes, split(input_len, "--input", int) or [1024],
+                          split(output_len, "--output", int) or [128])
     if requirements_:
         _requirements(pm, home, shapes, limits, stacks, preset, slo_ttft, slo_tpot,
                       split(batch, "--batch", int) or [1], dtype, engine, as_json)
@@ -191,6 +193,59 @@ def predict(
     _print_calibrations(report_cal)
     if rows_:
         _print_predictions(rows_)
+
+
+def predict_engine_args(pm: Any, engine: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``--engine-arg`` values held to the bounds ``run`` holds them to (issue 41:
+    ``predict`` took ``max_num_batched_tokens=-1``): the options predict reads against
+    :class:`~infbench.analysis.predict_inputs.PredictOptions`, then against ``engine``'s
+    options model when it is an engine infbench knows, else each value against the model of
+    every engine that declares its key (an option no engine declares passes, as before).
+
+    Returns:
+        The typed values (JSON objects parsed).
+
+    Raises:
+        ConfigError: a value an engine's options model refuses (exit 2).
+    """
+    from infbench.analysis.predict_inputs import PredictOptions
+    from infbench.contract.registry import engine_specs
+    from infbench.data.engine_options import check_values
+
+    if not options:
+        return options
+    options = {**options, **check_values(engine, PredictOptions, options)}  # what predict itself reads
+    specs = engine_specs(pm)
+    own = getattr(specs.get(engine), "options_model", None)
+    if own is not None:
+        return {**options, **check_values(engine, own, options)}
+    out = dict(options)
+    for name, spec in specs.items():
+        model = getattr(spec, "options_model", None)
+        mine = {k: v for k, v in options.items() if model is not None and k in model.model_fields}
+        if mine and model is not None:
+            out.update(check_values(name, model, mine))
+    return out
+
+
+def check_predict_context(shapes: list[Any], inputs: list[int], outputs: list[int]) -> None:
+    """Refuse a prediction whose longest request (input + output tokens) exceeds a model's
+    context, as ``run`` refuses to plan it (issue 41: ``--input 20000`` on an 8,192-token
+    model answered "fits: yes").
+
+    Raises:
+        ConfigError: naming the model, its context and the request.
+    """
+    from infbench.plan import context_length
+
+    longest = max(inputs) + max(outputs)
+    for shape in shapes:
+        ctx = context_length(shape)
+        if ctx is not None and longest > ctx:
+            raise ConfigError(f"{shape.name}: a request of {max(inputs):,} input + {max(outputs):,} output tokens "
+                              f"({longest:,} together) exceeds the model's context of {ctx:,} tokens",
+                              hint=f"keep --input + --output within {ctx:,} tokens, or predict a model with a longer "
+                                   "context")
 
 
 def _file_vendor(device_file: Path | None) -> str | None:

@@ -119,7 +119,7 @@ def run(**values: Any) -> None:
         check_output(config.output.write_spec, WORKER_SPEC, store_paths(config.output.store))
     # SIGTERM (Slurm/PBS time limits, `docker stop`) ends the run as Ctrl-C does.
     try:
-        with signals.terminate_as_interrupt():
+        with signals.terminate_as_interrupt(), signals.native_call_watchdog(enabled=not config.engine.process):
             _run(config, notes)
     except KeyboardInterrupt as exc:  # before any cell ran (planning, detection)
         err.print("[yellow]interrupted[/] before any cell was measured")
@@ -341,7 +341,8 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
 
 def worker(
     spec: Annotated[Path, Opt("--spec", help="Worker spec (`infbench run --write-spec FILE` writes one).")],
-    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db.")],
+    out_dir: Annotated[Path, Opt("--out", help="Folder for provenance.json, cells.jsonl and worker.db: a new or "
+                                               "empty folder, or one an earlier worker made.")],
 ) -> None:
     """Run the cells of a worker spec here and write raw results and provenance to --out.
 
@@ -349,10 +350,11 @@ def worker(
     mounted from the host; a batch job on another node runs it the same way. Bring the
     results back with `infbench ingest DIR`. Each finished cell is appended to
     cells.jsonl at once, so a killed worker loses only the cell it was running. A spec
-    from an infbench with another store schema is refused (exit 2).
+    from an infbench with another store schema, one edited after it was written, or a
+    folder holding files infbench did not write there is refused (exit 2).
     """
     from infbench.data import signals
-    from infbench.data.outputs import check_folder
+    from infbench.data.outputs import check_folder, check_own_folder
     from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
     from infbench.execution.worker import event_line, run_worker
 
@@ -364,6 +366,7 @@ def worker(
     try:
         check_folder(out_dir, "--out", "a worker's results",  # never a store or another file
                      files=[CELLS_FILE, QUALITY_FILE, PROVENANCE_FILE, DB_FILE, f"{DB_FILE}-wal", f"{DB_FILE}-shm"])
+        check_own_folder(out_dir, "--out", "a worker's results")  # a folder infbench did not make is the user's
         with signals.terminate_as_interrupt():  # `docker stop` sends SIGTERM
             prov = run_worker(spec, out_dir, observer)
     except KeyboardInterrupt as exc:

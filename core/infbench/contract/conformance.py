@@ -17,7 +17,14 @@ What is checked, hook by hook (a hook the plugin does not implement is skipped):
 * ``infbench_detect`` returns a list of :class:`~infbench.data.schema.DeviceInfo` and does
   not raise (a plugin on a host without its hardware returns ``[]``); each device has a
   count of at least 1;
-* per device the plugin reported (or each of ``devices`` given):
+* every hook is called within bounds (:mod:`infbench.contract.guard`): one that hangs past
+  ``INFBENCH_PLUGIN_TIMEOUT_S``, calls ``sys.exit``/``os._exit`` or prints to the terminal
+  fails, with the reason (its output shown cleaned and redacted);
+* ``infbench_detect`` reports no impossible device group (a count below 1 or above
+  65,536, memory of 0 bytes or less);
+* per device the plugin reported, *and* per stand-in device built from each of its catalog
+  entries (a generic device of its vendor when it has none), so a plugin is checked on a
+  host without its hardware too (or each of ``devices`` given):
   ``infbench_supported_precisions`` returns None or known precision names
   (:data:`~infbench.data.schema.PRECISIONS`); ``infbench_device_info`` returns None or a
   :class:`~infbench.contract.hookspecs.DeviceLimits`; ``infbench_power_sampler`` returns None
@@ -44,10 +51,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from infbench.contract.guard import PluginHookError, guarded
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits
 from infbench.contract.manager import check_plugin
 from infbench.data.engine import EngineSpec, takes_typed
-from infbench.data.schema import PRECISIONS, DeviceInfo, DeviceSpec, PowerReading
+from infbench.data.schema import PRECISIONS, DeviceInfo, DeviceSpec, PowerReading, impossible_device
 from infbench.measure.power import PowerSampler
 
 
@@ -70,12 +78,61 @@ class NonConformingPlugin(AssertionError):
     """Raised by :func:`assert_conforms`: the plugin broke the contract (the failed findings)."""
 
 
-def _call(plugin: object, hook: str, *args: Any) -> tuple[bool, Any]:
-    """``(True, answer)`` or ``(False, "Type: message")`` if the hook raised."""
-    try:
-        return True, getattr(plugin, hook)(*args)
-    except Exception as exc:  # noqa: BLE001 - a raising hook is a finding, not a crash of the kit
-        return False, f"{type(exc).__name__}: {exc}"
+class _Calls:
+    """The kit's calls of one plugin's hooks, each bounded (:func:`~infbench.contract.guard.guarded`:
+    a time limit, output captured, no exit), with what went wrong beyond the answer: the
+    hooks that printed, exited or hung (each becomes a failed finding)."""
+
+    def __init__(self, plugin: object, name: str, timeout_s: float | None):
+        self.plugin, self.name, self.timeout_s = plugin, name, timeout_s
+        self.printed: list[tuple[str, str, str]] = []
+        self.hung = False
+        self.exercised: dict[str, list[str]] = {}
+
+    def __call__(self, hook: str, *args: Any, label: str = "") -> tuple[bool, Any]:
+        """``(True, answer)``, or ``(False, "Type: message")`` when the hook raised, exited
+        or did not return in time (a hung plugin's later hooks are not called)."""
+        self.exercised.setdefault(hook, [])
+        if label and label not in self.exercised[hook]:
+            self.exercised[hook].append(label)
+        if self.hung:
+            return False, "PluginHookError: not called: an earlier hook of this plugin did not return"
+        try:
+            res = guarded(self.name, hook, getattr(self.plugin, hook), *args, timeout_s=self.timeout_s)
+        except PluginHookError as exc:
+            self.hung = self.hung or exc.kind == "timeout"
+            return False, f"PluginHookError: {exc.message}"
+        except Exception as exc:  # noqa: BLE001 - a raising hook is a finding, not a crash of the kit
+            self._printed(hook, label, getattr(exc, "__plugin_output__", ""))
+            return False, f"{type(exc).__name__}: {exc}"
+        self._printed(hook, label, res.output)
+        return True, res.value
+
+    def method(self, obj: object, hook: str, method: str, label: str) -> Any:
+        """``obj.method()`` (a sampler's ``read``/``close``) within the same bounds; its
+        printing is reported under ``hook``.
+
+        Raises:
+            PluginHookError: it hung or tried to exit (with the hook's name).
+        """
+        res = guarded(self.name, f"{hook}: {method}()", getattr(obj, method), timeout_s=self.timeout_s)
+        self._printed(hook, label, res.output)
+        return res.value
+
+    def _printed(self, hook: str, label: str, text: str) -> None:
+        if text:
+            self.printed.append((hook, label, text))
+
+
+def stand_in_devices(vendor: str, catalog: list[DeviceSpec], kind: str = "gpu") -> list[DeviceInfo]:
+    """Devices to call the per-device hooks on where the plugin's hardware is absent: one
+    per catalog entry (its name as the model, its memory), or one generic device of
+    ``vendor`` when the catalog is empty. Each is marked ``properties["stand_in"]``."""
+    out = [DeviceInfo(vendor=s.vendor, kind=kind, model=s.name, count=1,
+                      memory_bytes=s.per_device()["memory_bytes"], properties={"stand_in": True})
+           for s in catalog]
+    return out or [DeviceInfo(vendor=vendor, kind=kind, model=f"{vendor} stand-in device",
+                              count=1, properties={"stand_in": True})]
 
 
 def _bad(label: str, ok: bool, ans: Any, expected: str) -> str:
@@ -112,9 +169,13 @@ def _readings_ok(readings: Any, device: DeviceInfo) -> str | None:
     return None
 
 
-def _check_sampler(sampler: PowerSampler, device: DeviceInfo, sample_s: float) -> Finding:
+def _check_sampler(sampler: PowerSampler, device: DeviceInfo, sample_s: float, calls: _Calls | None = None,
+                   label: str = "") -> Finding:
     hook = "infbench_power_sampler"
-    what = f"{device.model}: sampler {sampler.name!r}"
+    what = f"{label or device.model}: sampler {getattr(sampler, 'name', '?')!r}"
+
+    def call(method: str) -> Any:
+        return getattr(sampler, method)() if calls is None else calls.method(sampler, hook, method, label)
     try:
         if not sampler.available:
             return Finding(hook, True, f"{what}: no power here ({getattr(sampler, 'reason', 'no reason given')})")
@@ -124,7 +185,7 @@ def _check_sampler(sampler: PowerSampler, device: DeviceInfo, sample_s: float) -
         end = time.monotonic() + sample_s
         n = 0
         while True:
-            readings = sampler.read()
+            readings = call("read")
             bad = _readings_ok(readings, device)
             if bad:
                 return Finding(hook, False, f"{what}: {bad}")
@@ -140,24 +201,34 @@ def _check_sampler(sampler: PowerSampler, device: DeviceInfo, sample_s: float) -
         return Finding(hook, False, f"{what}: raised {type(exc).__name__}: {exc}")
     finally:
         try:
-            sampler.close()
+            call("close")
         except Exception as exc:  # noqa: BLE001
             return Finding(hook, False, f"{what}: close() raised {type(exc).__name__}: {exc}")  # noqa: B012
 
 
 def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, sample_s: float = 0.3,
-                      name: str = "plugin-under-test") -> list[Finding]:
+                      name: str = "plugin-under-test", timeout_s: float | None = None) -> list[Finding]:
     """Every check of the module doc on ``plugin`` (a module or object with hook functions).
+
+    Each hook is called within bounds (:func:`~infbench.contract.guard.guarded`): a hook
+    that does not return within ``timeout_s`` (default ``INFBENCH_PLUGIN_TIMEOUT_S`` or 30 s),
+    that calls ``sys.exit``/``os._exit``, or that prints fails, with the reason (what it
+    printed is shown cleaned and redacted).
 
     Args:
         plugin: the plugin (its ``hooks`` module, as registered under the entry point).
         devices: the devices to ask the per-device hooks about; default: what the plugin's
-            own ``infbench_detect`` reported.
+            own ``infbench_detect`` reported, and a stand-in device per entry of its
+            catalog (:func:`stand_in_devices`; a generic one of its vendor when it has
+            neither a catalog nor a device here), so a plugin is checked on a host without
+            its hardware too.
         sample_s: how long to read a power sampler for, s.
         name: the plugin's name in messages.
+        timeout_s: the limit of each hook call, s.
 
     Returns:
-        The findings, in hook order; a plugin conforms when every ``ok`` is True.
+        The findings, in hook order, ending with which hooks were exercised on what; a
+        plugin conforms when every ``ok`` is True.
     """
     out: list[Finding] = []
     try:
@@ -165,23 +236,28 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
     except Exception as exc:  # noqa: BLE001 - pluggy's validation error or the unmarked-hook ValueError
         return [Finding("hooks", False, f"{type(exc).__name__}: {exc}")]
     out.append(Finding("hooks", True, f"{len(hooks)} hooks, each a marked implementation of a known hook"))
+    _call = _Calls(plugin, name, timeout_s)
     found: list[DeviceInfo] = []
     if "infbench_detect" in hooks:
-        ok, ans = _call(plugin, "infbench_detect")
+        ok, ans = _call("infbench_detect", label="this host")
+        impossible = [w for d in ans if isinstance(d, DeviceInfo) and (w := impossible_device(d))] \
+            if ok and isinstance(ans, list) else []
         if not ok:
             out.append(Finding("infbench_detect", False, f"raised {ans}: detect returns [] when the hardware or its "
                                                          "driver library is absent, never raises"))
         elif not isinstance(ans, list) or not all(isinstance(d, DeviceInfo) for d in ans):
-            out.append(Finding("infbench_detect", False, f"returned {type(ans).__name__}: a list of DeviceInfo"))
-        elif any(d.count < 1 for d in ans):
-            out.append(Finding("infbench_detect", False, "a device group with a count below 1"))
+            got = type(ans).__name__ if not isinstance(ans, list) else \
+                f"a list holding {', '.join(sorted({type(d).__name__ for d in ans}))}"
+            out.append(Finding("infbench_detect", False, f"returned {got}: a list of DeviceInfo"))
+        elif impossible:
+            out.append(Finding("infbench_detect", False, f"impossible device group(s): {'; '.join(impossible[:3])}"))
         else:
             found = ans
             out.append(Finding("infbench_detect", True, f"{len(ans)} device group(s)" if ans else
                                "no devices here (an empty list, as it should be without the hardware)"))
     engines: list[EngineSpec] = []
     if "infbench_engines" in hooks:
-        ok, ans = _call(plugin, "infbench_engines")
+        ok, ans = _call("infbench_engines", label="no device")
         if not ok or not isinstance(ans, list) or not all(isinstance(e, EngineSpec) for e in ans):
             out.append(Finding("infbench_engines", False, f"{'raised ' + ans if not ok else 'returned ' + repr(ans)}"
                                                           ": a list of EngineSpec"))
@@ -203,8 +279,9 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
                                        "a dict (contract 1.x, deprecated: it gets a dict with a DeprecationWarning "
                                        "until 2.1); annotate its options parameter with the engine's options model "
                                        "(EngineSpec.options_model, else infbench.plugin.EngineOptions)"))
+    catalog: list[DeviceSpec] = []
     if "infbench_device_catalog" in hooks:
-        ok, ans = _call(plugin, "infbench_device_catalog")
+        ok, ans = _call("infbench_device_catalog", label="no device")
         if not ok or not isinstance(ans, (list, tuple)) or not all(isinstance(s, DeviceSpec) for s in ans):
             out.append(Finding("infbench_device_catalog", False,
                                f"{'raised ' + ans if not ok else 'returned ' + type(ans).__name__}: a list of "
@@ -214,10 +291,15 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
             dup = sorted({i for i in ids if ids.count(i) > 1})
             out.append(Finding("infbench_device_catalog", not dup,
                                f"ids repeat: {dup}" if dup else f"{len(ans)} catalog entries"))
-    for dev in devices if devices is not None else found:
-        label = f"{dev.model} x{dev.count}"
+            catalog = list(ans)
+    if devices is None:
+        kind = found[0].kind if found else "gpu"
+        vendor = found[0].vendor if found else (catalog[0].vendor if catalog else name)
+        devices = found + (stand_in_devices(vendor, catalog, kind) if catalog or not found else [])
+    for dev in devices:
+        label = f"{dev.model} x{dev.count}" + (" (stand-in)" if dev.properties.get("stand_in") else "")
         if "infbench_supported_precisions" in hooks:
-            ok, ans = _call(plugin, "infbench_supported_precisions", dev)
+            ok, ans = _call("infbench_supported_precisions", dev, label=label)
             unknown = sorted(set(ans) - set(PRECISIONS)) if ok and isinstance(ans, list) else []
             good = ok and not unknown and (ans is None or isinstance(ans, list))
             expected = f"None or names from {', '.join(PRECISIONS)}"
@@ -227,19 +309,19 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
                                _bad(label, ok, ans, expected)))
         for hook, model in (("infbench_device_info", DeviceLimits), ("infbench_default_sweep", DefaultSweepAnswer)):
             if hook in hooks:
-                ok, ans = _call(plugin, hook, dev)
+                ok, ans = _call(hook, dev, label=label)
                 good = ok and (ans is None or _as(model, ans) is not None)
                 out.append(Finding(hook, good, f"{label}: {'none' if ans is None else type(ans).__name__}" if good
                                    else _bad(label, ok, ans, f"None or {model.__name__}")))
         if "infbench_container_spec" in hooks:
             for e in engines or [EngineSpec(name="llama.cpp", factory=None, platforms=[dev.vendor])]:
-                ok, ans = _call(plugin, "infbench_container_spec", dev, e.name)
+                ok, ans = _call("infbench_container_spec", dev, e.name, label=label)
                 good = ok and (ans is None or _as(ContainerSpec, ans) is not None)
                 out.append(Finding("infbench_container_spec", good,
                                    f"{label}, {e.name}: {'none' if ans is None else 'a ContainerSpec'}" if good
                                    else _bad(f"{label}, {e.name}", ok, ans, "None or ContainerSpec")))
         if "infbench_power_sampler" in hooks:
-            ok, ans = _call(plugin, "infbench_power_sampler", dev)
+            ok, ans = _call("infbench_power_sampler", dev, label=label)
             if not ok:
                 out.append(Finding("infbench_power_sampler", False,
                                    f"{label}: raised {ans} (return NoPower(reason) when power cannot be read)"))
@@ -249,7 +331,13 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
                 out.append(Finding("infbench_power_sampler", False,
                                    f"{label}: returned {type(ans).__name__}, not a PowerSampler"))
             else:
-                out.append(_check_sampler(ans, dev, sample_s))
+                out.append(_check_sampler(ans, dev, sample_s, _call, label))
+    for hook, where, text in _call.printed:
+        out.append(Finding(hook, False, f"{where + ': ' if where else ''}printed to the terminal during the hook "
+                                        f"(shown cleaned and redacted): {text[:300]!r}; a hook returns its answer "
+                                        "and leaves printing to infbench (use logging)"))
+    done = "; ".join(f"{h.removeprefix('infbench_')} on {', '.join(w) or '-'}" for h, w in _call.exercised.items())
+    out.append(Finding("exercised", True, f"hooks called: {done or 'none'}"))
     return out
 
 

@@ -7,9 +7,12 @@ to a comma-separated list of plugin names to keep them from loading (built-ins t
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata as md
 import os
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -17,6 +20,7 @@ from typing import Any
 import pluggy
 
 from infbench.contract import hookspecs
+from infbench.contract.guard import HookLog, PluginHookError, guarded
 
 ENTRY_POINT_GROUP = "infbench"
 BUILTIN_PLUGINS = {
@@ -40,6 +44,8 @@ class PluginInfo:
         hooks: names of the hooks it implements.
         error: why it failed to load, if it did (then it is not registered).
         disabled: True when ``INFBENCH_DISABLE_PLUGINS`` names it.
+        shadows: the name of the plugin loaded first under the same name (a built-in, the
+            core, or another distribution's); this one is then not loaded.
     """
 
     name: str
@@ -49,10 +55,24 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     error: str | None = None
     disabled: bool = False
+    shadows: str | None = None
+
+
+#: Plugins whose hooks are called directly (the core's own): every other plugin's hooks go
+#: through :func:`infbench.contract.guard.guarded` (a time limit, output captured, no exit).
+TRUSTED_PLUGINS = frozenset({*BUILTIN_PLUGINS, "core"})
 
 
 class PluginManager(pluggy.PluginManager):
-    """pluggy's manager with the ``infbench`` hook specs and a record of each plugin."""
+    """pluggy's manager with the ``infbench`` hook specs and a record of each plugin.
+
+    The hooks of every plugin outside the core (:data:`TRUSTED_PLUGINS`) are called within
+    bounds (:mod:`infbench.contract.guard`): a hook that does not return within
+    ``INFBENCH_PLUGIN_TIMEOUT_S`` raises :class:`~infbench.contract.guard.PluginHookError`
+    naming the plugin and the hook, and that plugin is skipped afterwards (:attr:`log`
+    ``.hung``); a hook that exits raises the same error; what a hook prints is kept in
+    :attr:`log` ``.output`` and shown cleaned and redacted on stderr.
+    """
 
     def __init__(self) -> None:
         super().__init__("infbench")
@@ -61,6 +81,7 @@ class PluginManager(pluggy.PluginManager):
         #: What is built once from the plugins (the engine registry...); cleared when one is
         #: registered or unregistered.
         self.cache: dict[str, Any] = {}
+        self.log = HookLog()
 
     def register(self, plugin: object, name: str | None = None) -> str | None:
         """pluggy's ``register``, clearing :attr:`cache`."""
@@ -72,8 +93,59 @@ class PluginManager(pluggy.PluginManager):
         self.cache.clear()
         return super().unregister(plugin, name)
 
+    def guarded_call(self, plugin: str, hook: str, fn: Any, **kwargs: Any) -> Any:
+        """``fn(**kwargs)``, a hook of ``plugin``: directly for the core's plugins, else
+        through :func:`~infbench.contract.guard.guarded`, recording a hang and the output.
+
+        Raises:
+            PluginHookError: the plugin hung (now or earlier), or its hook tried to exit.
+        """
+        if plugin in TRUSTED_PLUGINS:
+            return fn(**kwargs)
+        if plugin in self.log.hung:
+            raise PluginHookError(self.log.hung[plugin], plugin=plugin, hook=hook, kind="timeout")
+        try:
+            res = guarded(plugin, hook, fn, **kwargs)
+        except PluginHookError as exc:
+            if exc.kind == "timeout":
+                self.log.hung[plugin] = exc.message
+            raise
+        except BaseException as exc:
+            self._note_output(plugin, hook, getattr(exc, "__plugin_output__", ""))
+            raise
+        self._note_output(plugin, hook, res.output)
+        return res.value
+
+    def _note_output(self, plugin: str, hook: str, text: str) -> None:
+        if not text:
+            return
+        self.log.output[(plugin, hook)] = text
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"infbench: plugin {plugin!r} printed during {hook} (shown cleaned): {text}\n")
+
+    def _hookexec(self, hook_name: str, methods: Sequence[Any], kwargs: Mapping[str, object],
+                  firstresult: bool) -> Any:
+        """pluggy's call of a hook, with each implementation of a plugin outside the core
+        called through :meth:`guarded_call`; a plugin marked hung is skipped (its answer
+        is missing, as if it did not implement the hook)."""
+        if all(m.plugin_name in TRUSTED_PLUGINS for m in methods) or any(
+                m.hookwrapper or m.wrapper for m in methods):
+            return super()._hookexec(hook_name, methods, kwargs, firstresult)
+        results: list[Any] = []
+        for impl in reversed(methods):
+            if impl.plugin_name in self.log.hung:
+                continue
+            args = {k: kwargs[k] for k in impl.argnames}
+            res = self.guarded_call(impl.plugin_name, hook_name, impl.function, **args)
+            if res is not None:
+                results.append(res)
+                if firstresult:
+                    return res
+        return None if firstresult else results
+
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any, BaseException | None]]:
-        """Call every implementation of ``hook_name`` separately, isolating failures.
+        """Call every implementation of ``hook_name`` separately, isolating failures (a
+        hook that hangs, exits or raises is that plugin's error, and the others still answer).
 
         Returns:
             ``[(plugin_name, result, exception_or_None), ...]`` in pluggy's call order,
@@ -84,7 +156,8 @@ class PluginManager(pluggy.PluginManager):
         for impl in reversed(caller.get_hookimpls()):
             try:
                 args = {k: kwargs[k] for k in impl.argnames}
-                out.append((impl.plugin_name, impl.function(**args), None))
+                out.append((impl.plugin_name, self.guarded_call(impl.plugin_name, hook_name, impl.function, **args),
+                            None))
             except Exception as exc:  # noqa: BLE001 - a plugin must not break the run
                 out.append((impl.plugin_name, None, exc))
         return out
@@ -127,12 +200,23 @@ def build_plugin_manager() -> PluginManager:
         dist = ep.dist.name if ep.dist else "?"
         ver = ep.dist.version if ep.dist else "?"
         info = PluginInfo(ep.name, ep.value, dist, ver, disabled=ep.name in blocked)
+        if ep.name in pm.infos:  # a second plugin of one name: never loaded, never hides the first one's row
+            first = pm.infos[ep.name]
+            key = f"{ep.name} ({dist})"
+            info.error = (f"not loaded: it has the name of the plugin {ep.name!r} of {first.distribution} "
+                          f"({first.module}), which it would shadow; rename its entry point")
+            info.shadows = ep.name
+            pm.infos[key] = info
+            continue
         pm.infos[ep.name] = info
         if info.disabled or pm.has_plugin(ep.name):
             continue
-        try:
-            plugin = ep.load()
+        try:  # importing a plugin runs its code: bounded like its hooks (a hang, an exit, printing)
+            plugin = pm.guarded_call(ep.name, "import", ep.load)
             pm.register(plugin, name=ep.name)
+        except PluginHookError as exc:
+            info.error = exc.message
+            continue
         except Exception as exc:  # noqa: BLE001 - report, keep the others
             info.error = f"{type(exc).__name__}: {exc}"
             continue

@@ -11,7 +11,7 @@ before anything starts instead of a failed cell or an engine sized for 10^9 toke
 Options that take a structure (``extra_body``, ``extra_headers``) parse their value as JSON.
 
 A plugin's engine may still declare only names (``EngineSpec.options``, contract 1.6) or
-nothing: its values then pass as the YAML scalars :func:`parse_engine_args` reads, and names
+nothing: its values then pass as :func:`parse_engine_args` reads them (JSON scalars or text), and names
 an adapter passes through to its library (``EngineSpec.native_options``: ``vllm.EngineArgs``
 fields) are checked by that library.
 
@@ -34,12 +34,12 @@ from collections.abc import Callable, ItemsView, Iterable, KeysView, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from infbench.data.errors import ConfigError, suggest
-from infbench.data.secrets import redact, redact_tree
+from infbench.data.inputs import MAX_DEPTH, depth, strict_json
+from infbench.data.secrets import redact, redact_tree, remember_options
 
 #: An HTTP header name (RFC 9110 ``token``).
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}")
@@ -207,15 +207,23 @@ class OpenAIOptions(EngineOptions):
     @field_validator("extra_body", "extra_headers", mode="before")
     @classmethod
     def _json_object(cls, v: Any) -> Any:
-        """A string value is parsed as JSON (``extra_body={"top_k": 5}`` on the command line)."""
+        """A string value is parsed as JSON (``extra_body={"top_k": 5}`` on the command line):
+        strict (no duplicate keys, no ``NaN``), nested at most 32 deep (issue 41: 10,000
+        levels ended in a RecursionError)."""
         if isinstance(v, str):
             try:
-                v = json.loads(v)
+                json.loads(v) if len(v) < 64 else None  # a short text: JSON's own message names the column
             except json.JSONDecodeError as exc:
                 raise ValueError(f"not JSON ({exc.msg} at column {exc.colno}); pass a JSON object, e.g. "
                                  "'{\"top_k\": 5}'") from None
+            try:
+                v = strict_json(v, "the value")
+            except ConfigError as exc:
+                raise ValueError(f"{exc.message}; pass a JSON object, e.g. '{{\"top_k\": 5}}'") from None
         if not isinstance(v, dict):
             raise ValueError("must be a JSON object ({...})")
+        if depth(v, MAX_DEPTH) > MAX_DEPTH:
+            raise ValueError(f"is nested deeper than {MAX_DEPTH} levels")
         return v
 
     @field_validator("extra_headers")
@@ -236,6 +244,15 @@ class OpenAIOptions(EngineOptions):
         if v is not None and not _finite_tree(v):
             raise ValueError("holds NaN or an infinity, which JSON cannot send")
         return v
+
+    @model_validator(mode="after")
+    def _remember_secrets(self) -> OpenAIOptions:
+        """Every secret these options hold joins the process's redaction set
+        (:func:`infbench.data.secrets.remember_options`: header values, credential-like
+        ``extra_body`` values, URL user info, the key ``api_key_env`` names), so a server
+        echoing one is redacted wherever the text goes (issue 41)."""
+        remember_options(self.model_dump())
+        return self
 
 
 def _finite_tree(v: Any) -> bool:
@@ -342,28 +359,84 @@ def option_names(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(model.model_fields)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def engine_arg_value(text: str) -> Any:
+    """One ``--engine-arg`` value, read one way (issue 41): JSON when the whole text is a
+    JSON number, ``true``/``false``/``null`` or string, else the text itself. A JSON
+    structure (``{"a": 1}``, ``[1, 2]``) is kept as its text, which an option that takes a
+    structure parses as JSON. Never YAML 1.1: ``010`` is the text ``010`` (an integer option
+    refuses it; JSON has no leading zeros) and ``1:30`` the text ``1:30`` (YAML read 8 and
+    90); ``NaN``/``Infinity`` stay text, ``yes``/``on`` are not booleans."""
+    t = text.strip()
+    if not t:
+        return ""
+    try:
+        v = json.loads(t, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return text
+    return text if isinstance(v, (dict, list)) else v
+
+
 def parse_engine_args(items: Iterable[str]) -> dict[str, Any]:
     """``["quantization=fp8", "enforce_eager=true"]`` -> ``{"quantization": "fp8", "enforce_eager": True}``.
 
-    Values are read as YAML scalars (numbers, true/false, null); a value that is a
-    structure (``{"a": 1}``, ``[1, 2]``) is kept as its text, which an option that takes a
-    structure parses as JSON and any other typed option refuses. Dashes in keys become
-    underscores.
+    Each value is read by :func:`engine_arg_value` (JSON scalars, else the text). Dashes
+    in keys become underscores, so ``n-ubatch`` and ``n_ubatch`` are one key.
 
     Raises:
-        ConfigError: an item without ``=`` or with an empty key.
+        ConfigError: an item without ``=`` or with an empty key; a key given twice, in the
+            same or another spelling (``n-ubatch=4`` and ``n_ubatch=8``): which one would
+            win is not for infbench to guess.
     """
     out: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{FLAG} {item!r} is not KEY=VALUE",
                               hint="e.g. --engine-arg max_num_batched_tokens=8192")
-        try:
-            v = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            v = value
-        out[key.strip().replace("-", "_")] = v if isinstance(v, (str, int, float, bool)) or v is None else value
+        name = key.strip().replace("-", "_")
+        if name in out:
+            same = spelled[name] == key.strip()
+            raise ConfigError(f"{FLAG} {key.strip()} is given twice" + ("" if same else
+                              f" ({spelled[name]} and {key.strip()} are one key: dashes read as underscores)"),
+                              hint=f"pass {name} once, with the value you mean")
+        spelled[name] = key.strip()
+        out[name] = engine_arg_value(value)
+    return out
+
+
+#: The named flags of ``infbench run`` that set an engine option, and that option.
+FLAG_OPTIONS = {"--threads": "n_threads", "--endpoint": "endpoint", "--base-url": "base_url",
+                "--api-key-env": "api_key_env", "--served-model-name": "served_model",
+                "--prompt-format": "prompt_format", "--tokenizer": "tokenizer"}
+
+
+def agreed_flags(flags: Mapping[str, Any], args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The named flags that set an engine option (:data:`FLAG_OPTIONS`, by flag), checked
+    against the engine arguments ``args`` (issue 41: ``--threads 2`` lost to
+    ``n_threads=1``, and ``--base-url A`` to ``base_url=B`` while the run's records said A).
+
+    Returns:
+        ``flags`` with each one not given (None) taken from its engine argument, so what is
+        recorded (the device's endpoint, the run's options) is what is used.
+
+    Raises:
+        ConfigError: a flag and its engine argument both given, with different values.
+    """
+    out = dict(flags)
+    for flag, key in FLAG_OPTIONS.items():
+        if flag not in out or key not in (args or {}):
+            continue
+        given, arg = out[flag], (args or {})[key]
+        if given is None:
+            out[flag] = arg
+        elif str(given) != str(arg):
+            raise ConfigError(f"{flag} {_shown(given)} and {FLAG} {key}={_shown(arg)} set the same option to two "
+                              "values", hint=f"give it once: {flag}, or {FLAG} {key}=...")
     return out
 
 

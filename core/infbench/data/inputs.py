@@ -384,6 +384,30 @@ class StrictYamlLoader(yaml.SafeLoader):
                                      "(a YAML alias bomb?); write the values out")
         return node
 
+    #: Scalars that only YAML 1.1 reads as numbers or booleans (issue 41: ``010`` was 8 and
+    #: ``1:30`` was 90): refused, so a value has one reading (YAML 1.2 and JSON agree).
+    _YAML11_INT = re.compile(r"[-+]?(0[0-7_]+|0b[01_]+|[0-9][0-9_]*(:[0-5]?[0-9])+|[0-9]+_[0-9_]*)")
+    _YAML11_BOOL = frozenset({"yes", "no", "on", "off", "y", "n"})
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        """An integer as YAML 1.2 reads it; an octal (``010``), binary, sexagesimal
+        (``1:30``) or underscored form is refused with its line."""
+        text = str(node.value)
+        if self._YAML11_INT.fullmatch(text):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} has a YAML 1.1 reading as a number ({super().construct_yaml_int(node)}) that "
+                "is not what it says; write the number plainly (10, 90) or quote the text", node.start_mark)
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_bool(self, node: Any) -> Any:
+        """``true``/``false``; YAML 1.1's ``yes``/``no``/``on``/``off`` are refused with their line."""
+        text = str(node.value)
+        if text.lower() in self._YAML11_BOOL:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} is a boolean only in YAML 1.1; write true or false (or quote the text)",
+                node.start_mark)
+        return super().construct_yaml_bool(node)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
@@ -562,3 +586,7 @@ class QuantizeFlags(Flags):
 
     COMMAND: ClassVar[str] = "quantize"
     threads: Threads | None = None
+
+
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:int", StrictYamlLoader.construct_yaml_int)
+StrictYamlLoader.add_constructor("tag:yaml.org,2002:bool", StrictYamlLoader.construct_yaml_bool)

@@ -247,6 +247,88 @@ def check_folder(path: Path, flag: str, what: str, protect: Iterable[Path | str 
     return Path(path)
 
 
+#: The file that marks a folder as one infbench made for its output (``worker --out``),
+#: as a results store is marked by its tables and schema version: a folder holding it may
+#: be written again (a resumed worker); an existing folder without it is the user's.
+FOLDER_MARK = ".infbench-output.json"
+#: Entries an unmarked folder may hold and still be taken: the handoff markers a Ray driver
+#: may create before the worker starts (:mod:`infbench.data.handoff`, hex names only).
+_TAKEN_DIR, _HEX = "taken", re.compile(r"[0-9a-f]{1,64}")
+
+
+def folder_mark(path: Path | str) -> dict[str, Any] | None:
+    """The mark of an output folder (:data:`FOLDER_MARK`: a JSON object naming what
+    infbench wrote there), or None when it has none, or one that is not a regular file or
+    not infbench's."""
+    mark = Path(path) / FOLDER_MARK
+    if not_a_file(mark) is not None or not mark.is_file():
+        return None
+    try:
+        with open(mark, "rb") as f:
+            obj = json.loads(f.read(4096))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) and obj.get("written_by") == GENERATOR else None
+
+
+def _only_handoff(path: Path) -> bool:
+    """True when ``path`` holds nothing but an (empty or hex-named) ``taken/`` folder."""
+    for entry in os.scandir(path):
+        if entry.name != _TAKEN_DIR or not entry.is_dir(follow_symlinks=False):
+            return False
+        if any(not _HEX.fullmatch(e.name) or not e.is_file(follow_symlinks=False) for e in os.scandir(entry.path)):
+            return False
+    return True
+
+
+def check_own_folder(path: Path | str, flag: str, what: str) -> Path:
+    """An output folder infbench writes several files into (``worker --out``): absent,
+    empty (a container mount point), or marked as infbench's (:data:`FOLDER_MARK`) by an
+    earlier run of the same command. An existing folder with anything else in it was not
+    made by infbench, and its files are never replaced (issue 41: ``worker --out DIR``
+    replaced a user's ``cells.jsonl`` and exited 0). Call :func:`check_folder` first (it
+    names special files); this adds the ownership rule.
+
+    Raises:
+        OutputRefused: the folder exists, is not empty and has no mark (naming a few
+            of its entries), or cannot be listed.
+    """
+    p = Path(path)
+    if not p.is_dir() or folder_mark(p) is not None:
+        return p
+    try:
+        if _only_handoff(p):
+            return p
+        names = sorted(os.listdir(p))
+    except OSError as exc:
+        raise OutputRefused(f"cannot list {flag} {path} to check that infbench made it: {exc.strerror or exc}",
+                            hint=f"pass {flag} a new folder") from None
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    raise OutputRefused(f"{flag} {path} already exists and holds files infbench did not write there ({shown}); "
+                        f"infbench writes {what} only into a new or empty folder, or one an earlier run of this "
+                        f"command made (it holds {FOLDER_MARK}), and leaves this one as it is",
+                        hint=f"pass {flag} a new folder name (it is created)")
+
+
+def mark_folder(path: Path | str, what: str) -> None:
+    """Create ``path`` (and its parents) if needed and mark it as infbench's output folder
+    for ``what`` (:data:`FOLDER_MARK`, written atomically; an existing mark is kept).
+
+    Raises:
+        OSError: the folder cannot be created or written.
+    """
+    from infbench.data.version import __version__
+
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    if folder_mark(p) is not None:
+        return
+    mark = p / FOLDER_MARK
+    tmp = p / f".{FOLDER_MARK}.tmp"
+    tmp.write_text(json.dumps({"written_by": GENERATOR, "what": what, "infbench_version": __version__}))
+    os.replace(tmp, mark)
+
+
 def write_output(path: Path | str, data: str | bytes, kind: OutputKind,
                  protect: Iterable[Path | str | None] = ()) -> Path:
     """Write ``data`` to ``path`` atomically, after :func:`check_output`'s refusals.
@@ -364,6 +446,44 @@ def html_json(obj: Any) -> str:
     """:func:`json_text` (compact) safe inside an HTML ``<script>`` element: ``<``, ``>``,
     ``&``, U+2028 and U+2029 escaped as ``\\uXXXX`` (still the same JSON)."""
     return json_text(obj, indent=None).translate(_HTML_UNSAFE)
+
+
+#: Keys of a plotly figure whose strings infbench writes itself, with plotly's own markup
+#: (``<br>``, ``<extra>``): left as they are by :func:`plotly_text`.
+TEMPLATE_KEYS = frozenset({"hovertemplate", "texttemplate"})
+_HTML_TEXT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
+def plotly_text(obj: Any, key: str = "") -> Any:
+    """A plotly figure (its ``to_json`` as Python objects) with every string
+    HTML-escaped (``&``, ``<``, ``>``), except under :data:`TEMPLATE_KEYS`: plotly renders a
+    subset of HTML in names, labels, titles and hover text, so a model name such as ``<a
+    href="https://evil.example">CLICK ME</a>`` became a live link in the report (issue 41);
+    escaped, plotly shows it literally (it decodes the entities), and no link comes from
+    data. Numbers, keys and the figure's structure are unchanged."""
+    if isinstance(obj, str):
+        return obj if key in TEMPLATE_KEYS else obj.translate(_HTML_TEXT)
+    if isinstance(obj, dict):
+        return {k: plotly_text(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plotly_text(v, key) for v in obj]
+    return obj
+
+
+def log_ticks(values: Iterable[Any]) -> dict[str, Any]:
+    """Tick values and labels of a plotly log axis over ``values``: each decade, or 1, 2 and 5
+    of each decade where they span fewer than three, each labelled with its full value
+    (``20``, ``0.5``), never plotly's bare minor digit (issue 41). ``{}`` without a
+    positive finite value."""
+    v = [float(x) for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)
+         and math.isfinite(x) and x > 0]
+    if not v:
+        return {}
+    lo, hi = min(v), max(v)
+    a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    subs = (1,) if b - a >= 3 else (1, 2, 5)
+    ticks = [m * 10.0 ** k for k in range(a, b + 1) for m in subs if lo / 2.5 <= m * 10.0 ** k <= hi * 2.5]
+    return {"tickvals": ticks, "ticktext": [f"{t:,.3g}" if t >= 1 else f"{t:.3g}" for t in ticks]}
 
 
 # -- the terminal -------------------------------------------------------------------------------

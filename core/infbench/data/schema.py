@@ -83,6 +83,25 @@ class DeviceInfo(BaseModel):
         return f"{self.vendor} {self.model}"
 
 
+#: Most devices one group may hold (the largest tensor-parallel degree a sweep takes).
+MAX_DEVICE_COUNT = 65_536
+#: Most memory one device may have, bytes (10^6 GiB, as for the device catalog).
+MAX_DEVICE_MEMORY_BYTES = 2**50
+
+
+def impossible_device(d: DeviceInfo) -> str | None:
+    """Why a detected device group cannot be real, or None: a count below 1 or above
+    :data:`MAX_DEVICE_COUNT`, memory of 0 bytes or less or above
+    :data:`MAX_DEVICE_MEMORY_BYTES` (issue 41: a plugin's detect reported 10^12 devices
+    with memory -1 and "conformed")."""
+    if not isinstance(d.count, int) or not 1 <= d.count <= MAX_DEVICE_COUNT:
+        return f"{d.label()}: a count of {d.count} (a group holds 1 to {MAX_DEVICE_COUNT:,} devices)"
+    m = d.memory_bytes
+    if m is not None and (not isinstance(m, int) or not 0 < m <= MAX_DEVICE_MEMORY_BYTES):
+        return f"{d.label()}: memory_bytes {m} (a device has more than 0 and at most 2^50 bytes; None when unknown)"
+    return None
+
+
 class PowerReading(BaseModel):
     """One reading of a power sampler, for one device.
 
@@ -586,9 +605,24 @@ class Sweep(BaseModel):
                      "trace_speed")
     @classmethod
     def _positive(cls, v: list[int] | None) -> list[int] | None:
-        bad = [x for x in v or [] if x <= 0]
+        bad = [x for x in v or [] if not (x > 0 and math.isfinite(x))]  # NaN is not > 0 either
         if bad:
-            raise ValueError(f"must be positive integers, got {bad}")
+            raise ValueError(f"must be positive finite numbers, got {bad}")
+        return v
+
+    @field_validator("models")
+    @classmethod
+    def _model_names(cls, v: list[str]) -> list[str]:
+        """A model is a zoo name, a Hugging Face id or a path: at most 4,096 bytes, each
+        ``/``-separated part at most 255 (what a file system takes; issue 41: a longer
+        name ended in ``OSError: File name too long``), without NUL or line breaks."""
+        for name in v:
+            raw = name.encode("utf-8", "surrogatepass")
+            if not name.strip() or len(raw) > 4096 or any(len(part) > 255 for part in raw.split(b"/")) \
+                    or any(c in name for c in "\0\n\r"):
+                shown = name[:60] + ("..." if len(name) > 60 else "")
+                raise ValueError(f"model {shown!r} is not a model name or path (empty, a NUL or line break, over "
+                                 "4,096 bytes, or a part over 255 bytes)")
         return v
 
     @field_validator(*SWEEP_LIMITS)
@@ -641,6 +675,12 @@ class RequestRecord(BaseModel):
         client_node: the client node that sent it when a cell's load is spread over
             several nodes (``--load-nodes``; the node id's first 12 hex digits, the node
             listed in the cell's ``metrics["client"]["nodes"]``); None: this process.
+        n_in_source: ``estimate`` when the server gave no prompt count (no ``usage``) and
+            ``n_in`` is the prompt's known length (its words, or its token ids); None:
+            the engine's or server's count.
+        n_out_extra: tokens the server streamed beyond the request's ``max_tokens``; they
+            are left out of ``n_out`` and ``t_tokens_ns`` (not counted as throughput) and
+            make the cell suspect (:func:`infbench.analysis.physics.token_reasons`).
     """
 
     t_send_ns: int
@@ -660,6 +700,8 @@ class RequestRecord(BaseModel):
     turn: int | None = None
     n_in_client: int | None = None
     client_node: str | None = None
+    n_in_source: Literal["estimate"] | None = None
+    n_out_extra: int | None = None
 
     def client(self) -> dict[str, Any] | None:
         """The client-side details that differ from their defaults (what the store keeps
@@ -670,7 +712,7 @@ class RequestRecord(BaseModel):
 
 #: The :class:`RequestRecord` fields stored together as ``requests.client`` (JSON).
 CLIENT_FIELDS = ("streamed", "t_first_reasoning_ns", "t_first_answer_ns", "n_reasoning", "n_reasoning_source",
-                 "session", "turn", "n_in_client", "client_node")
+                 "session", "turn", "n_in_client", "client_node", "n_in_source", "n_out_extra")
 CLIENT_DEFAULTS = {k: RequestRecord.model_fields[k].default for k in CLIENT_FIELDS}
 
 

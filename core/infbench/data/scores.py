@@ -66,8 +66,9 @@ class PerplexityResult(BaseModel):
 
     @model_validator(mode="after")
     def _finite_or_failed(self) -> PerplexityResult:
-        """An ok result whose perplexity, stderr or NLL is NaN or infinite is a failed one
-        (issue 33), from whatever source (a worker's quality.jsonl, an older writer)."""
+        """An ok result whose perplexity, stderr or NLL is NaN or infinite (issue 33), or
+        whose perplexity is below 1 or NLL below 0 (issue 41), is a failed one, from
+        whatever source (a worker's quality.jsonl, an older writer, the journal)."""
         values = {k: getattr(self, k) for k in ("perplexity", "stderr", "nll_mean", "nll_std")}
         bad = [k for k, v in values.items() if v is not None and not math.isfinite(v)]
         bad += ["chunk_perplexity"] if any(not math.isfinite(v) for v in self.chunk_perplexity) else []
@@ -78,6 +79,14 @@ class PerplexityResult(BaseModel):
         if bad:
             for k in bad:
                 setattr(self, k, [] if k == "chunk_perplexity" else None)
+        # perplexity = exp(mean NLL) with NLL >= 0: below 1 (or a negative NLL or stderr) no model can score (issue 41)
+        pairs = [("perplexity", self.perplexity), *(("chunk_perplexity", c) for c in self.chunk_perplexity)]
+        low = [k for k, v in pairs if v is not None and v < 1]
+        low += [k for k in ("nll_mean", "stderr", "nll_std") if (getattr(self, k) or 0) < 0]
+        if low and self.status == "ok":
+            self.status = "failed"
+            self.error = (f"perplexity {self.perplexity} is impossible ({', '.join(dict.fromkeys(low))} below its "
+                          "floor: perplexity = exp(mean NLL) is at least 1, NLL and its spread at least 0)")
         return self
 
     def key(self) -> str:

@@ -220,13 +220,18 @@ _ESCAPES = re.compile(
     r"|[\x9d\x90\x98\x9e\x9f][^\x07\x9c]*[\x07\x9c]?"  # 8-bit OSC, DCS, SOS, PM, APC
     r"|\x1b[ -/]*[0-~]?"                            # other escapes (ESC c, ESC ( B...)
 )
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_NO_NL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Unicode bidirectional controls (embeddings, overrides, isolates, marks): a right-to-left
+#: override in a model name reorders what a terminal or a CSV viewer shows ("Trojan
+#: Source", CVE-2021-42574), so they are removed like control characters (issue 41).
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{BIDI_CONTROLS}]")
+_CONTROL_NO_NL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{BIDI_CONTROLS}]")
 
 
 def printable(text: object, keep_newlines: bool = False) -> str:
     """``text`` as a string safe to print on a terminal or put in a CSV field: escape
-    sequences removed whole, other control characters (C0, DEL, C1) dropped.
+    sequences removed whole, other control characters (C0, DEL, C1) and Unicode
+    bidirectional controls (:data:`BIDI_CONTROLS`) dropped.
 
     Args:
         text: anything (``str()`` is applied; None gives ``""``).
@@ -380,10 +385,124 @@ def clean_text(text: str | bytes, secrets: Iterable[str | None] = (), limit: int
     return text
 
 
+#: The secrets this process holds (:func:`remember`): replaced by :func:`redact` wherever
+#: they occur, whatever surrounds them (issue 41: a server's 401 body echoed the bearer
+#: token of an ``extra_headers`` value without its ``Bearer`` word, and it was printed and
+#: stored). Values only, never written anywhere.
+_KNOWN: set[str] = set()
+_KNOWN_RE: list[re.Pattern[str] | None] = [None]
+#: Request headers that never carry a credential: their values are not remembered.
+PLAIN_HEADERS = frozenset({"accept", "accept-encoding", "accept-language", "accept-charset", "content-type",
+                           "content-encoding", "content-language", "user-agent", "cache-control", "connection",
+                           "pragma", "te", "dnt", "x-request-id", "x-correlation-id", "traceparent", "tracestate",
+                           "openai-beta", "anthropic-version", "x-stainless-lang"})
+
+
+def credential_like(value: str) -> bool:
+    """True for a string shaped like a credential: a known token shape (:func:`redact`
+    changes it), or one word of 8 or more characters mixing letters and digits (random
+    keys), not a plain word or a MIME type (``application/json``, ``infbench``)."""
+    v = value.strip()
+    if not v:
+        return False
+    if redact(v) != v:
+        return True
+    return (len(v) >= _SUBSTRING_SECRET and not any(c.isspace() for c in v)
+            and any(c.isdigit() for c in v) and any(c.isalpha() for c in v))
+
+
+def remember(*values: str | None) -> None:
+    """Add secrets this process holds to the redaction set (:func:`redact` replaces each
+    by :data:`REDACTED` wherever it occurs): an API key, a header's value, a URL's user
+    info. Each value is remembered with its parts a server may echo apart: the credential
+    after an ``Authorization`` scheme word (``Bearer X`` -> ``X``), a ``Basic``
+    credential's decoded ``user:password`` and password, percent-decoded forms. Values
+    shorter than 4 characters are not remembered (see :func:`scrub`)."""
+    added = False
+    for v in values:
+        if not isinstance(v, str):
+            continue
+        forms = {v, v.strip(), unquote(v)}
+        words = v.split()
+        if len(words) == 2:  # "Bearer X", "Basic X", "Token X"
+            forms.add(words[1])
+            pair = _basic_decoded(words[1]) if words[0].lower() == "basic" else None
+            if pair is not None:
+                forms.update({pair, pair.partition(":")[2]})
+        for f in forms:
+            if len(f) >= _MIN_SECRET and f != REDACTED and f not in _KNOWN:
+                _KNOWN.add(f)
+                added = True
+    if added:
+        _KNOWN_RE[0] = None
+
+
+def remember_options(options: dict[str, Any] | None) -> None:
+    """:func:`remember` every secret engine options hold: the values of ``extra_headers``
+    (except :data:`PLAIN_HEADERS`; a header not named as a credential only when its value
+    is :func:`credential_like`), the values of ``extra_body`` keys that name a secret and
+    its credential-like strings (at any depth), the user info and query values of
+    ``base_url`` (:func:`url_secrets`), and the key in the variable ``api_key_env`` names."""
+    if not isinstance(options, dict):
+        return
+    headers = options.get("extra_headers")
+    if isinstance(headers, dict):
+        for k, v in headers.items():
+            name = str(k).lower()
+            if name in PLAIN_HEADERS or not isinstance(v, str):
+                continue
+            if is_secret_key(name) or name in ("cookie", "proxy-authorization") or credential_like(v):
+                remember(v)
+
+    def body(obj: Any, secret: bool = False, depth: int = 0) -> None:
+        if depth > 64:
+            return
+        if isinstance(obj, str):
+            if secret or credential_like(obj):
+                remember(obj)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                body(v, secret or (isinstance(k, str) and is_secret_key(k)), depth + 1)
+        elif isinstance(obj, list):
+            for v in obj:
+                body(v, secret, depth + 1)
+
+    body(options.get("extra_body"))
+    url = options.get("base_url")
+    if isinstance(url, str):
+        remember(*url_secrets(url))
+    env = options.get("api_key_env")
+    if isinstance(env, str) and env:
+        remember(os.environ.get(env))
+
+
+def forget_all() -> None:
+    """Empty the redaction set of :func:`remember` (tests)."""
+    _KNOWN.clear()
+    _KNOWN_RE[0] = None
+
+
+def _known_pattern() -> re.Pattern[str] | None:
+    """One pattern for every remembered secret, longest first: a secret of
+    :data:`_SUBSTRING_SECRET` characters or more wherever it occurs, a shorter one as a
+    whole word."""
+    if not _KNOWN:
+        return None
+    if _KNOWN_RE[0] is None:
+        alts = [re.escape(s) if len(s) >= _SUBSTRING_SECRET else r"(?<![A-Za-z0-9])" + re.escape(s) +
+                r"(?![A-Za-z0-9])" for s in sorted(_KNOWN, key=len, reverse=True)]
+        _KNOWN_RE[0] = re.compile("|".join(alts))
+    return _KNOWN_RE[0]
+
+
 def redact(text: str) -> str:
     """The one redaction of a text infbench stores or prints, whatever its origin (a command
     line, provenance, a device property, an error, a note), with every credential replaced
     by :data:`REDACTED`:
+
+    * every secret this process holds (:func:`remember`: header values, credential-like
+      ``extra_body`` values, the API key, URL user info), by exact match wherever it
+      occurs;
 
     * a URL anywhere in the text (also the value of a ``KEY=VALUE`` item whose key names no
       secret, ``base_url=http://bob:pw@host/v1``): its user info, and the values of its
@@ -402,7 +521,12 @@ def redact(text: str) -> str:
 
     Text without any of these is returned unchanged.
     """
-    if not text or not _MAYBE.search(text):
+    if not text:
+        return text
+    known = _known_pattern()
+    if known is not None:
+        text = known.sub(REDACTED, text)
+    if not _MAYBE.search(text):
         return text
     decoded: list[str] = []
 

@@ -59,7 +59,13 @@ def exit_status(exc: BaseException) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
+#: ``time.monotonic()`` when a Python-level handler of infbench last ran (the main thread
+#: was running Python then): :func:`native_call_watchdog` reads it.
+_python_saw = [0.0]
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _python_saw[0] = time.monotonic()
     raise Terminated(signum)
 
 
@@ -85,8 +91,145 @@ _depth = 0
 _pending: list[int] = []
 _saved: dict[int, Any] = {}
 
+#: Seconds the main thread may stay inside one native call (llama.cpp's prefill in the
+#: measuring process, ``--no-engine-process``) after SIGTERM or a second Ctrl-C before
+#: :func:`native_call_watchdog` ends the process itself.
+HARD_EXIT_GRACE_S = 3.0
+_hard_exit_hooks: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def on_hard_exit(fn: Callable[[], None]) -> Iterator[None]:
+    """Run ``fn`` (from the watchdog's thread, before the process ends) should
+    :func:`native_call_watchdog` end the process while the block runs: a run marks itself
+    ``interrupted`` there. ``fn`` must not need the main thread (it is stuck)."""
+    _hard_exit_hooks.append(fn)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            _hard_exit_hooks.remove(fn)
+
+
+def _main_state(ident: int) -> tuple[int, int] | None:
+    """Where the main thread is in Python: its top frame and instruction, or None."""
+    import sys
+
+    frame = sys._current_frames().get(ident)
+    return None if frame is None else (id(frame), frame.f_lasti)
+
+
+def _hard_exit(code: int, why: str) -> None:
+    import sys
+
+    for fn in list(_hard_exit_hooks):
+        with contextlib.suppress(Exception):
+            fn()
+    with contextlib.suppress(Exception):
+        assert sys.__stderr__ is not None
+        sys.__stderr__.write(f"infbench: {why}; finished cells are stored, the cell being measured is lost; "
+                             f"exiting now (status {code})\n")
+        sys.__stderr__.flush()
+    os._exit(code)
+
+
+def _watch(fd: int, stop: threading.Event, grace_s: float, main_ident: int) -> None:
+    """The watchdog's loop (see :func:`native_call_watchdog`)."""
+    import select
+
+    ints, code, why = 0, 0, ""
+    state, since, armed = None, 0.0, 0.0
+    while not stop.is_set():
+        try:
+            ready = select.select([fd], [], [], 0.05)[0]
+            data = os.read(fd, 512) if ready else b""
+        except OSError:
+            return
+        now = time.monotonic()
+        for b in data:
+            if b == signal.SIGTERM and not code:
+                code, why, armed = EXIT_TERMINATED, "SIGTERM arrived", now
+            elif b == signal.SIGINT:
+                ints += 1
+                if ints >= 2 and not code:
+                    code, why, armed = EXIT_INTERRUPTED, "Ctrl-C came twice", now
+        if not code:
+            continue
+        if _python_saw[0] >= armed - 0.2:  # its handler ran: the main thread is not stuck, the run ends its way
+            code, ints = 0, 0
+            continue
+        st = _main_state(main_ident)
+        if st != state or _depth:  # the main thread runs Python (or is storing a cell): not stuck
+            state, since = st, now
+        elif now - since >= grace_s and now - armed >= grace_s:
+            _hard_exit(code, f"{why} while the engine was inside a native call that did not return within "
+                             f"{grace_s:g} s")
+
+
+@contextlib.contextmanager
+def native_call_watchdog(enabled: bool = True, grace_s: float = HARD_EXIT_GRACE_S) -> Iterator[None]:
+    """Bound how long SIGTERM and a second Ctrl-C wait for a native call (issue 41).
+
+    An engine run in the measuring process (``--no-engine-process``) spends seconds to
+    minutes inside one C call (a llama.cpp prefill); Python runs a signal's handler only
+    when that call returns, so SIGTERM took 48.5 s and Ctrl-C twice 26.3 s. While this is
+    active (main thread only), the C-level signal handler also writes each signal's number
+    to a pipe (:func:`signal.set_wakeup_fd`) that a daemon thread reads. After SIGTERM, or
+    a second SIGINT, it waits for a Python-level handler of infbench to run (SIGTERM's,
+    SIGINT's, :func:`deferred`'s, :func:`run_event_loop`'s): if none has run and the main
+    thread's Python frame has not moved for ``grace_s`` seconds, and no cell is being stored
+    (:func:`deferred`), the main thread is stuck in native code, and the process ends
+    itself: the :func:`on_hard_exit` hooks run (the run is marked ``interrupted``), a line
+    says why on stderr, and ``os._exit`` gives
+    143 (SIGTERM) or 130 (Ctrl-C). A main thread that handles the signal in time is never
+    cut short. Finished cells are already stored (each in its own transaction); SQLite
+    keeps the store consistent however a process ends.
+
+    ``enabled=False`` (an engine in its own process, whose waits Python interrupts) or
+    another thread than the main one: a no-op.
+    """
+    if not enabled or not _main_thread():
+        yield
+        return
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(r)
+        os.close(w)
+        yield
+        return
+    prev_int = signal.getsignal(signal.SIGINT)
+
+    def on_int(signum: int, frame: Any) -> None:  # Ctrl-C as before, noted as handled in Python
+        _python_saw[0] = time.monotonic()
+        if callable(prev_int):
+            prev_int(signum, frame)
+        else:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_int)
+    stop = threading.Event()
+    t = threading.Thread(target=_watch, args=(r, stop, grace_s, threading.main_thread().ident),
+                         name="infbench-signal-watchdog", daemon=True)
+    t.start()
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(old)
+        if signal.getsignal(signal.SIGINT) is on_int:
+            signal.signal(signal.SIGINT, prev_int)
+        stop.set()
+        t.join(1.0)
+        for fd in (r, w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
 
 def _hold(signum: int, frame: Any) -> None:
+    _python_saw[0] = time.monotonic()
     _pending.append(signum)
 
 
@@ -155,6 +298,7 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
         task = asyncio.current_task()
 
         def on_term(signum: int, frame: Any) -> None:
+            _python_saw[0] = time.monotonic()
             caught.append(signum)
             if task is not None:
                 loop.call_soon_threadsafe(task.cancel)

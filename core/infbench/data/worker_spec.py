@@ -35,6 +35,8 @@ class WorkerSpec(BaseModel):
         config: the run's configuration as planned (its measuring knobs:
             :meth:`infbench.data.run.RunOptions.of`), URL credentials redacted.
         scenario: what to measure (default: every cell, a sweep).
+        workload_hash: :meth:`spec_hash` as the host wrote it; :func:`read_spec` refuses a
+            spec whose cells no longer hash to it (edited after it was written).
     """
 
     schema_version: int
@@ -43,6 +45,7 @@ class WorkerSpec(BaseModel):
     cells: list[Cell] = Field(min_length=1)
     config: RunConfig = Field(default_factory=RunConfig)
     scenario: ScenarioSpec = Field(default_factory=SweepScenario)
+    workload_hash: str | None = None
 
     def spec_hash(self) -> str:
         """Hash of the workload: the cells' spec hashes in order (device and options excluded)."""
@@ -69,8 +72,9 @@ def make_spec(plan: Any, opts: Any = None) -> WorkerSpec:
     args = {k: redact_url(v) if k in URL_ENGINE_OPTIONS and isinstance(v, str) else v
             for k, v in (eng.args or {}).items()}
     config = config.model_copy(update={"engine": eng.model_copy(update={**urls, "args": args or None})})
-    return WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
+    spec = WorkerSpec(schema_version=SCHEMA_VERSION, infbench_version=__version__, device=plan.device,
                       cells=plan.cells, config=config, scenario=plan.scenario)
+    return spec.model_copy(update={"workload_hash": spec.spec_hash()})
 
 
 def redacted_doc(spec: WorkerSpec) -> dict[str, Any]:
@@ -79,6 +83,37 @@ def redacted_doc(spec: WorkerSpec) -> dict[str, Any]:
     doc = spec.model_dump(mode="json")
     doc.update(device=redact_tree(doc["device"]), config=redact_tree(doc["config"]))
     return doc
+
+
+#: Fields of a cell and of its load held to the sweep's bounds (:data:`~infbench.data.schema.SWEEP_LIMITS`).
+_CELL_BOUNDS = {"batch": "batch", "input_len": "input_len", "output_len": "output_len",
+                "tensor_parallel_size": "tensor_parallel_size", "warmup": "warmup"}
+_LOAD_BOUNDS = {"concurrency": "concurrency", "request_rate": "request_rate", "num_requests": "num_requests",
+                "duration_s": "duration_s", "warmup_requests": "warmup_requests", "timeout_s": "request_timeout_s"}
+
+
+def spec_problems(spec: WorkerSpec) -> list[str]:
+    """What keeps a worker spec from running as planned (issue 41: a spec edited to
+    ``output_len 10000000`` ran until killed): its cells do not hash to its
+    ``workload_hash`` (or it has none), or a cell's size is beyond the bounds planning
+    applies (:data:`~infbench.data.schema.SWEEP_LIMITS`). The model's context is checked
+    where the model is resolved (:func:`infbench.plan.check_context`, by the worker)."""
+    from infbench.data.schema import SWEEP_LIMITS
+
+    out = []
+    if spec.workload_hash is None:
+        out.append("it carries no workload_hash (written by hand, or by an older infbench)")
+    elif spec.workload_hash != spec.spec_hash():
+        out.append(f"its cells hash to {spec.spec_hash()}, not to the workload_hash {spec.workload_hash[:40]!r} it "
+                   "was written with: it was edited after it was written")
+    for i, c in enumerate(spec.cells, 1):
+        checks = [(f, getattr(c, f), SWEEP_LIMITS[k]) for f, k in _CELL_BOUNDS.items()]
+        if c.load is not None:
+            checks += [(f"load.{f}", getattr(c.load, f), SWEEP_LIMITS[k]) for f, k in _LOAD_BOUNDS.items()]
+        for name, v, limit in checks:
+            if v is not None and v > limit:
+                out.append(f"cell {i} ({c.label()[:60]}): {name} {v:,} is above the bound of {limit:,}")
+    return out
 
 
 def write_spec(plan: Any, path: Path, opts: Any = None) -> WorkerSpec:
@@ -100,7 +135,8 @@ def read_spec(path: Path) -> WorkerSpec:
 
     Raises:
         VersionSkew: the spec's schema version is not this infbench's.
-        ConfigError: unreadable or invalid file.
+        ConfigError: unreadable or invalid file, or a spec its cells no longer match or
+            beyond the plan's bounds (:func:`spec_problems`).
     """
     from infbench.data.inputs import read_text, strict_json
 
@@ -115,6 +151,13 @@ def read_spec(path: Path) -> WorkerSpec:
     if raw.get("schema_version") != SCHEMA_VERSION:
         raise skew(f"worker spec {path}", raw.get("schema_version"), raw.get("infbench_version", "?"))
     try:
-        return WorkerSpec(**raw)
+        spec = WorkerSpec(**raw)
     except ValidationError as exc:
         raise ConfigError(f"invalid worker spec {path}: {str(exc)[:600]}") from None
+    problems = spec_problems(spec)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ConfigError(f"worker spec {path} is refused before anything runs: {'; '.join(problems[:3])}{more}",
+                          hint="write the spec again with `infbench run ... --write-spec FILE` (change the sweep, "
+                               "not the spec)")
+    return spec

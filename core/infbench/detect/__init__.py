@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infbench.contract.guard import PluginHookError
 from infbench.contract.manager import PluginManager
-from infbench.data.schema import DeviceInfo
+from infbench.data.schema import DeviceInfo, impossible_device
 
 PCI_ROOT = "/sys/bus/pci/devices"
 
@@ -160,9 +161,24 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
     det = Detection(pci=scan_pci(pci_root))
     for plugin, result, exc in pm.call_each("infbench_detect"):
         if exc is not None:
-            det.errors.append((plugin, f"{type(exc).__name__}: {exc}"))
+            det.errors.append((plugin, exc.message if isinstance(exc, PluginHookError) else
+                               f"{type(exc).__name__}: {exc}"))
             continue
-        for dev in result or []:
+        if result is None:
+            continue
+        if not isinstance(result, (list, tuple)):
+            det.errors.append((plugin, f"infbench_detect returned {type(result).__name__}, not a list of DeviceInfo; "
+                                       "its devices are left out"))
+            continue
+        for dev in result:
+            if not isinstance(dev, DeviceInfo):
+                det.errors.append((plugin, f"infbench_detect returned a {type(dev).__name__} where a DeviceInfo "
+                                           "belongs; that entry is left out (`infbench plugins check` says more)"))
+                continue
+            why = impossible_device(dev)
+            if why is not None:
+                det.errors.append((plugin, f"infbench_detect reported an impossible device group, left out: {why}"))
+                continue
             det.devices.append(dev.model_copy(update={"plugin": dev.plugin or plugin}))
     det.config_errors = _site_problems(pm)
     reported = {d.vendor for d in det.devices}

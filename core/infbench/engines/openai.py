@@ -43,11 +43,11 @@ from infbench.data.engine_options import OpenAIOptions
 from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.data.prompts import synthetic_prompts
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
-from infbench.data.secrets import clean_text, redact_url, url_secrets
+from infbench.data.secrets import clean_text, redact_url, remember_options, url_secrets
 from infbench.data.signals import run_event_loop
 from infbench.data.warmup import block_cell
 from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport
-from infbench.measure.client import HttpClient, Response, endpoint_url
+from infbench.measure.client import HttpClient, Response, endpoint_url, stream_event_limit
 from infbench.measure.derive import failure_causes
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
 from infbench.workloads.synthetic import synthetic_text
@@ -301,6 +301,10 @@ def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None,
                 n_reasoning, r_source = rt, "usage"
     if n_reasoning is None and p.reasoning_times_ns:
         n_reasoning, r_source = min(len(p.reasoning_times_ns), n_out), "chunks"
+    extra = None
+    if streamed and max_tokens is not None and error is None and n_out > max_tokens:
+        # more than asked (a server ignoring max_tokens): the extra tokens are not this request's work
+        extra, n_out, times = n_out - max_tokens, max_tokens, times[:max_tokens]
     if not streamed:
         times = times[:1]
         if not p.usage:
@@ -320,7 +324,7 @@ def to_record(p: ParsedStream, t_send: int, t_sched: int, n_in_sent: int | None,
                          n_out_source=source, error=error, server=server or None, streamed=streamed,
                          t_first_reasoning_ns=p.reasoning_times_ns[0] if p.reasoning_times_ns and streamed else None,
                          t_first_answer_ns=p.answer_times_ns[0] if p.answer_times_ns and streamed else None,
-                         n_reasoning=n_reasoning, n_reasoning_source=r_source)
+                         n_reasoning=n_reasoning, n_reasoning_source=r_source, n_out_extra=extra)
 
 
 def event_loop_runner() -> tuple[Any, str]:
@@ -435,6 +439,7 @@ class OpenAIEngine(Engine):
             if not self._key:
                 raise ConfigError(f"environment variable {env} (named by --api-key-env) is not set",
                                   hint=f"export {env}=...")
+        remember_options(self.options.model_dump())  # every secret the client holds is redacted wherever it comes back
         self.endpoint = self.options.endpoint
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r}", hint="use completions or chat")
@@ -681,6 +686,14 @@ class OpenAIEngine(Engine):
                   stats: LoadStats) -> list[str]:
         warnings = []
         ok = [r for r in records if r.error is None]
+        extra = [r.n_out_extra for r in ok if r.n_out_extra]
+        if extra:
+            warnings.append(f"{len(extra)} request(s) got more tokens than their max_tokens (up to {max(extra)} "
+                            "extra); the extra tokens are not counted and the cell is flagged suspect")
+        estimated = sum(r.n_in_source == "estimate" for r in ok)
+        if estimated:
+            warnings.append(f"the server sent no usage: the prompt tokens of {estimated} request(s) are estimated "
+                            "from the prompt's length (n_in_source=estimate)")
         if self._wrong_length:
             want = str(cell.output_len) if cell.dataset is None and cell.trace is None else "the forced length"
             warnings.append(f"{self._wrong_length} request(s) returned an output length other than {want} "
@@ -719,9 +732,9 @@ class OpenAIEngine(Engine):
         target = client.target("chat/completions" if chat else "completions")
         timeout = request_timeout_s(load)
         sessions = bool(prompts) and isinstance(prompts[0], ChatSession)
-        prepared: dict[int, tuple[bytes, int, int | None]] = {}
+        prepared: dict[int, tuple[bytes, int, int | None, int | None]] = {}
 
-        def build(i: int) -> tuple[bytes, int, int | None]:
+        def build(i: int) -> tuple[bytes, int, int | None, int | None]:
             p = prompts[i % len(prompts)]
             if hasattr(p, "materialize"):
                 p = p.materialize()
@@ -738,21 +751,27 @@ class OpenAIEngine(Engine):
 
                 n_in = tokenizer_text(str(self.options.tokenizer)).count(body["prompt"])
             data = json.dumps(body).encode()
-            return client.request_bytes("POST", target, data), body["max_tokens"], n_in
+            return client.request_bytes("POST", target, data), body["max_tokens"], n_in, \
+                None if n_in is not None else prompt_length_estimate(body)
 
         def prepare(i: int) -> None:
             if i not in prepared:
                 prepared[i] = build(i)
 
+        def bound(max_tokens: int) -> int | None:
+            return stream_event_limit(max_tokens) if stream else None
+
         def finish(raw: _Raw, keep_text: bool = False) -> tuple[RequestRecord, str | None]:
             rec, text = self._record(raw.resp, raw.t_sched, raw.n_in, raw.max_tokens, chat, stream, keep_text)
+            if rec.error is None and not rec.n_in and raw.n_in_est:  # no usage: the prompt's known length
+                rec = rec.model_copy(update={"n_in": raw.n_in_est, "n_in_source": "estimate"})
             if rec.error is None and rec.n_out != raw.max_tokens:
                 self._wrong_length += 1
             return rec, text
 
         async def one(req: bytes, max_tokens: int, n_in: int | None, t_sched: int,
                       keep_text: bool = False) -> tuple[RequestRecord, str | None]:
-            return finish(_Raw(await client.send(req), t_sched, n_in, max_tokens), keep_text)
+            return finish(_Raw(await client.send(req, bound(max_tokens)), t_sched, n_in, max_tokens), keep_text)
 
         buffered = [0]
 
@@ -760,8 +779,8 @@ class OpenAIEngine(Engine):
             # The response is parsed after the cell (no parsing while others stream: a burst
             # of requests finishing together would stall the loop), unless the raw responses
             # kept so far exceed RAW_BUDGET_BYTES.
-            req, max_tokens, n_in = prepared.pop(i) if i in prepared else build(i)
-            raw = _Raw(await client.send(req), t_sched, n_in, max_tokens)
+            req, max_tokens, n_in, n_est = prepared.pop(i) if i in prepared else build(i)
+            raw = _Raw(await client.send(req, bound(max_tokens)), t_sched, n_in, max_tokens, n_est)
             buffered[0] += sum(len(d) for _, d in raw.resp.reads)
             return raw if buffered[0] <= RAW_BUDGET_BYTES else finish(raw)[0]
 
@@ -836,8 +855,9 @@ class OpenAIEngine(Engine):
                                 error=f"could not read the response: {type(exc).__name__}: {exc}")
             text = None
         if not stream and rec.error is None and rec.n_out_source == "client_tokenizer":
-            rec = rec.model_copy(update={"n_out": self._count_text(text if text is not None else
-                                                                   _answer_text(resp.body(), chat))})
+            n = self._count_text(text if text is not None else _answer_text(resp.body(), chat))
+            over = n - max_tokens if n > max_tokens else None  # beyond max_tokens: not this request's work
+            rec = rec.model_copy(update={"n_out": min(n, max_tokens), "n_out_extra": over})
         if n_in is not None:
             rec = rec.model_copy(update={"n_in_client": n_in, "n_in": rec.n_in or n_in})
         if resp.retried:
@@ -866,6 +886,7 @@ class _Raw:
     t_sched: int
     n_in: int | None
     max_tokens: int
+    n_in_est: int | None = None
 
     @property
     def error(self) -> str | None:
@@ -882,6 +903,24 @@ class _Messages:
     @property
     def content(self) -> list[dict[str, str]]:
         return list(self.messages)
+
+
+def prompt_length_estimate(body: dict[str, Any]) -> int | None:
+    """The prompt's length in tokens as the client knows it without a tokenizer: the words
+    of a text prompt (a synthetic prompt is built of words that are one token each), or of
+    a chat's messages; None when there is no text. Stored with ``n_in_source="estimate"``
+    when the server's response carries no ``usage`` (issue 41: ``n_in_total`` was 0 and the
+    total tok/s understated)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return len(prompt.split()) or None
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        return len(prompt)
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        n = sum(len(str(m.get("content", "")).split()) for m in msgs if isinstance(m, dict))
+        return n or None
+    return None
 
 
 def _answer_text(body: bytes, chat: bool) -> str:

@@ -79,6 +79,13 @@ POLL_S = 0.25
 _WARM: tuple[subprocess.Popen[bytes], Connection, str, dict[str, str]] | None = None
 
 
+#: How the engine process starts: Ctrl-C ignored before anything is imported (the terminal
+#: sends it to the whole process group; a KeyboardInterrupt in an import printed a traceback,
+#: issue 41), then ``infbench.engines.process`` run as ``__main__``.
+_BOOT = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); import runpy; "
+         "runpy.run_module('infbench.engines.process', run_name='__main__', alter_sys=True)")
+
+
 def _popen(python: str) -> tuple[subprocess.Popen[bytes], Connection]:
     """Start ``python -m infbench.engines.process`` on a new socket pair.
 
@@ -87,7 +94,7 @@ def _popen(python: str) -> tuple[subprocess.Popen[bytes], Connection]:
     """
     parent, child = socket.socketpair()
     try:
-        proc = subprocess.Popen([python, "-m", "infbench.engines.process", str(child.fileno()), str(os.getpid())],
+        proc = subprocess.Popen([python, "-c", _BOOT, str(child.fileno()), str(os.getpid())],
                                 pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, stdout=2, close_fds=True)
     except OSError:
         parent.close()
@@ -515,11 +522,17 @@ def main(argv: list[str]) -> None:
     """Entry point of ``python -m infbench.engines.process FD PARENT_PID``.
 
     Ctrl-C is ignored here (the terminal sends it to the whole process group; infbench
-    decides what happens to the engine), SIGTERM keeps its default action (end now)."""
+    decides what happens to the engine), SIGTERM keeps its default action (end now). A
+    connection closed by the measuring process while this one starts (it was stopped)
+    ends it quietly, without a traceback."""
     fd, parent = int(argv[0]), int(argv[1])
-    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _serve(Connection(fd))
+    _die_with_parent(parent)
+    try:
+        _serve(Connection(fd))
+    except (EOFError, ConnectionError, KeyboardInterrupt):
+        # the measuring process closed the connection (it was stopped while this one started): end quietly
+        raise SystemExit(0) from None
 
 
 if __name__ == "__main__":

@@ -162,7 +162,24 @@ def started_run(store: Store, provenance: dict[str, Any], command: str) -> Itera
         with signals.deferred():
             summary = RunSummary(store.begin_run(provenance, command=command))
             stack.enter_context(finishing(store, summary))
+            stack.enter_context(signals.on_hard_exit(lambda: mark_interrupted(store.path, summary.run_id)))
         yield summary
+
+
+def mark_interrupted(path: Path, run_id: str) -> None:
+    """Mark ``run_id`` ``interrupted`` and drop its claims through a connection of its own
+    (the watchdog's thread, :func:`infbench.data.signals.native_call_watchdog`, while the
+    main thread is stuck in a native call); a store that cannot take it within 2 s is left
+    for the next run's recovery, which does the same."""
+    db = sqlite3.connect(path, timeout=2.0)
+    try:
+        with db:
+            last = db.execute("SELECT MAX(finished_at) FROM cells WHERE run_id=?", (run_id,)).fetchone()[0]
+            db.execute("UPDATE runs SET status='interrupted', finished_at=? WHERE run_id=? AND status='running'",
+                       (last or time.time(), run_id))
+            db.execute("DELETE FROM claims WHERE run_id=?", (run_id,))
+    finally:
+        db.close()
 
 
 def take_cell(store: Store, run_id: str, cell: Cell, device: DeviceInfo, summary: RunSummary, observer: Observer,

@@ -173,6 +173,41 @@ class RunPlan:
         return perplexity_after_run_plan(self.plan, sc.text_path, sc.n_ctx, sc.max_chunks, self.pm)
 
 
+def _progress_line(text: str) -> None:
+    """A planning progress line on stderr (a large sweep says how far it got)."""
+    import sys
+
+    print(f"infbench: {text}", file=sys.stderr, flush=True)
+
+
+#: The engine part's fields set by a flag that is also an engine option, by flag
+#: (:data:`infbench.data.engine_options.FLAG_OPTIONS`).
+_FLAG_FIELDS = {"--threads": "threads", "--endpoint": "endpoint", "--base-url": "base_url",
+                "--api-key-env": "api_key_env", "--served-model-name": "served_model_name",
+                "--prompt-format": "prompt_format"}
+
+
+def agree_flags(config: RunConfig, args: dict[str, Any] | None) -> RunConfig:
+    """``config`` checked against the engine arguments ``args``
+    (:func:`~infbench.data.engine_options.agreed_flags`, issue 41): a flag and an engine argument
+    that set one option differently are refused; ``base_url``/``api_key_env`` given only as
+    engine arguments become the engine part's, so the device and the run's records name the
+    endpoint the traffic goes to.
+
+    Raises:
+        ConfigError: a flag and its engine argument disagree.
+    """
+    from infbench.data.engine_options import agreed_flags
+
+    eng = config.engine
+    flags = {f: getattr(eng, k) for f, k in _FLAG_FIELDS.items()}
+    flags["--tokenizer"] = config.load.tokenizer
+    got = agreed_flags(flags, args)
+    update = {k: str(got[f]) for f, k in (("--base-url", "base_url"), ("--api-key-env", "api_key_env"))
+              if got[f] is not None and getattr(eng, k) is None}
+    return config.model_copy(update={"engine": eng.model_copy(update=update)}) if update else config
+
+
 def fleet_plans(sweep: Sweep, registry: Registry, device: str | None, ray_address: str | None
                 ) -> tuple[Any, list[Plan]]:
     """``--executor ray``: detect the fleet, select its device types (``--device``) and plan
@@ -338,6 +373,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
 
     notes: list[str] = []
     config = with_sweep_file(config)
+    config = agree_flags(config, config.engine.args)  # --base-url vs base_url=...: one value, recorded
     sc, s, eng = config.scenario, config.sweep, config.engine
     if isinstance(sc, FindMaxScenario):
         check_workload(config.load.trace is not None, config.load.stream is False)
@@ -356,6 +392,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
 
         read_text(sc.text_path)
     sweep = build_grid(config, default)
+    agree_flags(config, sweep.engine_args)  # the sweep file's engine arguments agree with the flags too
     specs = registry.engines
     fleet = None
     load_nodes = spread_nodes(config, name, sweep, specs, notes)
@@ -367,7 +404,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         endpoint: dict[str, Any] = {"base_url": None, "api_key_env": None}
     else:
         dev, endpoint = choose_device(det, sweep.engines, registry.pm, s.device, eng.base_url, eng.api_key_env)
-        plans = [make_plan(sweep, dev, registry.pm, installed_here=name != "container")]
+        plans = [make_plan(sweep, dev, registry.pm, installed_here=name != "container", progress=_progress_line)]
     if isinstance(sc, FindMaxScenario):
         if len(plans) > 1:
             raise ConfigError(f"--find-max searches one device type; the sweep is planned for {len(plans)}",
@@ -375,7 +412,7 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         slo = SloTarget(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s, goodput=sc.goodput)
         plans = [find_max_plan(plans[0], sc.mode, slo, sc.limit, sc.max_probes)]
     elif sc.kind == "adaptive":
-        plans = [adaptive_plan(p, sc.budget) for p in plans]
+        plans = [adaptive_plan(p, sc.budget, registry.pm) for p in plans]  # no limits: refused before the run
     refuse_ignored(config, name, plans, specs)
     checked = check_engine_args(specs, sweep.engines, sweep.engine_args)  # plan() refused bad ones
     resolved = resolve(config, sweep, checked.values, endpoint, load_nodes, ray_address)

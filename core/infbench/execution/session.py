@@ -277,6 +277,14 @@ class EngineSession:
         opts = options or self.ctx.options
         if not self.ctx.claim(cell, True if again else opts.force):
             return None
+        if isinstance(self.engine, EngineProcess) and self.engine.proc is None and self.engine.dead:
+            dead = self.engine.dead
+            try:  # the engine's process was killed (a cell past its time limit): this cell gets a new one
+                self._revive()
+            except GroupStartFailed as exc:
+                self.ctx.observer(CellStarted(cell, self.ctx.node, again))
+                return self.ctx.fail(cell, f"the engine's process {dead} after an earlier cell, and a new one did "
+                                           f"not start: {exc}")
         self.ctx.observer(CellStarted(cell, self.ctx.node, again))
         r = None
         run = self.ctx.spread.runner(self.engine, cell) if self.ctx.spread is not None else None
@@ -419,6 +427,18 @@ class EngineSession:
         self.ctx.record(flagged, (name, text))
         if i is not None:
             self.results[i] = flagged
+    def _revive(self) -> None:
+        """Replace an engine whose own process was killed (:class:`~infbench.engines.process.EngineProcess`
+        after a cell ran past ``--cell-timeout``, issue 41: the next cell was stored failed
+        without running) by a new one of the same group, announced as loading again.
+
+        Raises:
+            GroupStartFailed: the new engine did not start.
+        """
+        with contextlib.suppress(Exception):
+            self.engine.stop()
+        fresh = EngineSession.start(self.ctx, self.group)
+        self.engine, self.load_s = fresh.engine, fresh.load_s
 
     def score(self, req: Any) -> PerplexityResult:
         """Measure and store the perplexity of a :class:`~infbench.quality.perplexity.PerplexityRequest`

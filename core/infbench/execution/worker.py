@@ -42,6 +42,7 @@ from pydantic import ValidationError
 
 from infbench.data.errors import ConfigError, VersionSkew
 from infbench.data.inputs import read_bytes, read_text, strict_json
+from infbench.data.outputs import check_own_folder, mark_folder
 from infbench.data.schema import CellResult
 from infbench.data.scores import PerplexityResult
 from infbench.data.version import SCHEMA_VERSION, __version__
@@ -88,6 +89,7 @@ def event_line(event: Any) -> str | None:
         ScoreFinished,
         ScoreStarted,
     )
+    from infbench.data.secrets import redact
 
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
@@ -107,7 +109,7 @@ def event_line(event: Any) -> str | None:
         line = f"scored {q.key()} {q.status}" + (f" {' '.join(str(q.error).split())}" if q.error else "")
     else:
         return None
-    return f"infbench-worker: {line}"
+    return f"infbench-worker: {redact(line)}"
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -126,6 +128,8 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
 
     Raises:
         VersionSkew, ConfigError: bad spec, or no detected device matches the spec's.
+        OutputRefused: ``out_dir`` exists, is not empty and was not made by infbench
+            (:func:`~infbench.data.outputs.check_own_folder`); nothing in it is touched.
     """
     from infbench.contract.manager import get_plugin_manager
     from infbench.data.events import CellFinished, CellFlagged, ScoreFinished
@@ -135,6 +139,7 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     from infbench.detect import detect
     from infbench.execution.bookkeeping import provenance
     from infbench.execution.executors.inprocess import InProcessExecutor
+    from infbench.plan import check_context
     from infbench.store import Store
 
     spec = read_spec(spec_path)
@@ -152,8 +157,11 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     for c in spec.cells:
         g = groups.setdefault(c.group_key(), Group(resolve(c.model), c.engine, c.dtype, c.tensor_parallel_size))
         g.cells.append(c)
+    for g in groups.values():  # the plan's bounds, checked again where the spec runs (not only where it was written)
+        check_context(g)
     plan = Plan(device=device, groups=list(groups.values()), scenario=spec.scenario)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_own_folder(out_dir, "--out", "a worker's results")  # never a folder infbench did not make
+    mark_folder(out_dir, "infbench worker")
     cells_path, quality_path = out_dir / CELLS_FILE, out_dir / QUALITY_FILE
     cells_path.write_text("")
     quality_path.write_text("")
@@ -383,13 +391,37 @@ def read_quality_output(out_dir: Path) -> list[PerplexityResult]:
     return out
 
 
+def recheck_cells(cells: list[CellResult]) -> int:
+    """Check each ok cell against physics as ``run`` checks its own
+    (:func:`infbench.analysis.floor.recheck`: floors from this host's description of the
+    device, utilisation <= 1, token counts, the device-free floors) and mark the ones that
+    fail ``suspect`` (issue 41: a forged cell with 8 tokens within 8 ns was stored ok).
+
+    Returns:
+        How many cells were marked.
+    """
+    from infbench.analysis.floor import mark_rechecked, recheck
+    from infbench.contract.manager import get_plugin_manager
+
+    pm = get_plugin_manager()
+    n = 0
+    for c in cells:
+        reasons = recheck(c, pm)
+        if reasons:
+            mark_rechecked(c, reasons)
+            n += 1
+    return n
+
+
 def ingest(out_dir: Path, store: Store, command: str = "", extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read a worker's ``out_dir`` into ``store`` as one run, in one transaction.
 
     Everything is checked first (:func:`read_worker_output`: provenance, every cell's
     hashes and raw records, metrics re-derived from the records); one bad cell refuses
-    the whole folder and nothing is stored. A truncated last line of ``cells.jsonl`` (a
-    worker killed while writing) is skipped and counted; everything complete is stored.
+    the whole folder and nothing is stored. Each ok cell is then checked against physics
+    (:func:`recheck_cells`); one that fails is stored ``suspect`` with the reasons. A
+    truncated last line of ``cells.jsonl`` (a worker killed while writing) is skipped and
+    counted; everything complete is stored.
 
     Args:
         out_dir: the worker's output folder.
@@ -409,6 +441,7 @@ def ingest(out_dir: Path, store: Store, command: str = "", extra: dict[str, Any]
 
     prov, cells, skipped = read_worker_output(Path(out_dir))
     quality = read_quality_output(Path(out_dir))
+    recheck_cells(cells)
     worker_prov = {**(prov.get("provenance") or {}), "spec_hash": prov.get("spec_hash"),
                    "worker_status": prov.get("status"), **(extra or {})}
     if isinstance(prov.get("scenario"), dict):

@@ -79,8 +79,9 @@ class _Conn(asyncio.Protocol):
         self.used = 0
 
     # -- per request -----------------------------------------------------------------
-    def start(self, reads: list[tuple[int, bytes]], waiter: asyncio.Future) -> None:
+    def start(self, reads: list[tuple[int, bytes]], waiter: asyncio.Future, max_events: int | None = None) -> None:
         self.reads, self.waiter = reads, waiter
+        self.max_events, self.events, self.body_bytes = max_events, 0, 0
         self.head = b""
         self.in_head = True
         self.status: int | None = None
@@ -92,6 +93,23 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = False
         self.got_bytes = False
         self.used += 1
+
+    def _add(self, t: int, data: bytes) -> None:
+        """Keep one body read; a stream past its bound (:meth:`HttpClient.send`'s
+        ``max_events``) is cut here: the connection is closed and the response ends with
+        an error saying so."""
+        if self.waiter is None:
+            return
+        self.reads.append((t, data))
+        if self.max_events is None:
+            return
+        self.events += data.count(b"data:")
+        self.body_bytes += len(data)
+        if self.events > self.max_events or self.body_bytes > self.max_events * STREAM_EVENT_BYTES:
+            self.keep_alive = False
+            self._finish(f"cut: the server streamed more than {self.max_events} events "
+                         f"({self.body_bytes:,} bytes) for this request's max_tokens; the response was not read "
+                         "further")
 
     def _finish(self, error: str | None) -> None:
         w, self.waiter = self.waiter, None
@@ -128,7 +146,7 @@ class _Conn(asyncio.Protocol):
         elif self.framing == "length":
             self._length(t, data)
         else:
-            self.reads.append((t, data))
+            self._add(t, data)
 
     def eof_received(self) -> bool:
         return False                         # close the transport; connection_lost follows
@@ -201,16 +219,16 @@ class _Conn(asyncio.Protocol):
         elif self.framing == "length":
             self._length(t, data)
         else:
-            self.reads.append((t, data))
+            self._add(t, data)
 
     def _length(self, t: int, data: bytes) -> None:
         n = len(data)
         if n >= self.remaining:
-            self.reads.append((t, data[:self.remaining] if n > self.remaining else data))
+            self._add(t, data[:self.remaining] if n > self.remaining else data)
             self.remaining = 0
             self._finish(None)
         else:
-            self.reads.append((t, data))
+            self._add(t, data)
             self.remaining -= n
 
     def _chunked(self, t: int, data: bytes) -> None:
@@ -220,7 +238,7 @@ class _Conn(asyncio.Protocol):
                 take = min(self.remaining, n - i)
                 body = take - max(0, 2 - (self.remaining - take))   # the chunk's trailing CRLF is not body
                 if body > 0:
-                    self.reads.append((t, data[i:i + body] if (i or i + body < n) else data))
+                    self._add(t, data[i:i + body] if (i or i + body < n) else data)
                 self.remaining -= take
                 i += take
                 continue
@@ -246,6 +264,18 @@ class _Conn(asyncio.Protocol):
                 self.trailer = True
             else:
                 self.remaining = size + 2
+
+
+#: Bytes of one SSE event a streamed response may average before it is cut (an event
+#: with logprobs of 20 alternatives is about 4 KB).
+STREAM_EVENT_BYTES = 16 * 1024
+
+
+def stream_event_limit(max_tokens: int) -> int:
+    """How many SSE events a streamed response to a request of ``max_tokens`` may carry
+    before it is cut: twice ``max_tokens`` plus 32 (events without a token: the role, the
+    usage, ``[DONE]``, keep-alives), a margin no server that honours ``max_tokens`` reaches."""
+    return 2 * max(1, int(max_tokens)) + 32
 
 
 class HttpClient:
@@ -312,7 +342,7 @@ class HttpClient:
             self._all.discard(c)
         return None
 
-    async def send(self, request: bytes) -> Response:
+    async def send(self, request: bytes, max_events: int | None = None) -> Response:
         """Send a serialised request (:meth:`request_bytes`) and wait for the whole response.
 
         Never raises for a transport failure (it is the response's ``error``); a
@@ -321,6 +351,13 @@ class HttpClient:
         once more on a new connection (``t_send_ns`` taken again; ``retried`` says why): a
         server that closes a connection it had kept alive (cpp-httplib, llama.cpp's server,
         after a fixed number of requests) never ran the request.
+
+        ``max_events`` bounds a streamed (SSE) response: once more ``data:`` events than
+        that (or more than :data:`STREAM_EVENT_BYTES` bytes per allowed event) have come,
+        the connection is closed and the response ends with an error that says it was cut
+        (issue 41: a server streaming forever for an 8-token request kept the client reading
+        until the 600 s request timeout). :func:`stream_event_limit` gives the bound of a
+        ``max_tokens``.
         """
         loop = asyncio.get_running_loop()
         retried = None
@@ -339,7 +376,7 @@ class HttpClient:
                                                   f"{type(exc).__name__}: {exc}", retried=retried)
             reads: list[tuple[int, bytes]] = []
             waiter = loop.create_future()
-            conn.start(reads, waiter)
+            conn.start(reads, waiter, max_events)
             if reused:
                 t_send = time.perf_counter_ns()
             if conn.transport is None:

@@ -213,6 +213,39 @@ def cell_metrics(
     return m
 
 
+#: Shortest time from a request's send to its first token on any hardware (s): a function
+#: call into an engine, one kernel launch, or a loopback round trip each take longer.
+MIN_TTFT_S = 1e-6
+#: Most tokens one sequence can gain per second between its first and last token: one
+#: decode step of any transformer on any device takes longer than 0.1 us.
+MAX_SEQUENCE_TOKENS_PER_S = 1e7
+
+
+def impossible_timing(records: Sequence[RequestRecord]) -> list[str]:
+    """Reasons the completed requests of a cell cannot be a measurement on any hardware
+    (issue 41: a forged worker cell with 8 tokens within 8 ns, a journal file with TTFT
+    -5 s and 1e15 tok/s): a first token sooner than :data:`MIN_TTFT_S` after the send, or
+    a sequence gaining more than :data:`MAX_SEQUENCE_TOKENS_PER_S` tokens per second.
+    Device-free floors, so they hold where the device's limits are unknown (an ingest, a
+    journal replay); a cell failing them is stored ``suspect``, never plain ok."""
+    fast, rate = [], []
+    for r in completed(records):
+        t0 = r.t_tokens_ns[0] - r.t_send_ns
+        if t0 < MIN_TTFT_S / NS:
+            fast.append(t0)
+        span = r.t_tokens_ns[-1] - r.t_tokens_ns[0]
+        if r.n_out > 1 and span > 0 and (r.n_out - 1) / (span * NS) > MAX_SEQUENCE_TOKENS_PER_S:
+            rate.append((r.n_out - 1) / (span * NS))
+    out = []
+    if fast:
+        out.append(f"faster than any hardware: {len(fast)} request(s) got a first token {min(fast)} ns after the "
+                   f"send (no engine answers within {MIN_TTFT_S * 1e6:g} us)")
+    if rate:
+        out.append(f"faster than any hardware: {len(rate)} request(s) gained tokens at up to {max(rate):.3g} tok/s "
+                   f"within one sequence (above {MAX_SEQUENCE_TOKENS_PER_S:.0e})")
+    return out
+
+
 def meets_slo(r: RequestRecord, slo: dict[str, float]) -> bool:
     """True if the completed request ``r`` meets every limit of ``slo`` (s; keys
     ``ttft_s``, ``tpot_s``, ``e2e_s``, each optional). TPOT is not judged for n_out < 2."""

@@ -10,6 +10,7 @@ allowed ones.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ def context_length(model: ModelShape) -> int | None:
     return int(v) if isinstance(v, (int, float)) and v > 0 else None
 
 
-def _check_context(g: Group) -> None:
+def check_context(g: Group) -> None:
     """Refuse a group whose longest request (prompt + output tokens together,
     :meth:`~infbench.data.schema.Cell.longest`) exceeds the model's context: an engine would size
     its KV cache for it (llama.cpp grew to 10.7 GB for ``--output-len 10000000`` and ignored
@@ -196,19 +197,82 @@ def _check_context(g: Group) -> None:
                                "with a longer context")
 
 
-def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bool = True) -> Plan:
+#: Most cells one sweep may plan (``INFBENCH_MAX_CELLS`` raises it): a grid of 5,000 x
+#: 200 values planned for minutes in silence (issue 41); 50,000 cells of even 1 s each
+#: take 14 h.
+MAX_PLANNED_CELLS = 50_000
+#: Cells planned between two progress lines (a sweep this large says how far it got).
+PROGRESS_EVERY = 10_000
+
+
+def max_planned_cells() -> int:
+    """The cell cap: ``INFBENCH_MAX_CELLS`` (a positive integer) or :data:`MAX_PLANNED_CELLS`."""
+    import os
+
+    raw = os.environ.get("INFBENCH_MAX_CELLS", "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_PLANNED_CELLS
+
+
+def planned_cell_count(sweep: Sweep) -> int:
+    """How many cells ``sweep`` plans at most, computed from the lengths of its lists
+    without building them: models x engines x dtypes x TP degrees x loads (or batch sizes)
+    x length pairs x engine configurations x repeats."""
+    loads = len(sweep.trace_speed or [1]) if sweep.trace else \
+        len(set(sweep.concurrency or [])) + len(set(sweep.request_rate or []))
+    shapes = loads or len(set(sweep.batch))
+    if sweep.dataset or sweep.trace:
+        pairs = 1
+    elif sweep.pair_lengths:
+        pairs = len(set(zip(sweep.input_len, sweep.output_len)))
+    else:
+        pairs = len(set(sweep.input_len)) * len(set(sweep.output_len))
+    return (len(set(sweep.models)) * len(set(sweep.engines)) * len(set(sweep.dtypes))
+            * len(set(sweep.tensor_parallel_size)) * shapes * pairs * max(1, len(sweep.engine_configs or []))
+            * sweep.repeat)
+
+
+def check_cell_count(sweep: Sweep) -> int:
+    """:func:`planned_cell_count`, refused above :func:`max_planned_cells`.
+
+    Raises:
+        ConfigError: naming the count, its factors, the cap and how to raise it.
+    """
+    n, cap = planned_cell_count(sweep), max_planned_cells()
+    if n > cap:
+        raise ConfigError(f"the sweep plans {n:,} cells (models x engines x dtypes x TP x loads or batch sizes x "
+                          f"lengths x configurations x repeats), more than the cap of {cap:,}",
+                          hint="split it into smaller sweeps, or raise the cap with INFBENCH_MAX_CELLS=N if you "
+                               "mean to measure them all")
+    return n
+
+
+def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bool = True,
+         progress: Callable[[str], None] | None = None) -> Plan:
     """Expand ``sweep`` into cells on ``device``, validated and grouped.
 
     ``installed_here=False`` (cells measured in a worker image, ``--executor container``)
     skips the check that each engine's modules import in this process: the image has them.
+    ``progress`` receives a line every :data:`PROGRESS_EVERY` cells of a large sweep.
 
     Raises:
-        ConfigError: unknown model/engine/dtype, a precision the device does not
+        ConfigError: more cells than the cap (:func:`check_cell_count`, before any is
+            built), unknown model/engine/dtype, a precision the device does not
             support, an engine that does not run on the device, TP larger than the
             device count, input + output longer than the model's context, or an engine
             argument no engine reads or of the wrong type.
         EngineUnavailable: an engine whose Python package is not installed.
     """
+    total = check_cell_count(sweep)
+    built = [0]
+
+    def tick(n: int = 1) -> None:
+        before = built[0]
+        built[0] += n
+        if progress is not None and built[0] // PROGRESS_EVERY > before // PROGRESS_EVERY:
+            progress(f"planning: {built[0]:,} of at most {total:,} cells")
+
+    if progress is not None and total >= PROGRESS_EVERY:
+        progress(f"planning {total:,} cells")
     specs = engine_specs(pm)
     precisions = device_precisions(pm, device)
     warnings: list[str] = []
@@ -296,8 +360,9 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
                 g.cells.append(Cell(model=models[mname].name, engine=e, dtype=d, batch=b, input_len=i,
                                     output_len=o, tensor_parallel_size=tp, seed=sweep.seed,
                                     warmup=sweep.warmup, load=ld, **prefix))
+                tick()
     for g in groups.values():
-        _check_context(g)
+        check_context(g)
     if configs:  # one group per engine configuration, its arguments in its cells' identity
         split: list[Group] = []
         for g in groups.values():

@@ -242,7 +242,7 @@ def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
-    from infbench.data.outputs import generator_meta, html_json
+    from infbench.data.outputs import generator_meta, html_json, log_ticks, plotly_text
 
     pairs = result["pairs"]
     fig = go.Figure()
@@ -251,7 +251,8 @@ def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
     fig.add_hline(y=1.0, line_dash="dash", line_color="grey")
     title = f"{label_b} / {label_a}: per-cell ratios ({len(pairs)} matched cells)"
     fig.update_layout(title=title, barmode="group", yaxis_title="ratio B / A", yaxis_type="log", height=600)
-    payload = html_json(json.loads(fig.to_json()))
+    fig.update_yaxes(**log_ticks([1.0, *(p["ratio"][c.key] for p in pairs for c in PLOTTED)]))  # no bare digit
+    payload = html_json(plotly_text(json.loads(fig.to_json())))
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">{generator_meta("compare")}'
             f"<title>{html.escape(title)}</title><script>{get_plotlyjs()}</script></head><body>"
             f'<div id="ratios"></div><script type="application/json" id="infbench-figure">{payload}</script>'

@@ -33,7 +33,32 @@ function filteredPredicted() {
   for (const k of Object.keys(dims)) { const s = $('filter-' + k); sel[k] = new Set([...s.selectedOptions].map(o => o.value)); }
   return predictedRows.filter(r => Object.keys(dims).every(k => r[k] === null || r[k] === undefined || sel[k].has(String(r[k])) || !uniq(k).includes(r[k])));
 }
+// Every string drawn comes from data (model names, devices, labels, imported files): plotly renders
+// a subset of HTML in names, labels, titles and hover text, so each is HTML-escaped before it is
+// drawn (issue 41: a model name <a href=...> became a live link). BR is the only markup of ours
+// inside data strings; the templates (hovertemplate, texttemplate) are ours and kept.
+const BR = '\u0001br\u0001', TEMPLATE_KEYS = new Set(['hovertemplate', 'texttemplate']);
+const escText = s => s.replace(/[&<>]/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;'}[c])).split(BR).join('<br>');
+function safe(v, k) {
+  if (typeof v === 'string') return TEMPLATE_KEYS.has(k) ? v : escText(v);
+  if (Array.isArray(v)) return v.map(x => safe(x, k));
+  if (v && typeof v === 'object') { const o = {}; for (const [kk, x] of Object.entries(v)) o[kk] = safe(x, kk); return o; }
+  return v;
+}
+const Plotly = {react: (id, traces, layout, cfg) => window.Plotly.react(id, safe(traces, ''), safe(layout, ''), cfg)};
 const num = v => (v === null || v === undefined || Number.isNaN(v)) ? null : v;
+// A logarithmic axis labelled with whole values (issue 41: plotly labels minor ticks with a bare
+// digit, a "9" left of 1 and a "2" and "5" between decades): ticks at each decade, or at 1, 2 and 5
+// of each decade where the values span fewer than three, each with its full value.
+function logAxis(values, extra) {
+  const v = values.filter(x => num(x) !== null && x > 0);
+  if (!v.length) return {type: 'log', ...extra};
+  let lo = v[0], hi = v[0]; for (const x of v) { if (x < lo) lo = x; if (x > hi) hi = x; }
+  const a = Math.floor(Math.log10(lo)), b = Math.ceil(Math.log10(hi)), subs = b - a >= 3 ? [1] : [1, 2, 5];
+  const t = [];
+  for (let k = a; k <= b; k++) for (const m of subs) { const x = m * Math.pow(10, k); if (x >= lo / 2.5 && x <= hi * 2.5) t.push(x); }
+  return {type: 'log', tickvals: t, ticktext: t.map(x => x.toLocaleString('en-US', {maximumSignificantDigits: 3})), ...extra};
+}
 function varying(rs, keys) { return keys.filter(k => new Set(rs.map(r => r[k])).size > 1); }
 function key(r, keys) { return keys.map(k => k === 'engine_args' ? '[' + (r[k] || 'no engine args') + ']' : (k === 'tp' ? 'tp' : k === 'input_len' ? 'i' : k === 'output_len' ? 'o' : k === 'batch' ? 'b' : '') + r[k]).join(' '); }
 const engineOf = r => r.engine + (r.engine_args ? ' [' + r.engine_args + ']' : '');
@@ -59,7 +84,7 @@ function figThroughput(rs) {
       marker: {symbol: 'circle-open', size: 9}, text: pred.map(r => r.label), hovertemplate: '%{text}<br>%{y:.4g} (predicted)<extra></extra>',
       error_y: {type: 'data', symmetric: false, array: pred.map(r => hi(r) === null ? 0 : hi(r) - r[y]), arrayminus: pred.map(r => lo(r) === null ? 0 : r[y] - lo(r))}});
   }
-  Plotly.react(id, traces, {...base(mets[y] + ' vs ' + dims[x]), xaxis: {title: {text: dims[x]}, type: x === 'tp' ? 'linear' : 'log'}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
+  Plotly.react(id, traces, {...base(mets[y] + ' vs ' + dims[x]), xaxis: x === 'tp' ? {title: {text: dims[x]}, type: 'linear'} : logAxis(pts.map(r => r[x]).concat(pred.map(r => r[x])), {title: {text: dims[x]}}), yaxis: {title: {text: mets[y]}}}, {responsive: true});
 }
 function figHeatmap(rs) {
   const y = $('y-axis').value, id = 'fig-heatmap';
@@ -80,7 +105,7 @@ function figLatency(rs) {
   const id = 'fig-latency', pts = rs.slice(0, 40);
   if (!pts.some(r => num(r.ttft_ms_p50) !== null)) return empty(id, 'TTFT and ITL', 'no latency data');
   Plotly.react(id, [bars(pts, 'ttft_ms_p50', 'ttft_ms_p99', mets.ttft_ms_p50), bars(pts, 'itl_ms_p50', 'itl_ms_p99', mets.itl_ms_p50)],
-    {...base('TTFT and ITL p50, whiskers to p99' + (rs.length > 40 ? ' (first 40 cells; filter to see others)' : '')), barmode: 'group', yaxis: {title: {text: 'ms'}, type: 'log'}, xaxis: {tickfont: {size: 8}}}, {responsive: true});
+    {...base('TTFT and ITL p50, whiskers to p99' + (rs.length > 40 ? ' (first 40 cells; filter to see others)' : '')), barmode: 'group', yaxis: logAxis(pts.flatMap(r => [r.ttft_ms_p50, r.ttft_ms_p99, r.itl_ms_p50, r.itl_ms_p99]), {title: {text: 'ms'}}), xaxis: {tickfont: {size: 8}}}, {responsive: true});
 }
 function figPower(rs) {
   const id = 'fig-power';
@@ -107,12 +132,12 @@ function figPareto(rs) {
     const order = d.map((r, i) => i).sort((a, b) => d[a][lm] - d[b][lm] || d[b].output_tok_s_per_device - d[a].output_tok_s_per_device);
     const front = []; let best = -Infinity;
     for (const i of order) if (d[i].output_tok_s_per_device > best) { front.push(d[i]); best = d[i].output_tok_s_per_device; }
-    traces.push({type: 'scatter', mode: 'markers', name: dev, x: d.map(r => r[lm]), y: d.map(r => r.output_tok_s_per_device), text: d.map(r => r.label + (meets(r) ? '<br>meets SLO' : '')),
+    traces.push({type: 'scatter', mode: 'markers', name: dev, x: d.map(r => r[lm]), y: d.map(r => r.output_tok_s_per_device), text: d.map(r => r.label + (meets(r) ? BR + 'meets SLO' : '')),
       marker: {size: d.map(r => meets(r) ? 12 : 7), symbol: d.map(r => meets(r) ? 'star' : 'circle')}, hovertemplate: '%{text}<extra></extra>'});
     traces.push({type: 'scatter', mode: 'lines', name: dev + ' Pareto front', x: front.map(r => r[lm]), y: front.map(r => r.output_tok_s_per_device), line: {dash: 'dot'}});
   }
   const n = pts.filter(meets).length;
-  Plotly.react(id, traces, {...base('Latency vs throughput per device: ' + n + ' of ' + pts.length + ' cells meet the SLO (stars)'), xaxis: {title: {text: mets[lm]}, type: 'log'}, yaxis: {title: {text: mets.output_tok_s_per_device}}}, {responsive: true});
+  Plotly.react(id, traces, {...base('Latency vs throughput per device: ' + n + ' of ' + pts.length + ' cells meet the SLO (stars)'), xaxis: logAxis(pts.map(r => r[lm]), {title: {text: mets[lm]}}), yaxis: {title: {text: mets.output_tok_s_per_device}}}, {responsive: true});
 }
 // The throughput-interactivity frontier (issue 31; the same arithmetic as infbench.analysis.frontier):
 // x = tok/s/user (1 / TPOT p50), y = the selected axis; one front per device and engine, pooled over
@@ -188,10 +213,10 @@ function figRoofline(rs) {
   const lo = Math.min(...all) / 1.5, hi = Math.max(...all) * 1.5;
   const pct = v => num(v) === null ? 'n/a' : (100 * v).toFixed(1) + ' %';
   Plotly.react(id, [
-    {type: 'scatter', mode: 'markers', name: 'TTFT (prefill)', x: t.map(r => r.ttft_floor_ms), y: t.map(r => r.ttft_ms_mean), text: t.map(r => r.label + '<br>MFU ' + pct(r.mfu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
-    {type: 'scatter', mode: 'markers', name: 'TPOT (decode)', marker: {symbol: 'diamond'}, x: p.map(r => r.tpot_floor_ms), y: p.map(r => r.tpot_ms_mean), text: p.map(r => r.label + '<br>MBU ' + pct(r.mbu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
+    {type: 'scatter', mode: 'markers', name: 'TTFT (prefill)', x: t.map(r => r.ttft_floor_ms), y: t.map(r => r.ttft_ms_mean), text: t.map(r => r.label + BR + 'MFU ' + pct(r.mfu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
+    {type: 'scatter', mode: 'markers', name: 'TPOT (decode)', marker: {symbol: 'diamond'}, x: p.map(r => r.tpot_floor_ms), y: p.map(r => r.tpot_ms_mean), text: p.map(r => r.label + BR + 'MBU ' + pct(r.mbu)), hovertemplate: '%{text}<br>floor %{x:.3g} ms, measured %{y:.3g} ms<extra></extra>'},
     {type: 'scatter', mode: 'lines', name: 'hardware limit (measured = floor)', x: [lo, hi], y: [lo, hi], line: {color: '#999', dash: 'dash'}}],
-    {...base('Measured mean vs roofline floor (ms)'), xaxis: {title: {text: 'roofline floor (ms)'}, type: 'log'}, yaxis: {title: {text: 'measured (ms)'}, type: 'log'}}, {responsive: true});
+    {...base('Measured mean vs roofline floor (ms)'), xaxis: logAxis(all, {title: {text: 'roofline floor (ms)'}}), yaxis: logAxis(all, {title: {text: 'measured (ms)'}})}, {responsive: true});
 }
 function figQuality(rs) {
   // LLM-Inference-Bench Figs. 10/29: one point per precision of a model on an engine and device,
@@ -213,7 +238,7 @@ function figQuality(rs) {
       text: ps.map(r => r.dtype), textposition: 'top center',
       error_y: {type: 'data', array: ps.map(r => num(r.perplexity_stderr) === null ? 0 : r.perplexity_stderr), visible: true},
       marker: {size: 10, symbol: ps.map(r => r.beyond_gate ? 'x' : 'circle'), color: ps.map(r => r.beyond_gate ? '#d62728' : undefined)},
-      customdata: ps.map(r => r.label + '<br>perplexity ' + r.perplexity.toFixed(4) + pct(r.ppl_increase) + (r.beyond_gate ? '<br>beyond the gate' : '')),
+      customdata: ps.map(r => r.label + BR + 'perplexity ' + r.perplexity.toFixed(4) + pct(r.ppl_increase) + (r.beyond_gate ? BR + 'beyond the gate' : '')),
       hovertemplate: '%{customdata}<br>%{x:.4g} output tok/s<extra></extra>'}; });
   const gate = num(D.ppl_gate) === null ? '' : ' - red x: more than ' + (100 * D.ppl_gate).toFixed(2).replace(/\.?0+$/, '') + ' % above the highest precision';
   Plotly.react(id, traces, {...base('Perplexity vs output throughput per precision' + gate), xaxis: {title: {text: mets.output_tok_s}}, yaxis: {title: {text: mets.perplexity}}}, {responsive: true});

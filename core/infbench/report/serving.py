@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data import metrics as M
-from infbench.data.outputs import html_json
+from infbench.data.outputs import html_json, log_ticks, plotly_text
 from infbench.data.secrets import printable, redact
 
 #: Ids of the HTML figures, when their data exists.
@@ -79,6 +79,7 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
         f.update_layout(title="Goodput against load: share of requests meeting the SLO (x = failed probe)",
                         xaxis_title="requests in flight" if mode == "concurrency" else "requests per s",
                         xaxis_type="log", yaxis_title="fraction meeting the SLO", yaxis_range=[0, 1.05], height=430)
+        f.update_xaxes(**log_ticks(p["load"] for s in found for p in s["points"]))  # whole values, no bare digit
         figs["fig-goodput"] = f
     groups = _repeat_groups(rows)
     if groups:
@@ -133,7 +134,7 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
     parts, scripts = [], []
     for fid, fig in figs.items():
         parts.append(f'<section><h2>{titles[fid]}</h2><div id="{fid}" class="fig"></div></section>')
-        payload = html_json(json.loads(fig.to_json()))  # <, > and & escaped: no label ends the script
+        payload = html_json(plotly_text(json.loads(fig.to_json())))  # <, > and & escaped: no label ends the script
         scripts.append(f"(function(){{const f={payload};Plotly.newPlot('{fid}',f.data,f.layout,"
                        "{responsive:true});})();")
     srv = _server_rows(flat)

@@ -256,6 +256,29 @@ FIGURE_METADATA = {"png": {"Software": "infbench report"}, "svg": {"Creator": "i
                    "pdf": {"Creator": "infbench report"}}
 
 
+def label_log_axes(fig: Any) -> None:
+    """Label every logarithmic axis of ``fig`` with whole values, never a bare minor digit
+    (issue 41: a "9" left of 1, a "2" and a "5" between decades read as data): base-10 axes
+    tick at each decade (1, 10, 100), or at 1, 2 and 5 of each decade where the axis spans
+    fewer than three, each labelled with its full value (20, 50, 0.2); base-2 axes at their
+    powers of two; minor ticks stay unlabelled."""
+    import math
+
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    for ax in fig.get_axes():
+        for axis, lim in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            if axis.get_scale() != "log":
+                continue
+            base = getattr(axis.get_transform(), "base", 10)
+            lo, hi = (min(lim), max(lim))
+            if base == 10 and lo > 0:
+                subs = (1.0, 2.0, 5.0) if math.log10(hi / lo) < 3 else (1.0,)
+                axis.set_major_locator(LogLocator(base=10, subs=subs))
+            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+            axis.set_minor_formatter(NullFormatter())
+
+
 def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int, protect: Any = ()) -> list[Path]:
     """Write a matplotlib figure as ``out_dir/<name>.<fmt>`` for each format (tight layout)
     through :func:`infbench.data.outputs.write_output` (atomic; never over a store in
@@ -273,6 +296,7 @@ def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int, prot
     from infbench.data.outputs import FIGURE, write_output
 
     try:
+        label_log_axes(fig)
         fig.tight_layout()
         paths = []
         for fmt in formats:

@@ -15,19 +15,33 @@ Each line is one JSON object: ``{"kind": "run", "store", "run_id", "provenance",
 "status"}`` at the end. ``store`` is the store file's resolved path: only that store
 replays the entry. A journal file is locked (``flock``) by the process writing it, so
 no other process replays (and deletes) a journal that is still growing.
+
+Every line carries ``"mac"``: an HMAC-SHA256 (RFC 2104) of the rest of the line, as
+canonical JSON, under a random key kept in ``$INFBENCH_HOME/journal.key`` (mode 0600,
+made once, outside the journal folder). The store's path is part of what is signed, so
+an entry is bound to its store. :func:`replay` checks every line before it stores
+anything: a file with a line that is unsigned or signed with another key (a file
+dropped into the folder, an entry edited by hand, a journal of another home) is refused
+whole, named in :attr:`Replayed.refused` with the reason, and left where it is
+(issue 41: a dropped file with TTFT -5 s and 1e15 tok/s was stored ok).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infbench.data.errors import InfbenchError
+from infbench.measure.derive import impossible_timing
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -45,6 +59,50 @@ def journal_dir() -> Path:
     return default_home() / "journal"
 
 
+#: The file, in ``$INFBENCH_HOME``, holding the key that signs journal entries.
+KEY_FILE = "journal.key"
+
+
+def _mac_key() -> bytes:
+    """The journal's signing key (32 random bytes, hex in :data:`KEY_FILE`), made on first
+    use; two processes making it at once agree (the file is linked into place once).
+
+    Raises:
+        OSError: the key can be neither read nor made.
+    """
+    from infbench.data.paths import default_home
+
+    path = default_home() / KEY_FILE
+    for _ in range(2):
+        try:
+            text = path.read_text().strip()
+            if len(text) == 64:
+                return bytes.fromhex(text)
+        except FileNotFoundError:
+            pass
+        except ValueError:
+            raise OSError(f"{path} is not a journal key (64 hex digits); move it away and run again") from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, secrets.token_hex(32).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)  # atomic: the first process's key wins
+        tmp.unlink(missing_ok=True)
+    raise OSError(f"cannot make the journal key {path}")
+
+
+def _mac(key: bytes, entry: dict[str, Any]) -> str:
+    """HMAC-SHA256 of ``entry`` (without its ``mac``) as canonical JSON."""
+    body = {k: v for k, v in entry.items() if k != "mac"}
+    return hmac.new(key, json.dumps(body, sort_keys=True, separators=(",", ":"), default=str).encode(),
+                    hashlib.sha256).hexdigest()
+
+
 def _store_key(store: Store) -> str:
     return str(Path(store.path).resolve())
 
@@ -54,12 +112,14 @@ class _Open:
 
     def __init__(self, path: Path):
         self.path = path
+        self.key = _mac_key()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.fd = fd
 
     def append(self, obj: dict[str, Any]) -> None:
-        data = (json.dumps(obj, default=str) + "\n").encode()
+        plain = json.loads(json.dumps(obj, default=str))  # what replay will read back, signed as such
+        data = (json.dumps({**plain, "mac": _mac(self.key, plain)}) + "\n").encode()
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -164,24 +224,60 @@ def pending(store: Store) -> list[Path]:
     return found
 
 
-def replay(store: Store) -> dict[str, int]:
+def unsigned(path: Path, entries: list[dict[str, Any]], key: bytes) -> str | None:
+    """Why the journal file ``path`` may not be replayed, or None when every entry is
+    signed with this home's key (:func:`_mac`) and the file begins with its run entry."""
+    if not entries or entries[0].get("kind") != "run":
+        return "it does not begin with a run entry"
+    for n, e in enumerate(entries, 1):
+        mac = e.get("mac")
+        if not isinstance(mac, str):
+            return f"entry {n} is not signed"
+        if not hmac.compare_digest(mac, _mac(key, e)):
+            return f"entry {n}'s signature does not match (written by another infbench home, or edited)"
+    return None
+
+
+def refused_note(refused: list[tuple[str, str]]) -> str:
+    """The line that names the journal files :func:`replay` refused, and what to do."""
+    shown = "; ".join(f"{name}: {why}" for name, why in refused[:5])
+    more = f" (and {len(refused) - 5} more)" if len(refused) > 5 else ""
+    return (f"{len(refused)} journal file(s) in {journal_dir()} were not written by infbench for this store and "
+            f"were not replayed ({shown}{more}); they are left as they are: inspect and delete them")
+
+
+def replay(store: Store, refused: list[tuple[str, str]] | None = None,
+           check: Callable[[Any], list[str]] | None = None) -> dict[str, int]:
     """Store every journalled cell and status for ``store``, then delete the journal files.
 
-    Each file is replayed in one transaction. A file still locked by a live writer is left
-    for later; a cell already in the store (same run, cell id and start time: a replay
-    cut short after its commit) is not stored twice. A run the store does not know (the
-    store was restored from a backup) is recreated from the journal.
+    Each file is replayed in one transaction, after every entry's signature is checked
+    (:func:`unsigned`): a file that fails is not replayed, not deleted, and named in
+    ``refused``. A file still locked by a live writer is left for later; a cell already
+    in the store (same run, cell id and start time: a replay cut short after its commit)
+    is not stored twice. A run the store does not know (the store was restored from a
+    backup) is recreated from the journal.
+
+    Args:
+        store: the store to replay into.
+        refused: a list that receives ``(file name, reason)`` for each refused file.
+        check: the physics check of a replayed ok cell (:func:`infbench.analysis.floor.recheck`,
+            passed in by the command); its reasons mark the cell ``suspect``. Without it,
+            the device-free floors (:func:`infbench.measure.derive.impossible_timing`) apply.
 
     Returns:
-        ``{"files": n, "cells": n, "statuses": n, "busy": n}`` (busy: files in use).
+        ``{"files": n, "cells": n, "statuses": n, "busy": n, "refused": n}`` (busy:
+        files in use).
 
     Raises:
         sqlite3.Error: the store cannot take them yet (the files are kept).
+        OSError: the signing key can be neither read nor made.
     """
     from infbench.data.schema import CellResult
 
-    counts = {"files": 0, "cells": 0, "statuses": 0, "busy": 0}
-    for path in pending(store):
+    counts = {"files": 0, "cells": 0, "statuses": 0, "busy": 0, "refused": 0}
+    files = pending(store)
+    key = _mac_key() if files else b""
+    for path in files:
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -192,7 +288,15 @@ def replay(store: Store) -> dict[str, int]:
             except OSError:
                 counts["busy"] += 1
                 continue
-            entries = [e for e in _entries(path) if e.get("store") == _store_key(store)]
+            entries = _entries(path)
+            why = unsigned(path, entries, key)
+            if why is None and any(e.get("store") != _store_key(store) for e in entries):
+                why = "its entries name more than one store"
+            if why is not None:
+                counts["refused"] += 1
+                if refused is not None:
+                    refused.append((path.name, why))
+                continue
             with store.transaction() as db:
                 for e in entries:
                     run_id = e.get("run_id")
@@ -204,6 +308,10 @@ def replay(store: Store) -> dict[str, int]:
                                         json.dumps(e.get("provenance"), default=str)))
                     elif e.get("kind") == "cell":
                         r = CellResult.model_validate(e["cell"])
+                        reasons = check(r) if check is not None else impossible_timing(r.records)
+                        if reasons and r.status == "ok":  # what run applies to its own cells
+                            had = [x for x in str(r.metrics.get("suspect") or "").split("; ") if x]
+                            r.metrics["suspect"] = "; ".join(dict.fromkeys(had + reasons))
                         dup = db.execute("SELECT 1 FROM cells WHERE run_id=? AND cell_id=? AND started_at=?",
                                          (run_id, r.cell_id, r.started_at)).fetchone()
                         if dup is None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import socket
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from infbench.store import StoreError, describe_db_error
 
@@ -88,12 +89,13 @@ def drop_dead_claims(store: Store) -> int:
     return len(dead)
 
 
-def prepare(store: Store, integrity: bool = True) -> Recovery:
+def prepare(store: Store, integrity: bool = True, check: Callable[[Any], list[str]] | None = None) -> Recovery:
     """Make ``store`` ready for a writing command (see the module doc).
 
     Args:
         store: a writable :class:`~infbench.store.Store`.
         integrity: run ``PRAGMA integrity_check`` first (``infbench run``, ``ingest``).
+        check: the physics check of a journalled cell (:func:`infbench.store.journal.replay`).
 
     Returns:
         :class:`Recovery`.
@@ -113,13 +115,16 @@ def prepare(store: Store, integrity: bool = True) -> Recovery:
         raise StoreError(f"cannot write the results store {store.path}: {describe_db_error(exc)}",
                          hint="free disk space, wait for the process holding it, or pass --store another "
                               "file") from None
+    refused: list[tuple[str, str]] = []
     try:
-        counts = journal.replay(store)
+        counts = journal.replay(store, refused, check)
     except (sqlite3.Error, OSError, ValueError) as exc:
         rec.notes.append(f"cells kept in the journal ({journal.journal_dir()}) could not be stored yet: "
                          f"{describe_db_error(exc)}; the next run tries again")
         return rec
     rec.replayed_cells, rec.journal_files = counts["cells"], counts["files"]
+    if refused:
+        rec.notes.append(journal.refused_note(refused))
     if counts["busy"]:
         rec.notes.append(f"{counts['busy']} journal file(s) for this store belong to a run still going; "
                          "they are stored when it ends")

@@ -35,14 +35,26 @@ from infbench.execution.scenarios.scenario import Part, Running, Scenario
 from infbench.execution.session import EngineSession, RunContext
 
 
-def adaptive_plan(plan: Plan, budget: str) -> Plan:
+def adaptive_plan(plan: Plan, budget: str, pm: Any = None) -> Plan:
     """``plan`` with the adaptive scenario and ``budget`` (``25%``, ``10m``).
 
+    With ``pm``, the device's limits are looked up now, so a device the planner cannot
+    predict on (a remote endpoint) is refused before a run begins (issue 41: the refusal
+    came after the run was stored, which stayed in the store as failed).
+
     Raises:
-        ConfigError: a budget that is neither a share in (0, 100] % nor a positive time, or a
-            plan with cells the planner cannot predict (a dataset, a trace, a rate load).
+        ConfigError: a budget that is neither a share in (0, 100] % nor a positive time, a
+            plan with cells the planner cannot predict (a dataset, a trace, a rate load), or
+            a device without limits.
     """
     Budget.parse(budget)
+    if pm is not None:
+        from infbench.analysis.floor import device_roofline_limits
+
+        limits, reason = device_roofline_limits(pm, plan.device)
+        if limits is None:
+            raise ConfigError(f"--adaptive predicts from the device's limits; {plan.device.label()} has none "
+                              f"({reason})", hint="describe the device (`infbench devices`) or run the full sweep")
     for c in plan.cells:
         if c.dataset is not None or c.trace is not None or (c.load is not None and c.load.mode == "rate"):
             raise ConfigError(f"--adaptive predicts cells from their lengths and batch or concurrency; {c.label()} "
