@@ -704,7 +704,8 @@ class AdaptivePlanner:
         d = float(self._pred["duration_s"][i])
         hw = self.half_width(i)
         up = d * math.exp(hw) if math.isfinite(hw) else d
-        return up * (1 + (1 if self.cells[i].warmup is None else self.cells[i].warmup)) if math.isfinite(up) else 0.0
+        passes = self.cells[i].warmup
+        return up * (1 + (1 if passes is None else passes)) if math.isfinite(up) else 0.0
 
     # -- the unmeasured cells -----------------------------------------------------------
     def prediction(self, i: int) -> dict[str, Any]:

@@ -179,7 +179,7 @@ class TransformersEngine(Engine):
                                      "(CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES / ZE_AFFINITY_MASK)")
         return proof
 
-    def warmup(self, cell: Cell, prompts: list[list[int]]) -> RunOutput:
+    def warmup(self, cell: Cell, prompts: list[list[int]]) -> RunOutput | None:
         """One untimed block and its records: the default block (the output shortened), or
         with a static cache the cell's full length, so the forward is compiled for the timed
         part's cache shape; the first pass at a shape is kept as that shape's ``compile_s``."""

@@ -390,9 +390,11 @@ class EngineSession:
             found["flagged"].append(r.cell.label())
             if remeasure and policy.remeasure and c["faster_now"] and t_spent < budget:
                 t0 = time.perf_counter()
-                note = {"previous_started_at": r.started_at, "sentinel": c}
-                again = self.measure(r.cell, again=True, annotate=lambda x, note=note: x.metrics.setdefault(
-                    "steady", {}).update(remeasured=note))
+                note: dict[str, Any] = {"previous_started_at": r.started_at, "sentinel": c}
+
+                def annotate(x: CellResult, note: dict[str, Any] = note) -> None:
+                    x.metrics.setdefault("steady", {}).update(remeasured=note)
+                again = self.measure(r.cell, again=True, annotate=annotate)
                 t_spent += time.perf_counter() - t0
                 if again is not None:
                     found["remeasured"].append(r.cell.label())
