@@ -121,7 +121,7 @@ def test_physics_check_names_the_neighbours():
 
     cell = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=4, output_len=2)
     dev = DeviceInfo(vendor="cpu", kind="cpu", model="x")
-    rec = RequestRecord(t_send_ns=0, t_tokens_ns=[10, 20], n_in=4, n_out=2)
+    rec = RequestRecord(t_send_ns=0, t_tokens_ns=[50_000_000, 60_000_000], n_in=4, n_out=2)
     res = CellResult(cell_id="c", spec_hash="s", cell=cell, device=dev, engine={}, status="ok", records=[rec],
                      started_at=0.0, finished_at=1.0,
                      metrics={"contention": {"other_cpu_cores": 1.7, "other_cpu_core_s": 2.0, "cpus": 2}})

@@ -310,6 +310,12 @@ def check_conformance(plugin: object, devices: list[DeviceInfo] | None = None, s
         for hook, model in (("infbench_device_info", DeviceLimits), ("infbench_default_sweep", DefaultSweepAnswer)):
             if hook in hooks:
                 ok, ans = _call(hook, dev, label=label)
+                if not ok and hook == "infbench_default_sweep" and str(ans).startswith("ConfigError: "):
+                    # a stated need for site configuration (a remote platform's model) is an answer: the
+                    # core shows its message and hint, as for any ConfigError
+                    need = str(ans)[13:].splitlines()[0]
+                    out.append(Finding(hook, True, f"{label}: asks for configuration ({need})"))
+                    continue
                 good = ok and (ans is None or _as(model, ans) is not None)
                 out.append(Finding(hook, good, f"{label}: {'none' if ans is None else type(ans).__name__}" if good
                                    else _bad(label, ok, ans, f"None or {model.__name__}")))

@@ -116,7 +116,9 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
 
     source = "command-line flags"
     if sweep_file is not None:
-        data = {k: v for k, v in load_sweep_file(sweep_file).items() if k not in PARTS}  # parts: RunConfig's
+        # a mapping under a part's name is RunConfig's part (warmup: {tol: 0.05}); anything else is
+        # the grid's field of that name (warmup: 2, the Sweep's exact passes)
+        data = {k: v for k, v in load_sweep_file(sweep_file).items() if not (k in PARTS and isinstance(v, dict))}
         source = str(sweep_file)
         p = data.pop("preset", preset or "quick")
         if not isinstance(p, str) or p not in PRESETS:
