@@ -17,7 +17,8 @@ from infbench_nvidia.nvml import NvmlSampler, device_groups, field_value, precis
 def test_hooks_match_the_contract():
     assert check_plugin(hooks) == sorted([
         "infbench_container_spec", "infbench_default_sweep", "infbench_detect", "infbench_device_backends",
-        "infbench_device_state", "infbench_device_catalog", "infbench_engines", "infbench_power_sampler", "infbench_supported_precisions"])
+        "infbench_device_state", "infbench_device_catalog", "infbench_engines", "infbench_power_sampler",
+        "infbench_supported_precisions"])
 
 
 def test_real_nvml_detects_what_this_host_has_and_says_why_not():
