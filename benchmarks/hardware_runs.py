@@ -96,7 +96,9 @@ def _cells(results: list[dict], smi: list[tuple[float, float]]) -> list[dict]:
                                                                                                         "gpu"))),
                         "device_proof": (r.get("engine") or {}).get("device_proof"),
                         "build_s": (r.get("engine") or {}).get("build_s"), "compile_s": m.get("compile_s"),
-                        "engine_args": s.get("engine_args") or None})
+                        "engine_args": s.get("engine_args") or None,
+                        "warmup": _warmup_summary(m.get("warmup")),
+                        "steady_flags": sorted((m.get("steady") or {}).get("flags") or {}) or None})
             win = m.get("timed_window_epoch_s")
             if win and smi:
                 e = smi_energy_j(smi, win[0], win[1])
@@ -104,6 +106,41 @@ def _cells(results: list[dict], smi: list[tuple[float, float]]) -> list[dict]:
                 if e and m.get("energy_j"):
                     row["energy_vs_smi_pct"] = 100 * (m["energy_j"] / e - 1)
         out.append(row)
+    return out
+
+
+def _warmup_summary(w: object) -> dict | None:
+    """A cell's warm-up record (docs/metrics.md, "Steady state") cut to what the hardware page
+    shows: mode, converged, seconds, and each block's TPOT (ms) and SM clock (MHz)."""
+    if not isinstance(w, dict):
+        return None
+    blocks = w.get("blocks") or []
+    return {"mode": w.get("mode"), "converged": w.get("converged"), "seconds": w.get("seconds"),
+            "block_tpot_ms": [b.get("tpot_ms") for b in blocks if isinstance(b, dict)],
+            "block_clock_mhz": [b.get("clock_mhz") for b in blocks if isinstance(b, dict)] or None}
+
+
+def warm_regime(cells: list[dict], bare_rows: list[dict], tol: float = 0.10) -> list[dict]:
+    """Issue 38, item 10: each default-sweep cell against the bare engine's median TPOT for the
+    same (engine, model, batch, input, output) measured in the same call
+    (``harness_overhead.py --gpu``'s rows). ``ratio`` = cell TPOT p50 / bare median TPOT;
+    ``warm`` when within ``tol`` (10 %) of it. Cells without a bare counterpart are left out.
+
+    Returns:
+        One dict per matched cell: shape, ``cell_tpot_ms``, ``bare_tpot_ms``, ``ratio``, ``warm``,
+        and the cell's warm-up summary (what it waited for)."""
+    bare = {(r.get("engine"), r.get("model"), r.get("batch"), r.get("input_len"), r.get("output_len")):
+            (r.get("bare") or {}).get("tpot_s") for r in bare_rows}
+    out = []
+    for c in cells:
+        b = bare.get((c.get("engine"), c.get("model"), c.get("batch"), c.get("input_len"), c.get("output_len")))
+        if not b or not c.get("tpot_s"):
+            continue
+        ratio = c["tpot_s"] / b
+        out.append({"engine": c["engine"], "model": c["model"], "batch": c["batch"], "input_len": c["input_len"],
+                    "output_len": c["output_len"], "cell_tpot_ms": round(1e3 * c["tpot_s"], 3),
+                    "bare_tpot_ms": round(1e3 * b, 3), "ratio": round(ratio, 4), "warm": abs(ratio - 1) <= tol,
+                    "warmup": c.get("warmup")})
     return out
 
 
@@ -175,6 +212,7 @@ def assemble(out_dir: Path, name: str) -> dict:
            "bare_vs_infbench": [{k: v for k, v in r.items() if k != "runs"} for r in harness.get("bare_gpu", [])
                                 or harness.get("bare", [])],
            "plugins": plugins[0] if plugins else None, "smi_samples": len(smi)}
+    run["warm_regime"] = warm_regime(run["cells"], run["bare_vs_infbench"])
     return run
 
 
@@ -321,6 +359,17 @@ def render(data: dict, variant: str | None = None) -> str:
             for th, t in sorted(gil.items(), key=lambda kv: -kv[1].get("samples", 0)):
                 top = "; ".join(f"`{f}` {n}" for f, n in list(t.get("leaf", {}).items())[:3])
                 lines.append(f"| {th} | {100 * t['samples'] / total:.1f} % | {top} |")
+    if run.get("warm_regime"):
+        lines += ["", "**The default sweep against the bare engine of the same call** (issue 38: TPOT within 10 % "
+                  "of the bare median, the warm regime):", "",
+                  "| engine | batch | in | out | cell TPOT ms | bare TPOT ms | cell / bare | warm | warm-up: mode, "
+                  "blocks, s, converged |", "|---|---:|---:|---:|---:|---:|---:|---|---|"]
+        for w in run["warm_regime"]:
+            wu = w.get("warmup") or {}
+            lines.append(f"| {w['engine']} | {w['batch']} | {w['input_len']} | {w['output_len']} | "
+                         f"{w['cell_tpot_ms']:.2f} | {w['bare_tpot_ms']:.2f} | {100 * (w['ratio'] - 1):+.1f} % | "
+                         f"{'yes' if w['warm'] else 'no'} | {wu.get('mode')}, {len(wu.get('block_tpot_ms') or [])}, "
+                         f"{_f(wu.get('seconds'), '.1f')}, {wu.get('converged')} |")
     if run.get("first_timed_cell_after_s") is not None:
         lines += ["", f"First timed cell of the default sweep: {run['first_timed_cell_after_s']:.1f} s after "
                   "`infbench run` started (target: 15 s on an H100)."]

@@ -472,3 +472,26 @@ def test_unexpected_note_against_the_shipped_profile(pm):
     assert note["text"].startswith("unexpected: tpot_s 3.00x the prediction")
     cpu_exp = Expectation(limits_for_id(pm, "h100-sxm"), "nvidia", default_home())
     assert cpu_exp.check(result(3 * predicted).model_copy(update={"status": "failed"})) is None
+
+
+def test_the_hardware_page_sets_default_sweep_cells_beside_the_bare_engine_of_the_same_call():
+    """Issue 38, item 10: a cell in the warm regime (TPOT within 10 % of the bare median) and
+    one in a slow stretch (3x), each with what its warm-up waited for; a cell of another shape
+    has no counterpart and is left out."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from hardware_runs import _warmup_summary, warm_regime
+
+    w = {"mode": "until-stable", "converged": True, "seconds": 4.2,
+         "blocks": [{"tpot_ms": 30.0, "clock_mhz": 1980, "s": 1.0}, {"tpot_ms": 22.1, "clock_mhz": 1980, "s": 1.0}]}
+    base = {"engine": "transformers", "model": "llama-3-8b", "input_len": 128, "output_len": 128}
+    cells = [{**base, "batch": 1, "tpot_s": 0.0231, "warmup": _warmup_summary(w)},
+             {**base, "batch": 16, "tpot_s": 0.081, "warmup": None},
+             {**base, "batch": 1, "input_len": 1024, "output_len": 1024, "tpot_s": 0.099}]
+    bare = [{**base, "batch": 1, "bare": {"tpot_s": 0.022}}, {**base, "batch": 16, "bare": {"tpot_s": 0.027}}]
+    rows = warm_regime(cells, bare)
+    assert [(r["batch"], r["warm"]) for r in rows] == [(1, True), (16, False)]
+    assert rows[0]["ratio"] == pytest.approx(0.0231 / 0.022, rel=1e-3) and rows[1]["ratio"] == pytest.approx(3.0)
+    assert rows[0]["warmup"]["block_tpot_ms"] == [30.0, 22.1] and rows[0]["warmup"]["converged"] is True
