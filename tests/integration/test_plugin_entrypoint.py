@@ -75,8 +75,9 @@ def test_a_new_plugin_from_the_template_installs_lists_conforms_and_tests(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     plugins = {q["name"]: q for q in json.loads(run(site, "plugins", "--json"))["plugins"]}
     assert plugins["acme"]["distribution"] == "infbench-acme" and plugins["acme"]["error"] is None
-    assert set(plugins["acme"]["hooks"]) == {"infbench_detect", "infbench_supported_precisions",
-                                             "infbench_power_sampler", "infbench_device_catalog"}
+    assert set(plugins["acme"]["hooks"]) == {"infbench_detect", "infbench_supported_precisions",  # contract 2.0: the
+                                             "infbench_power_sampler", "infbench_device_catalog",  # typed-options
+                                             "infbench_engines"}                                   # engine hook
     check = json.loads(run(site, "plugins", "check", "acme", "--json"))
     assert check["conforming"] and check["failed"] == []
     path = os.pathsep.join(x for x in (str(site), os.environ.get("PYTHONPATH", "")) if x)

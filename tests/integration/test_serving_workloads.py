@@ -38,6 +38,10 @@ def engine(stub, base_url=None, **opts):
 
 
 def cell(model="normal", out=6, load=None, batch=2, **kw):
+    """A stub cell with no warm-up block (``warmup=0``): these tests read the server's log and
+    its one-shot faults as the timed requests meet them; the warm-up block is tested in
+    tests/unit/test_steady_state.py and tests/integration/test_steady_state_live.py."""
+    kw.setdefault("warmup", 0)
     return Cell(model=model, engine="openai", dtype="auto", batch=batch, input_len=8, output_len=out,
                 load=load or Load(mode="batch", warmup_requests=0), **kw)
 
@@ -210,6 +214,26 @@ def test_multi_turn_second_turn_carries_the_servers_first_answer(stub, tmp_path)
         assert by_id[rid]["body"]["messages"][0]["content"] == "alpha beta gamma delta"
     assert set(r.metrics["ttft_s_by_turn"]) == {"1", "2", "3"}
     assert chat_sessions(path, word_count, 5)[0].turns[1] == ("epsilon zeta eta theta", 4)
+
+
+def test_a_dataset_cells_warmup_block_goes_to_the_chat_endpoint_too(stub, tmp_path):
+    """The warm-up block replaces a dataset's prompts with synthetic ones of its lengths, but it
+    sends them where the cell's requests go (a chat-only server would refuse /completions)."""
+    from infbench.workloads.chat import file_digest
+
+    path = tmp_path / "chats.jsonl"
+    path.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": "alpha beta gamma delta"},
+                                                       {"role": "assistant", "content": "a b c d e"}]})
+                              for _ in range(4)) + "\n")
+    d = Dataset(path=str(path), sha256=file_digest(path), n=4)
+    e = engine(stub)
+    stub.log.clear()
+    r = measure(e, cell(load=Load(mode="concurrency", concurrency=2, num_requests=4, warmup_requests=0), dataset=d,
+                        warmup=1))
+    assert r.status == "ok", r.error
+    assert r.metrics["warmup"]["mode"] == "fixed" and len(r.metrics["warmup"]["blocks"]) == 1
+    assert len(stub.log) == 4 + 4                                      # the block's 2 x 2, then the 4 timed
+    assert all("messages" in x["body"] and "prompt" not in x["body"] for x in stub.log)
 
 
 def test_trace_replay_forces_each_length_at_its_time(stub, tmp_path):

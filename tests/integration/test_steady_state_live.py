@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,19 +31,49 @@ CELLS = ["--engine", "llama.cpp", "--model", "smollm2-135m", "--dtype", "f16", "
          "--output-len", "48", "--threads", "2"]
 
 
-def run(args: list[str], home: Path, profile: str | None, tmp: Path) -> tuple[subprocess.CompletedProcess, Store]:
+def run(args: list[str], home: Path, profile: str | None, tmp: Path,
+        end_stretch: tuple[Path, int] | None = None) -> tuple[subprocess.CompletedProcess, Store]:
+    """``infbench run ARGS`` with the stand-in on (``profile``); ``end_stretch=(file, n)``
+    creates ``file`` (the ``until:`` profile's end) once ``n`` cells are stored."""
     env = {**os.environ, "INFBENCH_HOME": str(home), "COLUMNS": "200"}
     env["PYTHONPATH"] = os.pathsep.join([str(plugin_dir(tmp / "plugin")), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     if profile:
         env["INFBENCH_SLOWSTART"] = profile
         env["INFBENCH_SLOWSTART_LOG"] = str(tmp / "throttle.log")
     store = tmp / "r.db"
-    p = subprocess.run([sys.executable, "-m", "infbench.cli", "run", *args, "--store", str(store)], env=env,
-                       capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", "infbench.cli", "run", *args, "--store", str(store)]
+    if end_stretch is None:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    else:
+        p = _ending_the_stretch(cmd, env, store, *end_stretch)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     if profile:
         assert "throttle" in (tmp / "throttle.log").read_text()   # the stand-in was on
     return p, Store(store)
+
+
+def _ending_the_stretch(cmd: list[str], env: dict[str, str], store: Path, done: Path,
+                        n: int) -> subprocess.CompletedProcess:
+    """Run ``cmd``; create ``done`` when the store holds ``n`` cells (read-only polls of its
+    SQLite file, every 0.2 s)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        t_end = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < t_end:
+            if not done.exists() and store.exists():
+                try:
+                    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=1) as con:
+                        if con.execute("SELECT count(*) FROM cells").fetchone()[0] >= n:
+                            done.touch()
+                except sqlite3.Error:
+                    pass  # not created yet, or busy: the next poll
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read())
 
 
 def test_warmup_waits_out_a_slow_start(infbench_home, tmp_path):
@@ -57,10 +90,13 @@ def test_warmup_waits_out_a_slow_start(infbench_home, tmp_path):
 
 
 def test_a_long_slow_stretch_is_caught_by_the_sentinel_and_measured_again(infbench_home, tmp_path):
-    """Steady and slow (3x) for 6 s after the load, then full speed: the warm-up settles inside
+    """Steady and slow (3x) from the load until the first cell is stored, then full speed (the
+    test ends the stretch then, so the machine's speed cannot move it): the warm-up settles inside
     the stretch, so only the sentinel can tell; the first cell is flagged drift and measured again,
     and its newest attempt carries no drift flag."""
-    p, store = run([*CELLS, "--batch", "1,2"], infbench_home, "long:6:3", tmp_path)
+    done = tmp_path / "stretch-over"
+    p, store = run([*CELLS, "--batch", "1,2"], infbench_home, f"until:{done}:3", tmp_path,
+                   end_stretch=(done, 1))
     rows = store.results(all_attempts=True)
     first = [r for r in rows if r["spec"]["batch"] == 1]
     assert len(first) == 2, [(r["spec"]["batch"], flags(r["metrics"])) for r in rows]

@@ -239,14 +239,15 @@ def test_tokenizer_gives_exact_text_prompts(server_engine):
     confirms exactly; no mismatch is reported."""
     e, base = server_engine
     tok = e.args["tokenizer"]
-    e.options["tokenizer"] = tok
+    before = e.options
+    e.options = before.model_copy(update={"tokenizer": tok})  # typed options (contract 2.0)
     try:
         cell = base.model_copy(update={"input_len": 40, "load": Load(mode="concurrency", concurrency=2,
                                                                      num_requests=4, warmup_requests=0)})
         prompts = e.make_prompts(cell, resolve("tiny"))
         out = e.run(cell, prompts)
     finally:
-        del e.options["tokenizer"]
+        e.options = before
     assert all(isinstance(p.content, str) for p in prompts)
     assert [(r.error, r.n_in, r.n_in_client) for r in out.records] == [(None, 40, 40)] * 4
     assert not out.warnings

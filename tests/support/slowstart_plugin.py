@@ -15,7 +15,9 @@ Profiles (``SECONDS`` after the load, ``FACTOR`` the slowdown at its worst):
 * ``ramp:SECONDS:FACTOR``: FACTOR x slow at the load, easing linearly to full speed at SECONDS
   (a transient the warm-up should wait out);
 * ``long:SECONDS:FACTOR``: FACTOR x slow, steady, for SECONDS, then full speed at once (a
-  stretch that is slow and stable: only the sentinel sees it).
+  stretch that is slow and stable: only the sentinel sees it);
+* ``until:PATH:FACTOR``: FACTOR x slow, steady, until the file PATH exists (a test ends the
+  stretch when the run has reached a given point, whatever the machine's speed).
 
 Installed like any plugin: :func:`plugin_dir` writes this module with a ``.dist-info`` into a
 folder for ``PYTHONPATH``, so the ``infbench`` entry point finds it in every process (the engine
@@ -45,7 +47,11 @@ def slowdown(profile: str, t: float) -> float:
     Raises:
         ValueError: an unknown profile.
     """
-    kind, secs, factor = profile.split(":")
+    kind, rest = profile.split(":", 1)
+    if kind == "until":
+        path, factor = rest.rsplit(":", 1)
+        return 1.0 if os.path.exists(path) else float(factor)
+    secs, factor = rest.split(":")
     seconds, f = float(secs), float(factor)
     if kind == "ramp":
         return 1.0 + (f - 1.0) * max(0.0, 1.0 - t / seconds)
@@ -57,7 +63,7 @@ def slowdown(profile: str, t: float) -> float:
 def throttle(pid: int, profile: str) -> None:
     """Duty-cycle ``pid`` by SIGSTOP/SIGCONT per ``profile`` until it is at full speed for good or
     gone; the process is always left running."""
-    secs = float(profile.split(":")[1])
+    secs = 0.0 if profile.startswith("until:") else float(profile.split(":")[1])
     t0 = time.monotonic()
     try:
         while True:

@@ -495,3 +495,18 @@ def test_the_hardware_page_sets_default_sweep_cells_beside_the_bare_engine_of_th
     assert [(r["batch"], r["warm"]) for r in rows] == [(1, True), (16, False)]
     assert rows[0]["ratio"] == pytest.approx(0.0231 / 0.022, rel=1e-3) and rows[1]["ratio"] == pytest.approx(3.0)
     assert rows[0]["warmup"]["block_tpot_ms"] == [30.0, 22.1] and rows[0]["warmup"]["converged"] is True
+
+
+def test_a_sentinel_drift_needs_a_second_block_that_agrees():
+    """One block beyond 10 % is a hiccup unless a second block, run at once, is beyond it on the
+    same side; the figures kept are the nearer block's."""
+    from infbench.analysis.steady import confirmed, sentinel_check
+
+    slow_then_fast = confirmed(sentinel_check(10.0, 6.0), sentinel_check(10.0, 10.3))
+    assert slow_then_fast["drift"] is False and slow_then_fast["now_ms"] == 10.3
+    both = confirmed(sentinel_check(10.0, 6.0), sentinel_check(10.0, 6.5))
+    assert both["drift"] is True and both["faster_now"] is True and both["blocks_ms"] == [6.0, 6.5]
+    assert both["now_ms"] == 6.5  # the smaller claim
+    opposite = confirmed(sentinel_check(10.0, 6.0), sentinel_check(10.0, 14.0))
+    assert opposite["drift"] is False
+    assert confirmed(sentinel_check(10.0, 6.0), None)["drift"] is True and confirmed(None, None) is None

@@ -202,6 +202,25 @@ def sentinel_check(reference_ms: float | None, now_ms: float | None, tol: float 
             "drift": abs(ratio - 1) > tol, "faster_now": ratio < 1}
 
 
+def confirmed(first: dict[str, Any] | None, second: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A drift seen by one sentinel block, checked by a second block of the same cell run at once
+    (a one-block difference may be a scheduler hiccup; a changed host state persists): drift
+    only when both blocks differ from the reference beyond the tolerance on the same side. The
+    figures kept are those of the block nearer the reference (the smaller claim), with
+    ``blocks_ms`` both blocks' TPOT.
+
+    Returns:
+        The combined check (:func:`sentinel_check`'s keys plus ``blocks_ms``), ``first`` when
+        ``second`` is missing (the engine gave no records: nothing to confirm with), or None
+        when ``first`` is None.
+    """
+    if first is None or second is None:
+        return first
+    near = min((first, second), key=lambda c: abs(c["ratio"] - 1))
+    return {**near, "drift": first["drift"] and second["drift"] and first["faster_now"] == second["faster_now"],
+            "blocks_ms": [first["now_ms"], second["now_ms"]]}
+
+
 def sentinel_flag(check: dict[str, Any], first_label: str, tol: float = DRIFT_TOL) -> str:
     """The ``drift`` sentence of a :func:`sentinel_check` beyond ``tol``."""
     now = "faster" if check["faster_now"] else "slower"

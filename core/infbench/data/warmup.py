@@ -38,6 +38,10 @@ DEFAULT_REWARM_AFTER_S = 60.0
 #: Drift between the first and last thirds of a timed part, and between a cell and its
 #: sentinel, beyond which the cell is flagged (``unsteady``, ``drift``).
 DRIFT_TOL = 0.10
+#: The fewest decode steps a batch cell's sentinel compares (its first ``min(output_len, 16) - 1``):
+#: below, a few scheduler ticks move the mean by more than :data:`DRIFT_TOL` and the comparison
+#: would measure the OS, not the host's state; the sentinel is then skipped with that reason.
+MIN_SENTINEL_STEPS = 8
 #: Coefficient of variation across ``--repeat`` beyond which the repeats are ``unsteady``.
 REPEAT_CV_TOL = 0.10
 #: A serving cell's steady window shorter than max(this, :data:`MIN_WINDOW_SHARE` x the

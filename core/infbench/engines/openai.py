@@ -624,7 +624,11 @@ class OpenAIEngine(Engine):
         block = block_cell(cell)
         if self._model is None:
             raise ConfigError("the warm-up needs the cell's prompts made first (make_prompts)")
-        return self.run(block, self.make_prompts(block, self._model))
+        self._block_chat = self._chat(cell)  # a dataset cell's block goes where its requests go
+        try:
+            return self.run(block, self.make_prompts(block, self._model))
+        finally:
+            self._block_chat = False
 
     def payload(self, cell: Cell, prompt: Any, stream: bool = True) -> dict[str, Any]:
         """The JSON body of one request (streamed with usage requested unless ``stream`` is
@@ -655,7 +659,7 @@ class OpenAIEngine(Engine):
 
     def _chat(self, cell: Cell) -> bool:
         """True if requests go to ``/chat/completions`` (``endpoint: chat``, or a dataset cell)."""
-        return cell.dataset is not None or self.options.endpoint == "chat"
+        return cell.dataset is not None or self.options.endpoint == "chat" or getattr(self, "_block_chat", False)
 
     def run(self, cell: Cell, prompts: list[Any], deadline_ns: int | None = None) -> RunOutput:
         """Offer ``cell.load`` to the server; one record per timed request (per turn for

@@ -60,6 +60,7 @@ from infbench.data.run import RunOptions, RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo, canonical_json
 from infbench.data.scores import PerplexityResult
 from infbench.data.secrets import REDACTED
+from infbench.data.warmup import BLOCK_OUTPUT_TOKENS, MIN_SENTINEL_STEPS
 from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
@@ -350,9 +351,13 @@ class EngineSession:
             if not ok:
                 return None
             first = ok[0]
-            ref = (first.metrics.get("steady") or {}).get("reference_tpot_ms")
-            now_ms = self.block_tpot_ms(first.cell) if ref else None
-            chk = steady.sentinel_check(ref, now_ms)
+            steps = min(first.cell.output_len, BLOCK_OUTPUT_TOKENS) - 1
+            if (first.cell.load is None or first.cell.load.mode == "batch") and steps < MIN_SENTINEL_STEPS:
+                self.sentinel = {"first": first.cell.label(), "skipped": (
+                    f"its first cell's block compares {steps} decode step(s), fewer than {MIN_SENTINEL_STEPS}: "
+                    "too few to tell a changed host from the scheduler's jitter")}
+                return self.sentinel
+            chk = self._sentinel_of(first)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # noqa: BLE001 - a failed check loses nothing measured
@@ -375,8 +380,7 @@ class EngineSession:
         t_spent = 0.0
         for r in ok:
             try:
-                c = chk if r is first else steady.sentinel_check(
-                    (r.metrics.get("steady") or {}).get("reference_tpot_ms"), self.block_tpot_ms(r.cell))
+                c = chk if r is first else self._sentinel_of(r)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # noqa: BLE001 - the engine failed its check block: stop checking, keep all
@@ -401,6 +405,18 @@ class EngineSession:
         found["spent_s"] = round(t_spent, 3)
         found["seconds"] = round(time.perf_counter() - t_start, 4)
         return found
+
+    def _sentinel_of(self, r: CellResult) -> dict[str, Any] | None:
+        """One sentinel block of ``r``'s cell against its reference, and where it differs beyond
+        the tolerance a second block at once, which must agree
+        (:func:`~infbench.analysis.steady.confirmed`); None without a reference or records."""
+        ref = (r.metrics.get("steady") or {}).get("reference_tpot_ms")
+        if not ref:
+            return None
+        chk = steady.sentinel_check(ref, self.block_tpot_ms(r.cell))
+        if chk is None or not chk["drift"]:
+            return chk
+        return steady.confirmed(chk, steady.sentinel_check(ref, self.block_tpot_ms(r.cell)))
 
     def _repeat_checks(self, ok: list[CellResult]) -> None:
         """Flag ``unsteady`` the repeats of one workload whose CV is above 10 % (:meth:`finish`)."""
