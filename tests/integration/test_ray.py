@@ -10,10 +10,10 @@ Tiny model (tiny-random-llama, dummy GGUF built on each node), few cells, short 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import time
@@ -293,21 +293,15 @@ def _served(db):
 def test_spread_serving_cell_on_two_client_nodes(ray_cluster, tmp_path):
     """One serving cell against a local llama.cpp server, its load sent from two client
     raylets (--load-nodes 2): stored as one cell holding both nodes' requests, each record
-    naming its node, both nodes' health and clock offsets; its throughput matches one client
-    sending the same load (the server is the bottleneck), within the noise of a shared machine.
-
-    The throughputs compare as medians of three runs each, spread and single interleaved. On
-    this 2-core VM the two client raylets share the cores with the CPU engine: spread runs
-    measured 0.59-1.09x the median single run (two trials here; CI: 0.64x). So the band is wide enough for that
-    contention (an accounting or clock-merge error would give 0.5x or 2x), and a spread run
-    below 0.75x must say why: its cell is suspect, naming the other processes on its cores."""
+    naming its node, both nodes' health and clock offsets; and one client sending the same load
+    beside it, stored without nodes. Whether the two throughputs agree is a timing comparison
+    (on this 2-core VM the client raylets share the cores with the engine: 0.59-1.09x seen), so
+    no test asserts it (issue 40, item 9)."""
     spread_cmd = ["run", "--executor", "inprocess", "--load-nodes", "2", "--ray-address", ray_cluster.address]
-    outs = []
-    for i in range(3):
-        outs.append(json.loads(infbench(*spread_cmd, "--store", str(tmp_path / f"spread{i}.db"), "--json", *SERVE,
-                                        env=ray_cluster.env()).stdout))
-        outs.append(json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / f"one{i}.db"),
-                                        "--json", *SERVE, env=ray_cluster.env()).stdout))
+    outs = [json.loads(infbench(*spread_cmd, "--store", str(tmp_path / "spread0.db"), "--json", *SERVE,
+                                env=ray_cluster.env()).stdout),
+            json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / "one0.db"), "--json",
+                                *SERVE, env=ray_cluster.env()).stdout)]
     assert all(o["ok"] == 1 and o["failed"] == 0 for o in outs)
     store, row, recs = _served(tmp_path / "spread0.db")
     m = row["metrics"]
@@ -324,18 +318,9 @@ def test_spread_serving_cell_on_two_client_nodes(ray_cluster, tmp_path):
     assert 0 <= m["client"]["spread"]["clock_error_s"] < 0.05                  # one host: a round trip is short
     # every record's tokens arrived after it was sent, on the merged clock
     assert all(r.t_tokens_ns[0] > r.t_send_ns for r in recs)
-    ones = [_served(tmp_path / f"one{i}.db")[1]["metrics"] for i in range(3)]
-    assert all(o["n_requests"] == 24 and "nodes" not in o["client"] for o in ones)
-    spreads = [_served(tmp_path / f"spread{i}.db")[1]["metrics"] for i in range(3)]
-    assert all(len(s["client"]["nodes"]) == 2 for s in spreads)
-    spread_tps = statistics.median(s["output_tok_s"] for s in spreads)
-    one_tps = statistics.median(o["output_tok_s"] for o in ones)
-    print(f"output tok/s: spread over 2 client nodes {[round(s['output_tok_s']) for s in spreads]}, "
-          f"one client {[round(o['output_tok_s']) for o in ones]}")
-    assert 0.6 * one_tps <= spread_tps <= 1.33 * one_tps, (spread_tps, one_tps)
-    for sp in spreads:
-        if sp["output_tok_s"] < 0.75 * one_tps:
-            assert "other processes used" in (sp.get("suspect") or ""), (sp["output_tok_s"], sp.get("suspect"))
+    one = _served(tmp_path / "one0.db")[1]["metrics"]
+    assert one["n_requests"] == 24 and "nodes" not in one["client"]
+    assert all(math.isfinite(x["output_tok_s"]) and x["output_tok_s"] > 0 for x in (m, one))
 
 
 def test_find_max_searches_with_spread_load(ray_cluster, tmp_path):
