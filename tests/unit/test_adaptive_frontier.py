@@ -246,3 +246,52 @@ def test_a_cell_without_tpot_still_corrects_its_series_throughput():
     tpot, _ = pl.series_corrected(i2)
     # its TPOT is corrected by the one cell that has a TPOT ratio (the chunked cell's is not read as 0)
     assert math.isclose(tpot / pl.prediction(i2)["tpot_s"], math.exp(pts[1][1]), rel_tol=1e-9)
+
+
+def _corners_of(order):
+    return {(c.engine_args["max_num_seqs"], c.load.concurrency) for c in order}
+
+
+def test_the_corners_are_measured_whatever_the_budget():
+    """Issue 43: 14 cells, 2 series, 4 corners. 20 % (2 cells) is raised to the corners, 29 %
+    (4) is exactly them, 50 % (7) measures them and then spends the rest; a time budget too
+    short for one cell still measures the corners."""
+    from infbench.execution.scenarios.adaptive_sweep import corner_budget
+
+    corners = {(8, 1), (64, 1), (8, 64), (64, 64)}
+    for budget, want, raised, n_max in (("20%", 2, True, 4), ("29%", 4, False, 4), ("50%", 7, False, 7)):
+        cov = corner_budget(cells(), budget)
+        assert (cov["budget_cells"], cov["corners"], cov["series"], cov["raised"]) == (want, 4, 2, raised)
+        assert (cov["note"] is not None) == raised and cov["measured_at_most"] == max(want, 4)
+        pl = AdaptivePlanner(cells(), DEV, H100, budget, stack="cuda", select="front")
+        order = []
+        while (c := pl.next_cell()) is not None:
+            order.append(c)
+            pl.record(measure(c))
+        assert _corners_of(order[:4]) == corners and 4 <= len(order) <= n_max, (budget, len(order))
+    pl = AdaptivePlanner(cells(), DEV, H100, "1s", stack="cuda", select="front")
+    order = []
+    while (c := pl.next_cell(elapsed_s=10.0)) is not None:
+        order.append(c)
+        pl.record(measure(c))
+    assert _corners_of(order) == corners and len(order) == 4 and pl.stop_reason == "budget"
+
+
+def test_a_budget_below_the_corners_is_said_before_the_run_or_refused_when_strict():
+    import pytest
+
+    from infbench.data.errors import ConfigError
+
+    cs = cells()
+    groups = [Group(resolve("llama-2-7b"), "vllm-server", "float16", 1, [c for c in cs if c.engine_args == cfg])
+              for cfg in CONFIGS]
+    fr = Plan(DEV, groups, scenario=FrontierScenario())
+    raised = adaptive_plan(fr, "20%")
+    assert any("below the 4 corners of 2 series" in w and "raised to 4" in w for w in raised.warnings), raised.warnings
+    assert not any("corners" in w for w in adaptive_plan(fr, "29%").warnings)
+    with pytest.raises(ConfigError, match="--adaptive-strict refuses") as e:
+        adaptive_plan(fr, "20%", strict=True)
+    assert "29%" in e.value.hint
+    assert adaptive_plan(fr, "29%", strict=True).scenario.strict is True
+    grid = adaptive_plan(Plan(DEV, groups), "10%", strict=True)   # the grid objective has no corner rule
+    assert not grid.warnings

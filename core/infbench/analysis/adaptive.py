@@ -473,11 +473,23 @@ class AdaptivePlanner:
     def spent(self, elapsed_s: float | None = None) -> bool:
         """Whether the budget is used up (``elapsed_s``: measuring time so far; default the
         recorded results' wall time)."""
+        if self.corners_left():
+            return False  # the frontier's corners are measured whatever the budget (issue 43)
         n = self.budget.cells(len(self.cells))
         if n is not None and len(self.measured) >= n:
             return True
         used = self.wall_s if elapsed_s is None else elapsed_s
         return self.budget.seconds is not None and used >= self.budget.seconds
+
+    def corners_left(self) -> list[int]:
+        """The frontier's design cells (each series' lowest and highest concurrency,
+        :func:`front_corners`) not measured yet: the search measures them whatever its budget
+        (the budget is raised to them, said before the run:
+        :func:`infbench.execution.scenarios.adaptive_sweep.corner_budget`). Empty for the grid
+        objective, whose design cells count against the budget."""
+        if self.select != "front":
+            return []
+        return [i for i in self.design if self.ids[i] not in self.measured]
 
     def remaining(self) -> list[int]:
         """Indices of the planned cells not measured yet."""
@@ -512,7 +524,8 @@ class AdaptivePlanner:
         if self.budget.seconds is not None:
             used = self.wall_s if elapsed_s is None else elapsed_s
             room = self.budget.seconds - used
-            left = [i for i in left if self._cost(i) <= room] or []
+            corners = set(self.corners_left())
+            left = [i for i in left if i in corners or self._cost(i) <= room] or []
             if not left:
                 self.stop_reason = "budget"
                 return None

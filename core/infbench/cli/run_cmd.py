@@ -265,8 +265,11 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
         t = fleet.type_of(dev) if fleet is not None else None
         return [n.name() for n in t.nodes] if t is not None else []
 
+    from infbench.execution.scenarios.adaptive_sweep import outline
+
     if as_json:
         docs = [{"device": p.device.model_dump(), **({"nodes": nodes(p.device)} if fleet is not None else {}),
+                 **({"adaptive": a} if (a := outline(p)) is not None else {}),
                  "cells": [{"cell_id": c.cell_id(p.device), **c.model_dump()} for c in p.cells]} for p in plans]
         if fleet is not None:
             print_json({"plans": docs})
@@ -279,6 +282,14 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
         dev = the_plan.device
         on = f" on node(s) {', '.join(nodes(dev))}" if fleet is not None else ""
         out.print(f"{len(the_plan.cells)} cell(s) on {dev.vendor} ({dev.model}){on}:")
+        a = outline(the_plan)
+        if a is not None:
+            what = "the frontier search" if a["objective"] == "front" else "the adaptive sweep"
+            corners = f", the {a['corners']} series corners first" if a["corners"] else ""
+            most = (f"measures at most {a['measured_at_most']} ({a['budget']}{corners}) and predicts at least "
+                    f"{a['predicted_at_least']}" if a["measured_at_most"] is not None
+                    else f"measures for {a['budget']}{corners} and predicts the rest")
+            out.print(f"  {what} {most} of these cells")
         for g in the_plan.groups:
             out.print(f"  [bold]{g.label()}[/]")
             for c in g.cells:

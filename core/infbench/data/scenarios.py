@@ -160,6 +160,10 @@ class AdaptiveScenario(BaseModel):
                             "`predicted` cells with 90 % intervals (never ok: a later run measures them). With "
                             "--preset frontier: each series' lowest and highest concurrency first, then the cells "
                             "that could still move the throughput-interactivity front.")
+    strict: bool = flag("--adaptive-strict", param="adaptive_strict", cli_type="bool", default=False,
+                        help="With --preset frontier: refuse a budget below the series' corners (each configuration's "
+                             "lowest and highest concurrency) instead of raising it to them (the default, stated "
+                             "before the run).")
     known: list[dict[str, Any]] = Field(default_factory=list)
     objective: Literal["grid", "front"] = "grid"
 

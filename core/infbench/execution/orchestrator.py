@@ -412,7 +412,8 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         slo = SloTarget(ttft_s=sweep.slo_ttft_s, tpot_s=sweep.slo_tpot_s, goodput=sc.goodput)
         plans = [find_max_plan(plans[0], sc.mode, slo, sc.limit, sc.max_probes)]
     elif sc.kind == "adaptive":
-        plans = [adaptive_plan(p, sc.budget, registry.pm) for p in plans]  # no limits: refused before the run
+        # no limits, or (with --adaptive-strict) a budget below the corners: refused before the run
+        plans = [adaptive_plan(p, sc.budget, registry.pm, strict=sc.strict) for p in plans]
     refuse_ignored(config, name, plans, specs)
     checked = check_engine_args(specs, sweep.engines, sweep.engine_args)  # plan() refused bad ones
     resolved = resolve(config, sweep, checked.values, endpoint, load_nodes, ray_address)

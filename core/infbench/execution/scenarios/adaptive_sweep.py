@@ -20,10 +20,11 @@ results so far (:attr:`~infbench.data.scenarios.AdaptiveScenario.known`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
-from infbench.analysis.adaptive import AdaptivePlanner, Budget
+from infbench.analysis.adaptive import AdaptivePlanner, Budget, front_corners, series_of
 from infbench.analysis.predict import engine_family
 from infbench.analysis.profile import stack_of
 from infbench.data.errors import ConfigError
@@ -35,8 +36,54 @@ from infbench.execution.scenarios.scenario import Part, Running, Scenario
 from infbench.execution.session import EngineSession, RunContext
 
 
-def adaptive_plan(plan: Plan, budget: str, pm: Any = None) -> Plan:
-    """``plan`` with the adaptive scenario and ``budget`` (``25%``, ``10m``).
+def corner_budget(cells: list[Cell], budget: str) -> dict[str, Any]:
+    """What a frontier search's budget covers of its design (issue 43): the series' corners
+    (:func:`~infbench.analysis.adaptive.front_corners`: each configuration's lowest and highest
+    concurrency), which the search always measures.
+
+    Returns:
+        ``{"cells": planned, "series", "corners", "budget_cells" (None for a time budget),
+        "measured_at_most" (the budget's cells raised to the corners), "raised" (bool),
+        "note" (a sentence when raised, else None)}``.
+    """
+    b = Budget.parse(budget)
+    n_series = len({series_of(c) for c in cells})
+    n_corners = len(front_corners(cells))
+    want = b.cells(len(cells))
+    raised = want is not None and want < n_corners
+    note = None
+    if raised:
+        note = (f"--adaptive {budget.strip()} of {len(cells)} cells is {want} cell(s), below the {n_corners} "
+                f"corners of {n_series} series (each configuration's lowest and highest concurrency): raised to "
+                f"{n_corners}, since a series without its corners is predicted far from anything measured "
+                "(--adaptive-strict refuses instead)")
+    return {"cells": len(cells), "series": n_series, "corners": n_corners, "budget_cells": want,
+            "measured_at_most": max(want, n_corners) if want is not None else None, "raised": raised, "note": note}
+
+
+def outline(plan: Plan) -> dict[str, Any] | None:
+    """What ``--dry-run`` says of an adaptive plan: ``{"objective", "budget", "cells",
+    "corners" (the frontier's, always measured), "measured_at_most", "predicted_at_least"}``
+    summed over its engines (None for a time budget's counts, which depend on the cells'
+    times); None when the plan is not adaptive."""
+    sc = plan.scenario
+    if not isinstance(sc, AdaptiveScenario):
+        return None
+    by: dict[str, list[Cell]] = {}
+    for c in plan.cells:
+        by.setdefault(engine_family(c.engine), []).append(c)
+    covs = [corner_budget(cells, sc.budget) for cells in by.values()]
+    corners = sum(c["corners"] for c in covs) if sc.objective == "front" else None
+    at_most = [c["measured_at_most"] if sc.objective == "front" else c["budget_cells"] for c in covs]
+    most = None if any(m is None for m in at_most) else sum(at_most)
+    return {"objective": sc.objective, "budget": sc.budget, "cells": len(plan.cells), "corners": corners,
+            "measured_at_most": most, "predicted_at_least": None if most is None else len(plan.cells) - most}
+
+
+def adaptive_plan(plan: Plan, budget: str, pm: Any = None, strict: bool = False) -> Plan:
+    """``plan`` with the adaptive scenario and ``budget`` (``25%``, ``10m``). A frontier search
+    whose share budget is below its series' corners (:func:`corner_budget`) has it raised to
+    them, with a warning shown before the run, or, with ``strict``, is refused.
 
     With ``pm``, the device's limits are looked up now, so a device the planner cannot
     predict on (a remote endpoint) is refused before a run begins (issue 41: the refusal
@@ -61,7 +108,22 @@ def adaptive_plan(plan: Plan, budget: str, pm: Any = None) -> Plan:
                               "replays a dataset, a trace or a rate", hint="sweep lengths and batch (or "
                               "concurrency) with --adaptive; measure the others in full")
     objective = "front" if plan.scenario.kind == "frontier" else "grid"
-    return plan.with_groups(plan.groups, AdaptiveScenario(budget=budget.strip(), objective=objective))
+    out = plan.with_groups(plan.groups, AdaptiveScenario(budget=budget.strip(), objective=objective, strict=strict))
+    if objective == "front":
+        by: dict[str, list[Cell]] = {}
+        for c in plan.cells:
+            by.setdefault(engine_family(c.engine), []).append(c)
+        for cells in by.values():
+            cov = corner_budget(cells, budget)
+            if cov["raised"] and strict:
+                raise ConfigError(f"--adaptive {budget.strip()} of {cov['cells']} cells is {cov['budget_cells']} "
+                                  f"cell(s), below the {cov['corners']} corners of {cov['series']} series, and "
+                                  "--adaptive-strict refuses to raise it",
+                                  hint=f"give at least {math.ceil(100 * cov['corners'] / cov['cells'])}% or drop "
+                                       "--adaptive-strict (the budget is then raised to the corners)")
+            if cov["note"]:
+                out.warnings.append(cov["note"])
+    return out
 
 
 class Adaptive(Scenario):
