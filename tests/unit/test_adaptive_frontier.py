@@ -295,3 +295,32 @@ def test_a_budget_below_the_corners_is_said_before_the_run_or_refused_when_stric
     assert adaptive_plan(fr, "29%", strict=True).scenario.strict is True
     grid = adaptive_plan(Plan(DEV, groups), "10%", strict=True)   # the grid objective has no corner rule
     assert not grid.warnings
+
+
+def test_a_series_peak_below_its_highest_concurrency_is_measured_after_the_corners():
+    """Issue 43's peak rule on a synthetic server whose throughput peaks at its slot count (8)
+    and falls beyond it (each queued request costs the batch 1 %): after the four corners, the
+    search's next cells are the cells predicted to hold each series' peak, and the max_num_seqs=8
+    series' peak (c=8, below its highest concurrency 64) is measured, not predicted."""
+    def measure_peaked(c: Cell) -> CellResult:
+        r = measure(c)
+        queued = max(0, c.load.concurrency - c.engine_args["max_num_seqs"])
+        r.metrics["total_tok_s"] *= 1 / (1 + 0.01 * queued)
+        return r
+
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "50%", stack="cuda", select="front")
+    for _ in range(4):
+        pl.record(measure_peaked(pl.next_cell()))
+    assert not pl.corners_left()
+    peaks = pl.peak_cells()
+    by_cap = {cs[i].engine_args["max_num_seqs"]: cs[i].load.concurrency for i in peaks}
+    assert 8 in by_cap and by_cap[8] < 64, by_cap          # predicted below the highest concurrency
+    assert pl.next_cell() is cs[peaks[0]]                   # and measured next, before the front's score
+    true_peak = max((c for c in cs if c.engine_args["max_num_seqs"] == 8),
+                    key=lambda c: measure_peaked(c).metrics["total_tok_s"])
+    assert true_peak.load.concurrency == 8
+    for i in peaks:
+        pl.record(measure_peaked(cs[i]))
+    # once measured, a series' peak is no longer asked for unless a prediction now lies above it
+    assert all(pl.ids[i] not in pl.measured for i in pl.peak_cells())

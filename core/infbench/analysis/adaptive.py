@@ -534,6 +534,9 @@ class AdaptivePlanner:
             if i in todo:
                 return self.cells[i]
         if self.select == "front":
+            for i in self.peak_cells():  # the peak is measured, not predicted (issue 43)
+                if i in todo:
+                    return self.cells[i]
             scores = {i: self.front_score(i) for i in left}
             best = max(left, key=lambda i: (scores[i], -i))
             # stop early only once every series can judge its own cells (three measured:
@@ -684,6 +687,35 @@ class AdaptivePlanner:
             return tpot, tot
         rt, ro = self._interp(pts, _log_load(self.cells[i]))
         return tpot * math.exp(rt), tot * math.exp(ro)
+
+    def peak_cells(self) -> list[int]:
+        """Per frontier series whose corners are measured, the planned cell that holds (measured)
+        or is predicted to hold (:meth:`series_corrected`) its highest throughput per device, when
+        it is not measured yet: the search measures these right after the corners (issue 43:
+        a series' peak often lies below its highest concurrency, where the predictions were
+        weakest), within the budget. Indices in planned order of their series."""
+        by: dict[str, list[int]] = {}
+        for i, c in enumerate(self.cells):
+            by.setdefault(series_of(c), []).append(i)
+        out = []
+        for idx in by.values():
+            if any(self.ids[i] not in self.measured for i in idx if i in self.design):
+                continue
+            best, best_y = None, -math.inf
+            for i in idx:
+                r = self.measured.get(self.ids[i])
+                if r is not None:
+                    m = r.get("metrics") or {}
+                    tot = m.get("total_tok_s") if r.get("status") == "ok" else None
+                    y = tot / (m.get("devices_used") or self.cells[i].tensor_parallel_size) if tot else None
+                else:
+                    tot = self.series_corrected(i)[1]
+                    y = tot / self.cells[i].tensor_parallel_size if tot else None
+                if y is not None and y > best_y:
+                    best, best_y = i, y
+            if best is not None and self.ids[best] not in self.measured:
+                out.append(best)
+        return out
 
     def front_score(self, i: int) -> float:
         """How far planned cell ``i``'s optimistic corner lies above the measured front (log
