@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from infbench.analysis.adaptive import (
     FULL_WIDTH_DISTANCE,
     NOISE_HALF_WIDTH,
@@ -324,3 +326,23 @@ def test_a_series_peak_below_its_highest_concurrency_is_measured_after_the_corne
         pl.record(measure_peaked(cs[i]))
     # once measured, a series' peak is no longer asked for unless a prediction now lies above it
     assert all(pl.ids[i] not in pl.measured for i in pl.peak_cells())
+
+
+def test_a_front_whose_highest_point_is_predicted_says_so():
+    """Issue 43: the shown front states its largest relative interval, and a front whose
+    highest throughput is a predicted point is flagged; a measured peak is not."""
+    from infbench.analysis.frontier import Front, Point, pareto
+
+    pts = [Point(100.0, 50.0, "a", "c1"), Point(50.0, 200.0, "b", "c64"),
+           Point(30.0, 300.0, "p", "c32", predicted=True, interval=(240.0, 390.0))]
+    f = Front("dev", "eng", "total_tok_s_per_device", pts, pareto(list(pts)))
+    cert = f.certainty()
+    assert cert["peak_predicted"] is True and cert["peak_cell"] == "p"
+    assert cert["largest_interval"] == pytest.approx(0.25)                  # (390 - 240) / 2 / 300
+    assert "highest point" in cert["notes"][0] and "+/-25 %" in cert["notes"][1]
+    assert f.as_dict()["certainty"] == cert
+    measured = [Point(100.0, 50.0, "a", "c1"), Point(30.0, 300.0, "b", "c64"),
+                Point(60.0, 100.0, "p", "c8", predicted=True, interval=(90.0, 110.0))]
+    g = Front("dev", "eng", "total_tok_s_per_device", measured, pareto(list(measured)))
+    assert g.certainty()["peak_predicted"] is False and g.certainty()["largest_interval"] == pytest.approx(0.1)
+    assert len(g.certainty()["notes"]) == 1

@@ -87,6 +87,26 @@ class Front:
         """:func:`area` of the front."""
         return area(self.front)
 
+    def certainty(self) -> dict[str, Any]:
+        """How sure the shown front is (issue 43): ``peak_predicted`` (its highest point is a
+        prediction, not a measured cell), ``peak_cell``, ``largest_interval`` (the largest
+        relative 90 % interval of its predicted points: ``(high - low) / 2 / y``; None when every
+        point is measured) and ``notes``, one sentence per doubt."""
+        if not self.front:
+            return {"peak_predicted": False, "peak_cell": None, "largest_interval": None, "notes": []}
+        peak = max(self.front, key=lambda p: p.y)
+        rel = [(p.interval[1] - p.interval[0]) / 2 / p.y for p in self.front
+               if p.predicted and p.interval and p.y > 0]
+        largest = max(rel) if rel else None
+        notes = []
+        if peak.predicted:
+            notes.append(f"the front's highest point ({peak.y:,.4g} at {peak.x:,.1f} tok/s/user, {peak.config}) is "
+                         "predicted, not measured: measure that cell before quoting the peak")
+        if largest is not None:
+            notes.append(f"its predicted points carry 90 % intervals of up to +/-{100 * largest:.0f} %")
+        return {"peak_predicted": peak.predicted, "peak_cell": peak.cell_id, "largest_interval": largest,
+                "notes": notes}
+
     def as_dict(self, at: tuple[float, ...] = DEFAULT_INTERACTIVITIES) -> dict[str, Any]:
         """JSON form: device, engine, axis, the front's points (x, y, cell, configuration), the
         dominated points with what dominates each, the y at ``at`` and the area."""
@@ -104,7 +124,7 @@ class Front:
                 "dominated": [pt(p) for p in self.points if p.dominated_by is not None],
                 "at": {f"{x:g}": self.interpolate(x) for x in at},
                 "covers": [self.front[0].x, self.front[-1].x] if self.front else None,
-                "area": self.area()}
+                "area": self.area(), "certainty": self.certainty()}
 
 
 def pareto(points: list[Point], higher_is_better: bool = True) -> list[Point]:

@@ -193,6 +193,8 @@ def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
                        for x in DEFAULT_INTERACTIVITIES)
         out.print(f"  {label} at tok/s/user {at}; area {f.area() or 0:,.4g}; "
                   f"{len(f.points) - len(f.front)} dominated")
+        for note in f.certainty()["notes"]:
+            out.print(f"  [yellow]note:[/] {escape(note)}")
 
 
 def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
