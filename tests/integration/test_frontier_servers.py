@@ -137,3 +137,42 @@ def test_the_report_draws_the_frontier_and_switches_axis(fronts, tmp_path):
         assert not errors, errors
     finally:
         d.quit()
+
+
+ADAPTIVE_SWEEP = """preset: frontier
+input_len: [32]
+output_len: [16]
+concurrency: [1, 2, 4, 8]
+num_requests: 8
+engine_configs: [{parallel: 1}, {parallel: 4}]
+"""
+
+
+def test_a_budget_below_the_corners_is_raised_to_them_and_said_before_the_run(tmp_path, gguf_cache, cpu_limits_file):
+    """Issue 43 on llama.cpp's real server: `--adaptive 25%` of 8 cells is 2, below the 4 corners
+    of 2 series; the run says so before it starts, measures every corner, and the shown front's
+    highest point is a measured cell or is flagged as a prediction."""
+    home = make_home(tmp_path / "home", gguf_cache, cpu_limits_file)
+    env = {"INFBENCH_HOME": str(home)}
+    sweep = tmp_path / "a.yaml"
+    sweep.write_text(ADAPTIVE_SWEEP)
+    store = str(tmp_path / "s.db")
+    dry = json.loads(infbench("run", "--sweep", str(sweep), "--adaptive", "25%", "--dry-run", "--json",
+                              env=env).stdout)
+    assert dry["adaptive"] == {"objective": "front", "budget": "25%", "cells": 8, "corners": 4,
+                               "measured_at_most": 4, "predicted_at_least": 4}
+    p = infbench("run", "--sweep", str(sweep), "--adaptive", "25%", "--store", store, "--json", env=env)
+    assert "below the 4 corners of 2 series" in p.stderr and "raised to 4" in p.stderr
+    run = json.loads(p.stdout)
+    ok = {(c["spec"]["engine_args"]["parallel"], c["spec"]["load"]["concurrency"])
+          for c in run["cells"] if c["status"] == "ok"}
+    assert {(1, 1), (1, 8), (4, 1), (4, 8)} <= ok and len(ok) == 4, ok
+    doc = json.loads(infbench("results", "--frontier", "--format", "json", "--store", store, env=env).stdout)
+    [front] = doc["fronts"]
+    cert = front["certainty"]
+    peak = max(front["front"], key=lambda q: q["tok_s_per_device"])
+    assert cert["peak_cell"] == peak["cell_id"] and cert["peak_predicted"] == bool(peak.get("predicted"))
+    assert bool(cert["peak_predicted"]) == any("highest point" in n for n in cert["notes"])
+    strict = infbench("run", "--sweep", str(sweep), "--adaptive", "25%", "--adaptive-strict", "--store", store,
+                      env=env, check=False)
+    assert strict.returncode == 2 and "--adaptive-strict refuses" in strict.stderr
