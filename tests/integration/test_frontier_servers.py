@@ -152,7 +152,7 @@ def test_a_budget_below_the_corners_is_raised_to_them_and_said_before_the_run(tm
     """Issue 43 on llama.cpp's real server: `--adaptive 25%` of 8 cells is 2, below the 4 corners
     of 2 series; the run says so before it starts, measures every corner, and the shown front's
     highest point is a measured cell or is flagged as a prediction."""
-    home = make_home(tmp_path / "home", gguf_cache, cpu_limits_file)
+    home = make_home(tmp_path / "adaptive-home", gguf_cache, cpu_limits_file)
     env = {"INFBENCH_HOME": str(home)}
     sweep = tmp_path / "a.yaml"
     sweep.write_text(ADAPTIVE_SWEEP)
