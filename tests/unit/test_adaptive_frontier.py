@@ -346,3 +346,19 @@ def test_a_front_whose_highest_point_is_predicted_says_so():
     g = Front("dev", "eng", "total_tok_s_per_device", measured, pareto(list(measured)))
     assert g.certainty()["peak_predicted"] is False and g.certainty()["largest_interval"] == pytest.approx(0.1)
     assert len(g.certainty()["notes"]) == 1
+
+
+def test_a_front_point_far_from_anything_measured_in_its_series_says_so():
+    """A predicted front point at concurrency 32 whose series was measured only at 1 and 2 is
+    four doublings away: the front says so; one at 4 (one doubling from 2) does not."""
+    from infbench.analysis.frontier import Front, Point, pareto
+
+    pts = [Point(100.0, 50.0, "m1", "c1, tp1, 32/16", load=1, series="tp1, 32/16"),
+           Point(90.0, 90.0, "m2", "c2, tp1, 32/16", load=2, series="tp1, 32/16"),
+           Point(80.0, 150.0, "p4", "c4, tp1, 32/16", predicted=True, interval=(140.0, 160.0), load=4,
+                 series="tp1, 32/16"),
+           Point(40.0, 400.0, "p32", "c32, tp1, 32/16", predicted=True, interval=(300.0, 500.0), load=32,
+                 series="tp1, 32/16")]
+    notes = Front("dev", "eng", "total_tok_s_per_device", pts, pareto(list(pts))).certainty()["notes"]
+    far = [n for n in notes if "doublings" in n]
+    assert len(far) == 1 and "c32" in far[0] and "4.0 doublings" in far[0]

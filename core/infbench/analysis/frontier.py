@@ -50,6 +50,9 @@ class Point:
         predicted: True for a predicted (not measured) cell.
         interval: the y's 90 % interval of a predicted point (low, high), or None.
         dominated_by: the ``cell_id`` of a front point that beats it (None: on the front).
+        load: its concurrency, rate or batch (None: not known).
+        series: its configuration without the load (``tp1, parallel=4, 128/64``): the cells
+            one engine configuration measured along the load axis.
     """
 
     x: float
@@ -59,6 +62,8 @@ class Point:
     predicted: bool = False
     interval: tuple[float, float] | None = None
     dominated_by: str | None = None
+    load: float | None = None
+    series: str | None = None
 
 
 @dataclass
@@ -104,6 +109,15 @@ class Front:
                          "predicted, not measured: measure that cell before quoting the peak")
         if largest is not None:
             notes.append(f"its predicted points carry 90 % intervals of up to +/-{100 * largest:.0f} %")
+        for p in self.front:
+            if not p.predicted or p.load is None or p.load <= 0:
+                continue
+            near = [abs(math.log2(p.load / q.load)) for q in self.points
+                    if not q.predicted and q.series == p.series and q.load]
+            if not near or min(near) > 2:
+                far = "no measured cell of its series" if not near else \
+                    f"{min(near):.1f} doublings from the nearest measured cell of its series"
+                notes.append(f"front point {p.config} rests on a prediction with {far} (more than two doublings)")
         return {"peak_predicted": peak.predicted, "peak_cell": peak.cell_id, "largest_interval": largest,
                 "notes": notes}
 
@@ -233,8 +247,13 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
         key = (label(r.get("device") or {}), series(r))
         f = groups.setdefault(key, Front(key[0], key[1], axis))
         iv = m.get("interval") or {}
-        f.points.append(Point(x, y, r.get("cell_id", ""), _config(spec), predicted=r.get("status") == "predicted",
-                              interval=tuple(iv[axis]) if isinstance(iv.get(axis), (list, tuple)) else None))
+        ld = spec.get("load") or {}
+        level = ld.get("concurrency") or ld.get("request_rate") or spec.get("batch")
+        cfg = _config(spec)
+        f.points.append(Point(x, y, r.get("cell_id", ""), cfg, predicted=r.get("status") == "predicted",
+                              interval=tuple(iv[axis]) if isinstance(iv.get(axis), (list, tuple)) else None,
+                              load=float(level) if isinstance(level, (int, float)) else None,
+                              series=cfg.split(", ", 1)[1] if ", " in cfg else ""))
     higher = AXES[axis][1]
     for f in groups.values():
         f.front = pareto(f.points, higher)
