@@ -38,7 +38,8 @@ DEFAULT_REWARM_AFTER_S = 60.0
 #: Drift between the first and last thirds of a timed part, and between a cell and its
 #: sentinel, beyond which the cell is flagged (``unsteady``, ``drift``).
 DRIFT_TOL = 0.10
-#: The fewest decode steps a batch cell's sentinel compares (its first ``min(output_len, 16) - 1``):
+#: The fewest decode steps a cell's sentinel compares (its first ``min(output_len, 16) - 1``; in
+#: serving mode, the steps each request's TPOT averages):
 #: below, a few scheduler ticks move the mean by more than :data:`DRIFT_TOL` and the comparison
 #: would measure the OS, not the host's state; the sentinel is then skipped with that reason.
 MIN_SENTINEL_STEPS = 8

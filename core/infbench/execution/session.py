@@ -352,7 +352,7 @@ class EngineSession:
                 return None
             first = ok[0]
             steps = min(first.cell.output_len, BLOCK_OUTPUT_TOKENS) - 1
-            if (first.cell.load is None or first.cell.load.mode == "batch") and steps < MIN_SENTINEL_STEPS:
+            if steps < MIN_SENTINEL_STEPS:  # batch: the steps compared; serving: each request's TPOT
                 self.sentinel = {"first": first.cell.label(), "skipped": (
                     f"its first cell's block compares {steps} decode step(s), fewer than {MIN_SENTINEL_STEPS}: "
                     "too few to tell a changed host from the scheduler's jitter")}
