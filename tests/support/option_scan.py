@@ -97,6 +97,7 @@ def values(f: dict[str, str]) -> dict[str, dict[str, Any]]:
         "find_max": {"find_max": "rate"}, "slo_ttft_ms": {"slo_ttft_ms": 500.0},
         "slo_tpot_ms": {"slo_tpot_ms": 50.0}, "goodput": {"goodput": 0.8}, "find_max_limit": {"find_max_limit": 64.0},
         "find_max_probes": {"find_max_probes": 5}, "adaptive": {"adaptive": "25%"},
+        "adaptive_strict": {"adaptive": "25%", "adaptive_strict": True},
         "perplexity": {"perplexity": f["other_text"]}, "ppl_n_ctx": {"ppl_n_ctx": 64}, "ppl_chunks": {"ppl_chunks": 2},
         # --no-engine-process arrives with the engine-process change; scanned where the command has it
         "engine_process": {"engine_process": False},

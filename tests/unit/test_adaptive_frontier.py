@@ -295,8 +295,8 @@ def test_a_budget_below_the_corners_is_said_before_the_run_or_refused_when_stric
         adaptive_plan(fr, "20%", strict=True)
     assert "29%" in e.value.hint
     assert adaptive_plan(fr, "29%", strict=True).scenario.strict is True
-    grid = adaptive_plan(Plan(DEV, groups), "10%", strict=True)   # the grid objective has no corner rule
-    assert not grid.warnings
+    with pytest.raises(ConfigError, match="applies to the frontier"):   # the grid objective has no corners
+        adaptive_plan(Plan(DEV, groups), "10%", strict=True)
 
 
 def test_a_series_peak_below_its_highest_concurrency_is_measured_after_the_corners():

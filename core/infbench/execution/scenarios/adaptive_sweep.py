@@ -108,6 +108,9 @@ def adaptive_plan(plan: Plan, budget: str, pm: Any = None, strict: bool = False)
                               "replays a dataset, a trace or a rate", hint="sweep lengths and batch (or "
                               "concurrency) with --adaptive; measure the others in full")
     objective = "front" if plan.scenario.kind == "frontier" else "grid"
+    if strict and objective != "front":
+        raise ConfigError("--adaptive-strict applies to the frontier search's corners; this adaptive sweep is not "
+                          "a frontier", hint="add --preset frontier, or drop --adaptive-strict")
     out = plan.with_groups(plan.groups, AdaptiveScenario(budget=budget.strip(), objective=objective, strict=strict))
     if objective == "front":
         by: dict[str, list[Cell]] = {}
