@@ -81,6 +81,8 @@ if [ ! -f "$ART/.stage-merged" ]; then
   fi
   touch "$ART/.stage-merged"
 fi
+# nvcc.profile links from $CUDA_HOME/lib64 (and lib64/stubs)
+[ -e "$MERGED/lib64" ] || ln -s lib "$MERGED/lib64"
 NVCC="$MERGED/bin/nvcc"
 log "nvcc: $("$NVCC" --version | tail -2 | tr '\n' ' ')"
 
