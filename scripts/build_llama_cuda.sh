@@ -22,10 +22,16 @@
 #      cmake flags, sizes, build seconds), and llama-cuda.tar.xz; refused (exit 3) over 60 MiB.
 # Result: $ART/bundle/ and $ART/llama-cuda.tar.xz, ART=${INFBENCH_CUDA_DIR:-<repo>/artifacts/llama-cuda}
 # (ignored by git). Delete a stage's marker ($ART/.stage-*) to redo it.
+#
+# LLAMA_BACKEND=cpu builds the same bundle without CUDA (no toolchain stage) into
+# artifacts/llama-cpu: the CPU stand-in of the CUDA build for the integration test
+# (tests/integration/test_llama_server_binary.py), through the same engine option.
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python}"
-ART="${INFBENCH_CUDA_DIR:-$REPO/artifacts/llama-cuda}"
+BACKEND="${LLAMA_BACKEND:-cuda}"
+case "$BACKEND" in cuda|cpu) ;; *) echo "LLAMA_BACKEND must be cuda or cpu" >&2; exit 2 ;; esac
+ART="${INFBENCH_CUDA_DIR:-$REPO/artifacts/llama-$BACKEND}"
 TC="$ART/cuda-toolchain"
 JOBS="${JOBS:-2}"
 CUDA_ARCHS="${CUDA_ARCHS:-80-real;90-real}"
@@ -37,6 +43,9 @@ T_START=$(date +%s)
 [ -f "$ART/times.env" ] && . "$ART/times.env"
 
 # ---- 1. toolchain -------------------------------------------------------------------------------
+MERGED="$ART/cuda-merged"
+STUBS="$MERGED/lib/stubs"
+if [ "$BACKEND" = cuda ]; then
 if [ ! -f "$ART/.stage-toolchain" ]; then
   log "stage 1: CUDA $CUDA_PIN toolchain wheels -> $TC"
   t0=$(date +%s)
@@ -54,7 +63,6 @@ CUDA_HOME="$(dirname "$(dirname "$NVCC")")"
 log "CUDA_HOME=$CUDA_HOME"
 # The wheels may spread the toolkit over several roots (nvidia/cu13, nvidia/cuda_nvcc, ...): merge
 # them by symlinks into one tree as nvcc and CMake's FindCUDAToolkit expect (bin, nvvm, include, lib).
-MERGED="$ART/cuda-merged"
 if [ ! -f "$ART/.stage-merged" ]; then
   rm -rf "$MERGED"; mkdir -p "$MERGED"/{bin,include,lib,lib/stubs}
   for root in $(find "$TC/nvidia" -mindepth 1 -maxdepth 1 -type d); do
@@ -85,6 +93,7 @@ fi
 [ -e "$MERGED/lib64" ] || ln -s lib "$MERGED/lib64"
 NVCC="$MERGED/bin/nvcc"
 log "nvcc: $("$NVCC" --version | tail -2 | tr '\n' ' ')"
+fi
 
 # ---- 2. sources ---------------------------------------------------------------------------------
 V="$($PY -c 'import importlib.metadata as m; print(m.version("llama_cpp_python"))')"
@@ -101,27 +110,30 @@ LLAMA_COMMIT="$(grep -rhoE 'LLAMA_BUILD_COMMIT[^)]*' "$SRC/CMakeLists.txt" 2>/de
 
 # ---- 3. configure -------------------------------------------------------------------------------
 BUILD="$ART/build"
-STUBS="$MERGED/lib/stubs"
 VMM_FLAG=()
-if [ ! -e "$STUBS/libcuda.so" ]; then
+if [ "$BACKEND" = cuda ] && [ ! -e "$STUBS/libcuda.so" ]; then
   # no driver stub in the wheels: do without the VMM pool, which is the only direct libcuda user
   log "no libcuda stub found: GGML_CUDA_NO_VMM=ON"
   VMM_FLAG=(-DGGML_CUDA_NO_VMM=ON)
 fi
-FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_CUDA=ON
-       "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS" -DGGML_NATIVE=OFF
+FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF
        -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
-       -DLLAMA_BUILD_EXAMPLES=OFF "${VMM_FLAG[@]}")
+       -DLLAMA_BUILD_EXAMPLES=OFF)
+CUDA_CMAKE=()
+if [ "$BACKEND" = cuda ]; then
+  FLAGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS" "${VMM_FLAG[@]}")
+  CUDA_CMAKE=(-DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$MERGED" -DCMAKE_LIBRARY_PATH="$STUBS"
+              "-DCMAKE_EXE_LINKER_FLAGS=-L$STUBS -Wl,-rpath-link,$MERGED/lib")
+else
+  CUDA_ARCHS=none
+fi
 if [ ! -f "$ART/.stage-configure" ]; then
   log "stage 3: cmake ${FLAGS[*]}"
   t0=$(date +%s)
   rm -rf "$BUILD"
   export CUDA_PATH="$MERGED" CUDAToolkit_ROOT="$MERGED" PATH="$MERGED/bin:$PATH"
-  cmake -S "$SRC" -B "$BUILD" "${FLAGS[@]}" \
-    -DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$MERGED" \
-    -DCMAKE_LIBRARY_PATH="$STUBS" \
-    -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN' \
-    "-DCMAKE_EXE_LINKER_FLAGS=-L$STUBS -Wl,-rpath-link,$MERGED/lib"
+  cmake -S "$SRC" -B "$BUILD" "${FLAGS[@]}" "${CUDA_CMAKE[@]}" \
+    -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN' 
   echo "CONFIGURE_S=$(( $(date +%s) - t0 ))" >> "$ART/times.env"
   touch "$ART/.stage-configure"
 fi
@@ -172,10 +184,10 @@ VERSION_LINE="$(LD_LIBRARY_PATH="$MERGED/lib:$STUBS" "$B/llama-server" --version
 ldd_out="$(LD_LIBRARY_PATH="$MERGED/lib:$STUBS" ldd "$B/llama-server" || true)"
 echo "$ldd_out"
 if echo "$ldd_out" | grep -q 'not found'; then log "unresolved libraries (see ldd above)"; fi
-(cd "$ART" && tar -cJf llama-cuda.tar.xz bundle)
-TAR_BYTES=$(stat -c %s "$ART/llama-cuda.tar.xz")
+(cd "$ART" && tar -cJf "llama-$BACKEND.tar.xz" bundle)
+TAR_BYTES=$(stat -c %s "$ART/llama-$BACKEND.tar.xz")
 FLAGS_STR="${FLAGS[*]}"
-export B V FLAGS_STR CUDA_ARCHS TAR_BYTES MAX_BYTES VERSION_LINE LLAMA_COMMIT JOBS
+export BACKEND B V FLAGS_STR CUDA_ARCHS TAR_BYTES MAX_BYTES VERSION_LINE LLAMA_COMMIT JOBS
 export TOOLCHAIN_S="${TOOLCHAIN_S:-0}" CONFIGURE_S="${CONFIGURE_S:-0}" BUILD_S="${BUILD_S:-0}"
 export TOOLCHAIN_VERSIONS="$(tr -s ' ' < "$ART/toolchain-versions.txt" 2>/dev/null | tr '\n' ';' || true)"
 $PY - <<'PY'
@@ -188,6 +200,7 @@ for name in sorted(os.listdir(b)):
         files[name] = {"sha256": hashlib.sha256(f.read()).hexdigest(), "bytes": os.path.getsize(p)}
 manifest = {
     "schema": 1,
+    "backend": os.environ["BACKEND"],
     "llama_cpp_python": os.environ["V"],
     "llama_cpp_version": os.environ["VERSION_LINE"],
     "source": f"llama-cpp-python {os.environ['V']} sdist, vendor/llama.cpp",
@@ -210,9 +223,9 @@ with open(os.path.join(b, "manifest.json"), "w") as f:
 print(json.dumps(manifest, indent=1))
 PY
 # the tarball again, now with the manifest in it
-(cd "$ART" && tar -cJf llama-cuda.tar.xz bundle)
-TAR_BYTES=$(stat -c %s "$ART/llama-cuda.tar.xz")
-log "bundle: $(du -sb "$B" | cut -f1) bytes unpacked, llama-cuda.tar.xz $TAR_BYTES bytes (limit $MAX_BYTES)"
+(cd "$ART" && tar -cJf "llama-$BACKEND.tar.xz" bundle)
+TAR_BYTES=$(stat -c %s "$ART/llama-$BACKEND.tar.xz")
+log "bundle: $(du -sb "$B" | cut -f1) bytes unpacked, llama-$BACKEND.tar.xz $TAR_BYTES bytes (limit $MAX_BYTES)"
 if [ "$TAR_BYTES" -gt "$MAX_BYTES" ]; then
   log "REFUSED: the bundle is over 60 MiB"; exit 3
 fi
