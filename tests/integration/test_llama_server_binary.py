@@ -25,6 +25,17 @@ def cli(*args):
                           env=dict(os.environ), timeout=600)
 
 
+def test_the_bundle_manifest_matches_the_build():
+    from infbench.engines.llama_bundle import MAX_BUNDLE_BYTES, binary_version, read_manifest
+
+    m = read_manifest(BINARY)  # verifies every listed file's sha256 and size
+    assert m is not None and m["backend"] == "cpu" and "GGML_CUDA" not in m["cmake_flags"]
+    assert {"llama-server", "llama-bench", "run.sh"} <= set(m["files"])
+    assert 0 < m["tar_xz_bytes"] <= MAX_BUNDLE_BYTES and m["llama_cpp_python"]
+    ok, version = binary_version(BINARY)
+    assert ok and version.startswith("version:") and version == m["llama_cpp_version"]
+
+
 def test_a_cell_through_the_built_binary(tmp_path):
     store = tmp_path / "s.db"
     p = cli("run", "--engine", "llama.cpp-server", "--engine-arg", f"server_binary={BINARY}", "--model", "tiny",
