@@ -134,6 +134,16 @@ def test_manifest_refuses_a_changed_binary(tmp_path):
     assert lb.read_manifest(server, verify=False) is not None
 
 
+def test_manifest_allows_an_absent_bench_but_not_an_unlisted_binary(tmp_path):
+    server = _bundle(tmp_path)
+    (server.parent / "run.sh").unlink()  # a listed file that did not travel: not checked
+    assert lb.read_manifest(server) is not None
+    other = server.parent / "llama-cli"
+    other.write_bytes(b"x")
+    with pytest.raises(ConfigError, match="does not list llama-cli"):
+        lb.read_manifest(other)
+
+
 def test_manifest_refuses_an_oversized_bundle(tmp_path):
     server = _bundle(tmp_path, tar_bytes=61 << 20)
     with pytest.raises(ConfigError, match="over 60 MiB"):

@@ -82,9 +82,9 @@ def read_manifest(binary: Path, verify: bool = True) -> dict[str, Any] | None:
         ``tar_xz_bytes``, ``build_s``...
 
     Raises:
-        ConfigError: the manifest is not JSON, lacks ``files``/``tar_xz_bytes``, a listed
-            file's sha256 or size differs (a changed or truncated binary), or the bundle was
-            over :data:`MAX_BUNDLE_BYTES`.
+        ConfigError: the manifest is not JSON, lacks ``files``/``tar_xz_bytes``, does not list
+            ``binary``, a listed file that is present (``binary`` must be) differs in sha256 or
+            size (a changed or truncated binary), or the bundle was over :data:`MAX_BUNDLE_BYTES`.
     """
     p = binary.parent / "manifest.json"
     if not p.is_file():
@@ -98,11 +98,13 @@ def read_manifest(binary: Path, verify: bool = True) -> dict[str, Any] | None:
     if m["tar_xz_bytes"] > MAX_BUNDLE_BYTES:
         raise ConfigError(f"bundle {p.parent} is {m['tar_xz_bytes'] / 2**20:.1f} MiB packed, over "
                           f"{MAX_BUNDLE_BYTES // 2**20} MiB")
+    if binary.name not in m["files"]:
+        raise ConfigError(f"bundle manifest {p} does not list {binary.name}", hint="rebuild: scripts/build_llama_cuda.sh")
     if verify:
         for name, want in m["files"].items():
             f = binary.parent / name
-            if not f.is_file():
-                raise ConfigError(f"bundle {p.parent} lacks {name}, listed in its manifest")
+            if not f.is_file() and name != binary.name:
+                continue  # llama-bench may travel in a carry of its own (llama-bench-cuda.tar.xz)
             size = f.stat().st_size
             h = hashlib.sha256()
             with open(f, "rb") as fh:
