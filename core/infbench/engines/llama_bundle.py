@@ -99,7 +99,8 @@ def read_manifest(binary: Path, verify: bool = True) -> dict[str, Any] | None:
         raise ConfigError(f"bundle {p.parent} is {m['tar_xz_bytes'] / 2**20:.1f} MiB packed, over "
                           f"{MAX_BUNDLE_BYTES // 2**20} MiB")
     if binary.name not in m["files"]:
-        raise ConfigError(f"bundle manifest {p} does not list {binary.name}", hint="rebuild: scripts/build_llama_cuda.sh")
+        raise ConfigError(f"bundle manifest {p} does not list {binary.name}",
+                          hint="rebuild: scripts/build_llama_cuda.sh")
     if verify:
         for name, want in m["files"].items():
             f = binary.parent / name
