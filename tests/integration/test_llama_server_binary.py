@@ -47,6 +47,7 @@ def test_a_cell_through_the_built_binary(tmp_path):
     e = c["engine"]
     assert e["server_binary"]["path"] == str(BINARY) and e["server_binary"]["source"].startswith("engine argument")
     assert e["build"]["backend"] == "cpu" and e["build"]["sha256"]  # the bundle's manifest
+    assert e["device_proof"]["source"] == "server log" and e["device_proof"]["devices"] == ["CPU"]
     # the same binary through the site setting, planned without the engine argument
     site = tmp_path / "site.toml"
     site.write_text(f'[llama_server]\nbinary = "{BINARY}"\n')
