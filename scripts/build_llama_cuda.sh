@@ -122,19 +122,23 @@ FLAGS=(-DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF
        -DLLAMA_BUILD_SERVER=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF
        -DLLAMA_BUILD_EXAMPLES=OFF)
 CUDA_CMAKE=()
+# libstdc++ stays dynamic: linked in (-static-libstdc++), gcc 12's needs glibc 2.36 (arc4random),
+# newer than Ubuntu 22.04's 2.35, while the dynamic one needs GLIBCXX_3.4.30 (libstdc++ 12, which
+# Ubuntu 22.04 has) and glibc 2.34 at most. The bundle step logs the newest versions needed.
+LINK_FLAGS="${LINK_FLAGS:-}"
 if [ "$BACKEND" = cuda ]; then
   FLAGS+=(-DGGML_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCHS" "${VMM_FLAG[@]}")
-  CUDA_CMAKE=(-DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$MERGED" -DCMAKE_LIBRARY_PATH="$STUBS"
-              "-DCMAKE_EXE_LINKER_FLAGS=-L$STUBS -Wl,-rpath-link,$MERGED/lib")
+  CUDA_CMAKE=(-DCMAKE_CUDA_COMPILER="$NVCC" -DCUDAToolkit_ROOT="$MERGED" -DCMAKE_LIBRARY_PATH="$STUBS")
+  LINK_FLAGS="$LINK_FLAGS -L$STUBS -Wl,-rpath-link,$MERGED/lib"
 else
   CUDA_ARCHS=none
 fi
 if [ ! -f "$ART/.stage-configure" ]; then
   log "stage 3: cmake ${FLAGS[*]}"
   t0=$(date +%s)
-  rm -rf "$BUILD"
+  # in place (no rm): a re-configure with other link flags only relinks
   export CUDA_PATH="$MERGED" CUDAToolkit_ROOT="$MERGED" PATH="$MERGED/bin:$PATH"
-  cmake -S "$SRC" -B "$BUILD" "${FLAGS[@]}" "${CUDA_CMAKE[@]}" \
+  cmake -S "$SRC" -B "$BUILD" "${FLAGS[@]}" "${CUDA_CMAKE[@]}" "-DCMAKE_EXE_LINKER_FLAGS=$LINK_FLAGS" \
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN' 
   echo "CONFIGURE_S=$(( $(date +%s) - t0 ))" >> "$ART/times.env"
   touch "$ART/.stage-configure"
@@ -186,6 +190,7 @@ VERSION_LINE="$(LD_LIBRARY_PATH="$MERGED/lib:$STUBS" "$B/llama-server" --version
 ldd_out="$(LD_LIBRARY_PATH="$MERGED/lib:$STUBS" ldd "$B/llama-server" || true)"
 echo "$ldd_out"
 if echo "$ldd_out" | grep -q 'not found'; then log "unresolved libraries (see ldd above)"; fi
+log "newest symbol versions needed: $(objdump -T "$B/llama-server" | grep -o 'GLIBC_[0-9.]*\|GLIBCXX_[0-9.]*' | sort -uV | tail -2 | tr '\n' ' ')"
 # xz with a 256 MiB window, the two binaries next to each other: llama-bench's copy of the CUDA
 # kernels compresses against llama-server's (tar -J's default 8 MiB window sees no such match).
 # Decompressing needs 256 MiB of memory. pack OUT FILE...: files relative to $ART.
@@ -205,7 +210,7 @@ if [ "$TAR_BYTES" -gt "$MAX_BYTES" ]; then
 fi
 FLAGS_STR="${FLAGS[*]}"
 export PARTS_STR="${PARTS[*]}"
-export BACKEND B V FLAGS_STR CUDA_ARCHS TAR_BYTES MAX_BYTES VERSION_LINE LLAMA_COMMIT JOBS
+export LINK_FLAGS BACKEND B V FLAGS_STR CUDA_ARCHS TAR_BYTES MAX_BYTES VERSION_LINE LLAMA_COMMIT JOBS
 export TOOLCHAIN_S="${TOOLCHAIN_S:-0}" CONFIGURE_S="${CONFIGURE_S:-0}" BUILD_S="${BUILD_S:-0}"
 export TOOLCHAIN_VERSIONS="$(tr -s ' ' < "$ART/toolchain-versions.txt" 2>/dev/null | tr '\n' ';' || true)"
 $PY - <<'PY'
@@ -223,6 +228,7 @@ manifest = {
     "llama_cpp_version": os.environ["VERSION_LINE"],
     "source": f"llama-cpp-python {os.environ['V']} sdist, vendor/llama.cpp",
     "cmake_flags": os.environ["FLAGS_STR"],
+    "link_flags": os.environ["LINK_FLAGS"],
     "cuda_architectures": os.environ["CUDA_ARCHS"],
     "cuda_toolchain": os.environ["TOOLCHAIN_VERSIONS"],
     "files": files,
