@@ -21,7 +21,9 @@ step() { local name="$1" limit="$2"; shift 2; local t0; t0=$(date +%s)
   echo "### $name (limit ${limit} s)"; timeout --kill-after=5 "$limit" "$@"; local rc=$?
   echo "### $name: exit $rc after $(( $(date +%s) - t0 )) s"; }
 B="$OUTDIR/bundle"
-step unpack 60 bash -c "rm -rf '$B' && tar xJf '$TAR' -C '$OUTDIR' && cat '$B/manifest.json'"
+BENCH_TAR="$(dirname "$TAR")/llama-bench-cuda.tar.xz"   # present when the two packed over 60 MiB together
+step unpack 60 bash -c "rm -rf '$B' && tar xJf '$TAR' -C '$OUTDIR' && { [ ! -f '$BENCH_TAR' ] || tar xJf '$BENCH_TAR' -C '$OUTDIR'; } \
+  && cat '$B/manifest.json'"
 step libs 30 bash -c "LD_LIBRARY_PATH=\$($PY -c 'from infbench.engines.llama_bundle import server_env; from pathlib import Path; print(server_env(Path(\"$B/llama-server\"))[\"LD_LIBRARY_PATH\"])') ldd '$B/llama-server'; '$B/run.sh' llama-server --version"
 printf '[llama_server]\nbinary = "%s"\n' "$B/llama-server" > "$OUTDIR/site.toml"
 export INFBENCH_SITE_CONFIG="$OUTDIR/site.toml"
