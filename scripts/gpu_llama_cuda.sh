@@ -8,7 +8,7 @@
 #   bash scripts/gpu_llama_cuda.sh [BUNDLE_TAR] [OUT]
 #     BUNDLE_TAR  default artifacts/llama-cuda/llama-cuda.tar.xz (carried: at most 60 MiB)
 #     OUT         default $OUT, else /tmp/gpu_llama_cuda
-# Runs with the repo's sources (PYTHONPATH=core:plugins/nvidia) when infbench is not installed.
+# Runs this checkout's infbench (PYTHONPATH=core:plugins/nvidia first); its dependencies must be installed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 TAR="${1:-artifacts/llama-cuda/llama-cuda.tar.xz}"
@@ -16,7 +16,7 @@ OUTDIR="${2:-${OUT:-/tmp/gpu_llama_cuda}}"
 mkdir -p "$OUTDIR"; OUTDIR="$(cd "$OUTDIR" && pwd)"
 PY="${PYTHON:-python3}"
 export INFBENCH_HOME="$OUTDIR/home" PYTHONUNBUFFERED=1
-$PY -c 'import infbench' 2>/dev/null || export PYTHONPATH="$PWD/core:$PWD/plugins/nvidia:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$PWD/core:$PWD/plugins/nvidia:$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's infbench first
 step() { local name="$1" limit="$2"; shift 2; local t0; t0=$(date +%s)
   echo "### $name (limit ${limit} s)"; timeout --kill-after=5 "$limit" "$@"; local rc=$?
   echo "### $name: exit $rc after $(( $(date +%s) - t0 )) s"; }
