@@ -15,6 +15,7 @@ TAR="${1:-artifacts/llama-cuda/llama-cuda.tar.xz}"
 OUTDIR="${2:-${OUT:-/tmp/gpu_llama_cuda}}"
 mkdir -p "$OUTDIR"; OUTDIR="$(cd "$OUTDIR" && pwd)"
 PY="${PYTHON:-python3}"
+MODEL="${MODEL:-llama-3-8b}"   # MODEL=tiny checks the script's logic on a CPU with the CPU bundle
 export INFBENCH_HOME="$OUTDIR/home" PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD/core:$PWD/plugins/nvidia:$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's infbench first
 step() { local name="$1" limit="$2"; shift 2; local t0; t0=$(date +%s)
@@ -30,9 +31,9 @@ export INFBENCH_SITE_CONFIG="$OUTDIR/site.toml"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv > "$OUTDIR/nvidia-smi.csv" 2>&1
 step detect 60 bash -c "$PY -m infbench.cli detect --json > '$OUTDIR/detect.json'"
 step dry_run 60 bash -c "$PY -m infbench.cli run --dry-run --json > '$OUTDIR/dry-run.json'"
-step gguf 120 bash -c "$PY -c 'from infbench.data.models import resolve; from infbench.engines.gguf_dummy import dummy_gguf_path; from infbench.data.paths import default_home; print(dummy_gguf_path(resolve(\"llama-3-8b\"), \"f16\", default_home() / \"cache\" / \"gguf\"))' > '$OUTDIR/gguf.txt'"
+step gguf 120 bash -c "$PY -c 'from infbench.data.models import resolve; from infbench.engines.gguf_dummy import dummy_gguf_path; from infbench.data.paths import default_home; print(dummy_gguf_path(resolve(\"$MODEL\"), \"f16\", default_home() / \"cache\" / \"gguf\"))' > '$OUTDIR/gguf.txt'"
 GGUF="$(cat "$OUTDIR/gguf.txt" 2>/dev/null)"
 step llama_bench 120 bash -c "'$B/run.sh' llama-bench -m '$GGUF' -ngl 999 -p 128 -n 128 -b 2048 -r 3 -o json > '$OUTDIR/llama-bench.json'"
-step infbench_cell 150 bash -c "$PY -m infbench.cli run --engine llama.cpp-server --model llama-3-8b --dtype f16 --batch 1 \
+step infbench_cell 150 bash -c "$PY -m infbench.cli run --engine llama.cpp-server --model $MODEL --dtype f16 --batch 1 \
   --input-len 128 --output-len 128 --json > '$OUTDIR/cell.json' 2> '$OUTDIR/cell.log'"
 tar czf "$OUTDIR.tgz" -C "$(dirname "$OUTDIR")" --exclude home/cache "$(basename "$OUTDIR")" && echo "wrote $OUTDIR.tgz"
