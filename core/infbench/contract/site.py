@@ -19,6 +19,9 @@ core reads the tables in :data:`CORE_SECTIONS`::
     [containers]
     mount_roots = ["/scratch/models"]   # symlinked cache folders under these are mounted (read-only)
 
+    [llama_server]
+    binary = "/opt/llama-cuda/bundle/llama-server"   # llama.cpp-server runs it (scripts/build_llama_cuda.sh)
+
 A table that neither the core nor any installed plugin reads is an error
 (:func:`unknown_sections`): a misspelt ``[cerebas]`` must not silently do nothing.
 """
@@ -38,7 +41,8 @@ from infbench.data.inputs import depth, finite_tree, key_line, line_col, read_by
 #: Environment variable naming the site file (default ``$INFBENCH_HOME/site.toml``).
 SITE_ENV = "INFBENCH_SITE_CONFIG"
 #: Tables the core itself reads, with what they hold.
-CORE_SECTIONS = {"containers": "mount_roots: folders whose symlinked cache folders workers may read"}
+CORE_SECTIONS = {"containers": "mount_roots: folders whose symlinked cache folders workers may read",
+                 "llama_server": "binary: the llama-server that the llama.cpp-server engine runs"}
 
 
 def site_config_path() -> Path:

@@ -294,13 +294,20 @@ class LlamaCppOptions(EngineOptions):
 
 
 class LlamaServerOptions(ServerOptions):
-    """llama.cpp's server (xllamacpp).
+    """llama.cpp's server (the xllamacpp wheel, or a ``llama-server`` binary).
 
     Attributes:
         parallel: server slots (``--parallel``), 1..65536 (default: what the cells need).
+        server_binary: path of a ``llama-server`` binary to run instead of the xllamacpp
+            wheel (e.g. ``scripts/build_llama_cuda.sh``'s bundle); None: the site setting
+            ``[llama_server] binary``, else the wheel
+            (:func:`infbench.engines.llama_bundle.configured_binary`). Not identity: a path
+            differs between hosts; the build itself (its manifest: version, flags, sha256)
+            is stored with each cell's engine description.
     """
 
     parallel: Slots | None = None
+    server_binary: str | None = not_identity()
 
 
 class TransformersOptions(EngineOptions):

@@ -262,6 +262,28 @@ def xllamacpp_probe() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
+def compile_probe() -> dict[str, Any]:
+    """What ``torch.compile`` (inductor) needs on a GPU, as found here without importing torch:
+    a C compiler (triton builds its launcher with it) and triton.
+
+    Returns:
+        ``{"compiler": path of cc/gcc/clang or None, "triton": triton's version or None}``.
+    """
+    import shutil
+
+    compiler = next((p for p in (os.environ.get("CC"), shutil.which("cc"), shutil.which("gcc"), shutil.which("clang"))
+                     if p), None)
+    _, triton = distribution_of("triton")
+    return {"compiler": compiler, "triton": triton}
+
+
+def compile_problem(probe: dict[str, Any]) -> str | None:
+    """Why ``torch.compile`` cannot run here (:func:`compile_probe`), or None when it can."""
+    missing = [what for what, key in (("a C compiler (cc/gcc)", "compiler"), ("triton", "triton")) if not probe[key]]
+    return f"torch.compile needs {' and '.join(missing)}" if missing else None
+
+
+@lru_cache(maxsize=1)
 def vllm_probe() -> dict[str, Any]:
     """The platform vLLM selects on this host (``vllm.platforms.current_platform``).
 

@@ -162,8 +162,8 @@ def annotate(device: Any, supports: list[Any]) -> None:
         try:
             if s.engine == "llama.cpp" and s.usable:
                 s.reason = build_label(llama_cpp_build())
-            elif s.engine == "llama.cpp-server" and s.usable:
-                s.reason = build_label(xllamacpp_build())
+            elif s.engine == "llama.cpp-server" and s.usable and s.reason.startswith("xllamacpp"):
+                s.reason = build_label(xllamacpp_build())  # not a configured llama-server binary's own reason
             elif s.engine == "llama.cpp" and s.status == MISSING:
                 data = measured()
                 speed = speedup_text(data)

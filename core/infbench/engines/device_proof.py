@@ -27,6 +27,7 @@ _LAYER = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+?) model buffer size\s*=\s*([\d.]+) MiB")
 _DEVICE_INFO = re.compile(r"-\s+(\S+)\s*:\s+(.+?)\s+\(\d+ MiB, \d+ MiB free\)")
+_USING_DEVICE = re.compile(r"using device (\S+) \((.+?)\)(?: \([^)]*\))? - \d+ MiB free")
 _VLLM_DEVICE = re.compile(r"device_config=([A-Za-z]+)")
 
 
@@ -72,12 +73,15 @@ def ggml_placement(log: str) -> dict[str, Any]:
         ``{"layers": {layer index: ggml device}, "offloaded": (n, total) or None,
         "buffers": {buffer name: MiB}, "devices": {ggml device: description}}``; empty
         parts when the log does not say (``layer ... assigned`` lines are debug level,
-        ``offloaded`` appears only with GPU layers, ``device_info`` only in the server).
+        ``offloaded`` appears only with GPU layers, ``device_info`` only in the server, ``using
+        device CUDA0 (name)`` where llama.cpp picks a GPU).
     """
     layers = {int(m.group(1)): m.group(2) for m in _LAYER.finditer(log)}
     off = _OFFLOADED.findall(log)
     buffers = {m.group(1): float(m.group(2)) for m in _BUFFER.finditer(log)}
     devices = {m.group(1): m.group(2).strip() for m in _DEVICE_INFO.finditer(log)}
+    for m in _USING_DEVICE.finditer(log):  # INFO level: ``using device CUDA0 (NVIDIA H100 ...) (0000:..) - N MiB free``
+        devices.setdefault(m.group(1), m.group(2).strip())
     return {"layers": layers, "offloaded": (int(off[-1][0]), int(off[-1][1])) if off else None,
             "buffers": buffers, "devices": devices}
 

@@ -37,12 +37,27 @@ class LlamaServerEngine(ManagedServerEngine):
     options: LlamaServerOptions
 
     def start(self, group) -> None:
-        """Write/locate the GGUF, start the server, wait for ``/health``, then check ``/v1/models``."""
-        try:
-            import xllamacpp  # noqa: F401
-        except ImportError as exc:
-            raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp",
-                                    hint="pip install xllamacpp (an infbench dependency: reinstall infbench)") from exc
+        """Write/locate the GGUF, start the server (the configured ``llama-server`` binary,
+        :func:`~infbench.engines.llama_bundle.configured_binary`, else the xllamacpp wheel),
+        wait for ``/health``, then check ``/v1/models``.
+
+        Raises:
+            ConfigError: a named binary that is missing, or whose bundle manifest does not
+                match it (:func:`~infbench.engines.llama_bundle.read_manifest`).
+            EngineUnavailable: no binary and no xllamacpp.
+        """
+        from infbench.engines import llama_bundle as lb
+
+        found = lb.configured_binary(self.options.server_binary)
+        self.binary = found
+        self.bundle = lb.read_manifest(found[0]) if found else None
+        if found is None:
+            try:
+                import xllamacpp  # noqa: F401
+            except ImportError as exc:
+                raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp or a llama-server binary",
+                                        hint="pip install xllamacpp (an infbench dependency: reinstall infbench), or "
+                                             "--engine-arg server_binary=PATH") from exc
         from infbench.data.paths import default_home
 
         m = group.model
@@ -61,14 +76,20 @@ class LlamaServerEngine(ManagedServerEngine):
         parallel = self.options.parallel or slots_needed(group.cells)
         per_slot = max(c.longest() for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
-        extra = ["--threads", str(self.options.n_threads)] if self.options.n_threads else []
-        if self.device.kind != "cpu":
-            extra += ["--n-gpu-layers", "999"]
-        extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
-        self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model", path,
-                                         "--port", str(port), "--parallel", str(parallel),
-                                         "--ctx", str(parallel * per_slot), *extra],
-                           self.options.startup_timeout_s or 120.0)
+        timeout = self.options.startup_timeout_s or 120.0
+        if found is not None:
+            binary, gpu = found[0], self.device.kind != "cpu"
+            self.launch_server(lambda port: lb.server_argv(binary, path, port, parallel, parallel * per_slot,
+                                                           self.options.n_threads, gpu),
+                               timeout, env=lb.server_env(binary))
+        else:
+            extra = ["--threads", str(self.options.n_threads)] if self.options.n_threads else []
+            if self.device.kind != "cpu":
+                extra += ["--n-gpu-layers", "999"]
+            extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
+            self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model",
+                                             path, "--port", str(port), "--parallel", str(parallel),
+                                             "--ctx", str(parallel * per_slot), *extra], timeout)
         if self.options.served_model is None:
             self.options = self.options.model_copy(update={"served_model": path})
         self.parallel = parallel
@@ -88,7 +109,7 @@ class LlamaServerEngine(ManagedServerEngine):
             return
         from infbench.engines.availability import device_label
 
-        s = check_llama_server(self.device, self.backends)
+        s = check_llama_server(self.device, self.backends, self.options.server_binary)
         if not s.usable:
             raise DeviceMismatch(self.name, device_label(self.device), s.reason, "the CPU", s.fix)
 
@@ -124,14 +145,21 @@ class LlamaServerEngine(ManagedServerEngine):
         """xllamacpp version, its build (prebuilt: ``build``,
         :func:`infbench.engines.builds.xllamacpp_build`), slots, and the server log kept beside
         the results."""
-        import xllamacpp
-
-        from infbench.engines.builds import xllamacpp_build
-
         d = super().describe()
         d["parallel"] = getattr(self, "parallel", None)
-        d["versions"]["xllamacpp"] = xllamacpp.__version__
-        d["build"] = xllamacpp_build()
+        found = getattr(self, "binary", None)
+        if found is not None:
+            bundle = getattr(self, "bundle", None)
+            d["server_binary"] = {"path": str(found[0]), "source": found[1]}
+            d["build"] = ({k: v for k, v in bundle.items() if k != "files"}
+                          | {"sha256": bundle["files"].get(found[0].name, {}).get("sha256")}) if bundle else None
+        else:
+            import xllamacpp
+
+            from infbench.engines.builds import xllamacpp_build
+
+            d["versions"]["xllamacpp"] = xllamacpp.__version__
+            d["build"] = xllamacpp_build()
         d["weights"] = getattr(self, "weights", None)
         return d
 
@@ -139,13 +167,24 @@ class LlamaServerEngine(ManagedServerEngine):
 # --- where this engine runs (EngineSpec.check, shown by `infbench detect`; the probes are read
 # through the module, where tests stand them in) ------------------------------------------------
 
-def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> EngineSupport:
-    """llama.cpp's server (the xllamacpp wheel) runs where it sees a device of one of the
-    device's ggml backends."""
+def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None,
+                       server_binary: str | None = None) -> EngineSupport:
+    """llama.cpp's server runs where it sees a device of one of the device's ggml backends:
+    the xllamacpp wheel's devices, or, for a configured ``llama-server`` binary
+    (:func:`check_server_binary`), a binary that runs (``--version``) and, on an NVIDIA
+    device, a driver whose ``libcuda`` loads."""
     refused = local_only("llama.cpp-server", device, backends, "ggml")
     if refused:
         return refused
     assert backends is not None  # local_only refused a missing declaration
+    from infbench.engines import llama_bundle as lb
+
+    try:
+        found = lb.configured_binary(server_binary)
+    except ConfigError as exc:
+        return EngineSupport("llama.cpp-server", UNSUPPORTED, exc.message, exc.hint)
+    if found is not None:
+        return check_server_binary(found[0], backends)
     x = av.xllamacpp_probe()
     v = f"xllamacpp {x['version']}"
     if backends.ggml == ["CPU"]:
@@ -157,3 +196,23 @@ def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None) -> E
                              f"(devices: {have})", backends.install.get("xllamacpp"), x["version"])
     return EngineSupport("llama.cpp-server", USABLE, f"{v} ({', '.join(d['name'] for d in devs)})",
                          version=x["version"])
+
+
+def check_server_binary(binary, backends: DeviceBackends) -> EngineSupport:
+    """A configured ``llama-server`` binary: usable when ``binary --version`` exits 0 in
+    :func:`~infbench.engines.llama_bundle.server_env` (its libraries load) and, for the CUDA
+    backend, the driver's ``libcuda.so.1`` loads here; its bundle manifest (if any) names the
+    build. Which GPU it sees is proven per group from its log (:meth:`LlamaServerEngine.verify_device`)."""
+    from infbench.engines import llama_bundle as lb
+
+    ok, version = lb.binary_version(binary)
+    if not ok:
+        return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{binary} does not run: {version}",
+                             "run it under scripts/build_llama_cuda.sh's bundle/run.sh to see the missing library")
+    label = f"{binary.name} {version}".strip()
+    if "CUDA" in backends.ggml:
+        loads, why = lb.libcuda_loads()
+        if not loads:
+            return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{label}: the NVIDIA driver's libcuda does not "
+                                 f"load ({why})", "install the NVIDIA driver", version)
+    return EngineSupport("llama.cpp-server", USABLE, f"{label} ({'/'.join(backends.ggml)})", version=version)

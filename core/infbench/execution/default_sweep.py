@@ -10,8 +10,11 @@ batch 1/16/64, input = output in {128, 1024}), remote platforms their endpoint t
 1. on an accelerator, the plugin's worker image, when it is built and a container runtime
    answers (:func:`~infbench.engines.availability.image_support`), for the first preferred
    engine the plugin has an image for;
-2. each preferred engine in this process, in the plugin's order (vLLM, then transformers
-   on the device's torch build, then llama.cpp built with the device's backend; on the
+2. each preferred engine in this process, in the plugin's order (on NVIDIA: vLLM, then
+   llama.cpp's server built with CUDA (scripts/build_llama_cuda.sh, named by the site's
+   ``[llama_server] binary``), then transformers on the device's torch build with a static KV
+   cache (compiled; eager only where ``torch.compile`` cannot run:
+   :func:`transformers_accelerator_args`), then llama-cpp-python built with CUDA; on the
    CPU llama.cpp compiled in-process, then llama.cpp's prebuilt server), as
    :func:`~infbench.engines.availability.engine_support` finds it;
 3. on the CPU, the worker image last (``infbench/cpu-llamacpp``: llama.cpp compiled in the
@@ -60,6 +63,8 @@ class DefaultSweep:
         chosen: the first usable candidate; None when the user named the engines
             (``user_engines``) or nothing runs here.
         user_engines: True when ``--engine`` replaced the choice.
+        engine_args_note: the engine arguments the choice adds and why (transformers on an
+            accelerator: :func:`transformers_accelerator_args`), or None.
     """
 
     device: DeviceInfo
@@ -69,6 +74,7 @@ class DefaultSweep:
     candidates: list[EngineSupport] = field(default_factory=list)
     chosen: EngineSupport | None = None
     user_engines: bool = False
+    engine_args_note: str | None = None
 
     def executor(self, name: str) -> str:
         """The executor a run of this default sweep uses for ``--executor name``: ``container``
@@ -107,8 +113,9 @@ class DefaultSweep:
                     f"{device_label(self.device)} here")
         rank = self.candidates.index(self.chosen) + 1
         first = "the first" if rank == 1 else f"number {rank}"
+        note = f"; {self.engine_args_note}" if self.engine_args_note else ""
         return (f"{self.chosen.engine} ({self.chosen.where}): {first} in {who} order of preference that runs here "
-                f"({self.chosen.reason})")
+                f"({self.chosen.reason}){note}")
 
     def refusal(self) -> ConfigError:
         """The error of a run whose default sweep has no usable engine: the device, and the
@@ -123,6 +130,7 @@ class DefaultSweep:
         return {"device": self.device.vendor, "description": self.description, "source": self.source,
                 "fields": self.fields, "why": self.why(), "user_engines": self.user_engines,
                 "chosen": self.chosen.to_dict() if self.chosen else None,
+                "engine_args_note": self.engine_args_note,
                 "candidates": [c.to_dict() for c in self.candidates],
                 "better_missing": [c.to_dict() for c in self.better_missing()]}
 
@@ -205,7 +213,34 @@ def default_sweep(pm: PluginManager, device: DeviceInfo, executor: str = "auto",
     annotate(device, candidates)
     chosen = next((c for c in candidates if c.usable), None)
     fields["engines"] = [chosen.engine] if chosen else order[:1]
-    return DefaultSweep(device, fields, description, source, candidates, chosen)
+    note = None
+    if chosen is not None and chosen.engine == "transformers" and device.kind not in ("cpu", "remote"):
+        args, note = transformers_accelerator_args()
+        if args:
+            fields["engine_args"] = {**args, **(fields.get("engine_args") or {})}
+    return DefaultSweep(device, fields, description, source, candidates, chosen, engine_args_note=note)
+
+
+def transformers_accelerator_args() -> tuple[dict[str, Any], str]:
+    """The engine arguments of transformers when it is the default on an accelerator, and why.
+
+    Eager transformers is host-bound on a fast GPU (Llama-3-8B batch 1 on the H100: 21-26 ms
+    per token, the GPU busy 11-16 % of the time; with a static KV cache, which transformers
+    compiles, 9.2 ms after 39 s of compiling, counted apart: issue 39). So the static cache,
+    unless ``torch.compile`` cannot run here
+    (:func:`~infbench.engines.availability.compile_problem`).
+
+    Returns:
+        ``({"cache_implementation": "static"}, reason)``, or ``({}, why eager)``.
+    """
+    from infbench.engines import availability as av
+
+    problem = av.compile_problem(av.compile_probe())
+    if problem:
+        return {}, f"transformers eager (dynamic cache): {problem}, so no static cache (it is compiled)"
+    return ({"cache_implementation": "static"},
+            "transformers with cache_implementation=static (compiled; compile time counted apart): eager "
+            "transformers is host-bound on an accelerator")
 
 
 def default_for_run(pm: PluginManager, det: Any, preset: str | None, sweep_file: Any, device_name: str | None,

@@ -165,10 +165,12 @@ def infbench_device_backends(device: DeviceInfo) -> DeviceBackends | None:
 
 @hookimpl
 def infbench_default_sweep(device: DeviceInfo) -> DefaultSweepAnswer | None:
-    """LLM-Inference-Bench's corner (``lib-corner``) on vLLM, else transformers on CUDA, else
-    llama.cpp's CUDA build; bf16 from compute capability 8.0 (A100) on, fp16 before."""
+    """LLM-Inference-Bench's corner (``lib-corner``) on the fastest engine present: vLLM, else
+    llama.cpp's server built with CUDA (``llama.cpp-server`` with a configured binary: issue 39),
+    else transformers on CUDA (the core adds the static KV cache where torch.compile runs), else
+    llama-cpp-python's CUDA build; bf16 from compute capability 8.0 (A100) on, fp16 before."""
     if device.vendor != VENDOR:
         return None
     bf16 = "bf16" in (infbench_supported_precisions(device) or [])
-    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "transformers", "llama.cpp"],
+    return DefaultSweepAnswer(preset="lib-corner", engines=["vllm", "llama.cpp-server", "transformers", "llama.cpp"],
                               dtypes=["bf16" if bf16 else "fp16"])
