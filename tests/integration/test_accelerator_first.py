@@ -126,7 +126,10 @@ def test_dry_run_of_the_default_sweep_names_engines_and_install_commands(fake_pl
     assert d["fields"]["models"] == ["llama-3-8b"] and d["fields"]["batch"] == [1, 16, 64]
     engines = [(c["engine"], c["where"].split()[0] if c["where"] != "in-process" else "in-process")
                for c in d["candidates"]]
-    assert engines[1:] == [("vllm", "in-process"), ("transformers", "in-process"), ("llama.cpp", "in-process")]
+    # issue 39: on NVIDIA a llama.cpp server built for CUDA comes before transformers
+    middle = [("llama.cpp-server", "in-process")] if vendor == "nvidia" else []
+    assert engines[1:] == [("vllm", "in-process"), *middle, ("transformers", "in-process"),
+                           ("llama.cpp", "in-process")]
     assert engines[0][0] == "vllm" and "image" in d["candidates"][0]["where"]
     fixes = [c["fix"] for c in d["better_missing"]]
     assert f"infbench containers build --vendor {vendor}" in fixes[0]
