@@ -185,9 +185,17 @@ def children_matching(pid: int, needle: str) -> list[int]:
     import psutil
 
     try:
-        return [c.pid for c in psutil.Process(pid).children(recursive=True) if needle in " ".join(c.cmdline())]
+        kids = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
         return []
+    out = []
+    for c in kids:  # a short-lived child (a probe, a tracker) may be gone by now: skip it, not the rest
+        try:
+            if needle in " ".join(c.cmdline()) and c.status() != psutil.STATUS_ZOMBIE:
+                out.append(c.pid)
+        except psutil.Error:
+            pass
+    return out
 
 
 def processes_matching(needle: str) -> list[int]:
