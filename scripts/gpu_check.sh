@@ -7,7 +7,9 @@
 # docs/hardware-runs.md by `python benchmarks/hardware_runs.py index && python benchmarks/docs_numbers.py`.
 #
 #   bash scripts/gpu_wheels.sh                     # once, on a machine with PyPI: fills .whl/
-#   bash scripts/gpu_check.sh [WHEELS] [OUT] [NAME]
+#   [LLAMA_BUNDLE=artifacts/llama-cuda/llama-cuda.tar.xz] bash scripts/gpu_check.sh [WHEELS] [OUT] [NAME]
+#     LLAMA_BUNDLE  scripts/build_llama_cuda.sh's bundle (carried): the llama.cpp CUDA arm (issue 39) replaces the
+#                   transformers comparison, and the default sweep runs on llama.cpp (budget 570 s)
 #     WHEELS  folder of wheels (default .whl)
 #     OUT     where the step outputs and gpu_check.tgz go (default $OUT, else /tmp/gpu_check)
 #     NAME    the run's name (default <gpu>-<date>, e.g. h100-2027-01-05)
@@ -28,7 +30,8 @@ export INFBENCH_HOME="$OUTDIR/home" PYTHONUNBUFFERED=1
 PY="${PYTHON:-python3}"
 declare -A SECS RCS
 T_START=$(date +%s)
-BUDGET="${GPU_CHECK_BUDGET_S:-520}"
+LLAMA_BUNDLE="${LLAMA_BUNDLE:-}"
+if [ -n "$LLAMA_BUNDLE" ]; then BUDGET="${GPU_CHECK_BUDGET_S:-570}"; else BUDGET="${GPU_CHECK_BUDGET_S:-520}"; fi
 step() {  # step NAME LIMIT_S COMMAND...: run it with a time limit, record its seconds and exit status
   local name="$1" limit="$2"; shift 2
   local left=$(( T_START + BUDGET - 25 - $(date +%s) ))
@@ -83,7 +86,13 @@ step dry_run 60 bash -c "infbench run --dry-run --json > '$OUTDIR/dry-run.json'"
 # with the cause study on b1 (where the slowdown comes from: NVML reads in the engine's
 # process or in another, a busy Python thread, no sampler, a shorter switch interval) and one
 # --no-engine-process cell under py-spy (raw stacks in spy/)
-if [ $GPU -eq 1 ]; then
+if [ -n "$LLAMA_BUNDLE" ]; then
+  # issue 39's arm in place of the transformers comparison (measured: +1.7 %, docs/hardware-runs.md), which does
+  # not fit beside it: scripts/gpu_llama_cuda.sh unpacks the llama.cpp CUDA bundle, names it in a site file, and
+  # runs LIB's H100 llama.cpp subset (llama-bench and infbench per cell); the default sweep below then picks it
+  step llama_cuda 330 env LIB_BUDGET_S=150 bash scripts/gpu_llama_cuda.sh "$LLAMA_BUNDLE" "$OUTDIR/llama_cuda"
+  [ -f "$OUTDIR/llama_cuda/site.toml" ] && export INFBENCH_SITE_CONFIG="$OUTDIR/llama_cuda/site.toml"
+elif [ $GPU -eq 1 ]; then
   step bare_vs_infbench 280 "$PY" benchmarks/harness_overhead.py --gpu --rounds 3 --cause --spy-dir "$OUTDIR/spy" \
     --out "$OUTDIR/harness.json"
 else

@@ -217,3 +217,27 @@ def test_server_argv_and_env(tmp_path, monkeypatch):
                         lambda name: types.SimpleNamespace(submodule_search_locations=[str(nv)]))
     env = lb.server_env(binary, {"LD_LIBRARY_PATH": "/old"})
     assert env["LD_LIBRARY_PATH"].split(":") == [str(binary.parent), str(nv / "cu13" / "lib"), "/old"]
+
+
+def test_server_argv_physical_batch(tmp_path):
+    """``n_ubatch`` (LIB's llama.cpp "batch") reaches llama-server as --ubatch-size, the logical
+    batch never below it; absent, llama.cpp's own default stands (no flag)."""
+    binary = tmp_path / "llama-server"
+    argv = lb.server_argv(binary, "m.gguf", 8080, 1, 512, None, gpu=True, n_ubatch=16)
+    assert argv[argv.index("--ubatch-size") + 1] == "16" and argv[argv.index("--batch-size") + 1] == "2048"
+    big = lb.server_argv(binary, "m.gguf", 8080, 1, 8192, None, gpu=True, n_ubatch=4096)
+    assert big[big.index("--batch-size") + 1] == "4096"
+    assert "--ubatch-size" not in lb.server_argv(binary, "m.gguf", 8080, 1, 512, None, gpu=True)
+
+
+def test_n_ubatch_is_a_checked_llama_server_option_and_keeps_old_cell_ids():
+    from pydantic import ValidationError
+
+    from infbench.data.engine_options import LlamaServerOptions
+    from infbench.data.schema import Cell
+
+    assert LlamaServerOptions(n_ubatch=16).n_ubatch == 16
+    with pytest.raises(ValidationError):
+        LlamaServerOptions(n_ubatch=0)
+    plain = Cell(model="tiny", engine="llama.cpp-server", dtype="f16", batch=1, input_len=16, output_len=16)
+    assert "n_ubatch" not in json.dumps(plain.spec())  # a field with a default adds nothing to old ids

@@ -304,10 +304,15 @@ class LlamaServerOptions(ServerOptions):
             (:func:`infbench.engines.llama_bundle.configured_binary`). Not identity: a path
             differs between hosts; the build itself (its manifest: version, flags, sha256)
             is stored with each cell's engine description.
+        n_ubatch: llama.cpp's physical batch in tokens (``--ubatch-size``), 1..1048576; None:
+            llama.cpp's default (512). A prompt is processed in chunks of this many tokens:
+            LLM-Inference-Bench's llama.cpp "batch" (``llama-bench -b B``, which caps the
+            physical batch at B) is this setting on one sequence (benchmarks/lib_h100.py).
     """
 
     parallel: Slots | None = None
     server_binary: str | None = not_identity()
+    n_ubatch: Tokens | None = None
 
 
 class TransformersOptions(EngineOptions):

@@ -168,15 +168,18 @@ def binary_version(binary: Path, timeout_s: float = 30.0) -> tuple[bool, str]:
 
 
 def server_argv(binary: Path, model: str, port: int, parallel: int, ctx: int, n_threads: int | None,
-                gpu: bool) -> list[str]:
+                gpu: bool, n_ubatch: int | None = None) -> list[str]:
     """llama-server's command line, the same settings as
     :mod:`infbench.engines.xllamacpp_serve`: ``parallel`` slots sharing ``ctx`` tokens of
     context, continuous batching (llama-server's default), ``/metrics``, a logical batch of
-    max(2048, parallel), every layer on the GPU for an accelerator, and log verbosity 4 (the
-    loader's device and offload lines that the device proof reads)."""
+    max(2048, parallel, n_ubatch), the physical batch ``n_ubatch`` (None: llama.cpp's 512),
+    every layer on the GPU for an accelerator, and log verbosity 4 (the loader's device and
+    offload lines that the device proof reads)."""
     argv = [str(binary), "--model", model, "--host", "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
-            "--ctx-size", str(ctx), "--batch-size", str(max(2048, parallel)), "--metrics",
+            "--ctx-size", str(ctx), "--batch-size", str(max(2048, parallel, n_ubatch or 0)), "--metrics",
             "--n-gpu-layers", "999" if gpu else "0", "--log-verbosity", "4"]
+    if n_ubatch:
+        argv += ["--ubatch-size", str(n_ubatch)]
     if n_threads:
         argv += ["--threads", str(n_threads)]
     return argv

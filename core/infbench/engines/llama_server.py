@@ -80,13 +80,15 @@ class LlamaServerEngine(ManagedServerEngine):
         if found is not None:
             binary, gpu = found[0], self.device.kind != "cpu"
             self.launch_server(lambda port: lb.server_argv(binary, path, port, parallel, parallel * per_slot,
-                                                           self.options.n_threads, gpu),
+                                                           self.options.n_threads, gpu, self.options.n_ubatch),
                                timeout, env=lb.server_env(binary))
         else:
             extra = ["--threads", str(self.options.n_threads)] if self.options.n_threads else []
             if self.device.kind != "cpu":
                 extra += ["--n-gpu-layers", "999"]
             extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
+            if self.options.n_ubatch:
+                extra += ["--ubatch", str(self.options.n_ubatch)]
             self.launch_server(lambda port: [sys.executable, "-m", "infbench.engines.xllamacpp_serve", "--model",
                                              path, "--port", str(port), "--parallel", str(parallel),
                                              "--ctx", str(parallel * per_slot), *extra], timeout)

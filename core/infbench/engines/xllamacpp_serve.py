@@ -29,6 +29,7 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=4096, help="total context (shared by the slots)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--n-gpu-layers", type=int, default=0)
+    ap.add_argument("--ubatch", type=int, default=0, help="physical batch in tokens (0: llama.cpp's 512)")
     ap.add_argument("--verbosity", type=int, default=3,
                     help="llama.cpp log verbosity; 4 adds the loader's lines (devices, offloaded layers)")
     a = ap.parse_args()
@@ -41,7 +42,9 @@ def main() -> None:
     p.port = a.port
     p.n_parallel = a.parallel
     p.n_ctx = a.ctx
-    p.n_batch = max(2048, a.parallel)
+    p.n_batch = max(2048, a.parallel, a.ubatch)
+    if a.ubatch:
+        p.n_ubatch = a.ubatch
     p.cont_batching = True
     p.endpoint_metrics = True
     p.n_gpu_layers = a.n_gpu_layers
