@@ -256,15 +256,18 @@ def _corners_of(order):
 
 def test_the_corners_are_measured_whatever_the_budget():
     """Issue 43: 14 cells, 2 series, 4 corners. 20 % (2 cells) is raised to the corners, 29 %
-    (4) is exactly them, 50 % (7) measures them and then spends the rest; a time budget too
-    short for one cell still measures the corners."""
+    (4) is exactly them, 50 % (7) measures them and then spends the rest; each may add one
+    predicted peak per series up to half the grid (20 % and 29 %: 6 at most; 50 %: 7); a time
+    budget too short for one cell still measures the corners."""
+    from infbench.analysis.adaptive import peak_allowance
     from infbench.execution.scenarios.adaptive_sweep import corner_budget
 
+    assert [peak_allowance(14, 2, b) for b in (4, 5, 7, 9)] == [6, 7, 7, 9]
     corners = {(8, 1), (64, 1), (8, 64), (64, 64)}
-    for budget, want, raised, n_max in (("20%", 2, True, 4), ("29%", 4, False, 4), ("50%", 7, False, 7)):
+    for budget, want, raised, n_max in (("20%", 2, True, 6), ("29%", 4, False, 6), ("50%", 7, False, 7)):
         cov = corner_budget(cells(), budget)
         assert (cov["budget_cells"], cov["corners"], cov["series"], cov["raised"]) == (want, 4, 2, raised)
-        assert (cov["note"] is not None) == raised and cov["measured_at_most"] == max(want, 4)
+        assert (cov["note"] is not None) == raised and cov["measured_at_most"] == n_max
         pl = AdaptivePlanner(cells(), DEV, H100, budget, stack="cuda", select="front")
         order = []
         while (c := pl.next_cell()) is not None:
@@ -362,3 +365,19 @@ def test_a_front_point_far_from_anything_measured_in_its_series_says_so():
     notes = Front("dev", "eng", "total_tok_s_per_device", pts, pareto(list(pts))).certainty()["notes"]
     far = [n for n in notes if "doublings" in n]
     assert len(far) == 1 and "c32" in far[0] and "4.0 doublings" in far[0]
+
+
+def test_a_predicted_rows_interval_reaches_the_shown_front():
+    """The planner predicts total tok/s with its interval; the front's y is per device: the
+    point carries that interval divided by the devices, so the front says how sure it is."""
+    from infbench.analysis.frontier import axis_interval, fronts
+
+    spec = {"model": "m", "engine": "e", "dtype": "f16", "batch": 1, "input_len": 8, "output_len": 8,
+            "tensor_parallel_size": 2, "load": {"mode": "concurrency", "concurrency": 4}}
+    m = {"tpot_s": {"p50": 0.01}, "total_tok_s": 400.0, "devices_used": 2,
+         "interval": {"total_tok_s": [300.0, 500.0], "tpot_s": [0.008, 0.012]}}
+    assert axis_interval(m, "tok_s_per_device") == (150.0, 250.0)
+    assert axis_interval(m, "j_per_token") is None and axis_interval({"interval": {"total_tok_s": [1, None]}},
+                                                                      "tok_s_per_device") is None
+    [f] = fronts([{"cell_id": "a", "status": "predicted", "spec": spec, "metrics": m, "device": {"model": "X"}}])
+    assert f.front[0].interval == (150.0, 250.0) and abs(f.certainty()["largest_interval"] - 0.25) < 1e-9

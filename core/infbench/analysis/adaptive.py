@@ -210,6 +210,14 @@ def corners(cells: list[Cell]) -> list[int]:
     return firsts + lasts + mixed
 
 
+def peak_allowance(n_cells: int, n_series: int, budget_cells: int) -> int:
+    """The cells a frontier search may measure so that each series' predicted peak is measured
+    (issue 43): the budget's cells (raised to the corners) plus one per series, at most half the
+    grid (never below the budget): ``max(budget, min(budget + series, cells // 2))``. Only spent
+    on peak cells (:meth:`AdaptivePlanner.peak_cells`)."""
+    return max(budget_cells, min(budget_cells + n_series, n_cells // 2))
+
+
 def series_of(c: Cell) -> str:
     """What a frontier series shares: the cell without its load and warm-up (one engine
     configuration, one shape), as text."""
@@ -477,7 +485,14 @@ class AdaptivePlanner:
             return False  # the frontier's corners are measured whatever the budget (issue 43)
         n = self.budget.cells(len(self.cells))
         if n is not None and len(self.measured) >= n:
-            return True
+            # each series' predicted peak is measured too (:func:`peak_allowance`; issue 43: the
+            # peak is where a user looks first and where the predictions were weakest); past
+            # the allowance, a predicted peak is flagged on the shown front instead
+            # (:meth:`infbench.analysis.frontier.Front.certainty`)
+            extra = peak_allowance(len(self.cells), len({series_of(c) for c in self.cells}),
+                                   max(n, len(self.design))) if self.select == "front" else n
+            if not (len(self.measured) < extra and self.peak_cells()):
+                return True
         used = self.wall_s if elapsed_s is None else elapsed_s
         return self.budget.seconds is not None and used >= self.budget.seconds
 
@@ -693,7 +708,8 @@ class AdaptivePlanner:
         or is predicted to hold (:meth:`series_corrected`) its highest throughput per device, when
         it is not measured yet: the search measures these right after the corners (issue 43:
         a series' peak often lies below its highest concurrency, where the predictions were
-        weakest), within the budget. Indices in planned order of their series."""
+        weakest), past a cell budget up to :func:`peak_allowance` (:meth:`spent`). Indices in
+        planned order of their series."""
         by: dict[str, list[int]] = {}
         for i, c in enumerate(self.cells):
             by.setdefault(series_of(c), []).append(i)
@@ -785,7 +801,8 @@ class AdaptivePlanner:
             c = self.cells[i]
             pr = self.prediction(i) if self.select == "grid" else self.front_prediction(i)
             metrics: dict[str, Any] = {"predicted": True, "interval": pr["interval"],
-                                       "interval_half_width": pr["half_width"], "prediction_basis": basis}
+                                       "interval_half_width": pr["half_width"], "prediction_basis": basis,
+                                       "devices_used": c.tensor_parallel_size}
             for m in ("ttft_s", "tpot_s", "e2e_s"):
                 if pr[m] is not None:
                     metrics[m] = {"mean": pr[m], "p50": pr[m]}

@@ -246,12 +246,11 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
             continue
         key = (label(r.get("device") or {}), series(r))
         f = groups.setdefault(key, Front(key[0], key[1], axis))
-        iv = m.get("interval") or {}
         ld = spec.get("load") or {}
         level = ld.get("concurrency") or ld.get("request_rate") or spec.get("batch")
         cfg = _config(spec)
         f.points.append(Point(x, y, r.get("cell_id", ""), cfg, predicted=r.get("status") == "predicted",
-                              interval=tuple(iv[axis]) if isinstance(iv.get(axis), (list, tuple)) else None,
+                              interval=axis_interval(m, axis),
                               load=float(level) if isinstance(level, (int, float)) else None,
                               series=cfg.split(", ", 1)[1] if ", " in cfg else ""))
     higher = AXES[axis][1]
@@ -271,6 +270,29 @@ def series(r: dict[str, Any]) -> str:
         name += (f" ({eng.get('source') or 'published'}: {spec.get('model')} {spec.get('dtype')} "
                  f"{spec.get('input_len')}/{spec.get('output_len')})")
     return name
+
+
+def axis_interval(m: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """A predicted cell's 90 % interval on frontier axis ``key`` (low, high), or None: its own
+    ``interval[key]``, else derived as :func:`axis_value` derives the axis (``tok_s_per_device``
+    from ``total_tok_s``'s interval / ``devices_used``, ``output_tok_s_per_device`` from
+    ``output_tok_s``'s). The adaptive planner's predictions carry the intervals of the
+    quantities it predicts (:meth:`infbench.analysis.adaptive.AdaptivePlanner.predicted_results`),
+    not of the per-device axes; without this, a shown front's predicted points had none."""
+    iv = m.get("interval") or {}
+    own = iv.get(key)
+    per_device = {M.TOK_S_PER_DEVICE.key: M.TOTAL_TOK_S.key, M.OUTPUT_TOK_S_PER_DEVICE.key: M.OUTPUT_TOK_S.key}
+    if own is None and key in per_device:
+        base = iv.get(per_device[key])
+        d = m.get(M.DEVICES_USED.key) or 1
+        own = [v / d if isinstance(v, (int, float)) else None for v in base] if isinstance(base, (list, tuple)) \
+            else None
+    if not isinstance(own, (list, tuple)) or len(own) != 2:
+        return None
+    lo, hi = own
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (lo, hi)):
+        return None
+    return float(lo), float(hi)
 
 
 def axis_value(m: dict[str, Any], key: str) -> float | None:

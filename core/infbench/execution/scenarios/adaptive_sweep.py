@@ -24,7 +24,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from infbench.analysis.adaptive import AdaptivePlanner, Budget, front_corners, series_of
+from infbench.analysis.adaptive import AdaptivePlanner, Budget, front_corners, peak_allowance, series_of
 from infbench.analysis.predict import engine_family
 from infbench.analysis.profile import stack_of
 from infbench.data.errors import ConfigError
@@ -43,7 +43,8 @@ def corner_budget(cells: list[Cell], budget: str) -> dict[str, Any]:
 
     Returns:
         ``{"cells": planned, "series", "corners", "budget_cells" (None for a time budget),
-        "measured_at_most" (the budget's cells raised to the corners), "raised" (bool),
+        "measured_at_most" (the budget's cells raised to the corners, and by one predicted peak
+        per series up to half the grid: :func:`~infbench.analysis.adaptive.peak_allowance`), "raised" (bool),
         "note" (a sentence when raised, else None)}``.
     """
     b = Budget.parse(budget)
@@ -57,8 +58,9 @@ def corner_budget(cells: list[Cell], budget: str) -> dict[str, Any]:
                 f"corners of {n_series} series (each configuration's lowest and highest concurrency): raised to "
                 f"{n_corners}, since a series without its corners is predicted far from anything measured "
                 "(--adaptive-strict refuses instead)")
+    most = peak_allowance(len(cells), n_series, max(want, n_corners)) if want is not None else None
     return {"cells": len(cells), "series": n_series, "corners": n_corners, "budget_cells": want,
-            "measured_at_most": max(want, n_corners) if want is not None else None, "raised": raised, "note": note}
+            "measured_at_most": most, "raised": raised, "note": note}
 
 
 def outline(plan: Plan) -> dict[str, Any] | None:
