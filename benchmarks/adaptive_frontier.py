@@ -43,8 +43,8 @@ CONFIGS = [2, 16]
 SWEEP = """preset: frontier
 models: [{model}]
 engines: [llama.cpp-server]
-input_len: [32]
-output_len: [16]
+input_len: [{input_len}]
+output_len: [{output_len}]
 concurrency: {levels}
 engine_configs: {configs}
 """
@@ -114,6 +114,171 @@ def key(r: dict[str, Any]) -> tuple[int, int]:
     return int((s.get("engine_args") or {}).get("parallel", 0)), int(s["load"]["concurrency"])
 
 
+#: Grids the search was not developed on (issue 43, item 4): each is measured in full (a live
+#: run) and searched by a replay of the planner on those measurements (:func:`replay`). Not the
+#: tiny model: on this CPU its 0.1 ms steps leave every cell client-bound, throughput falls with
+#: concurrency and the front is a single point (tried: `parallel` 4/8 gave a one-point front).
+UNTUNED: dict[str, dict[str, Any]] = {
+    "parallel-4-8": {"model": "smollm2-135m", "configs": [4, 8], "levels": [1, 2, 4, 8, 16, 32],
+                     "input_len": 32, "output_len": 16,
+                     "shape": "another `parallel` pair (4 and 8), concurrency 1-32"},
+    "lengths-256-64": {"model": "smollm2-135m", "configs": [2, 16], "levels": [1, 2, 4, 8, 16, 32],
+                       "input_len": 256, "output_len": 64,
+                       "shape": "other lengths: input 256 / output 64 (8x and 4x the development grid's)"},
+    "qwen2.5-0.5b": {"model": "qwen2.5-0.5b", "configs": [2, 8], "levels": [1, 2, 4, 8, 16],
+                     "input_len": 32, "output_len": 16,
+                     "shape": "a model with a different step cost (qwen2.5-0.5b: 494 M parameters, 3.7x "
+                              "smollm2-135m's), `parallel` 2 and 8, concurrency 1-16"},
+}
+#: Where the shown front is read, as shares of the full front's interactivity range (log-spaced,
+#: as the development grid's reads: interactivity spans decades).
+UNTUNED_AT = (0.10, 0.50, 0.90)
+#: The error beyond which a point counts as off (issue 43's target).
+OFF = 0.10
+
+
+def _doubt(front: Any, p: Any) -> str | None:
+    """Why the shown front's point ``p`` is flagged (a prediction whose 90 % interval is wider
+    than +/-10 %, or more than two doublings from a measured cell of its series), or None: the
+    same rules as :meth:`infbench.analysis.frontier.Front.certainty`."""
+    import math
+
+    if not p.predicted:
+        return None
+    if p.interval and p.y > 0 and (p.interval[1] - p.interval[0]) / 2 / p.y > OFF:
+        return f"interval +/-{100 * (p.interval[1] - p.interval[0]) / 2 / p.y:.0f} %"
+    near = [abs(math.log2(p.load / q.load)) for q in front.points
+            if not q.predicted and q.series == p.series and q.load and p.load]
+    if not near or min(near) > 2:
+        return "more than two doublings from a measured cell"
+    return None
+
+
+def _flag_at(front: Any, x: float) -> str | None:
+    """The doubt of either shown-front point around interactivity ``x`` (None: both trusted)."""
+    pts = front.front
+    for a_, b_ in zip(pts, pts[1:], strict=False):
+        if a_.x <= x <= b_.x:
+            return _doubt(front, a_) or _doubt(front, b_)
+    near = min(pts, key=lambda p: abs(p.x - x)) if pts else None
+    return _doubt(front, near) if near is not None else None
+
+
+def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
+                     reuse: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Grid ``name`` of :data:`UNTUNED` measured in full (a live run, or ``reuse``'s stored rows)
+    and searched by :func:`replay` at ``budget``. Returns: the cells measured and the order; the
+    shown front's error (its measured and predicted points) against the full front at
+    :data:`UNTUNED_AT` of the full front's interactivity range and at its peak (highest
+    tok/s/device), each with the shown front's flag there; and ``met``: at most half the
+    cells measured and every read within 10 % or flagged (issue 43, item 5)."""
+    from infbench.analysis.frontier import fronts
+
+    g = UNTUNED[name]
+    n_cells = len(g["configs"]) * len(g["levels"])
+    if reuse is not None:
+        full_rows, full_s, full_date = reuse["full_rows"], reuse["full_s"], reuse["full_date"]
+    else:
+        sweep = work / f"{name}.yaml"
+        sweep.write_text(SWEEP.format(model=g["model"], levels=json.dumps(g["levels"]), input_len=g["input_len"],
+                                      output_len=g["output_len"],
+                                      configs=json.dumps([{"parallel": p} for p in g["configs"]]))
+                         + "frontier_stop: false\n")
+        _, full_s = run(work / f"{name}.db", sweep, env)
+        full_rows, full_date = rows(work / f"{name}.db"), time.strftime("%Y-%m-%d")
+    rp_rows, order, stop = replay(full_rows, budget)
+    [ff] = fronts(full_rows)
+    [fa] = fronts(rp_rows)
+    lo, hi = ff.front[0].x, ff.front[-1].x
+    reads = []
+    for q in UNTUNED_AT:
+        x = lo * (hi / lo) ** q
+        yf, ya = ff.interpolate(x), fa.interpolate(x)
+        err = None if yf is None or ya is None else abs(ya / yf - 1)
+        reads.append({"at": q, "tok_s_per_user": x, "full": yf, "shown": ya, "error": err,
+                      "flag": _flag_at(fa, x)})
+    pf, pa = max(ff.front, key=lambda p: p.y), max(fa.front, key=lambda p: p.y)
+    peak = {"full": pf.y, "full_config": pf.config, "shown": pa.y, "shown_config": pa.config,
+            "shown_predicted": pa.predicted, "error": abs(pa.y / pf.y - 1),
+            "flag": "predicted peak" if pa.predicted else None}
+    cert = fa.certainty()
+    ok_points = [r for r in reads + [peak] if r["error"] is not None]
+    within = all(r["error"] <= OFF or r["flag"] for r in ok_points) and len(ok_points) == len(reads) + 1
+    return {"grid": name, **{k: g[k] for k in ("model", "configs", "levels", "input_len", "output_len", "shape")},
+            "engine": "llama.cpp-server", "budget": budget, "cells": n_cells,
+            "full_measured": sum(1 for r in full_rows if r["status"] == "ok"), "full_s": full_s,
+            "measured": len(order), "measured_share": len(order) / n_cells, "order": order, "stopped": stop,
+            "reads": reads, "peak": peak, "certainty": cert,
+            "max_error": max(r["error"] for r in ok_points) if ok_points else None,
+            "met": len(order) <= n_cells / 2 and within,
+            "full_front": [[p.x, p.y, p.config] for p in ff.front],
+            "shown_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front],
+            "full_rows": [{k: r.get(k) for k in ("cell_id", "status", "spec", "metrics", "device", "wall_s")}
+                          for r in full_rows],
+            "date": time.strftime("%Y-%m-%d"), "full_date": full_date}
+
+
+def untuned_main(names: list[str], budget: str, out: Path, reuse_full: bool) -> None:
+    """Evaluate grids ``names`` (:func:`evaluate_untuned`) and store each under
+    ``untuned[name]`` of ``out``, keeping the rest of the JSON."""
+    import os
+
+    kept = json.loads(out.read_text()) if out.exists() else {}
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        env = {**os.environ, "INFBENCH_HOME": os.environ.get("INFBENCH_HOME", str(t / "home"))}
+        for name in names:
+            prev = (kept.get("untuned") or {}).get(name) if reuse_full else None
+            if reuse_full and prev is None:
+                raise SystemExit(f"--reuse-full: no stored full grid for {name!r} in {out}")
+            t0 = time.perf_counter()
+            res = evaluate_untuned(name, budget, env, t, reuse=prev)
+            kept.setdefault("untuned", {})[name] = res
+            out.write_text(json.dumps(kept, indent=2) + "\n")  # each grid kept as soon as it is measured
+            print(f"{name}: {res['measured']}/{res['cells']} measured, max error "
+                  f"{res['max_error']:.3f}, met {res['met']} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(render(kept, "untuned"))
+
+
+def render_untuned(d: dict[str, Any]) -> str:
+    """The untuned grids' table (docs/benchmarks.md, variant ``untuned``)."""
+    grids = d.get("untuned") or {}
+
+    def cell(r: dict[str, Any]) -> str:
+        if r["error"] is None:
+            return "undefined"
+        s = f"{100 * r['error']:.1f} %"
+        return s + (f" (flagged: {r['flag']})" if r["flag"] else "")
+
+    lines = ["| grid | shape | cells measured | stopped | error at 10 % | at 50 % | at 90 % | at the peak | "
+             "target |", "|---|---|---:|---|---:|---:|---:|---:|---|"]
+    for name, g in grids.items():
+        e = [cell(r) for r in g["reads"]]
+        lines.append(f"| {name} ({g['model']}, {g['input_len']}/{g['output_len']}) | {g['shape']} | "
+                     f"{g['measured']} of {g['cells']} ({100 * g['measured_share']:.0f} %) | {g['stopped']} | "
+                     f"{' | '.join(e)} | {cell(g['peak'])} | {'met' if g['met'] else 'missed'} |")
+    notes = []
+    for name, g in grids.items():
+        pk = g["peak"]
+        notes.append(f"* {name}: the full grid's peak {pk['full']:,.0f} tok/s/device at {pk['full_config']}; the "
+                     f"shown front's {pk['shown']:,.0f} at {pk['shown_config']} "
+                     f"({'predicted' if pk['shown_predicted'] else 'measured'}); picks "
+                     f"{', '.join(f'parallel {p} c{c}' for p, c in g['order'])}; full grid measured "
+                     f"{g['full_date']} in {g['full_s']:.0f} s."
+                     + ("".join(f" Flag: {n}." for n in g["certainty"]["notes"])))
+    met = [n for n, g in grids.items() if g["met"]]
+    tail = [f"Target (at most half the cells measured; each read within 10 % or flagged): met on {len(met)} of "
+            f"{len(grids)} grids."]
+    for name, g in grids.items():
+        off = [f"{int(100 * r['at'])} % of the range ({100 * r['error']:.1f} % off)" for r in g["reads"]
+               if r["error"] is not None and r["error"] > OFF and not r["flag"]]
+        if g["peak"]["error"] > OFF and not g["peak"]["flag"]:
+            off.append(f"the peak ({100 * g['peak']['error']:.1f} % off)")
+        if off:
+            tail.append(f"Missed on {name}: unflagged at {', '.join(off)}.")
+    return "\n".join(lines + [""] + notes + [""] + tail)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="tiny-random-llama")
@@ -125,7 +290,17 @@ def main() -> None:
                     "run only the adaptive search again (after a change to the search; the full grid is the slow part)")
     ap.add_argument("--as-run", default=None, metavar="NAME",
                     help="keep the JSON's main run and store this one under runs[NAME] (docs: variant NAME)")
+    ap.add_argument("--untuned", default=None, metavar="GRID[,GRID]|all",
+                    help=f"evaluate the search on grids it was not tuned on ({', '.join(UNTUNED)}): each grid "
+                    "measured in full, then the search replayed on it; stored under untuned[GRID]")
     a = ap.parse_args()
+    if a.untuned:
+        names = list(UNTUNED) if a.untuned == "all" else a.untuned.split(",")
+        unknown = [n for n in names if n not in UNTUNED]
+        if unknown:
+            raise SystemExit(f"--untuned: unknown grid(s) {unknown}; known: {', '.join(UNTUNED)}")
+        untuned_main(names, a.budget, a.out, a.reuse_full)
+        return
     import os
 
     from infbench.analysis.frontier import fronts
@@ -136,7 +311,8 @@ def main() -> None:
         t = Path(tmp)
         env = {**os.environ, "INFBENCH_HOME": os.environ.get("INFBENCH_HOME", str(t / "home"))}
         sweep = t / "frontier.yaml"
-        sweep.write_text(SWEEP.format(model=a.model, levels=json.dumps(levels), configs=configs))
+        sweep.write_text(SWEEP.format(model=a.model, levels=json.dumps(levels), configs=configs, input_len=32,
+                                      output_len=16))
         full_sweep = t / "full.yaml"   # the same cells, every one measured (no stop rule)
         full_sweep.write_text(sweep.read_text() + "frontier_stop: false\n")
         if a.reuse_full:
@@ -210,6 +386,8 @@ def main() -> None:
 def render(d: dict[str, Any], variant: str | None = None) -> str:
     """The adaptive frontier search against the full grid (docs/benchmarks.md); ``variant``:
     the run stored under ``runs[variant]`` (``--as-run``) instead of the main one."""
+    if variant == "untuned":
+        return render_untuned(d)
     if variant is not None:
         d = d["runs"][variant]
     def pct(x: Any) -> str:
