@@ -3,6 +3,8 @@ except that dummy GGUF files and the measured CPU limits are kept per session to
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from infbench.contract.manager import build_plugin_manager, get_plugin_manager
@@ -30,6 +32,18 @@ def infbench_home(tmp_path, monkeypatch, gguf_cache, cpu_limits_file):
     forget_all()  # the secrets an earlier test's options held (data.secrets.remember)
     yield home
     get_plugin_manager.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """SIGINT's and SIGTERM's handlers as they were before each test: an in-process run that a
+    test interrupts may leave its own handler installed, and a later test that sends itself
+    SIGINT then never sees KeyboardInterrupt (a unit test waited forever in a CI replica)."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in saved.items():
+        if signal.getsignal(s) is not h and h is not None:
+            signal.signal(s, h)
 
 
 #: The vendor plugins under plugins/ (installed by scripts/test.sh).

@@ -20,9 +20,15 @@ def infbench(*args, env=None, check=True):
     return p
 
 
+#: Suspect reasons about the host's state while the cell ran, not about its physics: a busy
+#: neighbour, and issue 38's drift flags (a 0.6 s cell on a shared 2-core machine may speed up
+#: or slow down by more than 10 % between the thirds of its timed part; flagged, rightly).
+HOST_STATE = ("other processes", "unsteady:", "the engine or the host changed speed", "drift:", "not-warm:")
+
+
 def physics_reasons(metrics):
-    """The cell's suspect reasons other than noisy neighbours."""
-    return [r for r in (metrics.get("suspect") or "").split("; ") if r and not r.startswith("other processes")]
+    """The cell's suspect reasons other than the host's state (:data:`HOST_STATE`)."""
+    return [r for r in (metrics.get("suspect") or "").split("; ") if r and not r.startswith(HOST_STATE)]
 
 
 def check_cells(cells):
@@ -38,7 +44,13 @@ def check_cells(cells):
         # below its floor and nothing is suspect, but for neighbours on a shared machine (other
         # processes using the CPUs: infbench.measure.contention), a fact about the host, not the cell.
         roof = m["roofline"]
-        assert 0 < m["mfu"] <= 1 and 0 < m["mbu"] <= 1 and not physics_reasons(m), (roof, m.get("suspect"))
+        # the CPU's limits are measured once per test session by a microbenchmark on a shared
+        # 2-core host: a prefill at the compute limit can land up to a few % past it (MFU 1.004,
+        # "TTFT below its floor" by 0.6 %, seen in a CI replica); more than 5 % is a physics error
+        slack = 1.05
+        near = max(m["mfu"], m["mbu"]) <= slack
+        wrong = [r for r in physics_reasons(m) if not (near and "below its floor" in r)]
+        assert 0 < m["mfu"] <= slack and 0 < m["mbu"] <= slack and not wrong, (roof, m.get("suspect"))
         assert "other_cpu_cores" in m["contention"]
         assert roof["tpot_floor_s"] > 0 and roof["device_id"] == "cpu"
         assert m["ttft_s"]["max"] >= roof["ttft_floor_s"] and m["tpot_s"]["mean"] >= roof["tpot_floor_s"]

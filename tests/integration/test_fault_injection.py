@@ -249,11 +249,22 @@ def test_no_server_outlives_infbench(tmp_path, signum):
     p.send_signal(signum)
     _, errs = p.communicate(timeout=120)
     assert p.returncode == (143 if signum == signal.SIGTERM else -9), errs[-2000:]
-    assert wait_for(lambda: not _alive(server), 30), "the llama.cpp server outlived infbench"
+    assert wait_for(lambda: not _alive(server), 30), f"the llama.cpp server outlived infbench: {_describe(server)}"
     if signum == signal.SIGKILL:
         q = infbench("run", *SERVER_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
         assert q.returncode == 0 and "marked interrupted" in q.stderr
     assert "running" not in store_state(store)["runs"].values()
+
+
+def _describe(pid: int) -> str:
+    """What a process that should be gone is (for the failure message)."""
+    import psutil
+
+    try:
+        p = psutil.Process(pid)
+        return f"pid {pid}, status {p.status()}, parent {p.ppid()}, {' '.join(p.cmdline())[:300]}"
+    except psutil.Error as e:
+        return f"pid {pid}: {e!r}"
 
 
 def _alive(pid: int) -> bool:

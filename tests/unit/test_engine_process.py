@@ -162,13 +162,20 @@ def test_a_cell_that_does_not_stop_is_killed_from_outside(monkeypatch):
 
 
 def test_an_interrupt_here_ends_the_engine_process():
-    ep = started(Hanging(CPU))
-    pid = ep.pid
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        ep.run(cell(), [[1] * 4] * 2)
-    timer.join()
+    # Python's own SIGINT handler, whatever an earlier test in this process left installed (with
+    # another handler the interrupt never reached ep.run and the test waited forever in CI), and
+    # a deadline, so that a lost interrupt fails the test instead of hanging the suite
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        ep = started(Hanging(CPU))
+        pid = ep.pid
+        timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            ep.run(cell(), [[1] * 4] * 2, deadline_ns=time.perf_counter_ns() + 60 * 10**9)
+        timer.join()
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert ep.proc is None and "interrupt" in ep.dead
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
