@@ -137,31 +137,15 @@ UNTUNED_AT = (0.10, 0.50, 0.90)
 OFF = 0.10
 
 
-def _doubt(front: Any, p: Any) -> str | None:
-    """Why the shown front's point ``p`` is flagged (a prediction whose 90 % interval is wider
-    than +/-10 %, or more than two doublings from a measured cell of its series), or None: the
-    same rules as :meth:`infbench.analysis.frontier.Front.certainty`."""
-    import math
-
-    if not p.predicted:
-        return None
-    if p.interval and p.y > 0 and (p.interval[1] - p.interval[0]) / 2 / p.y > OFF:
-        return f"interval +/-{100 * (p.interval[1] - p.interval[0]) / 2 / p.y:.0f} %"
-    near = [abs(math.log2(p.load / q.load)) for q in front.points
-            if not q.predicted and q.series == p.series and q.load and p.load]
-    if not near or min(near) > 2:
-        return "more than two doublings from a measured cell"
-    return None
-
-
 def _flag_at(front: Any, x: float) -> str | None:
-    """The doubt of either shown-front point around interactivity ``x`` (None: both trusted)."""
+    """The doubt (:meth:`infbench.analysis.frontier.Front.doubt`, at :data:`OFF`) of either
+    shown-front point around interactivity ``x`` (None: both trusted)."""
     pts = front.front
     for a_, b_ in zip(pts, pts[1:], strict=False):
         if a_.x <= x <= b_.x:
-            return _doubt(front, a_) or _doubt(front, b_)
+            return front.doubt(a_, OFF) or front.doubt(b_, OFF)
     near = min(pts, key=lambda p: abs(p.x - x)) if pts else None
-    return _doubt(front, near) if near is not None else None
+    return front.doubt(near, OFF) if near is not None else None
 
 
 def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,

@@ -381,3 +381,5 @@ def test_a_predicted_rows_interval_reaches_the_shown_front():
                                                                       "tok_s_per_device") is None
     [f] = fronts([{"cell_id": "a", "status": "predicted", "spec": spec, "metrics": m, "device": {"model": "X"}}])
     assert f.front[0].interval == (150.0, 250.0) and abs(f.certainty()["largest_interval"] - 0.25) < 1e-9
+    assert f.doubt(f.front[0], 0.10) == "interval +/-25 %"           # wider than +/-10 %
+    assert f.doubt(f.front[0], 0.30) == "more than two doublings from a measured cell"  # nothing measured

@@ -110,16 +110,33 @@ class Front:
         if largest is not None:
             notes.append(f"its predicted points carry 90 % intervals of up to +/-{100 * largest:.0f} %")
         for p in self.front:
-            if not p.predicted or p.load is None or p.load <= 0:
-                continue
-            near = [abs(math.log2(p.load / q.load)) for q in self.points
-                    if not q.predicted and q.series == p.series and q.load]
-            if not near or min(near) > 2:
-                far = "no measured cell of its series" if not near else \
-                    f"{min(near):.1f} doublings from the nearest measured cell of its series"
+            far = self._far(p)
+            if far:
                 notes.append(f"front point {p.config} rests on a prediction with {far} (more than two doublings)")
         return {"peak_predicted": peak.predicted, "peak_cell": peak.cell_id, "largest_interval": largest,
                 "notes": notes}
+
+    def _far(self, p: Point) -> str | None:
+        """For a predicted point more than two doublings of load from every measured cell of its
+        series, how far it is; else None."""
+        if not p.predicted or p.load is None or p.load <= 0:
+            return None
+        near = [abs(math.log2(p.load / q.load)) for q in self.points
+                if not q.predicted and q.series == p.series and q.load]
+        if near and min(near) <= 2:
+            return None
+        return "no measured cell of its series" if not near else \
+            f"{min(near):.1f} doublings from the nearest measured cell of its series"
+
+    def doubt(self, p: Point, interval_tol: float) -> str | None:
+        """Why the predicted point ``p`` is not to be trusted, or None (measured, or trusted): its
+        90 % interval is wider than +/-``interval_tol`` (relative), or it rests more than two
+        doublings from a measured cell of its series (the rule of :meth:`certainty`)."""
+        if not p.predicted:
+            return None
+        if p.interval and p.y > 0 and (p.interval[1] - p.interval[0]) / 2 / p.y > interval_tol:
+            return f"interval +/-{100 * (p.interval[1] - p.interval[0]) / 2 / p.y:.0f} %"
+        return "more than two doublings from a measured cell" if self._far(p) else None
 
     def as_dict(self, at: tuple[float, ...] = DEFAULT_INTERACTIVITIES) -> dict[str, Any]:
         """JSON form: device, engine, axis, the front's points (x, y, cell, configuration), the
