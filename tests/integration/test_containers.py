@@ -56,7 +56,10 @@ def test_default_sweep_in_container_matches_in_process(cpu_image, docker_client,
     for cid, ca in a.items():
         cb = b[cid]
         assert ca["spec_hash"] == cb["spec_hash"] and ca["spec"] == cb["spec"]
-        assert set(ca["metrics"]) == set(cb["metrics"])            # same form
+        # same form; keys that say something was found (a physics doubt, a warning, a telemetry
+        # channel that failed) come with what each run met on this shared machine
+        found = {"suspect", "warnings", "unexpected", "telemetry_note"}
+        assert set(ca["metrics"]) - found == set(cb["metrics"]) - found
         for k in ("n_requests", "n_completed", "n_in_total", "n_out_total", "token_counts_estimated"):
             assert ca["metrics"].get(k) == cb["metrics"].get(k), k
         # Both measured something; how fast is the benchmark's business (benchmarks/container_overhead.py,

@@ -109,12 +109,32 @@ def test_a_long_slow_stretch_is_caught_by_the_sentinel_and_measured_again(infben
     store.close()
 
 
+def test_a_server_cell_measured_again_sends_fresh_prompts(infbench_home, tmp_path):
+    """The same stretch on llama.cpp's server, which keeps each slot's prompt for reuse
+    (``cache_prompt``): the first cell measured again on the same server sends a fresh draw of
+    prompts of the same lengths, so its prefill is timed, not served from the first attempt's
+    cache (CI's default sweep: 127 of 128 prompt tokens from the cache, TTFT below its floor)."""
+    done = tmp_path / "stretch-over"
+    args = ["--engine", "llama.cpp-server", "--model", "smollm2-135m", "--dtype", "f16", "--input-len", "64",
+            "--output-len", "32", "--batch", "1,2", "--engine-arg", "n_threads=1"]
+    _, store = run(args, infbench_home, f"until:{done}:3", tmp_path, end_stretch=(done, 1))
+    rows = store.results(all_attempts=True)
+    first = [r for r in rows if r["spec"]["batch"] == 1]
+    assert len(first) == 2, [(r["spec"]["batch"], flags(r["metrics"])) for r in rows]
+    old, new = first
+    assert new["metrics"]["steady"]["remeasured"] and new["metrics"]["n_in_total"] == old["metrics"]["n_in_total"]
+    assert "prefix cache hit" not in (new["metrics"].get("suspect") or ""), new["metrics"]["suspect"]
+    store.close()
+
+
 def test_one_fixed_warmup_and_no_remeasure_flags_the_cells_caught(infbench_home, tmp_path):
-    """`--warmup 1 --no-remeasure` in a shorter stretch (4 s: one block, then the first cell inside
-    it): nothing is measured twice, and the cells caught in the stretch are flagged (unsteady,
-    not-warm or drift)."""
-    _, store = run([*CELLS, "--batch", "1,2", "--warmup", "1", "--no-remeasure"], infbench_home, "long:4:3",
-                   tmp_path)
+    """`--warmup 1 --no-remeasure` in a slow stretch that ends once the first cell is stored (one
+    block, then the first cell inside it, however fast the machine: a 4 s stretch had ended
+    before the first cell on a slow CI machine): nothing is measured twice, and the cell caught in
+    the stretch is flagged (unsteady, not-warm or drift)."""
+    done = tmp_path / "stretch-over"
+    _, store = run([*CELLS, "--batch", "1,2", "--warmup", "1", "--no-remeasure"], infbench_home,
+                   f"until:{done}:3", tmp_path, end_stretch=(done, 1))
     rows = store.results(all_attempts=True)
     assert len(rows) == 2
     caught = {r["spec"]["batch"]: set(flags(r["metrics"])) for r in rows}

@@ -257,7 +257,7 @@ def test_a_signal_inside_a_c_callback_is_not_lost(signum, exc):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-async def _read_until_sigterm(received):
+async def _read_until_sigterm(received, signum=signal.SIGTERM):
     """Open a TCP connection to a server on 127.0.0.1 that streams bytes; SIGTERM is raised
     inside the client protocol's ``data_received`` (where a signal lands while a served
     cell streams); then keep reading for 1 s. ``received`` gets each chunk's size, and
@@ -283,7 +283,7 @@ async def _read_until_sigterm(received):
         def data_received(self, data):
             received.append(len(data))
             if len(received) == 1:
-                signal.raise_signal(signal.SIGTERM)   # its handler runs here, in the callback
+                signal.raise_signal(signum)           # its handler runs here, in the callback
 
     transport, _ = await loop.create_connection(Reader, "127.0.0.1", port)
     try:
@@ -296,29 +296,43 @@ async def _read_until_sigterm(received):
 
 
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
-def test_sigterm_inside_a_protocol_callback_is_not_lost(loop):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_inside_a_protocol_callback_is_not_lost(loop, signum):
     """uvloop catches an exception raised in ``data_received`` as "Fatal error on
     transport" and goes on: SIGTERM landing there while a served cell streamed was lost and
-    ``infbench run`` exited 0 (CI's fault injection caught it). Under
-    :func:`signals.run_event_loop` the signal cancels the load and :class:`Terminated` is
-    raised after the loop ended, on both event loops."""
+    ``infbench run`` exited 0 (CI's fault injection caught it); Ctrl-C's KeyboardInterrupt
+    lands there the same way (infbench's own SIGINT handler keeps ``asyncio.Runner`` from
+    installing its one). Under :func:`signals.run_event_loop` either signal cancels the load
+    and :class:`Terminated` or :class:`KeyboardInterrupt` is raised after the loop ended, on
+    both event loops."""
     import asyncio
 
     import uvloop  # a dependency of infbench (pyproject.toml)
 
     runner = uvloop.run if loop == "uvloop" else asyncio.run
     received: list = []
-    if loop == "uvloop":
-        # what this guards against, as uvloop 0.23 does it: the signal is lost, the coroutine
-        # runs to its end (should uvloop stop swallowing it, this line goes; the wrapper stays right)
+
+    def interrupt(sig, frame):  # infbench's SIGINT handler while a run is on (native_call_watchdog)
+        raise KeyboardInterrupt
+
+    prev = signal.signal(signal.SIGINT, interrupt)
+    try:
+        if loop == "uvloop":
+            # what this guards against, as uvloop 0.23 does it: the signal is lost, the coroutine
+            # runs to its end (should uvloop stop swallowing it, this line goes; the wrapper stays right)
+            with signals.terminate_as_interrupt():
+                assert runner(_read_until_sigterm(received, signum)) == "finished" and received[-1] == "end"
+        received = []
         with signals.terminate_as_interrupt():
-            assert runner(_read_until_sigterm(received)) == "finished" and received[-1] == "end"
-    received = []
-    with signals.terminate_as_interrupt():
-        with pytest.raises(signals.Terminated):
-            signals.run_event_loop(runner, _read_until_sigterm(received))
-        assert signal.getsignal(signal.SIGTERM) is signals._raise_terminated  # put back by run_event_loop
-    assert received and "end" not in received     # the load was cancelled, not read to its end
+            want = signals.Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            with pytest.raises(want) as exc:
+                signals.run_event_loop(runner, _read_until_sigterm(received, signum))
+            assert isinstance(exc.value, signals.Terminated) == (signum == signal.SIGTERM)
+            assert signal.getsignal(signal.SIGTERM) is signals._raise_terminated  # put back by run_event_loop
+            assert signal.getsignal(signal.SIGINT) is interrupt
+        assert received and "end" not in received     # the load was cancelled, not read to its end
+    finally:
+        signal.signal(signal.SIGINT, prev)
     assert signals.run_event_loop(runner, asyncio.sleep(0, result=7)) == 7  # no handler of ours: plain run
 
 

@@ -76,7 +76,8 @@ def test_each_trace_cell_draws_its_own_blocks(tmp_path):
 def test_each_served_cell_draws_its_own_synthetic_prompts(fmt, options):
     """A server's prefix cache outlives a cell: cells that differ only in load or output
     length must not send the prompts of the cell before them (TTFT against a warm cache);
-    the same cell measured again sends the same prompts; shared prefixes stay shared."""
+    the same cell measured in another run sends the same prompts, measured again on the same
+    server a fresh draw of them (issue 38's re-measure hit the cache); shared prefixes stay shared."""
     from infbench.data.models import resolve
     from infbench.data.schema import Cell, DeviceInfo, Load
     from infbench.engines.openai import OpenAIEngine
@@ -99,6 +100,18 @@ def test_each_served_cell_draws_its_own_synthetic_prompts(fmt, options):
     sp = prompts(shared)
     head = (lambda x: x[:32]) if fmt == "token_ids" else (lambda x: x.split()[:32])
     assert all(head(x) == head(sp[0]) for x in sp) and len(set(map(str, sp))) == 5
+    # sent once to this server (a closed port here: the requests fail, the server might have
+    # their prompts all the same), the cell measured again on it gets a fresh draw of the same
+    # lengths; another engine (another server, another run) draws the cell's own prompts again
+    e.base_url = "http://127.0.0.1:9/v1"
+    out = e.run(cell, e.make_prompts(cell, m))
+    assert out.records and all(r.error for r in out.records)
+    again = prompts(cell)
+    assert not {str(x) for x in again} & {str(x) for x in a}
+    size = len if fmt == "token_ids" else (lambda x: len(x.split()))
+    assert [size(x) for x in again] == [size(x) for x in a]
+    fresh = OpenAIEngine(DeviceInfo(vendor="remote", kind="remote", model="endpoint"), {"prompt_format": fmt})
+    assert [getattr(p, "content", p) for p in fresh.make_prompts(cell, m)] == a
 
 
 def test_azure_trace(tmp_path):

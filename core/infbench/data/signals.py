@@ -279,13 +279,17 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
     signal had come (seen in ``tests/integration/test_fault_injection.py``). While the
     coroutine runs, SIGTERM's handler raises nothing: it notes the signal and cancels the
     main task through the loop, which unwinds the load like Ctrl-C does under
-    ``asyncio.Runner``. The previous handler is back before this returns or raises.
+    ``asyncio.Runner``. The first Ctrl-C takes the same path (infbench's own SIGINT handler
+    keeps ``asyncio.Runner`` from installing its one, so its KeyboardInterrupt would land in
+    a callback too); a second Ctrl-C goes to the previous handler at once. The previous
+    handlers are back before this returns or raises.
 
     Only where SIGTERM is :func:`terminate_as_interrupt`'s (main thread); elsewhere exactly
     ``run(coro)``.
 
     Raises:
         Terminated: SIGTERM came while the coroutine ran (whether or not it then finished).
+        KeyboardInterrupt: Ctrl-C came while it ran (likewise).
     """
     import asyncio
 
@@ -303,19 +307,32 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
             if task is not None:
                 loop.call_soon_threadsafe(task.cancel)
 
+        def on_int(signum: int, frame: Any) -> None:
+            if signal.SIGINT in caught and callable(prev_int):  # the second Ctrl-C: at once
+                prev_int(signum, frame)
+                return
+            on_term(signum, frame)
+
+        prev_int = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGTERM, on_term)
+        if callable(prev_int):  # Ctrl-C raises here (not ignored, not Python's default action)
+            signal.signal(signal.SIGINT, on_int)
         try:
             return await coro
         finally:
             signal.signal(signal.SIGTERM, _raise_terminated)
+            if callable(prev_int):
+                signal.signal(signal.SIGINT, prev_int)
 
     try:
         out = run(main())
     except asyncio.CancelledError:
         if not caught:
             raise
+    if signal.SIGTERM in caught:
+        raise Terminated(signal.SIGTERM)
     if caught:
-        raise Terminated(caught[0])
+        raise KeyboardInterrupt
     return out
 
 

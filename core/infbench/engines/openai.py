@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import hashlib
 import json
 import math
 import os
@@ -338,7 +339,7 @@ def event_loop_runner() -> tuple[Any, str]:
 
 
 
-def cell_prompt_seed(cell: Cell) -> int:
+def cell_prompt_seed(cell: Cell, draw: int = 0) -> int:
     """The seed of a served cell's synthetic prompts: its spec hash as an int (the cell's
     ``seed`` and every workload field: lengths, load, trace, speed, repeat).
 
@@ -347,8 +348,19 @@ def cell_prompt_seed(cell: Cell) -> int:
     endpoint. Cells that differ only in load (``--concurrency 1,4,16``) or output length
     would otherwise send the very same prompts, and every cell after the first would be timed
     against a warm cache: a TTFT too short, flagged suspect by the physics check. A seed per
-    cell keeps each cell cold, and the same cell measured again sends the same prompts.
+    cell keeps each cell cold, and the same cell measured in another run sends the same prompts.
+
+    Args:
+        draw: how many times this cell's prompts were sent to the same server before (0: the
+            first time, the cell's own seed). A cell measured again on a server that still
+            holds its prompts (issue 38's sentinel re-measures a drifted cell on the loaded
+            engine) gets a fresh draw of the same lengths, seed
+            ``sha256("<spec hash>/<draw>")[:16]``: the same prompts again would be served from
+            the server's prefix cache (llama.cpp's slot reuse found 127 of 128 prompt tokens
+            there), and the second attempt would time a prefill that never ran.
     """
+    if draw:
+        return int(hashlib.sha256(f"{cell.spec_hash()}/{draw}".encode()).hexdigest()[:16], 16)
     return int(cell.spec_hash(), 16)
 
 
@@ -417,6 +429,9 @@ class OpenAIEngine(Engine):
         self.base_url: str = self.options.base_url or ""
         self._key: str | None = None
         self._model: Any = None
+        #: spec hash -> how many times that cell's requests were sent to this server
+        #: (:func:`cell_prompt_seed`'s ``draw``: a cell sent again gets fresh prompts)
+        self._sent: dict[str, int] = {}
 
     # -- life cycle ----------------------------------------------------------------
     def start(self, group) -> None:
@@ -543,7 +558,10 @@ class OpenAIEngine(Engine):
     def make_prompts(self, cell: Cell, model) -> list[Any]:
         """The warm-up and timed prompts of ``cell``: trace requests (built on demand), chat
         conversations or sessions for a dataset cell, shared-prefix or plain synthetic
-        prompts (token ids, or text; exact with a ``tokenizer``).
+        prompts (token ids, or text; exact with a ``tokenizer``). Synthetic and trace prompts of
+        a cell this server was already sent are a fresh draw (:func:`cell_prompt_seed`); a
+        dataset's conversations are the file's, and sent again they may hit the server's prefix
+        cache (the physics check flags it).
 
         Raises:
             ConfigError: the dataset or trace file changed since the cell was planned.
@@ -557,7 +575,7 @@ class OpenAIEngine(Engine):
         n = cell.batch if load.mode == "batch" else (load.num_requests or 64)
         n += load.warmup_requests
         fmt = self.prompt_format(model)
-        seed = cell_prompt_seed(cell)
+        seed = cell_prompt_seed(cell, self._sent.get(cell.spec_hash(), 0))
         if cell.len_range:  # each request its own lengths (--len-range)
             from infbench.data.prompts import range_lengths
 
@@ -608,7 +626,7 @@ class OpenAIEngine(Engine):
         recs = select(read_trace(tr.path, tr.format), tr.n)
         # One seed per cell: each cell replays the trace against a cache holding none of its
         # blocks, and a sweep of --trace-speed does not replay the first speed's prompts.
-        seed = cell_prompt_seed(cell)
+        seed = cell_prompt_seed(cell, self._sent.get(cell.spec_hash(), 0))
         # Warm-up prompts share no block with the trace (another tag of the same seed): the
         # trace's prefix reuse stays its own.
         warm = maker.prompts(load.warmup_requests, min(cell.input_len, 512), seed=seed)
@@ -677,6 +695,8 @@ class OpenAIEngine(Engine):
         runner, loop_name = event_loop_runner()
         if self.options.event_loop == "asyncio":
             runner, loop_name = asyncio.run, "asyncio"
+        key = cell.spec_hash()
+        self._sent[key] = self._sent.get(key, 0) + 1  # sent (in part at least): the server may hold them now
         records = run_event_loop(runner, self._run(cell, load, prompts, stats))
         t1 = time.perf_counter_ns()
         warnings = self._warnings(cell, load, prompts, records, stats)
