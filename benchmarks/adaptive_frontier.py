@@ -186,6 +186,18 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
             "shown_predicted": pa.predicted, "error": abs(pa.y / pf.y - 1),
             "flag": "predicted peak" if pa.predicted else None}
     cert = fa.certainty()
+    # how often the predicted cells' nominal 90 % intervals (TPOT p50 and total tok/s) hold the
+    # full grid's measurement of the same cell
+    truth = {key(r): r["metrics"] for r in full_rows if r["status"] == "ok"}
+    inside = checked = 0
+    for r in rp_rows:
+        tm = truth.get(key(r)) if r["status"] == "predicted" else None
+        tm = tm or {}
+        for m, v in (("tpot_s", (tm.get("tpot_s") or {}).get("p50")), ("total_tok_s", tm.get("total_tok_s"))):
+            lo_, hi_ = ((r["metrics"].get("interval") or {}).get(m) or [None, None])[:2]
+            if v is not None and lo_ is not None and hi_ is not None:
+                checked += 1
+                inside += lo_ <= v <= hi_
     ok_points = [r for r in reads + [peak] if r["error"] is not None]
     within = all(r["error"] <= OFF or r["flag"] for r in ok_points) and len(ok_points) == len(reads) + 1
     return {"grid": name, **{k: g[k] for k in ("model", "configs", "levels", "input_len", "output_len", "shape")},
@@ -193,6 +205,7 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
             "full_measured": sum(1 for r in full_rows if r["status"] == "ok"), "full_s": full_s,
             "measured": len(order), "measured_share": len(order) / n_cells, "order": order, "stopped": stop,
             "reads": reads, "peak": peak, "certainty": cert,
+            "coverage": inside / checked if checked else None, "coverage_n": checked,
             "max_error": max(r["error"] for r in ok_points) if ok_points else None,
             "met": len(order) <= n_cells / 2 and within,
             "full_front": [[p.x, p.y, p.config] for p in ff.front],
@@ -235,12 +248,14 @@ def render_untuned(d: dict[str, Any]) -> str:
         return s + (f" (flagged: {r['flag']})" if r["flag"] else "")
 
     lines = ["| grid | shape | cells measured | stopped | error at 10 % | at 50 % | at 90 % | at the peak | "
-             "target |", "|---|---|---:|---|---:|---:|---:|---:|---|"]
+             "intervals holding the truth | target |", "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
     for name, g in grids.items():
         e = [cell(r) for r in g["reads"]]
+        cov = (f"{round(g['coverage'] * g['coverage_n'])} of {g['coverage_n']}" if g.get("coverage") is not None
+               else "-")
         lines.append(f"| {name} ({g['model']}, {g['input_len']}/{g['output_len']}) | {g['shape']} | "
                      f"{g['measured']} of {g['cells']} ({100 * g['measured_share']:.0f} %) | {g['stopped']} | "
-                     f"{' | '.join(e)} | {cell(g['peak'])} | {'met' if g['met'] else 'missed'} |")
+                     f"{' | '.join(e)} | {cell(g['peak'])} | {cov} | {'met' if g['met'] else 'missed'} |")
     notes = []
     for name, g in grids.items():
         pk = g["peak"]

@@ -173,6 +173,24 @@ def test_a_budget_below_the_corners_is_raised_to_them_and_said_before_the_run(tm
     peak = max(front["front"], key=lambda q: q["tok_s_per_device"])
     assert cert["peak_cell"] == peak["cell_id"] and cert["peak_predicted"] == bool(peak.get("predicted"))
     assert bool(cert["peak_predicted"]) == any("highest point" in n for n in cert["notes"])
+    # the report's frontier table says the same: its best point, measured or predicted, and the
+    # widest interval of its predicted points
+    res = json.loads(infbench("report", "--out", str(tmp_path / "r"), "--store", store, "--json", env=env).stdout)
+    d = _chrome()
+    try:
+        d.get(Path(res["html"]).as_uri())
+        [fr] = d.execute_script("return window.infbench.fronts")
+        assert fr["peak"]["cell_id"] == cert["peak_cell"] and fr["peak"]["predicted"] == cert["peak_predicted"]
+        if cert["largest_interval"] is None:
+            assert fr["largest_interval"] is None
+        else:
+            assert abs(fr["largest_interval"] - cert["largest_interval"]) < 1e-6 * max(1.0, cert["largest_interval"])
+        row = d.find_elements("css selector", "#frontier-table tr")[1].text
+        assert ("predicted: measure that cell" in row) == bool(cert["peak_predicted"]), row
+        assert ("all measured" in row) == (cert["largest_interval"] is None), row
+        assert not [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        d.quit()
     strict = infbench("run", "--sweep", str(sweep), "--adaptive", "25%", "--adaptive-strict", "--store", store,
                       env=env, check=False)
     assert strict.returncode == 2 and "--adaptive-strict refuses" in strict.stderr

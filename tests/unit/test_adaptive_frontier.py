@@ -221,10 +221,38 @@ def test_a_cells_interval_narrows_with_its_distance_to_a_measured_cell_of_its_se
     for i in front_corners(cs):
         pl.record(measure(cs[i]))
     idx = {(c.engine_args["max_num_seqs"], c.load.concurrency): i for i, c in enumerate(cs)}
-    assert pl.series_half_width(idx[(8, 8)]) == TARGET_HALF_WIDTH                 # three doublings from c1 and c64
-    assert math.isclose(pl.series_half_width(idx[(8, 32)]), TARGET_HALF_WIDTH * math.log(2) / FULL_WIDTH_DISTANCE)
-    assert math.isclose(pl.series_half_width(idx[(8, 2)]), pl.series_half_width(idx[(8, 32)]))
-    assert pl.series_half_width(idx[(8, 1)]) == NOISE_HALF_WIDTH                  # a measured cell's own load
+    def hw(key):
+        return pl.series_half_width(idx[key], bracket=False)
+
+    assert hw((8, 8)) == TARGET_HALF_WIDTH                                        # three doublings from c1 and c64
+    assert math.isclose(hw((8, 32)), TARGET_HALF_WIDTH * math.log(2) / FULL_WIDTH_DISTANCE)
+    assert math.isclose(hw((8, 2)), hw((8, 32)))
+    assert hw((8, 1)) == NOISE_HALF_WIDTH == pl.series_half_width(idx[(8, 1)])    # a measured cell's own load
+
+
+def test_a_cell_between_measured_neighbours_is_never_surer_than_their_bracket():
+    """Issue 43: between two measured cells of its series, a cell's interval reaches the farther
+    neighbour's measured throughput (without trusting the correction's shape, the truth lies
+    anywhere between them), unless the model's own interval is narrower; outside the measured
+    range, and at a measured load, the bracket adds nothing."""
+    cs = cells()
+    pl = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    for i in front_corners(cs):
+        pl.record(measure(cs[i]))
+    idx = {(c.engine_args["max_num_seqs"], c.load.concurrency): i for i, c in enumerate(cs)}
+    i = idx[(8, 4)]
+    lo, hi = truth(cs[idx[(8, 1)]])[1], truth(cs[idx[(8, 64)]])[1]
+    tot = pl.series_corrected(i)[1]
+    far = max(abs(math.log(tot / lo)), abs(math.log(tot / hi)))
+    assert far > 0.3 and math.isclose(pl.bracket_half_width(i), min(far, pl.half_width(i)))
+    assert pl.series_half_width(i) == max(pl.series_half_width(i, bracket=False), pl.bracket_half_width(i))
+    # the interval of its prediction (what the shown front carries) is that wide
+    pr = pl.front_prediction(i)
+    assert math.isclose(pr["interval"]["total_tok_s"][1] / pr["total_tok_s"], math.exp(pl.series_half_width(i)))
+    pl2 = AdaptivePlanner(cs, DEV, H100, "100%", stack="cuda", select="front")
+    pl2.record(measure(cs[idx[(8, 1)]]))
+    pl2.record(measure(cs[idx[(8, 16)]]))
+    assert pl2.bracket_half_width(idx[(8, 32)]) == 0.0 == pl2.bracket_half_width(idx[(8, 16)])
 
 
 def test_a_cell_without_tpot_still_corrects_its_series_throughput():
@@ -329,6 +357,20 @@ def test_a_series_peak_below_its_highest_concurrency_is_measured_after_the_corne
         pl.record(measure_peaked(cs[i]))
     # once measured, a series' peak is no longer asked for unless a prediction now lies above it
     assert all(pl.ids[i] not in pl.measured for i in pl.peak_cells())
+    # every series' peak measured: the cells beside the highest one whose interval reaches it
+    # are next (the front's peak may lie there), then none once they are measured below it
+    meas = {cs.index(c) for c in cs if pl.ids[cs.index(c)] in pl.measured}
+    top = max(meas, key=lambda i: measure_peaked(cs[i]).metrics["total_tok_s"])
+    side = pl.peak_cells()
+    series = sorted((i for i in range(len(cs)) if series_of(cs[i]) == series_of(cs[top])),
+                    key=lambda i: cs[i].load.concurrency)
+    k = series.index(top)
+    assert side and set(side) <= set(series[max(0, k - 1):k + 2]) - {top}, (cs[top].load, side)
+    peak_y = measure_peaked(cs[top]).metrics["total_tok_s"]
+    assert all(pl.series_corrected(i)[1] * math.exp(pl.series_half_width(i)) >= peak_y for i in side)
+    for i in side:
+        pl.record(measure_peaked(cs[i]))
+    assert not pl.peak_cells()                              # known now: measured on every side that could beat it
 
 
 def test_a_front_whose_highest_point_is_predicted_says_so():

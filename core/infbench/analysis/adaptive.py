@@ -214,7 +214,7 @@ def peak_allowance(n_cells: int, n_series: int, budget_cells: int) -> int:
     """The cells a frontier search may measure so that each series' predicted peak is measured
     (issue 43): the budget's cells (raised to the corners) plus one per series, at most half the
     grid (never below the budget): ``max(budget, min(budget + series, cells // 2))``. Only spent
-    on peak cells (:meth:`AdaptivePlanner.peak_cells`)."""
+    on peak cells and the cells beside the front's measured peak (:meth:`AdaptivePlanner.peak_cells`)."""
     return max(budget_cells, min(budget_cells + n_series, n_cells // 2))
 
 
@@ -667,7 +667,7 @@ class AdaptivePlanner:
 
         return one(1), one(2)
 
-    def series_half_width(self, i: int) -> float:
+    def series_half_width(self, i: int, bracket: bool = True) -> float:
         """The nominal 90 % half-width (log units; docs/benchmarks.md gives the coverage
         measured) of :meth:`series_corrected` for cell ``i``'s series:
         the largest error, on either axis, of predicting each measured inner cell of the series
@@ -675,7 +675,15 @@ class AdaptivePlanner:
         than three measured cells. Scaled by the cell's distance (log concurrency) to the
         series' nearest measured cell: full at :data:`FULL_WIDTH_DISTANCE` or further,
         :data:`NOISE_HALF_WIDTH` at a measured cell, linear between (a neighbour's ratio
-        measured / predicted tells more about a cell the nearer it is)."""
+        measured / predicted tells more about a cell the nearer it is).
+
+        Never narrower, for a cell between two measured cells of its series, than
+        :meth:`bracket_half_width`: on the untuned grid ``parallel-4-8`` (docs/benchmarks.md) the
+        corrections of a cell's two measured neighbours agreed, and the series' leave-one-out
+        error gave +/-4 % to a cell whose TPOT was 23 % off (the model's batch cost had the
+        wrong shape between them) and the shown front 22 % off there. ``bracket=False``: without
+        that floor (what the search's own pick uses, :meth:`front_score`: with it, the replayed
+        development grid picked a cell of the other series and its front moved 24 % off)."""
         pts = self._series_points(series_of(self.cells[i]))
         errs = []
         for k in range(1, len(pts) - 1):
@@ -686,7 +694,45 @@ class AdaptivePlanner:
         if not pts:
             return full
         near = min(abs(_log_load(self.cells[i]) - p[0]) for p in pts)
-        return max(NOISE_HALF_WIDTH, full * min(1.0, near / FULL_WIDTH_DISTANCE))
+        scaled = max(NOISE_HALF_WIDTH, full * min(1.0, near / FULL_WIDTH_DISTANCE))
+        return max(scaled, self.bracket_half_width(i)) if bracket else scaled
+
+    def bracket_half_width(self, i: int) -> float:
+        """What planned cell ``i``'s interval may not go below when it lies between two measured
+        ok cells of its series (the nearest below and above in load), log units: the narrower of
+        two bounds that need no trust in the correction's shape,
+
+        * the bracket: how far the corrected prediction (:meth:`series_corrected`) is from the
+          farther of the two neighbours' measured values, the larger over TPOT p50 and total
+          tok/s (a series' TPOT rises with its load, and its throughput rises to its peak:
+          without a model, the truth lies anywhere between its neighbours);
+        * the model's own half-width (:meth:`half_width`: its leave-one-out quantile over every
+          measured cell; a model that predicts the grid well vouches for the shape between
+          the neighbours).
+
+        0 outside the series' measured range (the distance rule of :meth:`series_half_width`
+        covers extrapolation) and for a measured load."""
+        c = self.cells[i]
+        key, load = series_of(c), _axes(c)["load"]
+        below: list[tuple[float, float, float]] = []
+        above: list[tuple[float, float, float]] = []
+        for cid, r in self.measured.items():
+            j = self.ids.index(cid)
+            m = r.get("metrics") or {}
+            t, tot = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
+            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not t or not tot:
+                continue
+            lj = _axes(self.cells[j])["load"]
+            (below if lj < load else above if lj > load else []).append((lj, t, tot))
+        if not below or not above:
+            return 0.0
+        a, b = max(below), min(above)
+        tpot, tot = self.series_corrected(i)
+        far = 0.0
+        for k, v in ((2, tot),):
+            if v:
+                far = max(far, abs(math.log(v / a[k])), abs(math.log(v / b[k])))
+        return min(far, self.half_width(i))
 
     def series_corrected(self, i: int) -> tuple[float | None, float | None]:
         """Planned cell ``i``'s predicted TPOT (s) and total tok/s, each corrected by the
@@ -708,12 +754,15 @@ class AdaptivePlanner:
         or is predicted to hold (:meth:`series_corrected`) its highest throughput per device, when
         it is not measured yet: the search measures these right after the corners (issue 43:
         a series' peak often lies below its highest concurrency, where the predictions were
-        weakest), past a cell budget up to :func:`peak_allowance` (:meth:`spent`). Indices in
+        weakest), past a cell budget up to :func:`peak_allowance` (:meth:`spent`). Once every
+        series' peak is measured, the unmeasured cells beside the highest of them whose interval
+        reaches it (:meth:`_peak_neighbours`: the front's peak may lie there). Indices in
         planned order of their series."""
         by: dict[str, list[int]] = {}
         for i, c in enumerate(self.cells):
             by.setdefault(series_of(c), []).append(i)
-        out = []
+        out: list[int] = []
+        peaks: list[tuple[float, list[int], int]] = []
         for idx in by.values():
             if any(self.ids[i] not in self.measured for i in idx if i in self.design):
                 continue
@@ -729,9 +778,36 @@ class AdaptivePlanner:
                     y = tot / self.cells[i].tensor_parallel_size if tot else None
                 if y is not None and y > best_y:
                     best, best_y = i, y
-            if best is not None and self.ids[best] not in self.measured:
+            if best is None:
+                continue
+            if self.ids[best] not in self.measured:
                 out.append(best)
+            else:
+                peaks.append((best_y, idx, best))
+        if peaks and not out and len(peaks) == len(by):
+            # every series' peak is measured: the front's peak (the highest of them) is known only
+            # once the cells beside it cannot hold more
+            best_y, idx, best = max(peaks, key=lambda t: t[0])
+            out.extend(self._peak_neighbours(idx, best, best_y))
         return out
+
+    def _peak_neighbours(self, idx: list[int], best: int, peak: float) -> list[int]:
+        """The unmeasured cells on either side (in load) of series cells ``idx``'s measured peak
+        ``best`` (``peak`` tok/s per device) whose interval (:meth:`series_half_width`, with its
+        bracket) reaches the peak: the truth there may be higher, so the series' peak is not
+        known until they are measured (issue 43). Highest interval top first."""
+        order = sorted(idx, key=lambda i: _axes(self.cells[i])["load"])
+        k = order.index(best)
+        tops = []
+        for j in (order[k - 1] if k > 0 else None, order[k + 1] if k + 1 < len(order) else None):
+            if j is None or self.ids[j] in self.measured:
+                continue
+            tot = self.series_corrected(j)[1]
+            if tot:
+                top = tot * math.exp(self.series_half_width(j)) / self.cells[j].tensor_parallel_size
+                if top >= peak:
+                    tops.append((top, j))
+        return [j for _, j in sorted(tops, reverse=True)]
 
     def front_score(self, i: int) -> float:
         """How far planned cell ``i``'s optimistic corner lies above the measured front (log
@@ -747,7 +823,7 @@ class AdaptivePlanner:
         tpot, tot = self.series_corrected(i)
         if not tpot or not tot:
             return float("-inf")
-        hw = self.series_half_width(i) if self._series_points(series_of(self.cells[i])) else \
+        hw = self.series_half_width(i, bracket=False) if self._series_points(series_of(self.cells[i])) else \
             (self.prediction(i)["half_width"] or 0.0)
         x_hi = math.exp(hw) / tpot
         # a series' interactivity does not rise with its concurrency: no more than the measured

@@ -178,8 +178,15 @@ function figFrontier(rs) {
   const traces = [], fronts = [];
   for (const [k, pts] of groups) {
     const front = paretoFront(pts, y, higher);
-    fronts.push({name: k, points: pts.length, front: front.map(r => ({x: r.tok_s_per_user, y: r[y], cell_id: r.cell_id, label: r.label})),
-      at: (D.frontier_at || []).map(x => frontAt(front, y, x)), area: frontArea(front, y)});
+    // How sure the shown front is (issue 43; Front.certainty in Python): its best point measured or
+    // predicted, and the widest relative 90 % interval of its predicted points.
+    const peak = front.reduce((b, r) => b === null || (higher ? r[y] > b[y] : r[y] < b[y]) ? r : b, null);
+    const rel = front.filter(r => r.predicted && num(r[y + '_lo']) !== null && num(r[y + '_hi']) !== null)
+      .map(r => (r[y + '_hi'] - r[y + '_lo']) / 2 / r[y]);
+    fronts.push({name: k, points: pts.length, front: front.map(r => ({x: r.tok_s_per_user, y: r[y], cell_id: r.cell_id, label: r.label, predicted: !!r.predicted})),
+      at: (D.frontier_at || []).map(x => frontAt(front, y, x)), area: frontArea(front, y),
+      peak: peak && {y: peak[y], cell_id: peak.cell_id, predicted: !!peak.predicted},
+      largest_interval: rel.length ? Math.max(...rel) : null});
     const meas = pts.filter(r => !r.predicted), pred = pts.filter(r => r.predicted);
     const imported = meas.length > 0 && meas.every(r => r.published);
     traces.push({type: 'scatter', mode: 'markers', name: imported ? k + ' (imported)' : k, legendgroup: k, x: meas.map(r => r.tok_s_per_user), y: meas.map(r => r[y]),
@@ -200,9 +207,12 @@ function figFrontier(rs) {
       + (nImp ? '; ' + nImp + ' imported (hollow, dashed; converted to these definitions: docs/metrics.md)' : '')),
     xaxis: {title: {text: mets.tok_s_per_user}}, yaxis: {title: {text: mets[y]}}}, {responsive: true});
   const fmt = v => v === null ? '-' : (Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3));
-  table.innerHTML = '<tr><th>device | engine</th><th>front / cells</th>' + (D.frontier_at || []).map(x => '<th>at ' + x + ' tok/s/user</th>').join('') + '<th>area</th></tr>'
+  const peakCell = f => !f.peak ? '-' : fmt(f.peak.y) + (f.peak.predicted ? ' <b class="peak-predicted">(predicted: measure that cell before quoting the peak)</b>' : '');
+  const sure = f => f.largest_interval === null ? 'all measured' : '+/-' + (100 * f.largest_interval).toFixed(0) + ' %';
+  table.innerHTML = '<tr><th>device | engine</th><th>front / cells</th>' + (D.frontier_at || []).map(x => '<th>at ' + x + ' tok/s/user</th>').join('')
+    + '<th>area</th><th>best point</th><th>widest predicted interval</th></tr>'
     + fronts.map(f => '<tr><td>' + f.name.replace(/[<>&]/g, c => ({'<': '&lt;', '>': '&gt;', '&': '&amp;'}[c])) + '</td><td>' + f.front.length + ' / ' + f.points + '</td>'
-      + f.at.map(v => '<td>' + fmt(v) + '</td>').join('') + '<td>' + fmt(f.area) + '</td></tr>').join('');
+      + f.at.map(v => '<td>' + fmt(v) + '</td>').join('') + '<td>' + fmt(f.area) + '</td><td>' + peakCell(f) + '</td><td>' + sure(f) + '</td></tr>').join('');
   window.infbench.fronts = fronts;
 }
 function figRoofline(rs) {
