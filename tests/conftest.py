@@ -12,6 +12,15 @@ from infbench.data.secrets import forget_all
 from tests.support.home import make_home
 
 
+def pytest_configure(config):
+    """Ctrl-C as Python sets it up when the suite starts with SIGINT ignored (a shell starts its
+    background jobs so, `nohup ... &`): the signal tests send SIGINT to this process and to the
+    `infbench` processes it starts, which inherit an ignored signal but not a handler. Run in
+    the background that way, a CI replica failed every one of them."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture(scope="session")
 def gguf_cache(tmp_path_factory):
     return tmp_path_factory.mktemp("gguf-cache")

@@ -23,7 +23,7 @@ def infbench(*args, env=None, check=True):
 #: Suspect reasons about the host's state while the cell ran, not about its physics: a busy
 #: neighbour, and issue 38's drift flags (a 0.6 s cell on a shared 2-core machine may speed up
 #: or slow down by more than 10 % between the thirds of its timed part; flagged, rightly).
-HOST_STATE = ("other processes", "unsteady:", "the engine or the host changed speed", "drift:", "not-warm:")
+HOST_STATE = ("other processes", "unsteady:", "drift:", "not-warm:")
 
 
 def physics_reasons(metrics):

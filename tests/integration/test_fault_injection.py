@@ -261,6 +261,36 @@ def test_no_server_outlives_infbench(tmp_path, signum):
     assert "running" not in store_state(store)["runs"].values()
 
 
+def test_an_orphaned_server_ends_without_a_signal(tmp_path):
+    """llama.cpp's server process ends by itself once the process that started it is gone, even
+    when no signal reaches it (here none is sent: its parent is a shell that exits; in CI the
+    PR_SET_PDEATHSIG SIGTERM of a killed infbench went to one of llama.cpp's threads and the
+    server's untimed wait never woke)."""
+    import socket
+
+    from infbench.data.models import resolve
+    from infbench.engines.gguf_dummy import write_dummy_gguf
+
+    gguf = write_dummy_gguf(resolve("tiny-random-llama"), "f16", tmp_path / "m.gguf")
+    with socket.socket() as s_:
+        s_.bind(("127.0.0.1", 0))
+        port = s_.getsockname()[1]
+    log = tmp_path / "server.log"
+    # the shell starts the server, waits until it listens (its parent is the shell until then),
+    # and exits: the server is an orphan
+    sh = subprocess.run(["sh", "-c", f'"$0" -m infbench.engines.xllamacpp_serve --model {gguf} --port {port} '
+                         f'--threads 1 > {log} 2>&1 & echo $!; n=0; until grep -q listening {log} || [ $n -ge 1200 ]; '
+                         'do sleep 0.1; n=$((n+1)); done', sys.executable], capture_output=True, text=True, timeout=180)
+    server = int(sh.stdout.split()[0])
+    try:
+        assert "listening" in log.read_text(), log.read_text()[-2000:]
+        assert wait_for(lambda: not _alive(server), 10), _describe(server)
+        assert "stopping (its parent" in log.read_text()
+    finally:
+        if _alive(server):
+            os.kill(server, signal.SIGKILL)
+
+
 def _describe(pid: int) -> str:
     """What a process that should be gone is (for the failure message)."""
     import psutil

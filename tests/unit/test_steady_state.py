@@ -151,6 +151,27 @@ def test_warm_up_that_never_settles_stops_at_its_ceiling_and_flags_not_warm():
     assert m["steady"]["flags"]["not-warm"] == text and m["suspect"] == text
 
 
+def test_no_flag_text_holds_the_reasons_separator():
+    """A cell's suspect reasons are ``; ``-joined: a flag whose text held ``; `` was cut in two by
+    every reader that splits them (CI's physics check read "the host is slower now" as a reason
+    of its own), and added twice by :func:`steady.add_flag`, which splits before it compares."""
+    clock = Clock()
+    never = warm_up(BlockEngine(itertools.cycle([20.0, 30.0]), clock), CELL, [], WarmupPolicy(max_s=10),
+                    WarmState(loaded_at=clock()), "cpu", clock=clock)
+    fixed = warm_up(BlockEngine([50.0, 30.0, 20.0], clock), CELL.model_copy(update={"warmup": 3}), [],
+                    WarmupPolicy(), WarmState(loaded_at=0), "cpu", clock=clock)
+    drift = steady.timed_drift(CELL, _records(2, [10.0] * 20 + [13.0] * 20 + [16.0] * 20))
+    chk = {"now_ms": 12.0, "reference_ms": 6.0, "ratio": 2.0, "faster_now": False, "drift": True}
+    texts = [steady.warmup_flag(never), steady.warmup_flag(fixed), steady.drift_flag(drift),
+             steady.sentinel_flag(chk, CELL.label())]
+    assert all(t and "; " not in t for t in texts), texts
+    m: dict[str, Any] = {"suspect": "MFU 1.20 > 1: prefill ran faster"}
+    for name, t in zip(("not-warm", "not-warm", "unsteady", "drift"), texts, strict=True):
+        steady.add_flag(m, name, t)
+        steady.add_flag(m, name, t)                                     # again: not repeated
+    assert m["suspect"].split("; ") == ["MFU 1.20 > 1: prefill ran faster", *texts]
+
+
 def test_fixed_warmup_runs_exactly_n_blocks_and_judges_three_or_more():
     clock = Clock()
     one = warm_up(BlockEngine([50.0], clock), CELL.model_copy(update={"warmup": 1}), [], WarmupPolicy(),

@@ -175,7 +175,7 @@ def utilisation_reasons(cell: Any, roof: dict[str, Any], limits: Limits) -> list
             why = (f"the weights and KV cache read per step ({step / 2**20:.3g} MiB) fit in the {cache / 2**20:.3g} "
                    "MiB last-level cache: cache, not memory, bandwidth")
         elif kind == "attainable":
-            why = ("the bandwidth is only the measured attainable rate (no theoretical peak known; declare "
+            why = ("the bandwidth is only the measured attainable rate (no theoretical peak known: declare "
                    "[cpu] memory_bandwidth_gb_s in site.toml)")
         else:
             why = "too few tokens, a cache hit, or a device other than the one labelled"

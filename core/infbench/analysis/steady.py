@@ -41,7 +41,8 @@ MIN_THIRDS = 9
 def add_flag(metrics: dict[str, Any], name: str, text: str) -> None:
     """Flag a cell: ``metrics["steady"]["flags"][name] = text`` and ``text`` added to its
     ``suspect`` reasons (``; ``-joined, as :func:`infbench.analysis.physics.mark_suspect`
-    writes them); a reason already there is not repeated."""
+    writes them, so no flag's text holds ``; ``: a reader splitting the reasons would cut it
+    in two); a reason already there is not repeated."""
     steady = metrics.setdefault("steady", {})
     steady.setdefault("flags", {})[name] = text
     old = metrics.get("suspect")
@@ -64,14 +65,14 @@ def warmup_flag(record: dict[str, Any] | None) -> str | None:
     if not record or record.get("converged") is not False:
         return None
     tp = [b["tpot_ms"] for b in record.get("blocks", []) if b.get("tpot_ms") is not None][-3:]
-    figs = f"; the last blocks' TPOT {', '.join(f'{t:.2f}' for t in tp)} ms" if tp else ""
+    figs = f", the last blocks' TPOT {', '.join(f'{t:.2f}' for t in tp)} ms" if tp else ""
     spread = record.get("spread")
     apart = f", {100 * spread:.1f} % apart (tolerance {100 * record.get('tol', 0):g} %)" if spread is not None else ""
     if record.get("mode") == "fixed":
-        return (f"not-warm: the {len(record.get('blocks', []))} warm-up blocks of --warmup did not agree{figs}{apart}; "
+        return (f"not-warm: the {len(record.get('blocks', []))} warm-up blocks of --warmup did not agree{figs}{apart}: "
                 "drop --warmup to warm up until stable")
     return (f"not-warm: the warm-up did not settle within {record.get('max_s', 0):g} s "
-            f"({len(record.get('blocks', []))} blocks{figs}{apart}); a longer --warmup-max-s or a quieter host")
+            f"({len(record.get('blocks', []))} blocks{figs}{apart}): a longer --warmup-max-s or a quieter host")
 
 
 def kv_growth(cell: Cell, shape: Any) -> float:
@@ -146,7 +147,7 @@ def drift_flag(d: dict[str, Any] | None, tol: float = DRIFT_TOL) -> str | None:
     what = "decode steps" if d["basis"] == "steps" else "requests' TPOT"
     exp = f" (the KV cache's growth explains x{d['expected']:.2f})" if d["expected"] != 1 else ""
     return (f"unsteady: the timed part's first third of {what} took {d['first_ms']:.2f} ms and its last third "
-            f"{d['last_ms']:.2f} ms, x{d['ratio']:.2f}{exp}: {100 * d['drift']:+.0f} %, beyond {100 * tol:g} %; "
+            f"{d['last_ms']:.2f} ms, x{d['ratio']:.2f}{exp}: {100 * d['drift']:+.0f} %, beyond {100 * tol:g} %: "
             "the engine or the host changed speed while the cell ran")
 
 
@@ -226,7 +227,7 @@ def sentinel_flag(check: dict[str, Any], first_label: str, tol: float = DRIFT_TO
     now = "faster" if check["faster_now"] else "slower"
     return (f"drift: at the end of its group this cell's first decode steps took {check['now_ms']:.2f} ms, "
             f"against {check['reference_ms']:.2f} ms when it was measured (x{check['ratio']:.2f}, beyond "
-            f"{100 * tol:g} %; the host is {now} now; the group's sentinel, {first_label}, moved too): the host "
+            f"{100 * tol:g} %, the host is {now} now, and the group's sentinel, {first_label}, moved too): the host "
             "changed state while the group ran")
 
 

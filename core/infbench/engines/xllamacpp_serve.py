@@ -8,6 +8,12 @@ It serves until SIGTERM/SIGINT, then exits at once (``os._exit``): the server ob
 clean shutdown waits for the batch it is decoding, which outlived a killed infbench by more
 than 30 s in ``tests/integration/test_fault_injection.py`` (32 sequences of 1024 tokens on
 2 cores). It has nothing to save: the model is read-only, its log is flushed first.
+
+It waits in short steps (0.25 s), not in one untimed wait: the kernel may deliver SIGTERM (the
+``PR_SET_PDEATHSIG`` of a killed infbench) to one of llama.cpp's threads, and then Python's
+handler runs only once the main thread wakes, which an untimed wait never does (a CI run found
+this server alive, reparented to init, 30 s after infbench's SIGKILL). Each step also checks that
+the process that started it is still its parent, so a signal that never came ends it too.
 """
 
 from __future__ import annotations
@@ -57,8 +63,13 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
-    print("infbench: llama.cpp server stopping (signal)", flush=True)
+    parent = os.getppid()
+    why = "signal"
+    while not stop.wait(0.25):
+        if os.getppid() != parent:
+            why = f"its parent {parent} is gone"
+            break
+    print(f"infbench: llama.cpp server stopping ({why})", flush=True)
     sys.stderr.flush()
     os._exit(0)
 
