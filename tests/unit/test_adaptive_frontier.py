@@ -391,6 +391,13 @@ def test_a_front_whose_highest_point_is_predicted_says_so():
     g = Front("dev", "eng", "total_tok_s_per_device", measured, pareto(list(measured)))
     assert g.certainty()["peak_predicted"] is False and g.certainty()["largest_interval"] == pytest.approx(0.1)
     assert len(g.certainty()["notes"]) == 1
+    # on a lower-is-better axis (J/token) the best point is the lowest: a predicted lowest point
+    # is flagged, a predicted highest one is not the peak
+    j = [Point(100.0, 0.5, "a", "c1"), Point(50.0, 0.2, "p", "c16", predicted=True, interval=(0.15, 0.25)),
+         Point(30.0, 0.9, "q", "c64", predicted=True, interval=(0.8, 1.0))]
+    h = Front("dev", "eng", "j_per_token", j, pareto(list(j), higher_is_better=False))
+    assert h.certainty()["peak_cell"] == "p" and h.certainty()["peak_predicted"] is True
+    assert "lowest point" in h.certainty()["notes"][0]
 
 
 def test_a_front_point_far_from_anything_measured_in_its_series_says_so():

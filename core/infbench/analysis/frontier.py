@@ -93,20 +93,23 @@ class Front:
         return area(self.front)
 
     def certainty(self) -> dict[str, Any]:
-        """How sure the shown front is (issue 43): ``peak_predicted`` (its highest point is a
-        prediction, not a measured cell), ``peak_cell``, ``largest_interval`` (the largest
-        relative 90 % interval of its predicted points: ``(high - low) / 2 / y``; None when every
-        point is measured) and ``notes``, one sentence per doubt."""
+        """How sure the shown front is (issue 43): ``peak_predicted`` (its best point, the highest
+        or on a lower-is-better axis the lowest, is a prediction, not a measured cell),
+        ``peak_cell``, ``largest_interval`` (the largest relative 90 % interval of its predicted
+        points: ``(high - low) / 2 / y``; None when every point is measured) and ``notes``, one
+        sentence per doubt."""
         if not self.front:
             return {"peak_predicted": False, "peak_cell": None, "largest_interval": None, "notes": []}
-        peak = max(self.front, key=lambda p: p.y)
+        higher = AXES.get(self.axis, ("", True))[1]  # the best point: the lowest on J/token or cost
+        peak = max(self.front, key=lambda p: p.y) if higher else min(self.front, key=lambda p: p.y)
         rel = [(p.interval[1] - p.interval[0]) / 2 / p.y for p in self.front
                if p.predicted and p.interval and p.y > 0]
         largest = max(rel) if rel else None
         notes = []
         if peak.predicted:
-            notes.append(f"the front's highest point ({peak.y:,.4g} at {peak.x:,.1f} tok/s/user, {peak.config}) is "
-                         "predicted, not measured: measure that cell before quoting the peak")
+            notes.append(f"the front's {'highest' if higher else 'lowest'} point ({peak.y:,.4g} at "
+                         f"{peak.x:,.1f} tok/s/user, {peak.config}) is predicted, not measured: measure that "
+                         "cell before quoting the peak")
         if largest is not None:
             notes.append(f"its predicted points carry 90 % intervals of up to +/-{100 * largest:.0f} %")
         for p in self.front:
