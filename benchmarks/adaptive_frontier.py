@@ -377,7 +377,10 @@ def main() -> None:
         kept.setdefault("runs", {})[a.as_run] = out
         a.out.write_text(json.dumps(kept, indent=2) + "\n")
     else:
-        out["runs"] = json.loads(a.out.read_text()).get("runs", {}) if a.out.exists() else {}
+        kept = json.loads(a.out.read_text()) if a.out.exists() else {}
+        for k in ("runs", "untuned"):  # the other runs and the untuned grids stay as they are
+            if k in kept:
+                out[k] = kept[k]
         a.out.write_text(json.dumps(out, indent=2) + "\n")
     print(render(out))
 
