@@ -702,10 +702,10 @@ class AdaptivePlanner:
         ok cells of its series (the nearest below and above in load), log units: the narrower of
         two bounds that need no trust in the correction's shape,
 
-        * the bracket: how far the corrected prediction (:meth:`series_corrected`) is from the
-          farther of the two neighbours' measured values, the larger over TPOT p50 and total
-          tok/s (a series' TPOT rises with its load, and its throughput rises to its peak:
-          without a model, the truth lies anywhere between its neighbours);
+        * the bracket: how far the corrected total tok/s (:meth:`series_corrected`) is from the
+          farther of the two neighbours' measured total tok/s (a series' throughput rises to its
+          peak: without a model, the truth lies anywhere between its neighbours; TPOT was tried
+          as well and widened every interval to +/-100 % and more on the replayed grids);
         * the model's own half-width (:meth:`half_width`: its leave-one-out quantile over every
           measured cell; a model that predicts the grid well vouches for the shape between
           the neighbours).
@@ -714,25 +714,20 @@ class AdaptivePlanner:
         covers extrapolation) and for a measured load."""
         c = self.cells[i]
         key, load = series_of(c), _axes(c)["load"]
-        below: list[tuple[float, float, float]] = []
-        above: list[tuple[float, float, float]] = []
+        below: list[tuple[float, float]] = []
+        above: list[tuple[float, float]] = []
         for cid, r in self.measured.items():
             j = self.ids.index(cid)
-            m = r.get("metrics") or {}
-            t, tot = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
-            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not t or not tot:
+            tot = (r.get("metrics") or {}).get("total_tok_s")
+            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not tot:
                 continue
             lj = _axes(self.cells[j])["load"]
-            (below if lj < load else above if lj > load else []).append((lj, t, tot))
-        if not below or not above:
+            (below if lj < load else above if lj > load else []).append((lj, tot))
+        pred = self.series_corrected(i)[1]
+        if not below or not above or not pred:
             return 0.0
-        a, b = max(below), min(above)
-        tpot, tot = self.series_corrected(i)
-        far = 0.0
-        for k, v in ((2, tot),):
-            if v:
-                far = max(far, abs(math.log(v / a[k])), abs(math.log(v / b[k])))
-        return min(far, self.half_width(i))
+        a, b = max(below)[1], min(above)[1]
+        return min(max(abs(math.log(pred / a)), abs(math.log(pred / b))), self.half_width(i))
 
     def series_corrected(self, i: int) -> tuple[float | None, float | None]:
         """Planned cell ``i``'s predicted TPOT (s) and total tok/s, each corrected by the
