@@ -2,6 +2,7 @@
 weights: the offline engine in batch mode, and the OpenAI server started by infbench in
 serving mode, its own metrics against the client's, and Ctrl-C stopping it cleanly."""
 
+import contextlib
 import json
 import os
 import re
@@ -120,38 +121,60 @@ def test_server_against_its_own_metrics(server_engine):
 
 def test_cli_serving_run_then_ctrl_c(tmp_path):
     """`infbench run --engine vllm-server --concurrency 1,2`: the first cell is stored, then
-    Ctrl-C during the second stops the run, marks it interrupted and leaves no server behind."""
+    Ctrl-C once the second is claimed stops the run, marks it interrupted, stores nothing that
+    finished after the signal and leaves no server behind.
+
+    The signal goes once the store shows the second cell claimed (a claim is released when
+    its cell is stored, and precedes the cell's warm-up), not one poll after the first
+    cell's row: the second cell's 400 requests take
+    3-6 s here, and a signal that comes after its end (a stalled poll) would find it measured
+    and rightly stored. Such a cell is accepted when it finished before the signal; every
+    assertion shows the stored rows."""
     store = tmp_path / "s.db"
     env = {**os.environ, "INFBENCH_HOME": str(tmp_path / "home")}
     p = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", "--engine", "vllm-server", *COMMON,
                           "--concurrency", "1,2", "--num-requests", "400", "--store", str(store),
                           "--slo-ttft", "1", "--slo-tpot", "0.5"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    n = claimed = 0
+    t_signal = None
     try:
         deadline = time.monotonic() + 600
-        n = 0
         while time.monotonic() < deadline and p.poll() is None:
-            time.sleep(1)
+            time.sleep(0.1)
             if store.exists():
-                with sqlite3.connect(store) as db:
-                    n = db.execute("select count(*) from cells").fetchone()[0]
-                if n:
+                with contextlib.closing(sqlite3.connect(store)) as db:
+                    try:
+                        n = db.execute("select count(*) from cells").fetchone()[0]
+                        claimed = db.execute("select count(*) from claims where cell_id not in "
+                                             "(select cell_id from cells)").fetchone()[0]
+                    except sqlite3.OperationalError:  # tables not made yet
+                        continue
+                if n >= 1 and claimed:
                     break
-        assert n == 1, (p.poll(), p.stdout.read().decode()[-3000:] if p.poll() is not None else "")
+        assert n == 1 and claimed == 1, (n, claimed, p.poll(),
+                                         p.stdout.read().decode()[-3000:] if p.poll() is not None else "")
         assert vllm_servers(tmp_path), "server should be up for the second cell"
+        t_signal = time.time()
         p.send_signal(signal.SIGINT)
         p.wait(60)
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode != 0
+    out = p.stdout.read().decode()[-3000:]
+    assert p.returncode != 0, out
     time.sleep(1)
-    assert not vllm_servers(tmp_path)
+    assert not vllm_servers(tmp_path), out
     s = Store(store)
-    assert s.runs()[0]["status"] == "interrupted"
-    (cell,) = s.results()
+    assert s.runs()[0]["status"] == "interrupted", out
+    cells = s.results()
+    rows = [(c["spec"]["load"]["concurrency"], c["status"], c["error"], c["started_at"] - t_signal,
+             c["finished_at"] - t_signal) for c in cells]
+    assert all(c["finished_at"] <= t_signal for c in cells), ("stored after the signal", rows, out)
+    assert [c["spec"]["load"]["concurrency"] for c in cells][:1] == [1] and len(cells) <= 2, (rows, out)
+    cell = cells[0]
     m = cell["metrics"]
-    assert cell["status"] == "ok" and cell["spec"]["load"]["concurrency"] == 1
+    assert cell["status"] == "ok", (rows, out)
     assert m["n_completed"] == 400 and m["ttft_s"]["p99"] > 0 and 0 <= m["goodput_req_s"] <= m["request_s"]
     log = cell["engine"]["server_log"]
     assert os.path.exists(log) and "vllm" in open(log).read().lower()
