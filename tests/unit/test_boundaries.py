@@ -32,8 +32,9 @@ DRY = ["run", "--model", "tiny", "--dry-run"]
 def _ingest_refused(folder, store, *expected):
     before = digest(store)
     r = cli("ingest", folder, "--store", store)
+    flat = " ".join(r.output.split())  # the printer wraps at the terminal's width; tmp paths differ in length
     for e in expected:
-        assert e in r.output, r.output
+        assert e in flat, r.output
     assert digest(store) == before
     return r
 
