@@ -685,7 +685,7 @@ def test_a_new_engine_after_a_killed_engine_process(monkeypatch, tmp_path):
     from infbench.engines import process as P
     from infbench.execution.executors.inprocess import InProcessExecutor
     from infbench.store import Store
-    from tests.unit.test_engine_process import CPU, cell, group
+    from tests.unit.engines.test_engine_process import CPU, cell, group
 
     monkeypatch.setattr(P, "KILL_GRACE_S", 0.3)
 

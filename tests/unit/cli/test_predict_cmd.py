@@ -17,7 +17,7 @@ from infbench.cli import app
 from infbench.contract.manager import get_plugin_manager
 from infbench.detect.devices import load_device_specs
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 DEVICE = ("- id: future-gpu\n  name: Future GPU\n  vendor: nvidia\n  memory_gib: 288\n  bandwidth_tb_s: {bw}\n"
           "  peak_tflops: {{bf16: {peak}}}\n  sources: [\"what-if\"]\n")
 

@@ -21,7 +21,7 @@ from infbench.report.imports.common import MIN_TPOT_S, imported_cells
 from infbench.report.lib_import import read_lib_csv
 from infbench.store import Store
 
-FIX = Path(__file__).resolve().parents[1] / "fixtures" / "imports"
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "imports"
 
 
 def load(name: str) -> dict | list:

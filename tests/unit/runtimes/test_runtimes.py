@@ -15,7 +15,7 @@ from infbench.execution.executors.follow import JsonlTail
 from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_args, sif_name
 from infbench.runtimes.images import find_recipes, source_root
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def dev(vendor: str, kind: str = "gpu") -> DeviceInfo:

@@ -18,7 +18,7 @@ from infbench.report.lib_import import is_published, published_cells, read_lib_c
 from infbench.store import Store
 from infbench.store.published import import_published, published_runs
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 A100 = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA A100-SXM4-40GB", count=4)
 
 

@@ -12,7 +12,7 @@ from infbench import SCHEMA_VERSION
 from infbench.data.schema import Cell, CellResult, DeviceInfo, RequestRecord
 from infbench.store import Store, StoreError, StoreVersionError, migrations
 
-FIXTURES = sorted((Path(__file__).parents[1] / "fixtures" / "stores").glob("schema*.db"))
+FIXTURES = sorted((Path(__file__).parents[2] / "fixtures" / "stores").glob("schema*.db"))
 
 
 def test_schema_version_is_the_newest_migration():

@@ -19,7 +19,7 @@ from infbench.measure.contention import (
     parse_proc_stat,
 )
 
-REC = json.loads((Path(__file__).parents[1] / "fixtures" / "contention" / "recorded.json").read_text())
+REC = json.loads((Path(__file__).parents[2] / "fixtures" / "contention" / "recorded.json").read_text())
 
 
 def test_parse_recorded_proc_stat_by_hand():

@@ -23,7 +23,7 @@ from infbench.data.models import resolve
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell, CellResult, Load
 from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
-from tests.unit.test_predict_profile import DEV, H100
+from tests.unit.analysis.test_predict_profile import DEV, H100
 
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 CONFIGS = ({"max_num_seqs": 8}, {"max_num_seqs": 64})

@@ -8,7 +8,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("lib_h100", ROOT / "benchmarks" / "lib_h100.py")
 lib = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(lib)

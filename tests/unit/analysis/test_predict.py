@@ -32,7 +32,7 @@ from infbench.report.lib_import import published_cells, read_lib_csv
 from infbench.store import Store
 from infbench.store.published import import_published
 
-FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURES = Path(__file__).parents[2] / "fixtures"
 A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 312e12, "bf16": 312e12},
               link_bytes_s=300e9)
 

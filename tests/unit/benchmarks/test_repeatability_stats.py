@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 spec = importlib.util.spec_from_file_location("repeatability", ROOT / "benchmarks" / "repeatability.py")
 rep = importlib.util.module_from_spec(spec)
 sys.modules["repeatability"] = rep

@@ -17,7 +17,7 @@ from infbench.libs import llama as llama_lib
 from infbench.plan import PRESETS, plan
 from infbench.plan.sweeps import build_sweep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: A stand-in of benchmarks/results/engine_builds.json (the figures are made up for the test).
 DATA = {"machine": {"cpu": "Test CPU 9000", "cores": 2},
         "speedup": {"min": 1.314, "max": 2.046, "geomean": 1.6, "cells": 6},
@@ -143,7 +143,7 @@ def test_compare_pairs_the_two_builds_of_the_default_sweep():
     """`infbench compare PREBUILT_RUN COMPILED_RUN` pairs the same workload on the two builds
     (llama.cpp-server's batch-mode load and llama.cpp's in-process batch), never two loads."""
     from infbench.report.compare import compare_rows
-    from tests.unit.test_report_data import stored
+    from tests.unit.report.test_report_data import stored
 
     def cell(engine, load, tput, h):
         r = stored(h, tput=tput, spec_hash=h)

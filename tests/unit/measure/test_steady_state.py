@@ -502,7 +502,7 @@ def test_the_hardware_page_sets_default_sweep_cells_beside_the_bare_engine_of_th
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
     from hardware_runs import _warmup_summary, warm_regime
 
     w = {"mode": "until-stable", "converged": True, "seconds": 4.2,

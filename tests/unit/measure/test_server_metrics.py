@@ -19,7 +19,7 @@ from infbench.measure.server_metrics import (
     summarize,
 )
 
-FIX = Path(__file__).parents[1] / "fixtures" / "metrics"
+FIX = Path(__file__).parents[2] / "fixtures" / "metrics"
 
 
 def scraped(tag: str) -> dict:

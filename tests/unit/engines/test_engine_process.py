@@ -186,7 +186,7 @@ def test_the_engine_process_dies_with_the_measuring_process(tmp_path):
         import sys, time
         sys.path[:0] = {sys.path!r}
         from infbench.engines.process import EngineProcess
-        from tests.unit.test_engine_process import CPU, Hanging, group
+        from tests.unit.engines.test_engine_process import CPU, Hanging, group
         ep = EngineProcess(Hanging(CPU))
         ep.start(group())
         print(ep.pid, flush=True)

@@ -12,7 +12,7 @@ from infbench.analysis.adaptive import AdaptivePlanner, is_predicted
 from infbench.cli import app
 from infbench.report.data import flat_row, lib_rows
 from infbench.store import Store
-from tests.unit.test_predict_profile import DEV, H100, grid, measure
+from tests.unit.analysis.test_predict_profile import DEV, H100, grid, measure
 
 
 def stored(tmp_path):
