@@ -3,21 +3,20 @@ injected into real runs, measured cells lost, runs left ``running``.
 
 It runs, with many more examples and faults than CI does:
 
-1. the deterministic bad-input cases (``tests/unit/test_hardening.py``,
-   ``tests/unit/test_secrets.py``, ``tests/unit/test_reliability.py``), counted by
-   pytest, and apart from them the cases of issue 22's hostile review of the commands added
-   later (``tests/unit/test_boundaries.py``: inputs, outputs, secrets, waits, exit codes);
-1a. issue 33's fourth round (``tests/unit/test_hardening4.py``: writer targets that are not
+1. the deterministic bad-input cases (:data:`BAD_INPUT_TESTS`), counted by pytest, and apart
+   from them the cases of issue 22's hostile review of the commands added later
+   (:data:`BOUNDARY_TESTS`: inputs, outputs, secrets, waits, exit codes);
+1a. issue 33's fourth round (:data:`ROUND4_TESTS`: writer targets that are not
    regular files, engine arguments in the cell's identity and their types, contradictory
    imports, NaN perplexity, gates, lengths against the context, power below zero, the Ray
    address secret) and the scan of every ``run`` option against every mode
-   (``tests/unit/test_option_scan.py``, and the scan itself: each pair applies, is refused,
+   (``tests/unit/plan/test_option_scan.py``, and the scan itself: each pair applies, is refused,
    or is ignored, which counts as a failed check);
 1b. secrets planted in every path that carries one (``tests/integration/test_secrets_paths.py``:
    sweep, find-max, import, site endpoint, engine argument, a server echoing its
    Authorization header), each run for real against a server on 127.0.0.1 and the whole
    store, stdout and stderr grepped;
-2. the hypothesis fuzz layer (``tests/unit/test_fuzz.py``) with ``--fuzz`` random
+2. the hypothesis fuzz layer (``tests/unit/cli/test_cli_fuzz.py``) with ``--fuzz`` random
    examples per target;
 3. SIGINT/SIGTERM sent to an in-process run at random times (the exact set of measured
    cells is known: each must be stored);
@@ -25,7 +24,7 @@ It runs, with many more examples and faults than CI does:
    resume run (no run may stay ``running``; every cell ends stored ok, none measured twice);
 5. a full disk (a small tmpfs, when it can be mounted), a killed llama.cpp server, and two
    processes on one store;
-6. issue 41's fifth round: its cases (``tests/unit/test_hardening5.py``,
+6. issue 41's fifth round: its cases (:data:`ROUND5_TESTS`,
    ``tests/integration/test_imperfect_servers.py`` and the echoed bearer token of
    ``test_secrets_paths.py``) counted by kind (data loss, secret, hang, internal error,
    silent wrong, unsafe output: :data:`ROUND5_KINDS`), and its waits timed on the real CLI
@@ -75,6 +74,70 @@ from tests.support.faults import (  # noqa: E402
     wait_for,
 )
 
+# The hostile cases of each round, by the unit test files that hold them (tests/unit mirrors the
+# package: a round's cases sit in the folders of the layers they test; docs/benchmarks.md counts them).
+#: Issue 14's deterministic bad inputs (sections 1 to 6).
+BAD_INPUT_TESTS = [
+    "tests/unit/cli/test_command_bad_inputs.py",
+    "tests/unit/contract/test_site_config_bad_inputs.py",
+    "tests/unit/data/test_output_path_bad_inputs.py",
+    "tests/unit/data/test_secrets.py",
+    "tests/unit/data/test_signals.py",
+    "tests/unit/engines/test_server_process.py",
+    "tests/unit/execution/test_ingest_bad_inputs.py",
+    "tests/unit/plan/test_sweep_file_bad_inputs.py",
+    "tests/unit/report/test_results_table_numbers.py",
+    "tests/unit/runtimes/test_mounts_and_security.py",
+    "tests/unit/store/test_recovery.py",
+    "tests/unit/store/test_store_bad_inputs.py",
+    "tests/unit/workloads/test_dataset_bad_inputs.py",
+]
+#: Issue 22's hostile review of the commands added later: inputs, outputs, secrets, waits, exit codes.
+BOUNDARY_TESTS = [
+    "tests/unit/cli/test_command_flag_bounds.py",
+    "tests/unit/cli/test_predict_bad_inputs.py",
+    "tests/unit/contract/test_site_config_values.py",
+    "tests/unit/data/test_output_ownership.py",
+    "tests/unit/data/test_secret_redaction.py",
+    "tests/unit/execution/test_ray_address_waits.py",
+    "tests/unit/execution/test_worker_output_nan.py",
+    "tests/unit/report/test_lib_import_bad_rows.py",
+    "tests/unit/report/test_output_escaping.py",
+    "tests/unit/workloads/test_trace_and_dataset_inputs.py",
+]
+#: Issue 33's fourth round, and the scan of every ``run`` option against every mode.
+ROUND4_TESTS = [
+    "tests/unit/cli/test_adaptive_budget_bounds.py",
+    "tests/unit/data/test_cell_identity_engine_args.py",
+    "tests/unit/data/test_ray_address_redaction.py",
+    "tests/unit/data/test_writer_targets.py",
+    "tests/unit/engines/test_engine_arg_checks.py",
+    "tests/unit/measure/test_negative_power.py",
+    "tests/unit/plan/test_context_length_limits.py",
+    "tests/unit/plan/test_option_scan.py",
+    "tests/unit/quality/test_non_finite_perplexity.py",
+    "tests/unit/report/test_lib_import_consistency.py",
+]
+#: Issue 41's fifth round (with ``tests/integration/test_imperfect_servers.py``: :func:`round5_cases`).
+ROUND5_TESTS = [
+    "tests/unit/analysis/test_physics_on_every_path.py",
+    "tests/unit/cli/test_run_refusals.py",
+    "tests/unit/contract/test_plugin_gate.py",
+    "tests/unit/data/test_echoed_secret_redaction.py",
+    "tests/unit/data/test_engine_args_one_reading.py",
+    "tests/unit/data/test_native_call_watchdog.py",
+    "tests/unit/data/test_output_encoding.py",
+    "tests/unit/data/test_worker_spec_checks.py",
+    "tests/unit/engines/test_engine_process_shutdown.py",
+    "tests/unit/engines/test_openai_stream_bounds.py",
+    "tests/unit/execution/test_worker_folders.py",
+    "tests/unit/plan/test_sweep_size_bounds.py",
+    "tests/unit/report/test_import_all_or_nothing.py",
+    "tests/unit/store/test_journal_signing.py",
+]
+#: The hypothesis fuzz layer.
+FUZZ_TESTS = ["tests/unit/cli/test_cli_fuzz.py"]
+
 
 def pytest_count(files: list[str], env: dict[str, str] | None = None) -> dict:
     """Run pytest on ``files``; counts by outcome and each test's outcome (``outcomes``:
@@ -106,8 +169,8 @@ def option_scan(work: Path) -> dict:
 
 def fuzz(examples: int, work: Path) -> dict:
     stats = work / "fuzz.jsonl"
-    res = pytest_count(["tests/unit/test_fuzz.py"], {"INFBENCH_FUZZ_EXAMPLES": str(examples),
-                                                     "INFBENCH_FUZZ_RANDOM": "1", "INFBENCH_FUZZ_STATS": str(stats)})
+    res = pytest_count(FUZZ_TESTS, {"INFBENCH_FUZZ_EXAMPLES": str(examples),
+                                    "INFBENCH_FUZZ_RANDOM": "1", "INFBENCH_FUZZ_STATS": str(stats)})
     per = {}
     for line in stats.read_text().splitlines() if stats.exists() else []:
         e = json.loads(line)
@@ -275,7 +338,7 @@ def two_processes(n: int, work: Path) -> dict:
     return out
 
 
-#: Issue 41's kinds of failure and its cases: each test of ``test_hardening5.py``,
+#: Issue 41's kinds of failure and its cases: each test of :data:`ROUND5_TESTS`,
 #: ``test_imperfect_servers.py`` and the echoed-token case of ``test_secrets_paths.py`` is a
 #: case of one kind (matched by a word of its name); a failing case counts as one of its kind.
 ROUND5_KINDS: dict[str, tuple[str, ...]] = {
@@ -303,7 +366,7 @@ def kind_of(node: str) -> str:
 
 def round5_cases() -> dict:
     """Issue 41's cases (see :data:`ROUND5_KINDS`), counted and classified by kind."""
-    res = pytest_count(["tests/unit/test_hardening5.py", "tests/integration/test_imperfect_servers.py",
+    res = pytest_count([*ROUND5_TESTS, "tests/integration/test_imperfect_servers.py",
                         "tests/integration/test_secrets_paths.py::test_a_bearer_token_in_extra_headers_echoed_bare"])
     by: dict[str, dict[str, int]] = {k: {"cases": 0, "unhandled": 0} for k in (*ROUND5_KINDS, "unclassified")}
     for node, outcome in res["outcomes"].items():
@@ -526,16 +589,16 @@ def render(data: dict, variant: str | None = None) -> str:
                                                                           "ignored": 0})
     r5 = data.get("round5_cases", _NONE)
     rows = [
-        ("deterministic bad inputs (`test_hardening.py`, `test_secrets.py`, `test_reliability.py`)",
+        ("issue 14's deterministic bad inputs (`BAD_INPUT_TESTS` of `benchmarks/reliability.py`)",
          _n(bad["passed"] + bad["failed"]),
          f"{bad['passed']} pass" + (f", {bad['failed']} fail" if bad["failed"] else "")),
-        ("issue 22's hostile review of the later commands (`test_boundaries.py`: inputs, outputs, secrets, waits, "
+        ("issue 22's hostile review of the later commands (`BOUNDARY_TESTS`: inputs, outputs, secrets, waits, "
          "exit codes)", _n(bnd["passed"] + bnd["failed"]),
          f"{bnd['passed']} pass" + (f", {bnd['failed']} fail" if bnd["failed"] else "")),
-        ("issue 33's fourth round (`test_hardening4.py`: writer targets, engine arguments, contradictory imports, "
-         "NaN perplexity, gates, context lengths, power below zero, Ray secret; `test_option_scan.py`)",
+        ("issue 33's fourth round (`ROUND4_TESTS`: writer targets, engine arguments, contradictory imports, "
+         "NaN perplexity, gates, context lengths, power below zero, Ray secret; the option scan)",
          _n(r4["passed"] + r4["failed"]), f"{r4['passed']} pass" + (f", {r4['failed']} fail" if r4["failed"] else "")),
-        ("issue 41's fifth round (`test_hardening5.py`, `test_imperfect_servers.py`: worker folders, the signed "
+        ("issue 41's fifth round (`ROUND5_TESTS`, `test_imperfect_servers.py`: worker folders, the signed "
          "journal, echoed secrets, bounded waits, arguments read one way, the plugin gate, physics on every path, "
          "imperfect servers, output encoding)", _n(r5["passed"] + r5["failed"]),
          f"{r5['passed']} pass" + (f", {r5['failed']} fail" if r5["failed"] else "")),
@@ -655,12 +718,11 @@ def main() -> None:
         finish(res, a, [a.sections], t0, work)
         return
     res = {"seed": a.seed, "args": {k: v for k, v in vars(a).items() if k not in ("out", "sections")}}
-    res["bad_input_cases"] = pytest_count(["tests/unit/test_hardening.py", "tests/unit/test_secrets.py",
-                                           "tests/unit/test_reliability.py"])
+    res["bad_input_cases"] = pytest_count(BAD_INPUT_TESTS)
     print("bad inputs", res["bad_input_cases"], flush=True)
-    res["boundary_cases"] = pytest_count(["tests/unit/test_boundaries.py"])
+    res["boundary_cases"] = pytest_count(BOUNDARY_TESTS)
     print("issue 22 boundary cases", {k: v for k, v in res["boundary_cases"].items() if k != "outcomes"}, flush=True)
-    res["round4_cases"] = pytest_count(["tests/unit/test_hardening4.py", "tests/unit/test_option_scan.py"])
+    res["round4_cases"] = pytest_count(ROUND4_TESTS)
     print("issue 33 cases", {k: v for k, v in res["round4_cases"].items() if k != "outcomes"}, flush=True)
     res["option_scan"] = option_scan(work)
     print("run options x modes", res["option_scan"], flush=True)

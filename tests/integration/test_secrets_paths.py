@@ -156,7 +156,7 @@ def test_import_url_with_credentials(tmp_path):
 def test_requests_left_unsent_by_the_cell_timeout_fail_the_cell_naming_how_many(tmp_path):
     """``--cell-timeout`` cut a server cell's offering short and stored it ``ok`` with part of
     its requests, with no word about the rest (the trace form of it is refused when planned:
-    tests/unit/test_boundaries.py). Now the cell is failed, naming how many were sent."""
+    tests/unit/workloads/test_trace_and_dataset_inputs.py). Now the cell is failed, naming how many were sent."""
     store = tmp_path / "s.db"
     with StubServer(ttft_s=0.25) as slow:
         p = cli("run", "--engine", "openai", "--base-url", slow.base_url, "--model", "normal", "--concurrency", "1",

@@ -40,7 +40,7 @@ def engine(stub, base_url=None, **opts):
 def cell(model="normal", out=6, load=None, batch=2, **kw):
     """A stub cell with no warm-up block (``warmup=0``): these tests read the server's log and
     its one-shot faults as the timed requests meet them; the warm-up block is tested in
-    tests/unit/test_steady_state.py and tests/integration/test_steady_state_live.py."""
+    tests/unit/measure/test_steady_state.py and tests/integration/test_steady_state_live.py."""
     kw.setdefault("warmup", 0)
     return Cell(model=model, engine="openai", dtype="auto", batch=batch, input_len=8, output_len=out,
                 load=load or Load(mode="batch", warmup_requests=0), **kw)

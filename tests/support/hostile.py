@@ -25,6 +25,9 @@ from infbench.store import Store
 
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="Hostile CPU")
 
+#: A dry run of the stand-in model: the arguments the hostile-input tests add theirs to.
+DRY = ["run", "--model", "tiny", "--dry-run"]
+
 
 def cli(*args, code: int | None = 2, env: dict[str, str] | None = None):
     """Run ``infbench ARGS`` in this process; assert no exception escaped (no traceback)
