@@ -368,7 +368,6 @@ def first_run_note(store: Store, summary: Any, console: Console, as_json: bool =
 
 
 def _is_default_store(path: Any) -> bool:
-
     try:
         return Path(path).resolve() == default_store_path().resolve()
     except OSError:

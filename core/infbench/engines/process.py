@@ -68,7 +68,6 @@ from typing import Any
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import CellTimeout, InfbenchError, describe_error
 from infbench.data.signals import PR_SET_PDEATHSIG
-from infbench.quality.perplexity import score_loaded
 
 #: Seconds a cell may run past its ``--cell-timeout`` deadline before its engine process
 #: is killed from outside (the adapter's own deadline check normally stops it first).
@@ -473,6 +472,8 @@ def _serve(conn: Connection) -> None:
             if op == "run":
                 value: Any = timed_run(engine, *args)
             elif op == "score":
+                from infbench.quality.perplexity import score_loaded  # noqa: PLC0415 - start-up: the engine process; only a perplexity cell needs it
+
                 req, res = args
                 score_loaded(engine, req, res, on_chunks=lambda n: conn.send(("progress", n)))
                 value = res
@@ -509,7 +510,6 @@ def _preload(modules: list[str]) -> None:
 def _die_with_parent(parent: int) -> None:
     """Ask Linux for SIGKILL when the measuring process dies; exit if it already has."""
     if sys.platform.startswith("linux"):
-
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         raise SystemExit(1)
