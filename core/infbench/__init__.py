@@ -22,7 +22,7 @@ __all__ = ["SCHEMA_VERSION", "__version__"]
 
 def __getattr__(name: str):  # lazy: 0.1's plugins write `from infbench import hookimpl`
     if name in ("hookimpl", "hookspec"):
-        from infbench.contract import hookspecs
+        from infbench.contract import hookspecs  # noqa: PLC0415 - start-up: not loaded by --help
 
         return getattr(hookspecs, name)
     raise AttributeError(name)

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from infbench.analysis.physics import limits_from_info, mark_suspect
+from infbench.analysis.roofline import RooflineError, roofline_for
 from infbench.contract.manager import PluginManager
 from infbench.data import metrics as M
+from infbench.data.models import resolve
 from infbench.data.schema import CellResult, DeviceInfo
+from infbench.detect.devices import device_limits
 
 
 def device_roofline_limits(pm: PluginManager, device: DeviceInfo) -> tuple[Any, str | None]:
     """The device's :class:`~infbench.analysis.roofline.Limits` for the roofline, or
     ``(None, reason)`` when it is not described (no plugin answers, no catalog match)
     or its description lacks bandwidth or peak rate."""
-    from infbench.analysis.physics import limits_from_info
-    from infbench.analysis.roofline import RooflineError
-    from infbench.detect.devices import device_limits
-
     try:
         info = device_limits(pm, device)
     except Exception as exc:  # noqa: BLE001 - limits are optional; the cell is not
@@ -37,15 +37,11 @@ def add_roofline(result: CellResult, shape: Any, limits: Any, reason: str | None
     computed, ``metrics["roofline_note"]`` says why. Then check the cell against physics
     (:func:`infbench.analysis.physics.mark_suspect`: ``metrics["suspect"]`` names why a cell
     beats its floor, shows a utilisation above 1 or has too few tokens). Never raises."""
-    from infbench.analysis.physics import mark_suspect
-
     _roofline(result, shape, limits, reason)
     mark_suspect(result, limits, shape)
 
 
 def _roofline(result: CellResult, shape: Any, limits: Any, reason: str | None = None) -> None:
-    from infbench.analysis.roofline import roofline_for
-
     if result.status != "ok":
         return
     if limits is None:
@@ -75,8 +71,6 @@ def recheck(result: CellResult, pm: PluginManager) -> list[str]:
         The reasons (empty when sound, or when the cell is not ok). The result itself is
         not changed; :func:`mark_rechecked` adds the reasons to it.
     """
-    from infbench.data.models import resolve
-
     if result.status != "ok":
         return []
     probe = result.model_copy(deep=True)

@@ -41,7 +41,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from infbench.analysis.roofline import Limits
+from infbench.analysis.roofline import Limits, roofline_for
 from infbench.data import metrics as M
 from infbench.measure.contention import contention_reasons
 from infbench.measure.derive import impossible_timing
@@ -219,8 +219,6 @@ def floor_reasons(cell: Any, records: list[Any], roof: dict[str, Any], limits: L
 
 
 def _floor_at_batch_one(cell: Any, limits: Limits, shape: Any) -> dict[str, Any] | None:
-    from infbench.analysis.roofline import roofline_for
-
     spec = cell.model_dump()
     spec["load"] = None
     spec["batch"] = 1
@@ -339,8 +337,6 @@ def published_utilisation(spec: dict[str, Any], e2e_s: float, limits: Limits, sh
     Raises:
         RooflineError: the device lacks a figure; ValueError: the model is unknown.
     """
-    from infbench.analysis.roofline import roofline_for
-
     r = roofline_for({**spec, "load": None}, None, limits, shape=shape)
     if r is None:
         raise ValueError(f"no roofline for {spec.get('model')!r}")

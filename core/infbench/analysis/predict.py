@@ -74,8 +74,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from infbench.analysis.floor import device_roofline_limits
 from infbench.analysis.roofline import (
     Limits,
+    RooflineError,
     act_bytes,
     config_terms,
     effective_batch,
@@ -85,7 +87,10 @@ from infbench.analysis.roofline import (
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
 from infbench.data.errors import ConfigError
-from infbench.data.models import ModelShape
+from infbench.data.models import ModelShape, resolve
+from infbench.data.schema import DeviceInfo
+from infbench.detect.devices import catalog, find_spec, match_device
+from infbench.detect.platforms.cpu import cpu_device
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
@@ -905,8 +910,6 @@ def _point_groups(pts: list[dict[str, Any]], shapes: dict[str, ModelShape] | Non
     """Points grouped by (model, dtype, engine, options): ``(shape, dtype, serving,
     indices, {"batch", "n_in", "n_out", "tp": arrays})`` each; cached per list of points
     (a fit predicts the same points hundreds of times)."""
-    from infbench.data.models import resolve
-
     key = (id(pts), len(pts))
     hit = _GROUP_CACHE.get(key)
     if hit is not None and hit[0] is pts:
@@ -1090,14 +1093,8 @@ def limits_for_id(pm: PluginManager, ident: str) -> Limits:
     Raises:
         ConfigError: an unknown id, or a description without bandwidth or peak rate.
     """
-    from infbench.analysis.roofline import RooflineError
-    from infbench.detect.devices import catalog, find_spec
-
     try:
         if ident.lower() == "cpu":
-            from infbench.analysis.floor import device_roofline_limits
-            from infbench.detect.platforms.cpu import cpu_device
-
             lim, why = device_roofline_limits(pm, cpu_device())
             if lim is None:
                 raise ConfigError(f"no limits for this CPU: {why}")
@@ -1111,9 +1108,6 @@ def device_catalog_id(pm: PluginManager, device: dict[str, Any], specs: list[Any
     """The catalog id a stored device maps to: ``properties.catalog_id`` (set by
     ``infbench import``), else the description whose ``match`` fits its model name; None
     for CPUs and undescribed devices."""
-    from infbench.data.schema import DeviceInfo
-    from infbench.detect.devices import catalog, match_device
-
     ident = (device.get("properties") or {}).get("catalog_id")
     if ident:
         return str(ident)
@@ -1125,8 +1119,6 @@ def rows_of_device(pm: PluginManager, rows: list[dict[str, Any]], ident: str) ->
     """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
     matched through the catalog as the roofline matches them (published cells through
     the catalog id their import recorded)."""
-    from infbench.detect.devices import catalog
-
     specs = catalog(pm)
     keep = []
     for r in rows:
@@ -1281,8 +1273,6 @@ def predict_grid(models: list[ModelShape], limits: dict[str, Limits], batch: lis
             parallel layout that does not divide its heads, KV heads, layers or experts
             (:func:`check_parallelism`).
     """
-    from infbench.analysis.roofline import RooflineError
-
     sv = serving_for(engine, options)
     notes: dict[tuple[str, int, int], list[str]] = {}
     for m in models:

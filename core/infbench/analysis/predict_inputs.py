@@ -11,6 +11,7 @@ the same limits.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -97,8 +98,6 @@ def parse_sets(items: list[str] | None) -> dict[str, float]:
             finite number within the key's bounds (``1e-300`` TFLOP/s is refused as firmly
             as ``inf``).
     """
-    import math
-
     out: dict[str, float] = {}
     for item in items or []:
         key, sep, value = item.partition("=")

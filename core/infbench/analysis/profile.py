@@ -64,6 +64,7 @@ from infbench.analysis.predict import (
 from infbench.analysis.roofline import Limits
 from infbench.data.errors import ConfigError
 from infbench.data.models import ModelShape, resolve
+from infbench.detect.devices import catalog
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
@@ -821,8 +822,6 @@ def predict_group(fit: FleetFit, g: Group, seen: bool = True) -> dict[str, np.nd
 
 def vendor_of(pm: PluginManager, device_id: str) -> str | None:
     """The catalog vendor of a described device id (``cpu`` for ``cpu``), None if unknown."""
-    from infbench.detect.devices import catalog
-
     if device_id.lower() == "cpu":
         return "cpu"
     for s in catalog(pm):
@@ -852,8 +851,6 @@ def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str
         "cells", "why"}``; every group's ``excluded`` counts are in ``skipped`` too when
         nonzero (``why`` = ``below_floor``/``unknown_model``).
     """
-    from infbench.detect.devices import catalog
-
     specs = catalog(pm)
     vendors = {s.id: s.vendor for s in specs}
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}

@@ -35,10 +35,20 @@ import numpy as np
 
 from infbench.analysis.predict import Efficiency, default_efficiency, predict, serving_for
 from infbench.analysis.predict_inputs import parse_sets as _checked_sets
-from infbench.analysis.roofline import Limits, act_bytes, decode_ops, pass_totals, prefill_ops, weight_bytes
+from infbench.analysis.roofline import (
+    Limits,
+    RooflineError,
+    act_bytes,
+    decode_ops,
+    pass_totals,
+    prefill_ops,
+    weight_bytes,
+)
 from infbench.data import metrics as M
+from infbench.data.engine import precision_of
 from infbench.data.errors import ConfigError
 from infbench.data.models import ModelShape
+from infbench.detect.devices import load_device_specs
 
 #: ``--set`` keys and what they set (units of ``devices.yaml``).
 SET_KEYS = {
@@ -70,9 +80,6 @@ def custom_limits(base: Limits | None = None, sets: dict[str, float] | None = No
         ConfigError: nothing to start from (no base, no file, and not both a bandwidth
             and a peak in ``sets``), an unreadable file, or an id not in it.
     """
-    from infbench.analysis.roofline import RooflineError
-    from infbench.detect.devices import load_device_specs
-
     sets = sets or {}
     if device_file is not None:
         specs = load_device_specs(device_file)
@@ -133,8 +140,6 @@ def requirements(m: ModelShape, batch: int, n_in: int, n_out: int, slo_ttft_s: f
     Raises:
         ConfigError: a non-positive SLO.
     """
-    from infbench.data.engine import precision_of
-
     if slo_ttft_s <= 0 or slo_tpot_s <= 0:
         raise ConfigError("SLOs must be positive")
     eff = eff or default_efficiency(device_id)

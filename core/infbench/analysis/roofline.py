@@ -64,7 +64,8 @@ import numpy as np
 
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
-from infbench.data.models import ModelShape
+from infbench.data.errors import ConfigError
+from infbench.data.models import ModelShape, resolve
 
 #: Bytes per weight element by engine dtype (GGUF block formats carry their scales:
 #: q8_0 = 34 B per 32 weights, q4_0 = 18 B per 32; ggml's block_q8_0 / block_q4_0).
@@ -342,10 +343,6 @@ def roofline_for(spec: dict[str, Any], metrics: dict[str, Any] | None, limits: L
     Raises:
         RooflineError: the device lacks a figure.
     """
-    from infbench.data.engine import precision_of
-    from infbench.data.errors import ConfigError
-    from infbench.data.models import resolve
-
     if spec.get("dataset") or spec.get("trace"):
         return None
     try:

@@ -28,6 +28,7 @@ from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.schema import Cell, CellResult, Load, RequestRecord
 from infbench.measure.derive import tpot_s, ttft_s
+from infbench.measure.server_metrics import SERVERS, _slope
 
 MODES = ("rate", "concurrency")
 #: Default upper bound of the search per mode (requests in flight; requests per s).
@@ -120,8 +121,6 @@ def _offered_slope(result: CellResult, recs: list[RequestRecord]) -> float | Non
     """Trend (requests per s) of the server's waiting queue while requests were still being
     released (first to last ``t_sched``), from the scraped series; None without one. After
     the last release the queue drains, which says nothing about the offered load."""
-    from infbench.measure.server_metrics import SERVERS, _slope
-
     sm = result.server_metrics or {}
     fam = next((f for f in SERVERS if f.name == sm.get("server")), None)
     if fam is None or not recs:

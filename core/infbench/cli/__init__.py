@@ -22,34 +22,166 @@ raw traceback.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sqlite3
 import sys
+import traceback
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from infbench.cli import (
-    catalog,
-    containers,
-    detect_cmd,
-    importer,
-    plugins_cmd,
-    predict_cmd,
-    quality_cmd,
-    report,
-    results,
-    run_cmd,
-)
 from infbench.cli.common import out, print_error
 from infbench.data.errors import InfbenchError, StoreFailure
+from infbench.data.outputs import terminal_text
+from infbench.data.outputs import terminal_text as clean
 from infbench.data.version import __version__
+
+#: Every command, in the order of ``--help``: the module under :mod:`infbench.cli` whose
+#: ``register(app)`` adds it, and the first paragraph of its help. ``infbench --help`` lists
+#: the commands from this table, and a command's module is imported only when that command
+#: runs (or shows its own help): ``infbench --help`` and ``infbench detect`` load only what they
+#: use, while each command module imports what it needs at its top (issue 40).
+#: tests/unit/test_cli_lazy.py checks the table against the commands' own help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "detect": ("detect_cmd",
+        "Find the devices on this host: the PCI bus plus every plugin's detect hook, and "
+        "which\n"
+        "engines run on each."),
+    "run": ("run_cmd",
+        "Run a sweep of cells and store every result."),
+    "worker": ("run_cmd",
+        "Run the cells of a worker spec here and write raw results and provenance to --out."),
+    "ingest": ("run_cmd",
+        "Store a worker's results (its --out folder) as one run, with the worker's provenance."),
+    "results": ("results",
+        "Show stored results: the newest attempt of every cell."),
+    "report": ("report",
+        "Write an interactive HTML report of stored results (one self-contained file that\n"
+        "works offline) and, with `--static`, PNG/SVG figures."),
+    "export": ("report",
+        "Export stored results for other tools."),
+    "compare": ("report",
+        "Compare two sets of results cell by cell: ratios B / A of throughput, latency,\n"
+        "power and tokens per joule, for cells with the same workload (spec hash)."),
+    "import": ("importer",
+        "Import published results or another tool's result file as a run of its own; the "
+        "cells\n"
+        "are marked published (and, but for lib-csv, imported with the tool, version, file and "
+        "row)."),
+    "perplexity": ("quality_cmd",
+        "Measure perplexity exactly as llama.cpp's `llama-perplexity` does, on\n"
+        "llama.cpp, transformers or vLLM, and store it beside the throughput of the same "
+        "precision."),
+    "quantize": ("quality_cmd",
+        "Derive precisions (f16, q8_0, q4_K_M...) from one GGUF file, cached with their "
+        "provenance."),
+    "predict": ("predict_cmd",
+        "Predict TTFT, TPOT, E2E, batch duration and throughput analytically: "
+        "GenZ's\n"
+        "per-operator roofline with efficiency factors, plus what the engine does "
+        "(KV-cache\n"
+        "capacity and waves, per-step overheads, chunked prefill, flash attention or not) "
+        "and\n"
+        "the parallelism (tensor, pipeline, expert) with link efficiency. Method: "
+        "docs/roofline.md."),
+    "devices": ("catalog",
+        "List the device descriptions the installed plugins publish: memory, bandwidth,\n"
+        "dense peak TFLOP/s per precision and TDP, with their sources."),
+    "models": ("catalog",
+        "List the model zoo: parameters, attention type and KV-cache bytes per token."),
+    "plugins": ("plugins_cmd",
+        "Plugins: `infbench plugins` lists them with their hooks and engines; `plugins check "
+        "[NAME]` runs the conformance kit on installed plugins; `plugins new VENDOR` writes a "
+        "plugin to start from (docs/plugins.md)."),
+    "containers": ("containers",
+        "Worker images: build the vendor plugins' images (`containers/cpu/Dockerfile.*`, "
+        "`plugins/<vendor>/docker/Dockerfile.*`) and list what is built. `infbench run "
+        "--executor container` runs cells in them."),
+}
+
+
+#: The click commands built so far, by name (:func:`load_command`). ``Any``: typer's own copy
+#: of click's ``Command`` (``typer._click``) is private.
+_LOADED: dict[str, Any] = {}
+
+
+def load_command(name: str) -> Any:
+    """The click command ``name`` (None for a name that is not a command): its module, from
+    :data:`COMMANDS`, is imported once and builds all its commands (``register(app)`` on a
+    typer app of its own)."""
+    if name not in _LOADED and name in COMMANDS:
+        module = importlib.import_module(f"infbench.cli.{COMMANDS[name][0]}")
+        sub = typer.Typer(rich_markup_mode="markdown")
+        module.register(sub)
+        _LOADED.update(typer.main.get_group(sub).commands)
+    return _LOADED.get(name)
+
+
+class _LazyCommands(MutableMapping[str, Any]):
+    """A group's commands: every name of :data:`COMMANDS`, each built when first looked up
+    (:func:`load_command`), after the commands added to the group itself. Iterating gives
+    the names without building any."""
+
+    def __init__(self, added: Mapping[str, Any]) -> None:
+        self.added = dict(added)
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self.added:
+            return self.added[name]
+        command = load_command(name)
+        if command is None:
+            raise KeyError(name)
+        return command
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self.added[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.added[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self.added, *(name for name in COMMANDS if name not in self.added)])
+
+    def __len__(self) -> int:
+        return len(self.added) + sum(name not in self.added for name in COMMANDS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.added or name in COMMANDS
 
 
 class Commands(TyperGroup):
     """The ``infbench`` command group: runs a command and prints what it raised, once
-    (:func:`infbench.cli.common.print_error`), exiting with the error's status."""
+    (:func:`infbench.cli.common.print_error`), exiting with the error's status. Its commands
+    are :data:`COMMANDS`, each loaded when it is looked up (:class:`_LazyCommands`); its help
+    lists them from the table, importing none."""
+
+    _listing = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands(self.commands)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """The commands' names, in the order of ``--help`` (none is loaded)."""
+        return list(self.commands)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """The command ``cmd_name`` (None if there is none); while the group's help is written,
+        a stand-in carrying its help line for a command not loaded yet."""
+        if self._listing and cmd_name in COMMANDS and cmd_name not in _LOADED:
+            return TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
+        return self.commands.get(cmd_name)
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """Write the group's help (its command list from :data:`COMMANDS`)."""
+        self._listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self._listing = False
 
     def invoke(self, ctx: Any) -> Any:
         """Invoke the command; an infbench error is printed and becomes its exit status, a
@@ -96,16 +228,8 @@ class _CleanFormatter(logging.Formatter):
     """A log formatter whose lines pass through :func:`infbench.data.outputs.terminal_text`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from infbench.data.outputs import terminal_text
-
+        """The record, formatted, redacted and without escape sequences or control characters."""
         return terminal_text(super().format(record))
-
-
-#: The command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = (detect_cmd, run_cmd, results, report, importer, quality_cmd, predict_cmd, catalog, plugins_cmd,
-                   containers)
-for _m in COMMAND_MODULES:
-    _m.register(app)
 
 
 def main() -> None:
@@ -114,9 +238,7 @@ def main() -> None:
     Errors of the commands are printed by :class:`Commands`; this is the last line of defence
     against a raw traceback: anything else is one ``internal error`` line naming the exception
     and where it happened (exit 1; ``-v`` shows the traceback)."""
-    import traceback
 
-    from infbench.data.outputs import terminal_text as clean
 
     try:
         app()

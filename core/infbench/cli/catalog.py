@@ -9,6 +9,8 @@ import typer
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
+from infbench.data.models import zoo
+from infbench.detect.devices import catalog
 
 Opt = typer.Option
 
@@ -24,8 +26,6 @@ def devices(
     They are what the roofline (MBU/MFU per cell) and `infbench predict` read. Install a
     vendor plugin (e.g. `pip install infbench-nvidia`) to get its devices.
     """
-    from infbench.detect.devices import catalog
-
     specs = [s for s in catalog(plugin_manager()) if vendor is None or s.vendor == vendor]
     if as_json:
         print_json([{**s.model_dump(), "per_device": s.per_device()} for s in specs])
@@ -55,8 +55,6 @@ def models(as_json: Annotated[bool, Opt("--json", help=JSON_HELP)] = False) -> N
     Any of these names (or its HF id) works with `--model`; engines build random weights
     from the shape, which is valid for speed because output lengths are forced.
     """
-    from infbench.data.models import zoo
-
     rows = [m.summary() for m in zoo().values()]
     if as_json:
         print_json(rows)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,7 +53,7 @@ def need(extra: str, exc: ImportError) -> ConfigError:
 
 def plugin_manager():
     """A fresh plugin manager (built-ins + installed plugins)."""
-    from infbench.contract.manager import get_plugin_manager
+    from infbench.contract.manager import get_plugin_manager  # noqa: PLC0415 - start-up: not loaded by --help
 
     return get_plugin_manager()
 
@@ -70,7 +71,7 @@ def split(values: list[str] | None, flag: str, cast: type = str) -> list[Any] | 
 
 def check_run_id(run_id: str | None, flag: str = "--run") -> None:
     """Refuse (ConfigError, exit 2) a ``run_id`` that is not None nor a run id prefix (hex digits)."""
-    from infbench.store import valid_run_prefix
+    from infbench.store import valid_run_prefix  # noqa: PLC0415 - start-up: not loaded by --help
 
     if run_id is not None and not valid_run_prefix(run_id):
         raise ConfigError(f"{flag} {run_id[:40]!r} is not a run id (run ids are hex digits, e.g. 3f2a9c)",
@@ -88,7 +89,7 @@ def open_store(store_path: Path | None, readonly: bool = False):
     Raises:
         InfbenchError: the store cannot be opened (why, and what to do).
     """
-    from infbench.store import Store
+    from infbench.store import Store  # noqa: PLC0415 - start-up: not loaded by --help
 
     return Store(store_path, readonly=readonly)
 
@@ -96,9 +97,7 @@ def open_store(store_path: Path | None, readonly: bool = False):
 def read_results(store, **kwargs):
     """``store.results(**kwargs)``; a file that cannot be read (a corrupt page found only when
     the rows are read) is a StoreError (exit 2) with the reason."""
-    import sqlite3
-
-    from infbench.store import StoreError, describe_db_error
+    from infbench.store import StoreError, describe_db_error  # noqa: PLC0415 - start-up: not loaded by --help
 
     try:
         return store.results(**kwargs)
@@ -112,8 +111,8 @@ def store_for_writing(store_path: Path | None):
     :func:`infbench.store.recovery.prepare` (integrity check, runs left ``running`` by a
     dead process marked ``interrupted``, journalled cells stored), with a note for each
     thing it did; raises (exit 2) when the store is damaged or cannot be written."""
-    from infbench.analysis.floor import recheck
-    from infbench.store.recovery import prepare
+    from infbench.analysis.floor import recheck  # noqa: PLC0415 - start-up: not loaded by --help
+    from infbench.store.recovery import prepare  # noqa: PLC0415 - start-up: not loaded by --help
 
     store = open_store(store_path)
     try:
@@ -148,7 +147,7 @@ def writing(path: Path, what: str = "--out") -> Iterator[None]:
 def store_paths(*paths: Path | str | None) -> list[Path]:
     """The stores a command's outputs must never overwrite: the given ``--store`` (and any
     other store it reads), and the default one."""
-    from infbench.data.paths import default_store_path
+    from infbench.data.paths import default_store_path  # noqa: PLC0415 - start-up: not loaded by --help
 
     return [Path(p) for p in paths if p] + [default_store_path()]
 
@@ -174,7 +173,7 @@ def stdout_to_stderr(active: bool) -> Iterator[None]:
 def print_side_event(console: Any, event: Any) -> bool:
     """Print what every run observer shows the same way (a lost node, a note, a worker's log
     line at debug level), cleaned of control characters; False for any other event."""
-    from infbench.data import events as ev
+    from infbench.data import events as ev  # noqa: PLC0415 - start-up: not loaded by --help
 
     if isinstance(event, ev.NodeLost):
         console.print(f"[yellow]node lost:[/] {escape(event.node)}: {escape(event.error)}")
@@ -195,7 +194,7 @@ class ProgressObserver:
         self.progress, self.task = progress, task
 
     def __call__(self, event: Any) -> None:
-        from infbench.data import events as ev
+        from infbench.data import events as ev  # noqa: PLC0415 - start-up: not loaded by --help
 
         p = self.progress
         where = f" on {event.node}" if getattr(event, "node", None) else ""

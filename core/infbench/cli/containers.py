@@ -14,6 +14,7 @@ from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, out, print_json, split
 from infbench.data.errors import ConfigError, InfbenchError
+from infbench.runtimes import images as im
 
 Opt = typer.Option
 
@@ -61,8 +62,6 @@ def containers_build(
     `bash containers/cpu/prepare-offline.sh` then `infbench containers build --vendor cpu
     --build-arg BASE_IMAGE=infbench/debian-python:bookworm --build-arg PIP_ARGS=--no-index --network none`.
     """
-    from infbench.runtimes import images as im
-
     root = im.source_root(context)
     args = parse_build_args(build_arg or [])
     recipes = im.find_recipes(root)
@@ -109,8 +108,6 @@ def containers_list(
     """Show the image recipes and the infbench images built on this Docker engine
     (engine and its version, infbench version, store schema: images with another schema
     are refused by `infbench run` until rebuilt)."""
-    from infbench.runtimes import images as im
-
     built = im.list_images()
     try:
         recipes = im.find_recipes(im.source_root(context))

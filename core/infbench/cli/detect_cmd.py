@@ -9,8 +9,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json
+from infbench.contract.registry import device_precisions
 from infbench.data.errors import InfbenchError
 from infbench.data.secrets import printable
+from infbench.detect import detect as do_detect
+from infbench.detect.devices import device_limits
+from infbench.engines.availability import engine_table, image_table, quiet_stdout
+from infbench.engines.builds import annotate
 
 #: DeviceInfo properties shown in the `detect` table's details column.
 DETAIL_KEYS = ("arch", "physical_cores", "logical_cpus", "compute_capability", "mig_mode", "gfx_version",
@@ -51,9 +56,6 @@ def detect(as_json: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = Fa
     if ray_address is not None:
         _detect_fleet(ray_address, as_json)
         return
-    from infbench.contract.registry import device_precisions
-    from infbench.detect import detect as do_detect
-    from infbench.detect.devices import device_limits
 
     pm = plugin_manager()
     det = do_detect(pm)
@@ -127,9 +129,6 @@ def _exit_status(det) -> None:
 def _engine_tables(pm, devices) -> dict:
     """Per device vendor: ``{"engines": [EngineSupport], "images": [EngineSupport]}`` (the
     probes' own output, e.g. a vendor library's notice, goes to stderr)."""
-    from infbench.engines.availability import engine_table, image_table, quiet_stdout
-    from infbench.engines.builds import annotate
-
     tables = {}
     with quiet_stdout():
         for d in devices:
@@ -142,8 +141,7 @@ def _print_default_engine(pm, device) -> None:
     """What a bare ``infbench run`` measures on ``device``, on which engine and build, and, when
     a better engine is missing, what it would add and the command installing it (on the CPU,
     llama.cpp compiled here, with the figures measured by ``benchmarks/engine_builds.py``)."""
-    from infbench.engines.availability import quiet_stdout
-    from infbench.execution.default_sweep import default_sweep
+    from infbench.execution.default_sweep import default_sweep  # noqa: PLC0415 - start-up: not loaded by detect
 
     try:
         with quiet_stdout():
@@ -179,8 +177,8 @@ def _engine_table(device, t: dict) -> Table:
     return tab
 def _detect_fleet(address: str, as_json: bool) -> None:
     """``infbench detect --ray-address``: the fleet as JSON or a table of device groups."""
-    from infbench.execution.executors.fleet import fleet_dict
-    from infbench.execution.executors.ray import detect_fleet
+    from infbench.execution.executors.fleet import fleet_dict  # noqa: PLC0415 - start-up: not loaded by detect
+    from infbench.execution.executors.ray import detect_fleet  # noqa: PLC0415 - start-up: not loaded by detect
 
     fleet = detect_fleet(address)
     d = fleet_dict(fleet)

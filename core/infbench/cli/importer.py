@@ -15,6 +15,10 @@ from infbench.cli.common import JSON_HELP, err, out, plugin_manager, print_json,
 from infbench.data import signals
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import ImportFlags, checked
+from infbench.report.imports import FORMATS as TOOLS
+from infbench.report.imports.common import imported_cells
+from infbench.report.lib_import import DEFAULT_SOURCE, published_cells, read_lib_csv
+from infbench.store.published import file_sha256, import_published
 
 Opt = typer.Option
 
@@ -62,8 +66,6 @@ def import_(
     --against imported:inferencex:h200`; `infbench import -f vllm-bench result.json --device
     h100-sxm --engine vllm-server`.
     """
-    from infbench.store.published import import_published
-
     if fmt not in FORMATS:
         raise ConfigError(f"unknown import format {fmt!r}", hint=f"use one of: {', '.join(FORMATS)}")
     checked(ImportFlags, fmt=fmt, source=source, url=url, commit=commit, device=device, devices=devices,
@@ -117,9 +119,6 @@ def import_(
 
 def _lib_csv(file: Path, source: str | None, url: str | None, commit: str | None) -> tuple[list, dict, dict]:
     """LLM-Inference-Bench's CSV (:mod:`infbench.report.lib_import`)."""
-    from infbench.report.lib_import import DEFAULT_SOURCE, published_cells, read_lib_csv
-    from infbench.store.published import file_sha256
-
     rows = read_lib_csv(file)
     src: dict[str, Any] = {**DEFAULT_SOURCE, "file": str(file.resolve()), "sha256": file_sha256(file),
                            "format": "lib-csv"}
@@ -133,10 +132,6 @@ def _lib_csv(file: Path, source: str | None, url: str | None, commit: str | None
 def _tool_file(file: Path, fmt: str, source: str | None, url: str | None, commit: str | None, device: str | None,
                devices: int | None, engine: str | None, model: str | None) -> tuple[list, dict, dict]:
     """Another tool's file (:data:`infbench.report.imports.FORMATS`)."""
-    from infbench.report.imports import FORMATS as TOOLS
-    from infbench.report.imports.common import imported_cells
-    from infbench.store.published import file_sha256
-
     f = TOOLS[fmt]
     rows, info = f.reader(file)
     if not rows:

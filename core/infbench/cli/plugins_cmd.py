@@ -12,7 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from infbench.cli.common import JSON_HELP, out, plugin_manager, print_json
+from infbench.contract.conformance import check_conformance
 from infbench.contract.manager import BUILTIN_PLUGINS
+from infbench.contract.registry import engine_specs
 from infbench.data.errors import ConfigError
 
 Opt = typer.Option
@@ -36,7 +38,6 @@ def plugins(ctx: typer.Context, as_json: Annotated[bool, Opt("--json", help=JSON
     """
     if ctx.invoked_subcommand is not None:
         return
-    from infbench.contract.registry import engine_specs
 
     pm = plugin_manager()
     infos = list(pm.infos.values())
@@ -80,8 +81,6 @@ def check(
     Exits 1 if a plugin breaks the contract, printing each finding with what to fix. A plugin's
     own tests run the same checks: `from infbench.testing.conformance import assert_conforms`.
     """
-    from infbench.contract.conformance import check_conformance
-
     pm = plugin_manager()
     names = [n for n, i in pm.infos.items() if n != "core" and not i.disabled] if name is None else [name]
     if name is not None and name not in pm.infos:

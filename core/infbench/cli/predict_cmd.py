@@ -10,8 +10,30 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from infbench.analysis import predict as P
+from infbench.analysis.calibration import (
+    MIN_DEVICE_CELLS,
+    calibrate,
+    fit_engine_profile,
+    resolve_basis,
+    save_device_calibration,
+    save_profile,
+)
+from infbench.analysis.intervals import INTERVAL_METRICS, interval
+from infbench.analysis.predict import engine_family
+from infbench.analysis.predict_inputs import PredictOptions, check_predict_flags
+from infbench.analysis.profile import build_groups, stack_of, vendor_of
+from infbench.analysis.requirements import custom_limits, devices_meeting, parse_sets, requirements
+from infbench.analysis.roofline import Limits, RooflineError
 from infbench.cli.common import JSON_HELP, need, open_store, out, plugin_manager, print_json, read_results, split
+from infbench.contract.registry import engine_specs
+from infbench.data.engine_options import check_values
 from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
+from infbench.data.paths import default_home
+from infbench.detect.devices import catalog, load_device_specs
+from infbench.engines.options import parse_engine_args
+from infbench.plan import PRESETS, context_length
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
@@ -105,14 +127,6 @@ def predict(
     `infbench predict -m llama-3-70b --set memory_bandwidth_tb_s=8 --set peak_bf16_tflops=2500`
     """
     flags = dict(locals())  # issue 22: every flag checked first (infbench.analysis.predict_inputs)
-    from infbench.analysis import predict as P
-    from infbench.analysis.calibration import resolve_basis
-    from infbench.analysis.predict_inputs import check_predict_flags
-    from infbench.analysis.profile import stack_of, vendor_of
-    from infbench.analysis.requirements import custom_limits, parse_sets
-    from infbench.data.models import resolve
-    from infbench.data.paths import default_home
-    from infbench.engines.options import parse_engine_args
 
     pm = plugin_manager()
     home = default_home()
@@ -208,10 +222,6 @@ def predict_engine_args(pm: Any, engine: str, options: dict[str, Any]) -> dict[s
     Raises:
         ConfigError: a value an engine's options model refuses (exit 2).
     """
-    from infbench.analysis.predict_inputs import PredictOptions
-    from infbench.contract.registry import engine_specs
-    from infbench.data.engine_options import check_values
-
     if not options:
         return options
     options = {**options, **check_values(engine, PredictOptions, options)}  # what predict itself reads
@@ -236,8 +246,6 @@ def check_predict_context(shapes: list[Any], inputs: list[int], outputs: list[in
     Raises:
         ConfigError: naming the model, its context and the request.
     """
-    from infbench.plan import context_length
-
     longest = max(inputs) + max(outputs)
     for shape in shapes:
         ctx = context_length(shape)
@@ -252,7 +260,6 @@ def _file_vendor(device_file: Path | None) -> str | None:
     """The vendor of the first device of a ``--device-file`` (None without one)."""
     if device_file is None:
         return None
-    from infbench.detect.devices import load_device_specs
 
     specs = load_device_specs(device_file)
     return specs[0].vendor if specs else None
@@ -264,8 +271,6 @@ def add_intervals(rows: list[dict[str, Any]], bases: dict[str, Any], engine: str
     kind's residuals come from (``interval_source``: kind -> source, None for a kind no
     table holds: then there is no interval, and ``notes`` says why) and the calibration it
     used (``calibration``), in place."""
-    from infbench.analysis.intervals import INTERVAL_METRICS, interval
-
     for r in rows:
         b = bases[r["device"]]
         kinds = b.kinds(engine, r["model"], r["input_len"], r["output_len"])
@@ -314,9 +319,6 @@ def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: di
         ConfigError: no cells, several campaigns and no ``device_label`` (or an unknown one),
             too few cells, or a home that cannot be written.
     """
-    from infbench.analysis import predict as P
-    from infbench.analysis.calibration import calibrate, save_device_calibration
-
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     report = []
     for d, lim in limits.items():
@@ -373,10 +375,6 @@ def _calibrate_profile(pm: PluginManager, home: Path, engine: str, store_path: P
         ConfigError: fewer usable cells than the profile has free parameters, or a home that
             cannot be written.
     """
-    from infbench.analysis.calibration import MIN_DEVICE_CELLS, fit_engine_profile, save_profile
-    from infbench.analysis.predict import engine_family
-    from infbench.analysis.profile import build_groups
-
     e = engine_family(engine)
     rows = read_results(open_store(store_path, readonly=True), run_id=run_id)
     groups, skipped = build_groups(pm, rows, engines={e}, min_cells=1)
@@ -406,13 +404,6 @@ def _requirements(pm: PluginManager, home: Path, shapes: list[Any], limits: dict
     """``--requirements``: what one model instance needs to meet a preset's SLOs, with the
     efficiency factors of the calibration :func:`~infbench.analysis.profile.resolve_basis`
     picks for the first device (none given: the engine's profile without device terms)."""
-    from infbench.analysis import predict as P
-    from infbench.analysis.calibration import resolve_basis
-    from infbench.analysis.requirements import devices_meeting, requirements
-    from infbench.analysis.roofline import Limits, RooflineError
-    from infbench.detect.devices import catalog
-    from infbench.plan import PRESETS
-
     if not shapes:
         raise ConfigError("--requirements needs --model", hint="e.g. --requirements --model llama-3-70b "
                                                                "--preset genz-chat")

@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -45,6 +46,7 @@ from rich.text import Text
 from infbench.cli.common import print_side_event
 from infbench.data import events as ev
 from infbench.data import metrics as M
+from infbench.data.paths import default_store_path
 from infbench.data.secrets import printable
 from infbench.data.warmup import BLOCK_OUTPUT_TOKENS
 
@@ -366,10 +368,6 @@ def first_run_note(store: Store, summary: Any, console: Console, as_json: bool =
 
 
 def _is_default_store(path: Any) -> bool:
-    from pathlib import Path
-
-    from infbench.data.paths import default_store_path
-
     try:
         return Path(path).resolve() == default_store_path().resolve()
     except OSError:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
 from infbench.cli.common import (
     JSON_HELP,
@@ -20,9 +21,30 @@ from infbench.cli.common import (
     store_for_writing,
 )
 from infbench.cli.flags import sharing_config_options
+from infbench.contract.registry import engine_specs
+from infbench.data import events as ev
+from infbench.data import signals
+from infbench.data.engine_options import check_engine_args
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.inputs import PerplexityFlags, QuantizeFlags, checked
+from infbench.data.models import resolve
+from infbench.data.paths import cache_dir
+from infbench.data.run import RunOptions
+from infbench.data.run_config import RunConfig
 from infbench.data.secrets import printable
+from infbench.detect import detect
+from infbench.engines.options import engine_options
+from infbench.execution.bookkeeping import provenance
+from infbench.execution.executors import choose_executor
+from infbench.execution.orchestrator import perplexity_rows
+from infbench.execution.scenarios.scoring import perplexity_plan
+from infbench.plan.target import select_device
+from infbench.quality.gate import parse_increase, with_gate
+from infbench.quality.perplexity import plan_perplexity
+from infbench.quality.quantize import derive, hf_folder, normalize_dtype
+from infbench.quality.weights import weights_info
+from infbench.report.tables import quality_json, quality_table
+from infbench.store.quality import quality_results
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -89,20 +111,6 @@ def perplexity(
                                         "precision measured).")] = None,
     **shared: Any,
 ) -> None:
-    from infbench.contract.registry import engine_specs
-    from infbench.data.engine_options import check_engine_args
-    from infbench.data.run import RunOptions
-    from infbench.data.run_config import RunConfig
-    from infbench.detect import detect
-    from infbench.engines.options import engine_options
-    from infbench.execution.bookkeeping import provenance
-    from infbench.execution.scenarios.scoring import perplexity_plan
-    from infbench.plan.target import select_device
-    from infbench.quality.gate import parse_increase, with_gate
-    from infbench.quality.perplexity import plan_perplexity
-    from infbench.report.tables import quality_json, quality_table
-    from infbench.store.quality import quality_results
-
     checked(PerplexityFlags, n_ctx=n_ctx, chunks=chunks)
     config = RunConfig.from_flags(shared)  # the run's parts: engines, engine options, executor, output
     sweep, eng, out_ = config.sweep, config.engine, config.output
@@ -147,8 +155,6 @@ def scenario_executor(name: str | None, container_runtime: str | None, ray_addre
     Raises:
         ConfigError: an unknown executor, or one that is not usable here.
     """
-    from infbench.execution.executors import choose_executor
-
     notes: list[str] = []
     kwargs = {"ray_address": ray_address} if name == "ray" else {}
     ex = choose_executor(name or "inprocess", plan.device, sorted({g.engine for g in plan.groups}), pm, provenance,
@@ -165,9 +171,6 @@ def _run_quality(run: Any, as_json: bool, prefix: str = "") -> Any:
     Raises:
         typer.Exit: Ctrl-C (130).
     """
-    from infbench.data import events as ev
-    from infbench.data import signals
-
     with err.status(f"{prefix}starting") as status, stdout_to_stderr(as_json):
         def observer(e: Any) -> None:
             if isinstance(e, ev.GroupLoading):
@@ -199,8 +202,6 @@ def perplexity_after_run(prep: Any, store: Store, as_json: bool) -> list[dict[st
     (:meth:`~infbench.execution.orchestrator.RunPlan.perplexity_plan`) run on the run's executor
     (:meth:`~infbench.execution.orchestrator.RunPlan.run`) with a status line; returns the
     stored, gated rows (:func:`infbench.execution.orchestrator.perplexity_rows`)."""
-    from infbench.execution.orchestrator import perplexity_rows
-
     try:
         pplan, reqs, notes = prep.perplexity_plan()
     except InfbenchError as exc:
@@ -234,10 +235,6 @@ def quantize(
 
     Example: `infbench quantize --model SmolLM2-135M-Instruct.Q4_1.gguf --to q8_0,q4_0,q4_K_M,q2_K`
     """
-    from rich.table import Table
-
-    from infbench.quality.quantize import derive, hf_folder, normalize_dtype
-    from infbench.quality.weights import weights_info
 
     checked(QuantizeFlags, threads=threads)
     if model.suffix != ".gguf" or not model.is_file():
@@ -245,7 +242,6 @@ def quantize(
     targets = [d.lower() if d.lower() == "hf" else normalize_dtype(d) for d in split(to, "--to") or []]
     if not targets:
         raise ConfigError("--to names no dtype", hint="e.g. --to q8_0,q4_0")
-    from infbench.data.models import resolve
 
     info = weights_info(resolve(str(model)))
     if not info.real:
@@ -257,8 +253,6 @@ def quantize(
             try:
                 done.append(hf_folder(model) if d == "hf" else derive(model, d, threads=threads))
             except OSError as exc:  # an unwritable or full cache
-                from infbench.data.paths import cache_dir
-
                 raise ConfigError(f"cannot write the {d} precision of {model.name} under {cache_dir()}: "
                                   f"{exc.strerror or exc}",
                                   hint="free disk space, or set INFBENCH_HOME to a writable folder") from None

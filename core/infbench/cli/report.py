@@ -28,23 +28,46 @@ from infbench.cli.common import (
 )
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import CompareFlags, ExportFlags, ReportFlags, checked
+from infbench.data.outputs import COMPARE_HTML, EXPORT_JSON, check_folder, check_output, json_text, write_output
+from infbench.data.paths import default_store_path
 from infbench.data.secrets import printable
+from infbench.quality.gate import parse_increase, with_gate
+from infbench.report.compare import (
+    COMPARED,
+    compare_precisions,
+    compare_rows,
+    load_imported,
+    load_side,
+    write_compare_html,
+)
+from infbench.report.data import (
+    LIB_CSV,
+    attach_perplexity,
+    device_label,
+    flat_row,
+    lib_csv,
+    lib_rows,
+    limits_resolver,
+    select_rows,
+)
+from infbench.report.html import write_report
+from infbench.report.imports.export import INFERENCEX_JSON, VLLM_BENCH_JSON, inferencex_rows, vllm_bench_results
+from infbench.report.serving import serving_html, steady_html, write_serving_figures
+from infbench.report.static import write_figures
+from infbench.report.tables import RESULTS_CSV, print_table, results_csv, results_json
+from infbench.store.quality import quality_results
 
 Opt = typer.Option
 ListOpt = list[str] | None
 
 
 def _filtered(store, run_id, model, device, engine):
-    from infbench.report.data import select_rows
-
     return select_rows(read_results(store, run_id=run_id), split(model, "--model"), split(device, "--device"),
                        split(engine, "--engine"))
 
 
 def _read_store(store_path, run_id):
     """The store opened read-only, or None when the default store does not exist yet."""
-    from infbench.data.paths import default_store_path
-
     check_run_id(run_id)
     if store_path is None and not default_store_path().exists():
         return None
@@ -84,9 +107,6 @@ def report(
     filters (device, engine, model, precision, batch, lengths, tp, run) and axis
     selectors. Example: `infbench report --out report && xdg-open report/index.html`.
     """
-    from infbench.data.outputs import check_folder
-    from infbench.report.data import flat_row, limits_resolver
-
     checked(ReportFlags, slo_ttft=slo_ttft, slo_tpot=slo_tpot, title=title)
     protect = store_paths(store_path)
     check_folder(out_dir, "--out", "a report", protect, files=["index.html"])
@@ -106,16 +126,10 @@ def report(
         raise typer.Exit(1)
     resolve = limits_resolver(plugin_manager())
     flat = [flat_row(r, resolve) for r in rows]
-    from infbench.quality.gate import parse_increase, with_gate
-    from infbench.report.data import attach_perplexity
-    from infbench.store.quality import quality_results
 
     gate = parse_increase(max_ppl_increase)
     with_ppl = attach_perplexity(flat, with_gate(quality_results(store, status="ok"), gate))
     try:
-        from infbench.report.html import write_report
-        from infbench.report.serving import serving_html, steady_html, write_serving_figures
-
         with writing(out_dir):
             page = write_report(flat, out_dir, title, slo_ttft * 1e3 if slo_ttft else None,
                                 slo_tpot * 1e3 if slo_tpot else None, extra_html=serving_html(rows, flat)
@@ -123,8 +137,6 @@ def report(
                                 ppl_gate=gate, protect=protect)
             figs = []
             if static:
-                from infbench.report.static import write_figures
-
                 figs = (write_figures(flat, out_dir / "figures", protect=protect)
                         + write_serving_figures(rows, flat, out_dir / "figures", protect=protect))
     except ImportError as exc:
@@ -168,11 +180,6 @@ def export(
     ok cells with a concurrency; `--format vllm-bench --out DIR` one `vllm bench serve`
     result JSON per ok serving cell. `infbench import` reads both back to the same figures.
     """
-    from infbench.data.outputs import EXPORT_JSON, check_folder, check_output, json_text, write_output
-    from infbench.report.data import LIB_CSV, lib_csv, lib_rows
-    from infbench.report.imports.export import INFERENCEX_JSON, VLLM_BENCH_JSON, inferencex_rows, vllm_bench_results
-    from infbench.report.tables import RESULTS_CSV, results_csv, results_json
-
     kind = {"json": EXPORT_JSON, "csv": RESULTS_CSV, "lib-csv": LIB_CSV,
             "inferencex": INFERENCEX_JSON}.get(fmt, RESULTS_CSV)  # fmt checked next
     protect = store_paths(store_path)
@@ -234,8 +241,7 @@ def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str,
         typer.Exit: 2 for an unknown axis or fronts that cannot be paired; 1 when no pair
             shares an interactivity.
     """
-    from infbench.analysis.frontier import AXES, compare, fronts
-    from infbench.report.data import device_label
+    from infbench.analysis.frontier import AXES, compare, fronts  # noqa: PLC0415 - name clash: compare
 
     if axis not in AXES:
         raise ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}")
@@ -311,15 +317,10 @@ def compare(
     `infbench compare --dtypes f16,q4_0 --max-ppl-increase 1%` (two precisions in the
     store: speed ratios and the perplexity change, flagged beyond 1 %).
     """
-    from infbench.report.compare import COMPARED, compare_precisions, compare_rows, load_side, write_compare_html
-    from infbench.report.tables import print_table
-
     pair = None
     protect = store_paths(store_path, *(s.split(":")[0] for s in (run_a, run_b) if s and ".db" in s))
     checked(CompareFlags, run_a=run_a, run_b=run_b, dtypes=dtypes, against=against)
     if html_out:
-        from infbench.data.outputs import COMPARE_HTML, check_output
-
         check_output(html_out, COMPARE_HTML, protect)
     if dtypes is not None:
         pair = split([dtypes], "--dtypes")
@@ -330,7 +331,6 @@ def compare(
                           hint="e.g. infbench compare 3f2a 9c1d, or infbench compare --dtypes f16,q4_0")
     if against is not None and (run_b is not None or dtypes is not None):
         raise ConfigError("--against replaces side B", hint="give A and --against, without B or --dtypes")
-    from infbench.quality.gate import parse_increase
 
     gate = parse_increase(max_ppl_increase)
     if run_a is not None:
@@ -339,8 +339,6 @@ def compare(
         la, a = str(open_store(store_path, readonly=True).path), None
     b: list[dict] | None
     if against is not None:
-        from infbench.report.compare import load_imported
-
         lb, b = load_imported(against, store_path)
     else:
         lb, b = load_side(run_b, store_path) if run_b is not None else (la, a)
@@ -349,8 +347,6 @@ def compare(
         _compare_frontier(a, b, la, lb, axis, as_json)
         return
     if pair is not None:
-        from infbench.store.quality import quality_results
-
         store = open_store(store_path, readonly=True)
         a = a if a is not None else store.results()
         b = b if b is not None else a

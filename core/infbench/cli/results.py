@@ -8,11 +8,30 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from rich.table import Table
 
+from infbench.analysis.frontier import AXES, DEFAULT_INTERACTIVITIES, fronts
 from infbench.cli.common import check_run_id, err, open_store, out, print_json, read_results
+from infbench.cli.serving_cmd import print_repeats, print_searches
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import ResultsFlags, checked
+from infbench.data.paths import default_store_path
+from infbench.quality.gate import parse_increase, with_gate
+from infbench.report.data import device_label
+from infbench.report.select import best as pick
+from infbench.report.tables import (
+    dicts_csv,
+    print_results,
+    quality_json,
+    quality_table,
+    results_csv,
+    results_json,
+    state_notes,
+    suspect_notes,
+    unexpected_notes,
+)
+from infbench.store.quality import quality_results
 
 Opt = typer.Option
 #: Values of ``--status``.
@@ -78,20 +97,9 @@ def results(
     JSON or CSV too); `--max-ppl-increase 1%` flags the precisions more than 1 % worse than
     their model's highest precision.
     """
-    from infbench.data.paths import default_store_path
-    from infbench.report.tables import (
-        print_results,
-        results_csv,
-        results_json,
-        state_notes,
-        suspect_notes,
-        unexpected_notes,
-    )
-
     if status is not None and status not in STATUSES:
         raise ConfigError(f"unknown status {status!r}", hint=f"use one of: {', '.join(STATUSES)}")
     check_run_id(run_id)
-    from infbench.quality.gate import parse_increase
 
     checked(ResultsFlags, fmt=fmt, status=status, max_ttft=max_ttft, max_tpot=max_tpot, max_e2e=max_e2e,
             percentile=percentile)
@@ -112,16 +120,12 @@ def results(
         _frontier(rows, axis, fmt)
         return
     if repeats or searches:
-        from infbench.cli.serving_cmd import print_repeats, print_searches
-
         (print_repeats if repeats else print_searches)(rows, fmt)
         return
     limits = {d.key: v for d, v in ((M.TTFT, max_ttft), (M.TPOT, max_tpot), (M.E2E, max_e2e)) if v is not None}
     if limits and not best:
         raise ConfigError("--max-ttft/--max-tpot/--max-e2e select with --best", hint="add --best")
     if best:
-        from infbench.report.select import best as pick
-
         try:
             rows = pick(rows, limits, percentile)
         except ValueError as exc:
@@ -151,10 +155,6 @@ def results(
             out.print(f"[magenta]{n_pred} predicted cell(s)[/]: not measured (an adaptive sweep's predictions; their "
                       "90 % intervals in --format json); --measured-only hides them, a plain run measures them")
     if fmt == "table" and not best and not run_id:  # measurements belong to no run
-        from infbench.quality.gate import with_gate
-        from infbench.report.tables import quality_table
-        from infbench.store.quality import quality_results
-
         q = quality_results(store, all_attempts=all_attempts, status=status)
         if q:
             out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
@@ -163,10 +163,6 @@ def results(
 def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
     """``results --frontier``: one front per (device, engine) as a table or JSON
     (:func:`infbench.analysis.frontier.fronts`)."""
-    from rich.table import Table
-
-    from infbench.analysis.frontier import AXES, DEFAULT_INTERACTIVITIES, fronts
-    from infbench.report.data import device_label
 
     if axis not in AXES:
         raise ConfigError(f"unknown --axis {axis!r}", hint=f"use one of: {', '.join(AXES)}")
@@ -199,10 +195,6 @@ def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
 
 def _quality(store, fmt: str, all_attempts: bool, status: str | None, gate: float | None) -> None:
     """``results --quality``: the perplexity measurements as a table, JSON or CSV."""
-    from infbench.quality.gate import with_gate
-    from infbench.report.tables import dicts_csv, quality_json, quality_table
-    from infbench.store.quality import quality_results
-
     rows = with_gate(quality_results(store, all_attempts=all_attempts, status=status), gate)
     if fmt == "json":
         print_json(quality_json(rows))

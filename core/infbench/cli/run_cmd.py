@@ -22,8 +22,22 @@ from infbench.cli.common import (
     writing,
 )
 from infbench.cli.flags import with_config_options
+from infbench.cli.progress import SweepProgress, first_run_note
+from infbench.cli.quality_cmd import perplexity_after_run
+from infbench.cli.serving_cmd import run_find_max
+from infbench.data import signals
+from infbench.data.outputs import WORKER_SPEC, check_folder, check_output, check_own_folder
 from infbench.data.run_config import RunConfig
+from infbench.data.signals import Terminated
 from infbench.data.version import __version__
+from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
+from infbench.detect.registry import registry
+from infbench.execution.bookkeeping import run_command
+from infbench.execution.orchestrator import head_start, prepare
+from infbench.execution.scenarios.adaptive_sweep import outline
+from infbench.execution.worker import event_line, run_worker
+from infbench.execution.worker import ingest as do_ingest
+from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
 from infbench.store import StoreError, describe_db_error
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -110,9 +124,6 @@ def run(**values: Any) -> None:
     """``infbench run``: its options are generated from :class:`~infbench.data.run_config.RunConfig`
     (:mod:`infbench.cli.flags`); the values become one configuration, and :func:`_run` plans
     and runs it."""
-    from infbench.data import signals
-    from infbench.data.outputs import WORKER_SPEC, check_output
-
     notes: list[str] = []
     config = RunConfig.from_flags(values, notes)
     if config.output.write_spec is not None:  # refused before anything is detected or planned
@@ -131,10 +142,6 @@ def _run(config: RunConfig, notes: list[str]) -> None:
     write a spec, print a dry run, or run the scenario on the chosen executor
     (:meth:`~infbench.execution.orchestrator.RunPlan.run`; the perplexity after it the same way)
     and print the summary."""
-    from infbench.data import signals
-    from infbench.detect.registry import registry
-    from infbench.execution.orchestrator import head_start, prepare
-
     reg = registry()
     head_start(config, reg)
     prep = prepare(config, reg)
@@ -166,8 +173,6 @@ def _run(config: RunConfig, notes: list[str]) -> None:
         err.print(f"[yellow]note:[/] {escape(n)}")
     store = store_for_writing(output.store)
     if prep.config.scenario.kind == "find_max":
-        from infbench.cli.serving_cmd import run_find_max
-
         run_find_max(prep, store, as_json)
         return
     if not as_json:
@@ -181,7 +186,6 @@ def _run(config: RunConfig, notes: list[str]) -> None:
         else:
             out.print(f"infbench {__version__}: {len(cells)} cell(s) on {dev.vendor} ({dev.model}){where}, "
                       f"store {store.path}")
-    from infbench.cli.progress import SweepProgress, first_run_note
 
     kind = "cpu" if all(p.device.kind == "cpu" for p in prep.plans) else "accelerator"
     observer = SweepProgress(cells, err, disable=as_json, device_kind=kind)  # one bar, its ETA, a line per cell
@@ -198,8 +202,6 @@ def _run(config: RunConfig, notes: list[str]) -> None:
         raise typer.Exit(signals.exit_status(exc)) from None
     quality = None
     if prep.config.scenario.kind == "perplexity":
-        from infbench.cli.quality_cmd import perplexity_after_run
-
         quality = perplexity_after_run(prep, store, as_json)
     _print_summary(store, summary, as_json, quality)
     first_run_note(store, summary, out, as_json)  # where results went, and the commands that show them
@@ -209,8 +211,6 @@ def _run(config: RunConfig, notes: list[str]) -> None:
 
 def _print_interrupted(store: Store, as_json: bool, exc: BaseException) -> None:
     """What an interrupted run kept: its status and counts (JSON with ``--json``)."""
-    from infbench.data.signals import Terminated
-
     why = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
     run_id = next(reversed(store.run_meta), None)
     counts = {"ok": 0, "failed": 0}
@@ -265,7 +265,6 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
         t = fleet.type_of(dev) if fleet is not None else None
         return [n.name() for n in t.nodes] if t is not None else []
 
-    from infbench.execution.scenarios.adaptive_sweep import outline
 
     if as_json:
         docs = [{"device": p.device.model_dump(), **({"nodes": nodes(p.device)} if fleet is not None else {}),
@@ -299,8 +298,6 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
 
 
 def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
-    from infbench.report.tables import print_results, quality_json, quality_table, results_json, suspect_notes
-
     try:
         rows = store.results(run_id=summary.run_id)
     except sqlite3.Error:
@@ -364,11 +361,6 @@ def worker(
     from an infbench with another store schema, one edited after it was written, or a
     folder holding files infbench did not write there is refused (exit 2).
     """
-    from infbench.data import signals
-    from infbench.data.outputs import check_folder, check_own_folder
-    from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
-    from infbench.execution.worker import event_line, run_worker
-
     def observer(event: Any) -> None:
         line = event_line(event)
         if line is not None:
@@ -398,9 +390,6 @@ def ingest(
     Cell ids and spec hashes are kept as the worker computed them, so the same workload
     run in another image or on another site compares cell by cell (`infbench compare`).
     """
-    from infbench.execution.bookkeeping import run_command
-    from infbench.execution.worker import ingest as do_ingest
-
     store = store_for_writing(store_path)
     try:
         res = do_ingest(out_dir, store, command=run_command())

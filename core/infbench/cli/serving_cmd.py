@@ -9,10 +9,14 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from infbench.cli.common import err, out, print_json, stdout_to_stderr
+from infbench.analysis.repeats import repeat_groups
+from infbench.analysis.slo_search import SloTarget, knee_text, searches
+from infbench.cli.common import ProgressObserver, err, need, out, print_json, stdout_to_stderr
 from infbench.data import metrics as M
 from infbench.data.secrets import printable
+from infbench.report.tables import repeats_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -25,9 +29,6 @@ def run_find_max(prep: Any, store: Store, as_json: bool) -> None:
     (:meth:`~infbench.execution.orchestrator.RunPlan.find_max`).
 
     Exits 3 when no probe passed because every probe failed, or nothing was measured."""
-    from infbench.analysis.slo_search import SloTarget, knee_text, searches
-    from infbench.cli.common import ProgressObserver
-
     sc = prep.config.scenario
     mode, goodput, probes = sc.mode, sc.goodput, sc.max_probes
     slo = SloTarget(ttft_s=prep.config.slo.ttft_s, tpot_s=prep.config.slo.tpot_s, goodput=goodput)
@@ -45,8 +46,6 @@ def run_find_max(prep: Any, store: Store, as_json: bool) -> None:
     if as_json:
         print_json({"run_id": summary.run_id, "status": summary.status, "store": str(store.path), "find_max": res})
     else:
-        from rich.table import Table
-
         t = Table(title=f"--find-max {mode}: goodput >= {goodput:g} with {slo.as_dict()}", header_style="bold")
         for c in ("load", "meets SLO", "passed", "TTFT p99 ms", "TPOT p99 ms", "server TTFT p50 ms", "saturation"):
             t.add_column(c, justify="left" if c == "saturation" else "right")
@@ -70,14 +69,9 @@ def run_find_max(prep: Any, store: Store, as_json: bool) -> None:
 
 def print_repeats(rows: list[dict[str, Any]], fmt: str) -> None:
     """``results --repeats``: :func:`~infbench.analysis.repeats.repeat_groups` as a table or JSON."""
-    from infbench.analysis.repeats import repeat_groups
-    from infbench.report.tables import repeats_table
-
     try:
         groups = repeat_groups(rows)
     except ImportError as exc:
-        from infbench.cli.common import need
-
         raise need("report", exc) from None
     if fmt == "json":
         print_json(groups)
@@ -89,9 +83,6 @@ def print_repeats(rows: list[dict[str, Any]], fmt: str) -> None:
 
 def print_searches(rows: list[dict[str, Any]], fmt: str) -> None:
     """``results --searches``: :func:`~infbench.analysis.slo_search.searches` as tables or JSON."""
-    from rich.table import Table
-
-    from infbench.analysis.slo_search import knee_text, searches
 
     found = searches(rows)
     if fmt == "json":

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data.errors import InfbenchError
+from infbench.data.outputs import terminal_text
 
 #: Default seconds a plugin's hook may take (``INFBENCH_PLUGIN_TIMEOUT_S`` overrides).
 DEFAULT_TIMEOUT_S = 30.0
@@ -148,8 +149,6 @@ def _capture(ident_box: list[int]) -> Iterator[dict[str, io.StringIO]]:
 def clean_output(text: str) -> str:
     """A hook's printed text as it may be shown: escape sequences and control characters
     removed, secrets redacted, cut to :data:`MAX_OUTPUT` characters."""
-    from infbench.data.outputs import terminal_text
-
     t = terminal_text(text).strip()
     return t[:MAX_OUTPUT] + ("..." if len(t) > MAX_OUTPUT else "")
 

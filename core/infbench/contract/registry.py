@@ -16,7 +16,7 @@ from __future__ import annotations
 from infbench.contract.manager import PluginManager
 from infbench.data.contract import ContainerSpec, DefaultSweepAnswer, DeviceState, as_model
 from infbench.data.engine import EngineSpec
-from infbench.data.errors import ConfigError, EngineUnavailable, suggest
+from infbench.data.errors import ConfigError, EngineUnavailable, InfbenchError, suggest
 from infbench.data.schema import PRECISIONS, DeviceBackends, DeviceInfo
 
 #: Server engine -> the in-process engine that loads the same model files and scores perplexity.
@@ -123,8 +123,6 @@ def default_sweep_answer(pm: PluginManager, device: DeviceInfo) -> tuple[Default
     """The first plugin answer to ``infbench_default_sweep(device)`` (validated into
     :class:`~infbench.data.contract.DefaultSweepAnswer`) and the plugin's name, or
     ``(None, "core")``. A plugin that raises or answers something invalid is skipped."""
-    from infbench.data.errors import InfbenchError
-
     for plugin, result, exc in pm.call_each("infbench_default_sweep", device=device):
         if exc is None and result is not None:
             try:

@@ -37,6 +37,7 @@ from typing import Any
 
 from infbench.data.errors import ConfigError, suggest
 from infbench.data.inputs import depth, finite_tree, key_line, line_col, read_bytes
+from infbench.data.paths import default_home
 
 #: Environment variable naming the site file (default ``$INFBENCH_HOME/site.toml``).
 SITE_ENV = "INFBENCH_SITE_CONFIG"
@@ -47,8 +48,6 @@ CORE_SECTIONS = {"containers": "mount_roots: folders whose symlinked cache folde
 
 def site_config_path() -> Path:
     """``$INFBENCH_SITE_CONFIG`` if set, else ``$INFBENCH_HOME/site.toml`` (``~/.infbench``)."""
-    from infbench.data.paths import default_home
-
     env = os.environ.get(SITE_ENV)
     return Path(env).expanduser() if env else default_home() / "site.toml"
 

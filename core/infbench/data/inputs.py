@@ -26,6 +26,7 @@ and checked by :func:`checked` before anything is read, stored or started.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -193,8 +194,6 @@ def check_utf8(path: str | Path, what: str, hint: str | None = None) -> None:
     Raises:
         ConfigError: ``FILE:LINE: not UTF-8 text (byte 0x.. at column C)``.
     """
-    import codecs
-
     dec = codecs.getincrementaldecoder("utf-8")()
     line, tail = 1, b""
     try:

@@ -518,7 +518,7 @@ def metric(key: str) -> MetricDef:
     try:
         return METRICS[key]
     except KeyError:
-        import difflib
+        import difflib  # noqa: PLC0415 - optional: inside try
 
         near = difflib.get_close_matches(key, list(METRICS), n=3)
         raise KeyError(f"no metric {key!r} in infbench.data.metrics"

@@ -49,6 +49,7 @@ from rich.text import Text
 
 from infbench.data.errors import ConfigError
 from infbench.data.secrets import REDACTED, printable, redact, redact_tree
+from infbench.data.version import __version__
 
 #: First bytes of an SQLite database file, and of its write-ahead log (either byte order).
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -317,8 +318,6 @@ def mark_folder(path: Path | str, what: str) -> None:
     Raises:
         OSError: the folder cannot be created or written.
     """
-    from infbench.data.version import __version__
-
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     if folder_mark(p) is not None:

@@ -40,6 +40,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
+from infbench.data.engine_options import parse_engine_args
 from infbench.data.errors import ConfigError
 from infbench.data.flags import FlagSpec, also, flag, flags_of, split_values
 from infbench.data.scenarios import (
@@ -630,8 +631,6 @@ class Flag:
             cast = {"list[int]": int, "list[float]": float}.get(t, str)
             items = split_values(raw, self.spec.name, cast)
             if self.field == "args":
-                from infbench.data.engine_options import parse_engine_args
-
                 return parse_engine_args(raw)
             return items
         if t == "path" and self.info.annotation is str:

@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from infbench.data.prompts import len_bounds
+
 #: Precision classes, independent of how an engine spells its dtype. Device plugins
 #: report these from ``infbench_supported_precisions``; engines map their own dtype
 #: names onto them (llama.cpp ``f16`` and transformers ``float16`` are both ``fp16``).
@@ -362,7 +364,6 @@ class Cell(BaseModel):
         ``input_len`` and ``output_len`` exactly, or their ``--len-range`` bounds."""
         if self.len_range is None:
             return (self.input_len, self.input_len), (self.output_len, self.output_len)
-        from infbench.data.prompts import len_bounds
 
         conv = self.len_range_convention or "inferencex"
         return (len_bounds(self.input_len, self.len_range, conv), len_bounds(self.output_len, self.len_range, conv))

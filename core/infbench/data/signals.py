@@ -24,9 +24,13 @@ out of a callback, it prints "Exception ignored" and drops it.
 from __future__ import annotations
 
 import _thread
+import asyncio
 import contextlib
+import ctypes
 import os
+import select
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -113,15 +117,11 @@ def on_hard_exit(fn: Callable[[], None]) -> Iterator[None]:
 
 def _main_state(ident: int) -> tuple[int, int] | None:
     """Where the main thread is in Python: its top frame and instruction, or None."""
-    import sys
-
     frame = sys._current_frames().get(ident)
     return None if frame is None else (id(frame), frame.f_lasti)
 
 
 def _hard_exit(code: int, why: str) -> None:
-    import sys
-
     for fn in list(_hard_exit_hooks):
         with contextlib.suppress(Exception):
             fn()
@@ -135,8 +135,6 @@ def _hard_exit(code: int, why: str) -> None:
 
 def _watch(fd: int, stop: threading.Event, grace_s: float, main_ident: int) -> None:
     """The watchdog's loop (see :func:`native_call_watchdog`)."""
-    import select
-
     ints, code, why = 0, 0, ""
     state, since, armed = None, 0.0, 0.0
     while not stop.is_set():
@@ -291,8 +289,6 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
         Terminated: SIGTERM came while the coroutine ran (whether or not it then finished).
         KeyboardInterrupt: Ctrl-C came while it ran (likewise).
     """
-    import asyncio
-
     if not _main_thread() or signal.getsignal(signal.SIGTERM) is not _raise_terminated:
         return run(coro)
     caught: list[int] = []
@@ -379,16 +375,12 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     Note: Linux sends the signal when the *thread* that started the child exits, so start
     long-lived children from the main thread (infbench starts servers there).
     """
-    import sys
-
     if not sys.platform.startswith("linux"):
         return list(argv)
     return [sys.executable, "-m", "infbench.data.signals", str(os.getpid()), "--", *argv]
 
 
 def _exec_with_parent_death(parent: int, argv: list[str]) -> None:
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")

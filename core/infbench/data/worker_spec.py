@@ -12,9 +12,10 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from infbench.data.errors import ConfigError, VersionSkew
+from infbench.data.inputs import read_text, strict_json
 from infbench.data.run_config import RunConfig
 from infbench.data.scenarios import ScenarioSpec, SweepScenario
-from infbench.data.schema import Cell, DeviceInfo, short_hash
+from infbench.data.schema import SWEEP_LIMITS, Cell, DeviceInfo, short_hash
 from infbench.data.secrets import URL_ENGINE_OPTIONS, redact_tree, redact_url
 from infbench.data.version import SCHEMA_VERSION, __version__
 
@@ -98,8 +99,6 @@ def spec_problems(spec: WorkerSpec) -> list[str]:
     ``workload_hash`` (or it has none), or a cell's size is beyond the bounds planning
     applies (:data:`~infbench.data.schema.SWEEP_LIMITS`). The model's context is checked
     where the model is resolved (:func:`infbench.plan.check_context`, by the worker)."""
-    from infbench.data.schema import SWEEP_LIMITS
-
     out = []
     if spec.workload_hash is None:
         out.append("it carries no workload_hash (written by hand, or by an older infbench)")
@@ -138,8 +137,6 @@ def read_spec(path: Path) -> WorkerSpec:
         ConfigError: unreadable or invalid file, or a spec its cells no longer match or
             beyond the plan's bounds (:func:`spec_problems`).
     """
-    from infbench.data.inputs import read_text, strict_json
-
     try:  # a regular file of bounded size (a FIFO would wait forever), strict JSON
         raw = strict_json(read_text(path, "worker spec", 256 << 20), str(path))
     except ConfigError as exc:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from infbench.contract.guard import PluginHookError
 from infbench.contract.manager import PluginManager
+from infbench.contract.site import unknown_sections
+from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo, impossible_device
 
 PCI_ROOT = "/sys/bus/pci/devices"
@@ -107,8 +109,6 @@ class Detection:
             ConfigError: when :attr:`config_errors` is not empty.
         """
         if self.config_errors:
-            from infbench.data.errors import ConfigError
-
             raise ConfigError("; ".join(self.config_errors),
                               hint="fix the site config (docs/plugins.md#site-configuration), or point "
                                    "INFBENCH_SITE_CONFIG at another file")
@@ -194,9 +194,6 @@ def detect(pm: PluginManager, pci_root: str | Path = PCI_ROOT) -> Detection:
 def _site_problems(pm: PluginManager) -> list[str]:
     """The site config's problems: unreadable, or tables no plugin (installed, disabled or
     broken) nor the core reads; a vendor known by PCI id gets the package to install."""
-    from infbench.contract.site import unknown_sections
-    from infbench.data.errors import ConfigError
-
     known = set(getattr(pm, "infos", {}) or {})
     try:
         problems = unknown_sections(known)

@@ -18,12 +18,14 @@ A ``devices.yaml`` is a list of DeviceSpec fields::
 from __future__ import annotations
 
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from infbench.contract.manager import PluginManager
+from infbench.data.contract import DeviceLimits, as_model
 from infbench.data.errors import ConfigError, suggest
 from infbench.data.inputs import integer, node_line, number, read_text, strict_yaml_nodes
 from infbench.data.schema import DeviceInfo, DeviceSpec
@@ -172,8 +174,6 @@ def device_limits(pm: PluginManager, device: DeviceInfo) -> dict | None:
     Raises:
         ConfigError: a plugin's answer that is not a valid :class:`~infbench.data.contract.DeviceLimits`.
     """
-    from infbench.data.contract import DeviceLimits, as_model
-
     info = as_model(DeviceLimits, pm.hook.infbench_device_info(device=device), "infbench_device_info")
     return info.as_info() if info is not None else None
 
@@ -188,6 +188,4 @@ def packaged_specs(package: str, filename: str = "devices.yaml") -> tuple[Device
     Raises:
         ConfigError: see :func:`load_device_specs`.
     """
-    from importlib.resources import files
-
     return tuple(load_device_specs(Path(str(files(package) / filename))))

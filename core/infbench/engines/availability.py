@@ -26,6 +26,7 @@ import importlib.metadata as md
 import importlib.util
 import os
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -33,8 +34,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infbench.contract.registry import device_backends
+from infbench.contract.registry import container_spec, device_backends, engine_specs
+from infbench.data.errors import InfbenchError
 from infbench.data.schema import DeviceBackends, DeviceInfo
+from infbench.runtimes import detect_container_runtime
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -269,8 +272,6 @@ def compile_probe() -> dict[str, Any]:
     Returns:
         ``{"compiler": path of cc/gcc/clang or None, "triton": triton's version or None}``.
     """
-    import shutil
-
     compiler = next((p for p in (os.environ.get("CC"), shutil.which("cc"), shutil.which("gcc"), shutil.which("clang"))
                      if p), None)
     _, triton = distribution_of("triton")
@@ -390,16 +391,12 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
     one (``infbench_container_spec``), a container runtime answers (a Docker engine, else
     apptainer; or the one ``container_runtime`` names) and the image is built with this
     store schema. None when the plugin has no image for the engine."""
-    from infbench.contract.registry import container_spec
-    from infbench.data.errors import InfbenchError
-
     try:
         spec = container_spec(pm, device, engine)
     except Exception:  # noqa: BLE001 - a broken plugin answer is no image
         spec = None
     if spec is None:
         return None
-    from infbench.runtimes import detect_container_runtime
 
     image = spec.image
     build = f"infbench containers build --vendor {device.vendor}"
@@ -422,8 +419,6 @@ def image_support(pm: PluginManager, device: DeviceInfo, engine: str, container_
 def engine_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """Every registered engine that lists ``device``'s vendor among its platforms, with
     its support here (``infbench detect``), in registry order."""
-    from infbench.contract.registry import engine_specs
-
     backends = device_backends(pm, device)
     return [engine_support(s, device, backends) for s in engine_specs(pm).values() if device.vendor in s.platforms]
 
@@ -432,8 +427,6 @@ def image_table(pm: PluginManager, device: DeviceInfo) -> list[EngineSupport]:
     """The device plugin's worker images (``infbench_container_spec``), one row per image
     with the engines it runs (``engine`` holds them, comma-separated) and whether it is
     built and a runtime answers here."""
-    from infbench.contract.registry import container_spec, engine_specs
-
     by_image: dict[str, list[str]] = {}
     for name, spec in engine_specs(pm).items():
         if device.vendor not in spec.platforms:

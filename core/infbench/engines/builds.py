@@ -21,8 +21,10 @@ import importlib.metadata as md
 import json
 import re
 from functools import lru_cache
+from importlib import resources
 from typing import Any
 
+from infbench.engines.availability import MISSING
 from infbench.libs.llama import LLAMA_CPP_INSTALL
 
 #: ggml ``system_info`` entries every x86-64 build of interest has, left out of the feature lists.
@@ -98,8 +100,6 @@ def build_label(b: dict[str, Any]) -> str:
 def measured() -> dict[str, Any] | None:
     """The package's copy of ``benchmarks/results/engine_builds.json`` (see the module doc),
     or None when it is missing or unreadable."""
-    from importlib import resources
-
     try:
         return json.loads((resources.files("infbench") / "data" / MEASURED_FILE).read_text())
     except (OSError, ValueError):
@@ -152,8 +152,6 @@ def annotate(device: Any, supports: list[Any]) -> None:
     with its measured time as its fix (:func:`upgrade_note`). Other devices and engines are
     left as they are. ``supports``: :class:`~infbench.engines.availability.EngineSupport`
     items. Never raises."""
-    from infbench.engines.availability import MISSING
-
     if getattr(device, "vendor", None) != "cpu":
         return
     for s in supports:

@@ -6,15 +6,24 @@ receives the engine's typed options model (plugin contract 2.0)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from infbench.contract.hookspecs import hookimpl
 from infbench.data.engine import Engine, EngineSpec
 from infbench.data.schema import DeviceInfo
 from infbench.engines.gguf_dummy import GGUF_DTYPES
-from infbench.engines.llama_cpp_engine import check_llama_cpp
-from infbench.engines.llama_server import check_llama_server
-from infbench.engines.mii_engine import MII_DTYPES, check_mii, check_mii_server
-from infbench.engines.openai import check_openai
-from infbench.engines.optimum_habana_engine import OPTIMUM_HABANA_DTYPES, check_optimum_habana
+from infbench.engines.llama_cpp_engine import LlamaCppEngine, check_llama_cpp
+from infbench.engines.llama_server import LlamaServerEngine, check_llama_server
+from infbench.engines.mii_engine import (
+    MII_DTYPES,
+    MiiEngine,
+    MiiServerEngine,
+    check_mii,
+    check_mii_server,
+    native_options,
+)
+from infbench.engines.openai import OpenAIEngine, check_openai
+from infbench.engines.optimum_habana_engine import OPTIMUM_HABANA_DTYPES, OptimumHabanaEngine, check_optimum_habana
 from infbench.engines.options import (
     LlamaCppOptions,
     LlamaServerOptions,
@@ -25,9 +34,9 @@ from infbench.engines.options import (
     TransformersOptions,
     VllmOptions,
 )
-from infbench.engines.sglang_server import SGLANG_DTYPES, check_sglang
-from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, check_transformers
-from infbench.engines.vllm_engine import VLLM_DTYPES, check_vllm, check_vllm_server
+from infbench.engines.sglang_server import SGLANG_DTYPES, SglangServerEngine, check_sglang
+from infbench.engines.transformers_engine import TRANSFORMERS_DTYPES, TransformersEngine, check_transformers
+from infbench.engines.vllm_engine import VLLM_DTYPES, VllmEngine, VllmServerEngine, check_vllm, check_vllm_server
 from infbench.libs.llama import LLAMA_CPP_INSTALL
 from infbench.quality.quantize import QUANT_TYPES
 
@@ -37,33 +46,23 @@ LLAMA_CPP_DTYPES = {**GGUF_DTYPES, **{k: p for k, (_, p) in QUANT_TYPES.items() 
 
 
 def _llama_cpp(device: DeviceInfo, options: LlamaCppOptions) -> Engine:
-    from infbench.engines.llama_cpp_engine import LlamaCppEngine
-
     return LlamaCppEngine(device, options)
 
 
 def _openai(device: DeviceInfo, options: OpenAIOptions) -> Engine:
-    from infbench.engines.openai import OpenAIEngine
-
     return OpenAIEngine(device, options)
 
 
 def _llama_server(device: DeviceInfo, options: LlamaServerOptions) -> Engine:
-    from infbench.engines.llama_server import LlamaServerEngine
-
     return LlamaServerEngine(device, options)
 
 
 def _vllm(device: DeviceInfo, options: VllmOptions) -> Engine:
-    from infbench.engines.vllm_engine import VllmEngine
-
     return VllmEngine(device, options)
 
 
 def _vllm_engine_args() -> list[str]:
     """The field names of ``vllm.EngineArgs`` (what ``--engine-arg`` passes to vLLM)."""
-    import dataclasses
-
     try:
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:
@@ -72,50 +71,36 @@ def _vllm_engine_args() -> list[str]:
 
 
 def _vllm_server(device: DeviceInfo, options: VllmOptions) -> Engine:
-    from infbench.engines.vllm_engine import VllmServerEngine
-
     return VllmServerEngine(device, options)
 
 
 def _transformers(device: DeviceInfo, options: TransformersOptions) -> Engine:
-    from infbench.engines.transformers_engine import TransformersEngine
-
     return TransformersEngine(device, options)
 
 
 def _mii(device: DeviceInfo, options: MiiOptions) -> Engine:
-    from infbench.engines.mii_engine import MiiEngine
-
     return MiiEngine(device, options)
 
 
 def _mii_options() -> list[str]:
-    from infbench.engines.mii_engine import native_options
-
     return native_options()
 
 
 def _mii_server(device: DeviceInfo, options: ServerOptions) -> Engine:
-    from infbench.engines.mii_engine import MiiServerEngine
-
     return MiiServerEngine(device, options)
 
 
 def _sglang_server(device: DeviceInfo, options: ServerOptions) -> Engine:
-    from infbench.engines.sglang_server import SglangServerEngine
-
     return SglangServerEngine(device, options)
 
 
 def _sglang_options() -> list[str]:
-    from infbench.engines.sglang_server import native_options
+    from infbench.engines.sglang_server import native_options  # noqa: PLC0415 - name clash: native_options
 
     return native_options()
 
 
 def _optimum_habana(device: DeviceInfo, options: OptimumHabanaOptions) -> Engine:
-    from infbench.engines.optimum_habana_engine import OptimumHabanaEngine
-
     return OptimumHabanaEngine(device, options)
 
 

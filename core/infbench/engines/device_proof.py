@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from infbench.data.errors import DeviceMismatch, describe_error
+from infbench.engines.availability import device_label, ggml_backend_of, names_match
 
 _LAYER = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
@@ -109,8 +110,6 @@ def check_ggml_placement(engine: str, device: Any, backends: Any, placement: dic
     Raises:
         DeviceMismatch: layers elsewhere, an unexpected GPU buffer, or another GPU model.
     """
-    from infbench.engines.availability import device_label, ggml_backend_of, names_match
-
     label = device_label(device)
     layers, off, buffers = placement["layers"], placement["offloaded"], placement["buffers"]
     gpu = device.kind != "cpu"

@@ -29,6 +29,7 @@ construction (rotary frequencies) are left as the model made them, on the device
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,8 +44,6 @@ def no_init_weights() -> Iterator[None]:
     """transformers' ``no_init_weights`` context (``transformers.initialization`` since 5.0,
     ``transformers.modeling_utils`` before): model construction allocates parameters
     without initialising them."""
-    import importlib
-
     try:
         ctx = importlib.import_module("transformers.initialization").no_init_weights
     except (ImportError, AttributeError):  # transformers 4.x

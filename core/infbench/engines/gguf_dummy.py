@@ -14,6 +14,7 @@ Tensor names follow llama.cpp's ``gguf-py/gguf/constants.py`` (``blk.N.attn_q`` 
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -100,8 +101,6 @@ def dummy_text(text: str, vocab_size: int) -> str:
     (same word, same ``i``; CRC32 of the word), so it is one token per word for the dummy
     GGUF and the dummy HF tokenizer alike. Line breaks become spaces (a word at the start
     of a line would lose SPM's ``▁`` prefix and cost three tokens)."""
-    import zlib
-
     k = dummy_words(vocab_size)
     return " ".join(f"t{zlib.crc32(w.encode()) % k}" for w in text.split())
 

@@ -31,6 +31,7 @@ from infbench.data.models import ModelShape
 from infbench.data.schema import short_hash
 from infbench.engines.dummy_weights import INIT_STD as DUMMY_STD
 from infbench.engines.dummy_weights import fill_block, random_block
+from infbench.engines.hf_dummy import write_dummy_hf_dir
 
 #: Bump when the written files change, so cached checkpoints are rewritten (2: the block fill).
 WRITER_VERSION = 2
@@ -89,7 +90,6 @@ def write_checkpoint(m: ModelShape, dtype: str, out: Path, shard_bytes: int = SH
     import torch
     from safetensors.torch import save_file
 
-    from infbench.engines.hf_dummy import write_dummy_hf_dir
 
     tdtype = getattr(torch, dtype, None)
     if not isinstance(tdtype, torch.dtype):

@@ -27,6 +27,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from infbench.contract.site import site_location, site_section
 from infbench.data.errors import ConfigError
 
 #: The site table the core reads for the server binary.
@@ -50,8 +51,6 @@ def configured_binary(option: str | None) -> tuple[Path, str] | None:
         ConfigError: the named file does not exist or is not executable, or the site's
             ``binary`` is not a string.
     """
-    from infbench.contract.site import site_location, site_section
-
     if option:
         path, source = Path(option).expanduser(), "engine argument server_binary"
     else:

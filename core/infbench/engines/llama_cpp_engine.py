@@ -23,12 +23,23 @@ import numpy as np
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.engine_options import LlamaCppOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.paths import default_home
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.data.signals import c_callback
 from infbench.engines import availability as av
-from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, ggml_backend_of, ggml_probe, local_only
+from infbench.engines.availability import (
+    UNSUPPORTED,
+    USABLE,
+    EngineSupport,
+    device_label,
+    ggml_backend_of,
+    ggml_probe,
+    local_only,
+)
+from infbench.engines.builds import llama_cpp_build
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
 from infbench.libs.llama import Batch, backend, default_threads, load_lines
+from infbench.quality.quantize import derive
 
 
 class LlamaCppEngine(Engine):
@@ -73,7 +84,6 @@ class LlamaCppEngine(Engine):
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}",
                                   hint="convert it with llama.cpp's convert_hf_to_gguf.py, or use a zoo name")
-            from infbench.quality.quantize import derive
 
             # The file itself at its own dtype (q4_1...), else that precision derived from it.
             path = derive(m.path, group.dtype).path
@@ -82,7 +92,6 @@ class LlamaCppEngine(Engine):
                 raise ConfigError(f"llama.cpp dtype {group.dtype!r} unknown for dummy weights",
                                   hint=f"use one of {', '.join(GGUF_DTYPES)}, or a real .gguf --model for "
                                        "k-quants (q4_k_m, q2_k...)")
-            from infbench.data.paths import default_home
 
             path = dummy_gguf_path(m, group.dtype, default_home() / "cache" / "gguf")
         backend(L)
@@ -99,7 +108,7 @@ class LlamaCppEngine(Engine):
         self.model_file = str(path)
         self.n_vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(self.model))
         self.threads = int(self.options.n_threads or default_threads())
-        from infbench.quality.sample import llama_cpp_sample, weights_record, with_sample
+        from infbench.quality.sample import llama_cpp_sample, weights_record, with_sample  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = with_sample(weights_record(m, path), lambda: llama_cpp_sample(L, self.model, self.threads))
 
@@ -112,8 +121,6 @@ class LlamaCppEngine(Engine):
                 device's ggml backend (before loading), or ``n_gpu_layers`` > 0 asked for a
                 CPU device of a build that would honour it.
         """
-        from infbench.engines.availability import device_label
-
         g = ggml_probe()
         label = device_label(self.device)
         asked = self.options.n_gpu_layers
@@ -132,7 +139,6 @@ class LlamaCppEngine(Engine):
             raise DeviceMismatch(self.name, label, f"llama-cpp-python {g['version']} was built without GPU offload "
                                  f"(llama_supports_gpu_offload() is False; ggml backends: "
                                  f"{', '.join(g['backends']) or 'CPU'}), so n_gpu_layers is ignored", "the CPU", fix)
-        from infbench.engines.availability import ggml_backend_of
 
         if g["devices"] and not any(ggml_backend_of(d["name"]) in b.ggml for d in g["devices"]):
             raise DeviceMismatch(self.name, label, f"llama-cpp-python {g['version']} has no {'/'.join(b.ggml)} device "
@@ -148,7 +154,7 @@ class LlamaCppEngine(Engine):
         Raises:
             DeviceMismatch: see :func:`infbench.engines.device_proof.check_ggml_placement`.
         """
-        from infbench.engines.device_proof import check_ggml_placement, ggml_placement
+        from infbench.engines.device_proof import check_ggml_placement, ggml_placement  # noqa: PLC0415 - start-up: not loaded by detect
 
         desc = {d["name"]: d["description"] for d in ggml_probe()["devices"]}
         proof = check_ggml_placement(self.name, self.device, self.backends, ggml_placement("\n".join(self.load_log)),
@@ -234,7 +240,6 @@ class LlamaCppEngine(Engine):
         :func:`infbench.engines.builds.llama_cpp_build`), threads, the GGUF used."""
         import llama_cpp
 
-        from infbench.engines.builds import llama_cpp_build
 
         return {"name": self.name, "versions": {"llama_cpp_python": llama_cpp.__version__},
                 "build": llama_cpp_build(),

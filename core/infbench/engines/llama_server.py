@@ -15,17 +15,22 @@ from typing import Any
 
 from infbench.data.engine_options import LlamaServerOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.paths import default_home
 from infbench.data.schema import DeviceBackends, DeviceInfo
 from infbench.engines import availability as av
+from infbench.engines import llama_bundle as lb
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
+    device_label,
     ggml_backend_of,
     local_only,
 )
-from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path
+from infbench.engines.builds import xllamacpp_build
+from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path, dummy_text
 from infbench.engines.server_process import ManagedServerEngine, slots_needed
+from infbench.quality.quantize import derive
 
 
 class LlamaServerEngine(ManagedServerEngine):
@@ -46,8 +51,6 @@ class LlamaServerEngine(ManagedServerEngine):
                 match it (:func:`~infbench.engines.llama_bundle.read_manifest`).
             EngineUnavailable: no binary and no xllamacpp.
         """
-        from infbench.engines import llama_bundle as lb
-
         found = lb.configured_binary(self.options.server_binary)
         self.binary = found
         self.bundle = lb.read_manifest(found[0]) if found else None
@@ -58,13 +61,11 @@ class LlamaServerEngine(ManagedServerEngine):
                 raise EngineUnavailable("the llama.cpp-server engine needs xllamacpp or a llama-server binary",
                                         hint="pip install xllamacpp (an infbench dependency: reinstall infbench), or "
                                              "--engine-arg server_binary=PATH") from exc
-        from infbench.data.paths import default_home
 
         m = group.model
         if m.path:
             if not m.path.endswith(".gguf"):
                 raise ConfigError(f"llama.cpp needs a .gguf file, got {m.path}")
-            from infbench.quality.quantize import derive
 
             path = str(derive(m.path, group.dtype).path)  # the file at its own dtype, else derived from it
         else:
@@ -95,7 +96,7 @@ class LlamaServerEngine(ManagedServerEngine):
         if self.options.served_model is None:
             self.options = self.options.model_copy(update={"served_model": path})
         self.parallel = parallel
-        from infbench.quality.sample import weights_record
+        from infbench.quality.sample import weights_record  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = weights_record(m, path)
         super().start(group)
@@ -109,7 +110,6 @@ class LlamaServerEngine(ManagedServerEngine):
         """
         if self.device.kind == "cpu":
             return
-        from infbench.engines.availability import device_label
 
         s = check_llama_server(self.device, self.backends, self.options.server_binary)
         if not s.usable:
@@ -123,7 +123,7 @@ class LlamaServerEngine(ManagedServerEngine):
         Raises:
             DeviceMismatch: see :func:`infbench.engines.device_proof.check_ggml_placement`.
         """
-        from infbench.engines.device_proof import check_ggml_placement, ggml_placement
+        from infbench.engines.device_proof import check_ggml_placement, ggml_placement  # noqa: PLC0415 - start-up: not loaded by detect
 
         log = self.server.log_path.read_text(errors="replace") if self.server else ""
         placement = ggml_placement(log)
@@ -139,7 +139,6 @@ class LlamaServerEngine(ManagedServerEngine):
         m = self._model or getattr(getattr(self, "group", None), "model", None)
         if m is None or m.path:
             return text
-        from infbench.engines.gguf_dummy import dummy_text
 
         return dummy_text(text, m.vocab)
 
@@ -158,7 +157,6 @@ class LlamaServerEngine(ManagedServerEngine):
         else:
             import xllamacpp
 
-            from infbench.engines.builds import xllamacpp_build
 
             d["versions"]["xllamacpp"] = xllamacpp.__version__
             d["build"] = xllamacpp_build()
@@ -179,7 +177,6 @@ def check_llama_server(device: DeviceInfo, backends: DeviceBackends | None,
     if refused:
         return refused
     assert backends is not None  # local_only refused a missing declaration
-    from infbench.engines import llama_bundle as lb
 
     try:
         found = lb.configured_binary(server_binary)
@@ -205,8 +202,6 @@ def check_server_binary(binary, backends: DeviceBackends) -> EngineSupport:
     :func:`~infbench.engines.llama_bundle.server_env` (its libraries load) and, for the CUDA
     backend, the driver's ``libcuda.so.1`` loads here; its bundle manifest (if any) names the
     build. Which GPU it sees is proven per group from its log (:meth:`LlamaServerEngine.verify_device`)."""
-    from infbench.engines import llama_bundle as lb
-
     ok, version = lb.binary_version(binary)
     if not ok:
         return EngineSupport("llama.cpp-server", UNSUPPORTED, f"{binary} does not run: {version}",

@@ -49,14 +49,20 @@ them (CPU torch); the calls are checked against its real signatures and pydantic
 from __future__ import annotations
 
 import importlib.metadata as md
+import importlib.util
+import json
+import queue
 import re
 import sys
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.engine_options import MiiOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.paths import default_home
 from infbench.data.schema import Cell, RequestRecord
 from infbench.engines.availability import (
     UNSUPPORTED,
@@ -68,6 +74,7 @@ from infbench.engines.availability import (
     torch_backend_problem,
     torch_probe,
 )
+from infbench.engines.gguf_dummy import dummy_text
 from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine
 
 BATCH, SERVER = "deepspeed-mii", "deepspeed-mii-server"
@@ -163,11 +170,8 @@ def model_folder(group) -> tuple[str, bool]:
         ConfigError: a ``.gguf`` file, a folder whose ``torch_dtype`` is not the group's
             dtype, or a model with no zoo shape.
     """
-    import json
-    from pathlib import Path
 
-    from infbench.data.paths import default_home
-    from infbench.engines.hf_checkpoint import dummy_checkpoint
+    from infbench.engines.hf_checkpoint import dummy_checkpoint  # noqa: PLC0415 - start-up: not loaded by detect
 
     m = group.model
     if group.dtype not in MII_DTYPES:
@@ -262,7 +266,7 @@ class MiiEngine(Engine):
         self.kwargs = pipeline_kwargs(group, self.options.given())
         self.path, _ = model_folder(group)
         self.pipe = mii.pipeline(self.path, **self.kwargs)
-        from infbench.quality.sample import weights_record
+        from infbench.quality.sample import weights_record  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = weights_record(group.model)
 
@@ -299,9 +303,6 @@ class MiiEngine(Engine):
                 destroyed and the group's later cells fail with EngineUnavailable.
             EngineUnavailable: the pipeline was destroyed by an earlier timeout.
         """
-        import queue
-        import threading
-
         import torch
         from mii.batching.data_classes import RequestBatch
         from mii.constants import GenerationFinishReason
@@ -375,8 +376,6 @@ def server_argv(path: str, port: int, tp: int, length: int, deployment: str) -> 
 def mii_log_device(log: str) -> dict[str, Any]:
     """The wrapper's device line (``infbench-mii-device: {...}``, JSON) and every
     accelerator DeepSpeed said it set (``Setting ds_accelerator to cuda``) in a server log."""
-    import json
-
     m = _WRAPPER.findall(log)
     return {"wrapper": json.loads(m[-1]) if m else None, "ds_accelerators": _DS_ACCEL.findall(log)}
 
@@ -401,8 +400,6 @@ class MiiServerEngine(ManagedServerEngine):
             DeviceMismatch: the device is not a CUDA GPU this torch sees.
             ConfigError: token-id prompts, or a model/dtype MII cannot run.
         """
-        import importlib.util
-
         if (self.options.prompt_format or "text") != "text":
             raise ConfigError("MII's OpenAI server takes text prompts only (it forwards them as strings)",
                               hint="drop --prompt-format (text is the default for deepspeed-mii-server)")
@@ -417,7 +414,7 @@ class MiiServerEngine(ManagedServerEngine):
         self.metrics_url = None                  # MII serves no Prometheus metrics
         # MII's /v1/completions checks model == --model
         self.options = self.options.model_copy(update={"served_model": self.path})
-        from infbench.quality.sample import weights_record
+        from infbench.quality.sample import weights_record  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = weights_record(group.model)
         super().start(group)
@@ -428,7 +425,6 @@ class MiiServerEngine(ManagedServerEngine):
         m = self._model or getattr(getattr(self, "group", None), "model", None)
         if m is None or m.path:
             return text
-        from infbench.engines.gguf_dummy import dummy_text
 
         return dummy_text(text, m.vocab)
 

@@ -35,21 +35,21 @@ import math
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from infbench.data import metrics as M
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.engine_options import OpenAIOptions
-from infbench.data.errors import ConfigError, EngineUnavailable
-from infbench.data.prompts import synthetic_prompts
+from infbench.data.errors import CellTimeout, ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.prompts import range_lengths, synthetic_prompts
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, Load, RequestRecord
 from infbench.data.secrets import clean_text, redact_url, remember_options, url_secrets
 from infbench.data.signals import run_event_loop
 from infbench.data.warmup import block_cell
-from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport
+from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, device_label
 from infbench.measure.client import HttpClient, Response, endpoint_url, stream_event_limit
-from infbench.measure.derive import failure_causes
+from infbench.measure.derive import failure_causes, release_lags_s, summarize
 from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
 from infbench.workloads.synthetic import synthetic_text
 
@@ -377,8 +377,6 @@ def unsent_after_timeout(cell: Cell, load: Load, prompts: list[Any], records: li
             records, the batch) were never sent: the cell is stored failed, naming how many
             and why, never ``ok`` with part of its requests.
     """
-    from infbench.data.errors import CellTimeout
-
     timed = len(prompts) - load.warmup_requests if load.mode == "trace" else (
         cell.batch if load.mode == "batch" else load.num_requests)
     sessions = {r.session for r in records if r.session is not None}
@@ -459,7 +457,7 @@ class OpenAIEngine(Engine):
         if self.endpoint not in ("completions", "chat"):
             raise ConfigError(f"unknown endpoint {self.endpoint!r}", hint="use completions or chat")
         if self.options.tokenizer:
-            from infbench.workloads.tokenizer import tokenizer_text
+            from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
             tokenizer_text(str(self.options.tokenizer))          # a bad --tokenizer fails here, clearly
         self.group = group
@@ -474,9 +472,6 @@ class OpenAIEngine(Engine):
             DeviceMismatch: the cells are planned on a local device.
         """
         if self.device.kind != "remote":
-            from infbench.data.errors import DeviceMismatch
-            from infbench.engines.availability import device_label
-
             raise DeviceMismatch(self.name, device_label(self.device), f"{self.public_url} is an endpoint infbench "
                                  "did not start; its own hardware serves it", f"the endpoint {self.public_url}",
                                  "run it as a remote device: --engine openai --base-url URL")
@@ -545,12 +540,12 @@ class OpenAIEngine(Engine):
 
     def prompt_maker(self, model) -> Any:
         """The :class:`~infbench.workloads.prompt.PromptMaker` for this server's prompts."""
-        from infbench.workloads.prompt import PromptMaker
+        from infbench.workloads.prompt import PromptMaker  # noqa: PLC0415 - start-up: not loaded by detect
 
         fmt = self.prompt_format(model)
         tok = None
         if self.options.tokenizer and fmt == "text":
-            from infbench.workloads.tokenizer import tokenizer_text
+            from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
             tok = tokenizer_text(str(self.options.tokenizer))
         return PromptMaker(fmt, vocab_size=model.config.get("vocab_size"), tokenizer=tok, text_map=self.map_text)
@@ -577,8 +572,6 @@ class OpenAIEngine(Engine):
         fmt = self.prompt_format(model)
         seed = cell_prompt_seed(cell, self._sent.get(cell.spec_hash(), 0))
         if cell.len_range:  # each request its own lengths (--len-range)
-            from infbench.data.prompts import range_lengths
-
             ins, outs = range_lengths(n, cell.input_len, cell.output_len, cell.len_range,
                                       cell.len_range_convention or "inferencex", seed)
             return self.prompt_maker(model).ranged(ins, outs, seed)
@@ -592,9 +585,7 @@ class OpenAIEngine(Engine):
         return [self.map_text(t) for t in synthetic_text(n, cell.input_len, seed)]
 
     def _dataset_prompts(self, cell: Cell) -> list[Any]:
-        from dataclasses import replace
-
-        from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
+        from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter  # noqa: PLC0415 - start-up: not loaded by detect
 
         d = cell.dataset
         assert d is not None  # called for a dataset cell only
@@ -614,8 +605,8 @@ class OpenAIEngine(Engine):
         return [replace(r, messages=msgs(r.messages)) for r in chat_requests(*args)]
 
     def _trace_prompts(self, cell: Cell, load: Load, model) -> list[Any]:
-        from infbench.workloads.chat import file_digest
-        from infbench.workloads.trace import TraceRequest, read_trace, select
+        from infbench.workloads.chat import file_digest  # noqa: PLC0415 - start-up: not loaded by detect
+        from infbench.workloads.trace import TraceRequest, read_trace, select  # noqa: PLC0415 - start-up: not loaded by detect
 
         tr = cell.trace
         assert tr is not None  # called for a trace cell only
@@ -651,7 +642,7 @@ class OpenAIEngine(Engine):
     def payload(self, cell: Cell, prompt: Any, stream: bool = True) -> dict[str, Any]:
         """The JSON body of one request (streamed with usage requested unless ``stream`` is
         False, greedy, forced length: ``cell.output_len``, or the prompt's own)."""
-        from infbench.workloads.chat import ChatRequest
+        from infbench.workloads.chat import ChatRequest  # noqa: PLC0415 - start-up: not loaded by detect
 
         if hasattr(prompt, "materialize"):
             prompt = prompt.materialize()
@@ -748,7 +739,7 @@ class OpenAIEngine(Engine):
         return warnings
 
     async def _run(self, cell: Cell, load: Load, prompts: list[Any], stats: LoadStats) -> list[RequestRecord]:
-        from infbench.workloads.chat import ChatSession
+        from infbench.workloads.chat import ChatSession  # noqa: PLC0415 - start-up: not loaded by detect
 
         chat = self._chat(cell)
         stream = load.stream is not False
@@ -767,11 +758,11 @@ class OpenAIEngine(Engine):
             if n_in is None and isinstance(p, list) and p and isinstance(p[0], int):
                 n_in = len(p)
             if n_in is None and chat and self.options.tokenizer and "messages" in body:
-                from infbench.workloads.tokenizer import tokenizer_text
+                from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
                 n_in = tokenizer_text(str(self.options.tokenizer)).chat_count(body["messages"])
             elif n_in is None and self.options.tokenizer and isinstance(body.get("prompt"), str):
-                from infbench.workloads.tokenizer import tokenizer_text
+                from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
                 n_in = tokenizer_text(str(self.options.tokenizer)).count(body["prompt"])
             data = json.dumps(body).encode()
@@ -819,7 +810,7 @@ class OpenAIEngine(Engine):
                 body = self.payload(cell, _Messages(tuple(history), n_out), stream)
                 n_in = None
                 if self.options.tokenizer:
-                    from infbench.workloads.tokenizer import tokenizer_text
+                    from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
                     n_in = tokenizer_text(str(self.options.tokenizer)).chat_count(history)
                 req = client.request_bytes("POST", target, json.dumps(body).encode())
@@ -892,7 +883,7 @@ class OpenAIEngine(Engine):
 
     def _count_text(self, text: str) -> int:
         if self.options.tokenizer:
-            from infbench.workloads.tokenizer import tokenizer_text
+            from infbench.workloads.tokenizer import tokenizer_text  # noqa: PLC0415 - start-up: not loaded by detect
 
             return tokenizer_text(str(self.options.tokenizer)).count(text)
         return len(text.split())
@@ -963,8 +954,6 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
         p99 exceeds :data:`BEHIND_RELEASE_MS`. The flag is not a warning of the cell: the
         figures stand, and ``client_lag_p99_ms`` says how far the client's own stamps may lag.
     """
-    from infbench.measure.derive import release_lags_s, summarize
-
     lag = summarize(stats.loop_lag_ms)
     rel = summarize([x * 1e3 for x in release_lags_s(records)])
     behind = []

@@ -36,6 +36,7 @@ Not run on a Gaudi: the development machines have none; ``optimum-habana`` insta
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata as md
 import os
 import time
@@ -204,8 +205,6 @@ class OptimumHabanaEngine(TransformersEngine):
     def generation_config(self, cell: Cell) -> Any:
         """The cell's ``GaudiGenerationConfig``: a copy of the model's (a ``GaudiGenerationConfig``
         once transformers is adapted, as the example copies it) with :func:`generation_settings`."""
-        import copy
-
         from optimum.habana.transformers.generation import GaudiGenerationConfig
 
         gc = copy.deepcopy(self.model.generation_config)

@@ -48,7 +48,10 @@ threads ran beside it (:func:`infbench.measure.harness.harness_reasons`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
+import importlib
 import os
 import pickle
 import resource
@@ -64,6 +67,7 @@ from typing import Any
 
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import CellTimeout, InfbenchError, describe_error
+from infbench.data.signals import PR_SET_PDEATHSIG
 
 #: Seconds a cell may run past its ``--cell-timeout`` deadline before its engine process
 #: is killed from outside (the adapter's own deadline check normally stops it first).
@@ -128,7 +132,6 @@ def prewarm(modules: list[str], python: str | None = None) -> bool:
     except OSError:
         return False
     _WARM = (proc, conn, python, dict(os.environ))
-    import atexit
 
     atexit.register(discard_prewarmed)
     return True
@@ -469,7 +472,7 @@ def _serve(conn: Connection) -> None:
             if op == "run":
                 value: Any = timed_run(engine, *args)
             elif op == "score":
-                from infbench.quality.perplexity import score_loaded
+                from infbench.quality.perplexity import score_loaded  # noqa: PLC0415 - start-up: the engine process; only a perplexity cell needs it
 
                 req, res = args
                 score_loaded(engine, req, res, on_chunks=lambda n: conn.send(("progress", n)))
@@ -494,8 +497,6 @@ def _serve(conn: Connection) -> None:
 
 def _preload(modules: list[str]) -> None:
     """Import each ``"pkg"`` or ``"pkg:Attr"`` (then read the attribute); failures are ignored."""
-    import importlib
-
     for m in modules:
         name, _, attr = m.partition(":")
         try:
@@ -509,10 +510,6 @@ def _preload(modules: list[str]) -> None:
 def _die_with_parent(parent: int) -> None:
     """Ask Linux for SIGKILL when the measuring process dies; exit if it already has."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
-        from infbench.data.signals import PR_SET_PDEATHSIG
-
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         raise SystemExit(1)

@@ -26,6 +26,8 @@ from typing import Any
 from infbench.data.engine import Engine
 from infbench.data.engine_options import ServerOptions
 from infbench.data.errors import EngineUnavailable
+from infbench.data.paths import default_home
+from infbench.data.signals import dying_with_parent
 from infbench.engines.openai import OpenAIEngine
 
 
@@ -65,7 +67,6 @@ class ServerProcess:
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed by the child's exit
-        from infbench.data.signals import dying_with_parent
 
         self.proc = subprocess.Popen(dying_with_parent(self.argv), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env={**os.environ, **self.env}, start_new_session=True)
@@ -198,8 +199,6 @@ class ManagedServerEngine(OpenAIEngine):
         Raises:
             EngineUnavailable: the server exited or was not healthy within ``timeout_s``.
         """
-        from infbench.data.paths import default_home
-
         port = free_port()
         log = default_home() / "logs" / f"{self.name}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
         self.server = ServerProcess(argv(port), f"http://127.0.0.1:{port}/health", log, env=env)

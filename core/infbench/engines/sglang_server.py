@@ -38,13 +38,16 @@ request body against SGLang's ``CompletionRequest`` by ``tests/unit/test_engine_
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata as md
+import importlib.util
 import json
 import re
 import sys
 from typing import Any
 
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.paths import default_home
 from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
@@ -55,6 +58,7 @@ from infbench.engines.availability import (
     torch_backend_problem,
     torch_probe,
 )
+from infbench.engines.hf_dummy import dummy_hf_dir
 from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 NAME = "sglang-server"
@@ -113,9 +117,6 @@ def sglang_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: a ``.gguf`` path, or a model with no zoo shape and no folder.
     """
-    from infbench.data.paths import default_home
-    from infbench.engines.hf_dummy import dummy_hf_dir
-
     m = group.model
     args: dict[str, Any] = {}
     if m.path:
@@ -171,7 +172,6 @@ def native_options() -> list[str]:
         from sglang.srt.server_args import ServerArgs
     except Exception:  # noqa: BLE001 - not installed, or a build that fails to import
         return []
-    import dataclasses
 
     if dataclasses.is_dataclass(ServerArgs):
         return [f.name for f in dataclasses.fields(ServerArgs)]
@@ -199,8 +199,6 @@ class SglangServerEngine(ManagedServerEngine):
             DeviceMismatch: torch here has no build for the device, or sees another GPU.
             ConfigError: the model cannot be served.
         """
-        import importlib.util
-
         self.proof_name = self._check_device()          # before anything loads
         if importlib.util.find_spec("sglang") is None:
             raise EngineUnavailable("the sglang-server engine needs SGLang", hint=INSTALL)
@@ -208,7 +206,7 @@ class SglangServerEngine(ManagedServerEngine):
         self.launch_server(lambda port: sglang_argv(self.args, port),
                            self.options.startup_timeout_s or 900.0)
         self.options = self.options.model_copy(update={"served_model": self.args["served_model_name"]})
-        from infbench.quality.sample import weights_record
+        from infbench.quality.sample import weights_record  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = weights_record(group.model)
         super().start(group)

@@ -24,7 +24,9 @@ from infbench.engines.availability import (
     UNSUPPORTED,
     USABLE,
     EngineSupport,
+    device_label,
     local_only,
+    names_match,
     torch_backend_problem,
     torch_probe,
 )
@@ -103,7 +105,7 @@ class TransformersEngine(Engine):
             torch.set_num_threads(self.options.n_threads)
         dtype = getattr(torch, group.dtype)
         self.dev = self._torch_device()
-        from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample
+        from infbench.quality.sample import hf_sample, hf_source, hf_tokenizer, weights_record, with_sample  # noqa: PLC0415 - start-up: not loaded by detect
 
         t0 = time.perf_counter()
         if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
@@ -137,8 +139,6 @@ class TransformersEngine(Engine):
             DeviceMismatch: the installed torch has no build for the device (before any
                 weights are loaded).
         """
-        from infbench.engines.availability import device_label, torch_backend_problem
-
         if self.device.kind == "cpu":
             return "cpu"
         b = self.backends
@@ -158,8 +158,6 @@ class TransformersEngine(Engine):
         Raises:
             DeviceMismatch: a tensor elsewhere, or torch's device is another GPU model.
         """
-        from infbench.engines.availability import device_label, names_match
-
         torch = self.torch
         want = torch.device(self.dev)
         tensors = list(self.model.parameters()) + list(self.model.buffers())

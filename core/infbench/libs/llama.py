@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 import numpy as np
+import psutil
 
 from infbench.data.signals import c_callback
 
@@ -53,8 +54,6 @@ def _quiet_logs(L: Any) -> None:
 
 def default_threads() -> int:
     """Threads for llama.cpp: the usable CPUs, at most the physical cores."""
-    import psutil
-
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(usable, psutil.cpu_count(logical=False) or usable))
 

@@ -13,6 +13,7 @@ from infbench.data.engine import Engine, RunOutput
 from infbench.data.errors import CellTimeout, describe_error
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.measure.contention import ContentionMonitor
+from infbench.measure.cost import cost_metrics
 from infbench.measure.derive import cell_metrics, failure_summary
 from infbench.measure.harness import HarnessMonitor, harness_metrics, host_bound
 from infbench.measure.hoststate import CompactionStalls
@@ -119,8 +120,6 @@ def measure_cell(engine: Engine, group: Group, cell: Cell, device: DeviceInfo, s
         if scraper is not None and scraper.error:
             metrics["server_metrics_note"] = scraper.error
         if opts.price_per_hour is not None:
-            from infbench.measure.cost import cost_metrics
-
             metrics.update(cost_metrics(metrics, opts.price_per_hour))
         if out.warnings:
             metrics["warnings"] = list(out.warnings)

@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import psutil
+
 #: A CPU cell is suspect when other processes used more than this many cores on its CPUs.
 CPU_CELL_SHARE = 0.10
 #: ... and at least this many core-seconds in all (2 ticks per CPU of a 2-core host are
@@ -144,8 +146,6 @@ def own_tree_cpu_s(root: int | None = None, hz: float = 100.0) -> tuple[float, s
 
 
 def _own_tree_psutil(root: int) -> tuple[float, set[int]]:
-    import psutil
-
     me = psutil.Process(root)
     procs = [me]
     try:

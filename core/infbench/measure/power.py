@@ -24,7 +24,9 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from infbench.data.errors import ConfigError
 from infbench.data.schema import ChannelReading, DeviceInfo, PowerReading
+from infbench.data.secrets import command_label
 
 #: Counter energy and integrated power disagreeing by more than this fraction means one
 #: of them is wrong (AMD: some GPUs report bad counters; MI250's second GCD reads 0 W).
@@ -412,8 +414,6 @@ class CommandPowerSampler(PowerSampler):
     source = "power"
 
     def __init__(self, command: str, label: str | None = None, timeout_s: float = 5.0):
-        from infbench.data.secrets import command_label
-
         self.command = command
         self.timeout_s = timeout_s
         # Named by its executable only: the command line may carry a BMC password or a token.
@@ -423,8 +423,6 @@ class CommandPowerSampler(PowerSampler):
         """Run the command once; one reading stamped halfway through the call.
 
         Errors name the executable, never the command line (it may hold a secret)."""
-        from infbench.data.secrets import command_label
-
         t0 = now_ns()
         try:
             out = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout_s,
@@ -607,8 +605,6 @@ def user_power_sampler(command: str | None, watts: float | None, label: str | No
     Raises:
         ConfigError: both given, or a non-positive wattage.
     """
-    from infbench.data.errors import ConfigError
-
     if command and watts is not None:
         raise ConfigError("give --power-command or --power-watts, not both")
     if watts is not None:

@@ -32,10 +32,13 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from infbench.data import metrics as M
 from infbench.data.engine_options import as_dict
+from infbench.data.secrets import clean_text, redact_url, url_secrets
 from infbench.measure.derive import NS
+from infbench.measure.derive import summarize as stats
 
 #: Labels that distinguish samples of one series rather than separate series.
 _BUCKET = "le"
@@ -282,7 +285,6 @@ class ServerMetricsScraper:
     def __init__(self, url: str, interval_s: float = 1.0, timeout_s: float = 5.0):
         if interval_s <= 0:
             raise ValueError(f"scrape interval must be > 0 s, got {interval_s}")
-        from infbench.data.secrets import redact_url
 
         self.url, self.interval_s, self.timeout_s = url, interval_s, timeout_s
         self.public_url = redact_url(url)  # what is stored and printed: no userinfo, no query
@@ -297,8 +299,6 @@ class ServerMetricsScraper:
 
     def _secrets(self) -> list[str]:
         """The URL's credentials and query values, scrubbed from anything stored."""
-        from infbench.data.secrets import url_secrets
-
         return url_secrets(self.url)
 
     def _scrape(self) -> Scrape:
@@ -328,8 +328,6 @@ class ServerMetricsScraper:
         try:
             first = self._scrape()
         except Exception as exc:  # noqa: BLE001 - no metrics is a note, not a failure
-            from infbench.data.secrets import clean_text
-
             self.error = clean_text(f"no Prometheus metrics at {self.public_url}: {type(exc).__name__}: {exc}",
                                     self._secrets())
             self._client.close()
@@ -452,8 +450,6 @@ def from_timings(records: list[Any]) -> dict[str, Any]:
         requests that carry timings; ``{}`` when none does. ``prompt_ms`` is the prompt's
         processing time in the slot, without the time the request waited for a slot.
     """
-    from infbench.measure.derive import summarize as stats
-
     ts = [r.server["timings"] for r in records
           if r.error is None and r.server and isinstance(r.server.get("timings"), dict)]
     ttft = [t["prompt_ms"] / 1e3 for t in ts if isinstance(t.get("prompt_ms"), (int, float))]
@@ -497,7 +493,6 @@ def metrics_url(engine: Any) -> str | None:
     base = getattr(engine, "base_url", None)
     if not base:
         return None
-    from urllib.parse import urlsplit, urlunsplit
 
     u = urlsplit(base)  # the query and fragment of a base URL belong to its API, not to /metrics
     path = u.path.rstrip("/")

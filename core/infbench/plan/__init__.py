@@ -10,10 +10,12 @@ allowed ones.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from infbench.analysis.repeats import repeat_cell
 from infbench.contract.manager import PluginManager
 from infbench.contract.registry import device_precisions, engine_specs, require_engine
 from infbench.data.engine_options import check_engine_args
@@ -22,6 +24,8 @@ from infbench.data.groups import Group, Plan
 from infbench.data.models import ModelShape, resolve
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell, Dataset, DeviceInfo, Load, Sweep, Trace
+from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
+from infbench.workloads.trace import check_replay, detect_format, read_trace, select
 
 #: Named sweeps. ``quick`` is what ``infbench run`` does with no arguments: one small
 #: model on llama.cpp, a few minutes on 2 CPU cores (a GPU plugin's default sweep replaces
@@ -84,8 +88,6 @@ def _dataset(sweep: Sweep, model: ModelShape, batch: int, load: Load | None) -> 
     Conversations sampled: the load's ``num_requests`` (batch mode: ``batch``; default 64)
     plus its warm-up requests. Raises :class:`ConfigError` for a bad file or too few
     conversations passing the filter."""
-    from infbench.workloads.chat import chat_requests, chat_sessions, file_digest, token_counter
-
     timed = load.num_requests if load is not None and load.num_requests else (
         batch if load is None or load.mode == "batch" else 64)
     n = timed + (load.warmup_requests if load is not None else 0)
@@ -116,9 +118,6 @@ def _trace(sweep: Sweep, load: Load) -> tuple[Trace, int, int]:
     """The :class:`Trace` of a trace-replay cell and its replayed records' mean input/output
     lengths: the first ``num_requests`` records (all by default) within ``duration_s`` of
     replayed time. Raises :class:`ConfigError` for a bad file or an empty selection."""
-    from infbench.workloads.chat import file_digest
-    from infbench.workloads.trace import check_replay, detect_format, read_trace, select
-
     path = str(Path(str(sweep.trace)).resolve())
     fmt = detect_format(path)
     recs = select(read_trace(path, fmt), load.num_requests, load.duration_s, load.trace_speed or 1.0)
@@ -207,8 +206,6 @@ PROGRESS_EVERY = 10_000
 
 def max_planned_cells() -> int:
     """The cell cap: ``INFBENCH_MAX_CELLS`` (a positive integer) or :data:`MAX_PLANNED_CELLS`."""
-    import os
-
     raw = os.environ.get("INFBENCH_MAX_CELLS", "")
     return int(raw) if raw.isdigit() and int(raw) > 0 else MAX_PLANNED_CELLS
 
@@ -375,8 +372,6 @@ def plan(sweep: Sweep, device: DeviceInfo, pm: PluginManager, installed_here: bo
             if args.identity.get(g.engine):
                 g.cells = [c.model_copy(update={"engine_args": args.identity[g.engine]}) for c in g.cells]
     if sweep.repeat > 1:  # whole rounds of the group, so slow drift spreads over every cell
-        from infbench.analysis.repeats import repeat_cell
-
         for g in groups.values():
             g.cells = g.cells + [repeat_cell(c, r) for r in range(2, sweep.repeat + 1) for c in g.cells]
     result = Plan(device=device, groups=list(groups.values()), warnings=warnings)

@@ -22,6 +22,7 @@ from infbench.data.errors import ConfigError, suggest
 from infbench.data.inputs import StrictYamlLoader
 from infbench.data.run_config import PARTS
 from infbench.data.schema import Sweep
+from infbench.plan import PRESETS
 
 #: Largest sweep file read (a sweep is a few lines of YAML).
 MAX_SWEEP_BYTES = 1 << 20
@@ -112,8 +113,6 @@ def build_sweep(preset: str | None, sweep_file: Path | None, base: dict[str, Any
     Raises:
         ConfigError: unknown preset, bad file, or a field that fails validation.
     """
-    from infbench.plan import PRESETS
-
     source = "command-line flags"
     if sweep_file is not None:
         # a mapping under a part's name is RunConfig's part (warmup: {tol: 0.05}); anything else is

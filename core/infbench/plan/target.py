@@ -10,6 +10,7 @@ from infbench.contract.manager import PluginManager
 from infbench.contract.registry import engine_specs
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo
+from infbench.data.secrets import redact_url
 from infbench.detect import Detection
 
 
@@ -42,8 +43,6 @@ def select_device(detection: Detection, name: str | None = None) -> DeviceInfo:
 def remote_device(base_url: str) -> DeviceInfo:
     """The "device" of an OpenAI-compatible endpoint infbench did not start: the endpoint
     itself (its hardware is unknown to infbench; a vendor plugin may describe it)."""
-    from infbench.data.secrets import redact_url
-
     public = (redact_url(base_url) or "").rstrip("/")       # no credentials or query in a name, an id or the store
     return DeviceInfo(vendor="remote", kind="remote", model=public, properties={"base_url": public})
 
@@ -73,8 +72,6 @@ def resolve_remote_device(det: Detection, name: str | None, base_url: str | None
                           hint="declare it in the site config (docs/plugins.md#site-configuration), or use "
                                "--base-url for any OpenAI-compatible endpoint")
     if base_url:
-        from infbench.data.secrets import redact_url
-
         for d in remotes:
             if (redact_url(str(d.properties.get("base_url", ""))) or "").rstrip("/") == \
                     (redact_url(base_url) or "").rstrip("/"):

@@ -14,7 +14,9 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from infbench.data.engine import precision_of
 from infbench.data.errors import ConfigError
+from infbench.quality.quantize import QUANT_TYPES
 
 #: Precision classes from most to least precise (rank 0 is the preferred baseline).
 PRECISION_ORDER = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
@@ -53,9 +55,6 @@ def _finite(v: Any) -> bool:
 def precision_class(dtype: str) -> str:
     """The precision class of an engine dtype (``q4_k_m`` -> ``int4``, ``float16`` -> ``fp16``);
     the dtype itself when unknown."""
-    from infbench.data.engine import precision_of
-    from infbench.quality.quantize import QUANT_TYPES
-
     d = dtype.lower()
     if d in QUANT_TYPES:
         return QUANT_TYPES[d][1]

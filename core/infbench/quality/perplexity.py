@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import time
 from abc import ABC, abstractmethod
@@ -54,8 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from infbench.data.errors import ConfigError
+from infbench.contract.manager import get_plugin_manager
+from infbench.contract.registry import engine_specs, require_engine
+from infbench.data.errors import ConfigError, EngineUnavailable
+from infbench.data.models import resolve
 from infbench.data.scores import PerplexityResult, quality_key
+from infbench.libs.llama import Batch, backend
+from infbench.quality.quantize import HF_PROVENANCE
+from infbench.quality.sample import hf_tokenizer
+from infbench.quality.weights import require_real_weights
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -179,7 +187,6 @@ def gguf_tokenize(path: str | Path, text: str) -> tuple[np.ndarray, int | None]:
     """
     import llama_cpp as L
 
-    from infbench.libs.llama import backend
 
     backend(L)  # llama.cpp's log to Python logging, as the engine sets it up
     mp = L.llama_model_default_params()
@@ -198,9 +205,6 @@ def tokenizer_source(weights: Any) -> str | None:
     is a GGUF; for a folder written by ``infbench quantize --to hf``, its parent GGUF (the
     same model: transformers' conversion of a GGUF vocabulary need not split text as
     llama.cpp does); None for other folders (their own Hugging Face tokenizer)."""
-    import json
-
-    from infbench.quality.quantize import HF_PROVENANCE
 
     if weights.format == "gguf":
         return weights.path
@@ -217,7 +221,6 @@ class LlamaCppScorer(Scorer):
 
     def __init__(self, engine: Any, n_ctx: int, model: Any = None, gguf_vocab: str | None = None):
         super().__init__(engine, n_ctx, model, gguf_vocab)
-        from infbench.libs.llama import Batch
 
         L = engine.L
         self.L = L
@@ -274,8 +277,6 @@ class TransformersScorer(Scorer):
     """transformers: the model's loss per chunk (module doc), on the adapter's device."""
 
     def tokenize(self, text: str) -> tuple[np.ndarray, int | None]:
-        from infbench.quality.sample import hf_tokenizer
-
         if self.gguf_vocab:
             return gguf_tokenize(self.gguf_vocab, text)
         return hf_tokenize(hf_tokenizer(self.model.path), text)
@@ -434,12 +435,6 @@ def plan_perplexity(model: str, engines: list[str], dtypes: list[str] | None, te
             model's context (``max_position_embeddings``, a GGUF's ``context_length``).
         EngineUnavailable: an engine's library is missing.
     """
-    from infbench.contract.manager import get_plugin_manager
-    from infbench.contract.registry import engine_specs, require_engine
-    from infbench.data.errors import EngineUnavailable
-    from infbench.data.models import resolve
-    from infbench.quality.weights import require_real_weights
-
     bad = [e for e in engines if e not in SCORERS]
     if bad:
         raise ConfigError(f"perplexity runs on {', '.join(PERPLEXITY_ENGINES)}, not {', '.join(bad)}",

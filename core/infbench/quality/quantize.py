@@ -28,16 +28,21 @@ family measures re-quantization on top of the parent's error.
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
+import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from infbench.data.errors import ConfigError
+from infbench.data.errors import ConfigError, EngineUnavailable
+from infbench.data.paths import default_home
+from infbench.libs.llama import backend, default_threads
 from infbench.quality.weights import PARENT_NAME_KEY, PARENT_SHA_KEY, file_sha256, gguf_dtype
 
 #: Target dtypes (infbench's lower-case spelling) -> (llama.cpp ``LLAMA_FTYPE_*`` name, precision class).
@@ -89,14 +94,10 @@ class Derived:
 
 def cache_dir() -> Path:
     """``$INFBENCH_HOME/cache/quantized``."""
-    from infbench.data.paths import default_home
-
     return default_home() / "cache" / "quantized"
 
 
 def _versions() -> dict[str, str | None]:
-    import importlib.metadata as md
-
     out: dict[str, str | None] = {}
     for d in ("gguf", "llama_cpp_python"):
         try:
@@ -186,14 +187,11 @@ def quantize_gguf(src: Path, dst: Path, dtype: str, threads: int | None = None) 
         ConfigError: an unknown target or a failed quantization (the return code is given).
         EngineUnavailable: llama-cpp-python is missing.
     """
-    from infbench.data.errors import EngineUnavailable
-
     dtype = normalize_dtype(dtype)
     try:
         import llama_cpp as L
     except ImportError as exc:
         raise EngineUnavailable("quantizing needs llama-cpp-python", hint="pip install 'infbench[llamacpp]'") from exc
-    from infbench.libs.llama import backend, default_threads
 
     backend(L)  # llama.cpp's log to Python logging, as the engine sets it up
     params = L.llama_model_quantize_default_params()
@@ -215,8 +213,6 @@ def quantize_gguf(src: Path, dst: Path, dtype: str, threads: int | None = None) 
 def tensor_types(path: Path) -> dict[str, int]:
     """How many tensors of each ggml type a GGUF holds (``{"Q4_0": 180, "F32": 61, ...}``):
     llama.cpp falls back to other types where a row length does not fit a k-quant block."""
-    from collections import Counter
-
     import gguf
 
     return dict(Counter(t.tensor_type.name for t in gguf.GGUFReader(str(path)).tensors).most_common())
@@ -299,8 +295,6 @@ def hf_folder(parent: str | Path, cache: Path | None = None, dtype: str = "float
     Raises:
         ConfigError: transformers (with accelerate) is missing, or cannot read the GGUF.
     """
-    import shutil
-
     parent = Path(parent).resolve()
     parent_sha = file_sha256(parent)
     out = (cache or cache_dir()) / parent_sha[:16] / f"{parent.stem}-hf-{dtype}"

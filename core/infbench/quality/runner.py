@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.contract.registry import PERPLEXITY_TWIN
 from infbench.data.errors import InfbenchError
-from infbench.quality.perplexity import PerplexityRequest, plan_perplexity
+from infbench.quality.perplexity import SCORERS, PerplexityRequest, plan_perplexity
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -24,8 +24,6 @@ def perplexity_requests(plan: Any, text: str, n_ctx: int = 512, max_chunks: int 
         ``(requests, notes)``: notes say which groups are not scored and why (dummy
         weights, no scorer, a missing library); they never fail the run.
     """
-    from infbench.quality.perplexity import SCORERS
-
     reqs: list[PerplexityRequest] = []
     notes: list[str] = []
     seen: set[tuple[str, str, str]] = set()

@@ -19,6 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from infbench.quality.quantize import HF_PROVENANCE, provenance_of
+from infbench.quality.weights import file_sha256, weights_info
+
 #: The factual question asked of real weights, and what a coherent answer contains.
 SAMPLE_QUESTION = "What is the capital of France?"
 SAMPLE_EXPECT = "Paris"
@@ -31,9 +34,6 @@ def weights_record(model: Any, loaded: str | Path | None = None) -> dict[str, An
     of the model given, plus, when a derived precision was loaded instead of the file itself,
     ``file`` and ``file_sha256`` of what was loaded and ``derived`` (its provenance).
     Never raises: a failure is recorded as ``error``."""
-    from infbench.quality.quantize import HF_PROVENANCE, provenance_of
-    from infbench.quality.weights import file_sha256, weights_info
-
     try:
         rec = weights_info(model).record()
         if rec.get("format") == "hf" and (Path(model.path) / HF_PROVENANCE).is_file():  # written by hf_folder()

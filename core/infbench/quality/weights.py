@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data.errors import ConfigError
+from infbench.data.paths import default_home
 
 #: ``general.name`` prefix of the GGUF files infbench writes with random weights.
 DUMMY_GGUF_PREFIX = "infbench-dummy-"
@@ -59,8 +60,6 @@ class WeightsInfo:
 
 
 def _cache_file() -> Path:
-    from infbench.data.paths import default_home
-
     return default_home() / "cache" / "sha256.json"
 
 

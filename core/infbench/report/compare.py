@@ -16,17 +16,26 @@ run id (prefix) in the store, a results database file, or ``FILE.db:RUN``.
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import sqlite3
 from pathlib import Path
 from typing import Any
 
+from infbench.analysis.predict import engine_family
 from infbench.data import metrics as M
+from infbench.data.engine import precision_of
 from infbench.data.errors import ConfigError
 from infbench.data.metrics import Column
+from infbench.data.models import resolve
+from infbench.data.outputs import COMPARE_HTML, generator_meta, html_json, log_ticks, plotly_text, write_output
+from infbench.data.schema import canonical_json, short_hash
+from infbench.quality.gate import group_key
 from infbench.report.data import flat_row
 from infbench.report.lib_import import is_published
+from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
+from infbench.store.published import published_runs
 
 #: Compared metrics: flat-row key -> column (header, better direction: :mod:`infbench.data.metrics`).
 COMPARED: dict[str, Column] = {c.key: c for c in (
@@ -46,8 +55,6 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
     Raises:
         ConfigError: the file does not exist, or the run matches no cell.
     """
-    from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
-
     path: str | None = None
     run: str | None = arg
     if ":" in arg and arg.rsplit(":", 1)[0].endswith(".db"):
@@ -96,9 +103,6 @@ def load_imported(arg: str, default_store: Path | None) -> tuple[str, list[dict[
         ConfigError: no imported run or no cell matches (the sources and devices there are
             named in the hint).
     """
-    from infbench.store import Store
-    from infbench.store.published import published_runs
-
     parts = arg[len(IMPORTED_PREFIX):].split(":") if arg.startswith(IMPORTED_PREFIX) else []
     if not parts or not parts[0]:
         raise ConfigError(f"--against {arg[:80]!r}: expected imported:SOURCE[:DEVICE[:ENGINE]]",
@@ -197,8 +201,6 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
 
 def _without_args(spec: dict[str, Any]) -> str:
     """The canonical JSON of a stored cell spec without its engine arguments."""
-    from infbench.data.schema import canonical_json
-
     return canonical_json({k: v for k, v in spec.items() if k != "engine_args"})
 
 
@@ -208,12 +210,6 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     replay. Two spellings of one workload (``llama-2-7b``/``meta-llama/Llama-2-7b-hf``,
     ``float16``/``fp16``, ``vllm``/``vllm-server``; a server's batch-mode load, all requests at
     once and streamed, and an in-process batch) give one key."""
-    import json
-
-    from infbench.analysis.predict import engine_family
-    from infbench.data.engine import precision_of
-    from infbench.data.errors import ConfigError
-    from infbench.data.models import resolve
 
     s = r["spec"]
     if s.get("dataset"):
@@ -237,12 +233,9 @@ def compare_html(result: dict[str, Any], label_a: str, label_b: str) -> str:
     output throughput, TTFT p50 and TPOT p50 (1 = equal). The figure travels as JSON in a
     ``<script type="application/json">`` element (:func:`infbench.data.outputs.html_json`:
     ``<``, ``>`` and ``&`` escaped), so no label can change how the page parses."""
-    import html
-
     import plotly.graph_objects as go
     from plotly.offline import get_plotlyjs
 
-    from infbench.data.outputs import generator_meta, html_json, log_ticks, plotly_text
 
     pairs = result["pairs"]
     fig = go.Figure()
@@ -270,15 +263,11 @@ def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path:
         OutputRefused: see :func:`infbench.data.outputs.check_output`.
         OSError: ``path`` cannot be written.
     """
-    from infbench.data.outputs import COMPARE_HTML, write_output
-
     return write_output(path, compare_html(result, label_a, label_b), COMPARE_HTML, protect)
 
 
 def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:
     """A stored row whose ``spec_hash`` ignores the dtype (so two precisions of one workload match)."""
-    from infbench.data.schema import short_hash
-
     spec = {k: v for k, v in r["spec"].items() if k != "dtype"}
     return {**r, "spec_hash": short_hash(spec)}
 
@@ -300,8 +289,6 @@ def compare_precisions(a: list[dict[str, Any]], b: list[dict[str, Any]], dtype_a
         "ppl_a", "ppl_b", "stderr_a", "stderr_b", "change"`` (ppl_b / ppl_a - 1),
         ``"beyond_gate"`` (None without a gate)``}``.
     """
-    from infbench.quality.gate import group_key
-
     da, db = dtype_a.lower(), dtype_b.lower()
     res = compare_rows([_without_dtype(r) for r in a if str(r["spec"]["dtype"]).lower() == da],
                        [_without_dtype(r) for r in b if str(r["spec"]["dtype"]).lower() == db])

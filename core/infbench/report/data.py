@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from infbench.analysis.floor import device_roofline_limits
 from infbench.analysis.frontier import axis_value, series
-from infbench.analysis.roofline import effective_batch
+from infbench.analysis.roofline import RooflineError, effective_batch, roofline_for
 from infbench.contract.registry import PERPLEXITY_TWIN
 from infbench.data import metrics as M
 from infbench.data.engine import precision_of
+from infbench.data.errors import ConfigError
 from infbench.data.metrics import Column
-from infbench.data.outputs import OutputKind, starts_with
-from infbench.data.schema import engine_args_label
+from infbench.data.models import resolve
+from infbench.data.outputs import OutputKind, csv_text, starts_with
+from infbench.data.schema import DeviceInfo, engine_args_label
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -86,8 +89,6 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
     roof = m.get("roofline")
     backfilled = False
     if roof is None and limits_for is not None and r["status"] == "ok":
-        from infbench.analysis.roofline import RooflineError, roofline_for
-
         lim = limits_for(dev)
         if lim is not None:
             try:
@@ -174,9 +175,6 @@ def args_text(args: Any) -> str | None:
 
 def limits_resolver(pm: PluginManager) -> Any:
     """A cached ``device dict -> Limits | None`` for :func:`flat_row`'s backfill."""
-    from infbench.analysis.floor import device_roofline_limits
-    from infbench.data.schema import DeviceInfo
-
     cache: dict[str, Any] = {}
 
     def resolve(dev: dict[str, Any]) -> Any:
@@ -217,9 +215,6 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     length when input = output (their grid) and ``"IN/OUT"`` otherwise. ``Model`` is the
     HF id where the zoo knows it.
     """
-    from infbench.data.errors import ConfigError
-    from infbench.data.models import resolve
-
     out = []
     for r in rows:
         f = r if "label" in r else flat_row(r)
@@ -261,8 +256,6 @@ def lib_csv(rows: list[dict[str, Any]]) -> str:
     line per ok batch-mode cell (:func:`lib_rows`), text cells through
     :func:`infbench.data.outputs.csv_cell` (a model name ``=HYPERLINK(...)`` is written
     ``'=HYPERLINK(...)``; ``infbench import`` reads it back without the quote)."""
-    from infbench.data.outputs import csv_text
-
     return csv_text(lib_rows(rows), LIB_COLUMNS, lineterminator="\n")
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import html
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,6 @@ section h2{font-size:14px;margin:2px 6px 6px}.fig{height:430px}
 """
 
 def _script() -> str:
-    from importlib.resources import files
-
     return files("infbench.report").joinpath("dashboard.js").read_text(encoding="utf-8")
 
 

@@ -44,9 +44,11 @@ from typing import TYPE_CHECKING, Any
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import integer_text, number_text, read_text
+from infbench.data.models import resolve
 from infbench.data.outputs import FORMULA_START
 from infbench.data.schema import Cell, CellResult, DeviceInfo, short_hash
 from infbench.data.secrets import printable
+from infbench.detect.devices import catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -379,8 +381,6 @@ def published_device(name: str, units: int, pm: PluginManager | None = None) -> 
                               properties={"published_name": name}), 1
         spec = None
         if pm is not None:
-            from infbench.detect.devices import catalog
-
             best = None
             for s in catalog(pm):
                 for m in s.match:
@@ -402,8 +402,6 @@ def published_device(name: str, units: int, pm: PluginManager | None = None) -> 
 
 def _model_name(name: str) -> tuple[str, bool]:
     """The zoo key of a published model name (HF id), and whether the zoo knows it."""
-    from infbench.data.models import resolve
-
     try:
         return resolve(name).name, True
     except ConfigError:

@@ -15,9 +15,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from infbench.analysis.repeats import SHOWN, fmt_ci, repeat_groups
+from infbench.analysis.slo_search import searches
 from infbench.data import metrics as M
 from infbench.data.outputs import html_json, log_ticks, plotly_text
 from infbench.data.secrets import printable, redact
+from infbench.report.static import LITERAL_TEXT, save_figure
 
 #: Ids of the HTML figures, when their data exists.
 SERVING_FIGURES = ("fig-server-ttft", "fig-goodput", "fig-repeats")
@@ -50,7 +55,6 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
     """
     import plotly.graph_objects as go
 
-    from infbench.analysis.slo_search import searches
 
     figs: dict[str, Any] = {}
     srv = _server_rows(flat)
@@ -101,8 +105,6 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
 
 def _repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     try:
-        from infbench.analysis.repeats import repeat_groups
-
         return repeat_groups(rows)
     except ImportError:  # scipy missing: the section is left out
         return []
@@ -151,8 +153,6 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
             ["cell", *(c.phrase for c in _TELEMETRY_TABLE), "throttled"], body) + "</section>")
     groups = _repeat_groups(rows)
     if groups:
-        from infbench.analysis.repeats import SHOWN, fmt_ci
-
         shown = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
         body = [[g["label"], g["n"], *[fmt_ci(g["metrics"][c.key]) if c.key in g["metrics"] else "-" for c in shown],
                  "-" if not (g["metrics"].get(_TPUT.key) or {}).get("cv") else
@@ -216,7 +216,6 @@ def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]
     """
     import matplotlib
 
-    from infbench.report.static import LITERAL_TEXT
 
     matplotlib.use("Agg")
     with matplotlib.rc_context(LITERAL_TEXT):
@@ -227,8 +226,6 @@ def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]
                            formats: tuple[str, ...], dpi: int, protect: Any) -> list[Path]:
     import matplotlib.pyplot as plt
 
-    from infbench.analysis.slo_search import searches
-    from infbench.report.static import save_figure
 
     written: list[Path] = []
 
@@ -257,8 +254,6 @@ def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]
         save(fig, "goodput_vs_load")
     srv = _server_rows(flat)[:30]
     if srv:
-        import numpy as np
-
         x = np.arange(len(srv))
         fig, ax = plt.subplots(figsize=(max(7, len(srv) * 0.4), 5))
         ax.bar(x - 0.2, [r[_TTFT.key] for r in srv], 0.4, label=f"client {_TTFT.phrase}")

@@ -6,12 +6,17 @@ also draws an adaptive sweep's predicted cells, hollow, with their 90 % interval
 
 from __future__ import annotations
 
+import io
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from infbench.analysis.frontier import Point, pareto
 from infbench.data import metrics as M
+from infbench.data.outputs import FIGURE, write_output
 from infbench.report.data import pareto_front, quality_points
 
 
@@ -93,7 +98,6 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
     if pts:
         ins = sorted({r["input_len"] for r in pts})
         outs = sorted({r["output_len"] for r in pts})
-        import numpy as np
 
         z = np.full((len(outs), len(ins)), np.nan)
         for r in pts:
@@ -115,8 +119,6 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
     # 3. TTFT and ITL bars
     lat = [r for r in ok if r["ttft_ms_p50"] is not None][:30]
     if lat:
-        import numpy as np
-
         x = np.arange(len(lat))
         fig, ax = plt.subplots(figsize=(max(7, len(lat) * 0.35), 5))
         for off, metric in zip((-0.2, 0.2), (M.TTFT, M.ITL)):
@@ -135,8 +137,6 @@ def _write_figures(rows: list[dict[str, Any]], out_dir: Path, formats: tuple[str
     # 4. power and tokens per joule per device/engine/model
     pw = [r for r in ok if r["avg_power_w"] is not None]
     if pw:
-        import numpy as np
-
         groups: dict[str, list] = defaultdict(list)
         for r in pw:
             groups[f"{r['device']}\n{r['engine']} {r['model']}"].append(r)
@@ -262,8 +262,6 @@ def label_log_axes(fig: Any) -> None:
     tick at each decade (1, 10, 100), or at 1, 2 and 5 of each decade where the axis spans
     fewer than three, each labelled with its full value (20, 50, 0.2); base-2 axes at their
     powers of two; minor ticks stay unlabelled."""
-    import math
-
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     for ax in fig.get_axes():
@@ -289,11 +287,8 @@ def save_figure(fig: Any, out_dir: Path, name: str, formats: Any, dpi: int, prot
         OutputRefused: see :func:`infbench.data.outputs.check_output`.
         OSError: the folder cannot be written.
     """
-    import io
-
     import matplotlib.pyplot as plt
 
-    from infbench.data.outputs import FIGURE, write_output
 
     try:
         label_log_axes(fig)

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from rich.text import JustifyMethod
 
+from pathlib import Path
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from infbench.analysis.repeats import SHOWN, fmt_ci
 from infbench.data import metrics as M
 from infbench.data.outputs import OutputKind, csv_text, starts_with
 from infbench.data.schema import engine_args_label, load_label
@@ -268,8 +271,6 @@ def state_notes(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[
 def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
     """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
     cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
-    from infbench.analysis.repeats import SHOWN, fmt_ci
-
     cols = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
     tput = M.OUTPUT_TOK_S.col()
     t = Table(title=title, header_style="bold")
@@ -302,8 +303,6 @@ def quality_table(rows: list[dict[str, Any]], title: str = "perplexity",
     """A rich table of perplexity measurements: model, engine, dtype, PPL +/- its
     uncertainty, scored tokens (chunks x n_ctx), the change against the baseline precision
     (red beyond ``max_increase``), the weights' and the text's hashes."""
-    from pathlib import Path
-
     t = Table(title=title, header_style="bold")
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("PPL", "right"),
                       ("+/-", "right"), ("tokens", "right"), ("chunks x n_ctx", "right"), ("vs baseline", "right"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from infbench.data.errors import ConfigError
+from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_binary
+from infbench.runtimes.docker_runtime import DockerRuntime, docker_available
 
 #: Container runtimes of ``infbench run --executor container --container-runtime NAME``.
 RUNTIMES = ("docker", "apptainer")
@@ -37,10 +39,7 @@ def container_runtime(name: str | None = None) -> Any:
     if name not in RUNTIMES:
         raise ConfigError(f"unknown container runtime {name!r}", hint=f"choose one of: {', '.join(RUNTIMES)}")
     if name == "docker":
-        from infbench.runtimes.docker_runtime import DockerRuntime
-
         return DockerRuntime()
-    from infbench.runtimes.apptainer import ApptainerRuntime
 
     return ApptainerRuntime()
 
@@ -50,7 +49,5 @@ def detect_container_runtime(preferred: str | None = None) -> Any | None:
     ``apptainer`` is on PATH, else None."""
     if preferred is not None:
         return container_runtime(preferred)
-    from infbench.runtimes.apptainer import ApptainerRuntime, apptainer_binary
-    from infbench.runtimes.docker_runtime import DockerRuntime, docker_available
 
     return DockerRuntime() if docker_available() else ApptainerRuntime() if apptainer_binary() else None

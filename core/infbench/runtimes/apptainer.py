@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data.errors import ConfigError
+from infbench.data.paths import default_home
 from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
 
 
@@ -52,8 +53,6 @@ def apptainer_binary() -> str | None:
 
 def sif_dir() -> Path:
     """``$INFBENCH_SIF_DIR`` or ``$INFBENCH_HOME/images``."""
-    from infbench.data.paths import default_home
-
     return Path(os.environ.get("INFBENCH_SIF_DIR") or default_home() / "images")
 
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.errors import ConfigError, InfbenchError, VersionSkew
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.runtimes.labels import LABEL_SCHEMA, LABEL_VERSION
 from infbench.runtimes.mounts import HOME, JOB, allowed_mount_roots, cache_link_mounts
@@ -173,7 +173,6 @@ class DockerRuntime:
         """
         import docker
 
-        from infbench.data.errors import VersionSkew
 
         try:
             img = self.client.images.get(image)

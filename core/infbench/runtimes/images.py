@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import infbench
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.version import SCHEMA_VERSION, __version__
 from infbench.runtimes.docker_runtime import docker_client
@@ -92,8 +93,6 @@ def source_root(context: Path | None = None) -> Path:
     Raises:
         ConfigError: the folder is not an infbench source tree.
     """
-    import infbench
-
     candidates = [context] if context is not None else [Path(infbench.__file__).resolve().parents[2], Path.cwd()]
     for c in candidates:
         if (c / "containers").is_dir() and (c / "pyproject.toml").is_file() and (c / "core").is_dir():

@@ -47,11 +47,14 @@ from typing import Any
 from urllib.parse import quote
 
 import numpy as np
+import psutil
 
 from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.paths import default_store_path
 from infbench.data.schema import CellResult, PowerReading, RequestRecord
+from infbench.data.secrets import redact, redact_tree
 from infbench.data.version import SCHEMA_VERSION
+from infbench.measure.derive import cell_metrics
 from infbench.store import channels, migrations
 
 #: Key of ``requests.server`` that holds the client's details of a request (``RequestRecord.client()``).
@@ -76,8 +79,6 @@ def _loads(text: str | None) -> Any:
 def _metric_shapes() -> dict[str, type]:
     """Each metric :func:`~infbench.measure.derive.cell_metrics` derives -> ``dict``
     (a summary or the SLO: numbers inside), ``bool`` or ``float`` (a number or None)."""
-    from infbench.measure.derive import cell_metrics
-
     rec = RequestRecord(t_send_ns=0, t_tokens_ns=[1, 2, 3], n_in=1, n_out=3, t_sched_ns=0)
     m = cell_metrics([rec], energy_j=1.0, slo={"ttft_s": 1.0})
     return {k: dict if isinstance(v, dict) else bool if isinstance(v, bool) else float for k, v in m.items()}
@@ -119,8 +120,6 @@ def checked_metrics(metrics: Any) -> dict[str, Any]:
 def redacted_cell(r: CellResult) -> CellResult:
     """A copy of ``r`` with every stored text redacted (:func:`infbench.data.secrets.redact_tree`);
     the spec, ids and numbers are kept as they are."""
-    from infbench.data.secrets import redact, redact_tree
-
     def text(v: str | None) -> str | None:
         return redact(v) if v else v
 
@@ -167,8 +166,6 @@ def describe_db_error(exc: BaseException) -> str:
 def process_started(pid: int | None = None) -> float | None:
     """The start time (UNIX s) of process ``pid`` (default: this one), or None when it
     does not exist; with the pid and host it names a process even after pid reuse."""
-    import psutil
-
     try:
         return psutil.Process(pid or os.getpid()).create_time()
     except (psutil.Error, OSError):
@@ -346,8 +343,6 @@ class Store:
         """Record the start of a run; returns its id (uuid4 hex). The command line and the
         provenance are stored redacted (:func:`infbench.data.secrets.redact_tree`), whichever path
         began the run."""
-        from infbench.data.secrets import redact, redact_tree
-
         provenance, command = redact_tree(provenance), redact(command)
         run_id = uuid.uuid4().hex[:12]
         started = time.time()
@@ -362,8 +357,6 @@ class Store:
     def update_provenance(self, run_id: str, provenance: dict[str, Any]) -> None:
         """Replace a run's provenance (a container run learns the worker's once it starts);
         stored redacted, as :meth:`begin_run` does."""
-        from infbench.data.secrets import redact_tree
-
         provenance = redact_tree(provenance)
         self.run_meta.setdefault(run_id, {})["provenance"] = provenance
         with self.transaction():

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infbench.data.errors import InfbenchError
+from infbench.data.paths import default_home
+from infbench.data.schema import CellResult
 from infbench.measure.derive import impossible_timing
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,8 +56,6 @@ class JournalError(InfbenchError):
 
 def journal_dir() -> Path:
     """``$INFBENCH_HOME/journal``."""
-    from infbench.data.paths import default_home
-
     return default_home() / "journal"
 
 
@@ -70,8 +70,6 @@ def _mac_key() -> bytes:
     Raises:
         OSError: the key can be neither read nor made.
     """
-    from infbench.data.paths import default_home
-
     path = default_home() / KEY_FILE
     for _ in range(2):
         try:
@@ -272,8 +270,6 @@ def replay(store: Store, refused: list[tuple[str, str]] | None = None,
         sqlite3.Error: the store cannot take them yet (the files are kept).
         OSError: the signing key can be neither read nor made.
     """
-    from infbench.data.schema import CellResult
-
     counts = {"files": 0, "cells": 0, "statuses": 0, "busy": 0, "refused": 0}
     files = pending(store)
     key = _mac_key() if files else b""

@@ -8,6 +8,7 @@ infbench version and git sha). No store schema change: both are JSON the store k
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from infbench.store import Store
@@ -36,6 +37,5 @@ def run_nodes(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
     row = store.db.execute("SELECT provenance FROM runs WHERE run_id=?", (run_id,)).fetchone()
     if row is None or not row[0]:
         return {}
-    import json
 
     return (json.loads(row[0]).get("ray") or {}).get("nodes") or {}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infbench.data.schema import CellResult
+from infbench.data.version import __version__
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -51,8 +52,6 @@ def import_published(store: Store, results: list[CellResult], source: dict[str, 
         command: the command line, for the run record.
         progress: receives a line every :data:`PROGRESS_EVERY` cells of a large import.
     """
-    from infbench.data.version import __version__
-
     prov = {"kind": "published", "source": source, "cells": len(results), "imported_at": time.time(),
             "infbench_version": __version__}
     run_id = store.begin_run(prov, command=command)

@@ -13,14 +13,13 @@ import json
 from typing import Any
 
 from infbench.data.scores import PerplexityResult
+from infbench.data.secrets import redact
 from infbench.store import Store
 
 
 def save_quality(store: Store, r: PerplexityResult) -> int:
     """Store one measurement (ok or failed), its error redacted
     (:func:`infbench.data.secrets.redact`); returns its row id."""
-    from infbench.data.secrets import redact
-
     if r.error:
         r = r.model_copy(update={"error": redact(r.error)})
     with store.transaction():

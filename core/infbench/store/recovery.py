@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from infbench.store import StoreError, describe_db_error
+from infbench.store import StoreError, describe_db_error, journal
+from infbench.store.claims import live_claims, owner_alive
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.store import Store
@@ -61,8 +62,6 @@ def interrupt_stale_runs(store: Store) -> list[str]:
     Returns:
         The ids of the runs marked.
     """
-    from infbench.store.claims import owner_alive
-
     here = socket.gethostname()
     rows = store.db.execute("SELECT run_id, host, pid, pid_started FROM runs WHERE status='running'").fetchall()
     stale = [r["run_id"] for r in rows
@@ -79,8 +78,6 @@ def interrupt_stale_runs(store: Store) -> list[str]:
 
 def drop_dead_claims(store: Store) -> int:
     """Delete the claims whose process is gone; returns how many."""
-    from infbench.store.claims import live_claims
-
     live = live_claims(store)
     dead = [r[0] for r in store.db.execute("SELECT cell_id FROM claims") if r[0] not in live]
     if dead:
@@ -103,8 +100,6 @@ def prepare(store: Store, integrity: bool = True, check: Callable[[Any], list[st
     Raises:
         StoreError: the store is damaged, or cannot be written.
     """
-    from infbench.store import journal
-
     if integrity:
         check_integrity(store)
     rec = Recovery()

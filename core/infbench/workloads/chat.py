@@ -35,6 +35,7 @@ from typing import Any
 
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import check_size, jsonl
+from infbench.workloads.tokenizer import tokenizer_text
 
 #: Largest conversation file read (ShareGPT's JSON is ~0.7 GB; LMSYS-Chat-1M ~2.4 GB as JSONL).
 MAX_DATASET_BYTES = 8 << 30
@@ -136,8 +137,6 @@ def token_counter(model: Any, tokenizer: str | None = None) -> tuple[Callable[[s
         ConfigError: ``tokenizer`` cannot be loaded.
     """
     if tokenizer:
-        from infbench.workloads.tokenizer import tokenizer_text
-
         return tokenizer_text(tokenizer).count, f"tokenizer {tokenizer}"
     path = getattr(model, "path", None)
     if path and Path(path).is_dir() and any((Path(path) / f).exists()

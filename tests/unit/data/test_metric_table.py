@@ -178,10 +178,11 @@ def test_compare_cli_headers_come_from_the_table(monkeypatch):
     from typer.testing import CliRunner
 
     from infbench.cli import app
+    from infbench.cli import report as report_cmd
     from infbench.report import compare
 
     a, b = [stored("a", spec_hash="w")], [stored("b", ttft=0.025, tput=200.0, spec_hash="w")]
-    monkeypatch.setattr(compare, "load_side", lambda arg, store: (arg, a if arg == "A" else b))
+    monkeypatch.setattr(report_cmd, "load_side", lambda arg, store: (arg, a if arg == "A" else b))
     monkeypatch.setenv("COLUMNS", "400")
     res = CliRunner().invoke(app, ["compare", "A", "B"])
     assert res.exit_code == 0, res.output

@@ -10,7 +10,6 @@ from infbench.data.run_config import RunConfig
 from infbench.data.schema import DeviceInfo
 from infbench.detect import Detection
 from infbench.detect.registry import Registry
-from infbench.engines import process as P
 from infbench.execution import orchestrator as O
 from infbench.testing import plugin_manager
 
@@ -21,7 +20,7 @@ CPU = DeviceInfo(vendor="cpu", kind="cpu", model="Test CPU")
 @pytest.fixture
 def started(monkeypatch):
     calls: list[list[str]] = []
-    monkeypatch.setattr(P, "prewarm", lambda mods, python=None: calls.append(list(mods)) or True)
+    monkeypatch.setattr(O, "prewarm", lambda mods, python=None: calls.append(list(mods)) or True)
     return calls
 
 

@@ -24,13 +24,18 @@ import os
 import platform
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import psutil
 
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
+from infbench.contract.site import site_section
+from infbench.data.paths import default_home
 from infbench.data.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
+from infbench.data.version import __version__
 from infbench.libs.llama import LLAMA_CPP_INSTALL
 from infbench.measure.power import NoPower, PowerSampler, WithChannels, now_ns
 
@@ -190,9 +195,6 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
         ``{"attainable_bandwidth_bytes_s" (B/s), "attainable_flops": {"fp32": FLOP/s},
         "source"}``.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
 
     n = os.cpu_count() or 1
     a = np.ones(read_mib * 2**20 // 4, dtype=np.float32)
@@ -219,8 +221,6 @@ def measure_limits(read_mib: int = 256, gemm_n: int = 1024, repeats: int = 5) ->
 def cached_limits(device: DeviceInfo, path: Path | None = None) -> dict:
     """:func:`measure_limits` for ``device``, measured once and kept in ``path``
     (default ``$INFBENCH_HOME/cpu_limits.json``, keyed by the CPU model and core count)."""
-    from infbench.data.paths import default_home
-
     path = path or default_home() / "cpu_limits.json"
     key = f"v2|{device.model}|{device.properties.get('physical_cores') or device.count}"
     try:
@@ -253,11 +253,9 @@ def cpu_limits(device: DeviceInfo, overrides: dict | None = None, attainable: di
         "peak_basis", "bandwidth_basis", "cache_bytes" (last-level cache), "memory_bytes",
         "source"}``.
     """
-    from infbench.detect.platforms.cpu_isa import cpu_theoretical
+    from infbench.detect.platforms.cpu_isa import cpu_theoretical  # noqa: PLC0415 - start-up: not loaded by detect
 
     if overrides is None:
-        from infbench.contract.site import site_section
-
         overrides = site_section("cpu") or {}
     att = attainable if attainable is not None else cached_limits(device)
     att_bw = att.get("attainable_bandwidth_bytes_s")
@@ -429,7 +427,6 @@ def infbench_container_spec(device: DeviceInfo, engine: str) -> ContainerSpec | 
     """
     if device.vendor != "cpu" or engine not in CPU_IMAGE_ENGINES:
         return None
-    from infbench.data.version import __version__
 
     return ContainerSpec(image=f"infbench/cpu-llamacpp:{__version__}", shm_size="1g")
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from infbench.contract.hookspecs import hookimpl
+from infbench.contract.registry import engine_specs
 from infbench.data.contract import DeviceLimits
 from infbench.data.engine import Engine, create_engine
 from infbench.data.schema import PRECISIONS, DeviceInfo
+from infbench.detect.devices import catalog, match_device
 from infbench.measure.power import NoPower, PowerSampler
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,8 +44,6 @@ class CoreDefaults:
         """The engine's registered factory, given its typed options (contract 2.0; a 1.x
         factory its options as a dict: :func:`infbench.data.engine.create_engine`); None: no plugin
         registers an adapter for it."""
-        from infbench.contract.registry import engine_specs
-
         spec = engine_specs(self.pm).get(engine)
         if spec is None or spec.factory is None:
             return None
@@ -53,8 +53,6 @@ class CoreDefaults:
     @hookimpl(trylast=True)
     def infbench_device_info(self, device: DeviceInfo) -> DeviceLimits | None:
         """The catalog entry matching ``device.model`` (per device), or None."""
-        from infbench.detect.devices import catalog, match_device
-
         spec = match_device(catalog(self.pm), device)
         return DeviceLimits(**spec.per_device()) if spec else None
 

@@ -16,9 +16,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infbench.contract.hookspecs import DefaultSweepAnswer, hookimpl
-from infbench.contract.site import site_config_path
+from infbench.contract.site import site_config_path, site_location, site_section
+from infbench.data.engine import EngineSpec
 from infbench.data.errors import ConfigError
 from infbench.data.schema import DeviceInfo
+from infbench.data.secrets import command_label
+from infbench.detect.devices import packaged_specs
 from infbench.measure.power import CommandPowerSampler, FixedPowerSampler, NoPower, PowerSampler
 
 
@@ -68,8 +71,6 @@ class RemotePlatform(BaseModel):
         try:
             return cls(**{**defaults, **section})
         except ValidationError as exc:
-            from infbench.contract.site import site_location
-
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or name}: {e['msg']}" for e in exc.errors())
             first = exc.errors()[0]["loc"]
             raise ConfigError(f"[{name}] in {site_location(name, str(first[0]) if first else None)}: {problems}",
@@ -91,8 +92,6 @@ class RemotePlatform(BaseModel):
         if self.power_w is not None:
             return self.power_label or f"user-supplied fixed {self.power_w:g} W (not measured)"
         if self.power_command:
-            from infbench.data.secrets import command_label
-
             return self.power_label or f"user-supplied power command: {command_label(self.power_command)}"
         return "none: no device power API; set power_w or power_command in the site config"
 
@@ -138,8 +137,6 @@ class RemotePlatformPlugin:
         Raises:
             ConfigError: an invalid table (see :meth:`RemotePlatform.from_site`).
         """
-        from infbench.contract.site import site_section
-
         return RemotePlatform.from_site(self.vendor, site_section(self.vendor), self.defaults)
 
     @hookimpl
@@ -165,8 +162,6 @@ class RemotePlatformPlugin:
     @hookimpl
     def infbench_engines(self) -> list:
         """The core's ``openai`` client runs against this platform."""
-        from infbench.data.engine import EngineSpec
-
         return [EngineSpec("openai", None, [self.vendor])]
 
     @hookimpl
@@ -189,6 +184,4 @@ class RemotePlatformPlugin:
     @hookimpl
     def infbench_device_catalog(self) -> list:
         """The platform's system descriptions from ``devices.yaml``."""
-        from infbench.detect.devices import packaged_specs
-
         return list(packaged_specs(self.package)) if self.package else []

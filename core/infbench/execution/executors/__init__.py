@@ -20,7 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from infbench.data.errors import ConfigError
+from infbench.contract.registry import container_spec
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.execution.executors.container import ContainerExecutor
+from infbench.execution.executors.inprocess import InProcessExecutor
+from infbench.execution.executors.ray import RayExecutor, import_ray
+from infbench.runtimes import container_runtime as make_runtime
+from infbench.runtimes import detect_container_runtime
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -92,29 +98,19 @@ def choose_executor(name: str, device: Any, engines: list[str], pm: PluginManage
     Raises:
         ConfigError: unknown name, or the named executor is not usable here.
     """
-    from infbench.runtimes import container_runtime as make_runtime
-
     if name not in EXECUTORS:
         raise ConfigError(f"unknown executor {name!r}", hint=f"choose one of: {', '.join(EXECUTORS)}")
     if name == "inprocess":
-        from infbench.execution.executors.inprocess import InProcessExecutor
-
         return InProcessExecutor(pm, provenance)
     if name == "container":
-        from infbench.execution.executors.container import ContainerExecutor
-
         return ContainerExecutor(pm, make_runtime(container_runtime), provenance)
     if name == "ray":
-        from infbench.execution.executors.ray import RayExecutor, import_ray
-
         import_ray()  # a clear error when Ray is not installed
         return RayExecutor(pm, provenance, container_runtime=container_runtime, **kwargs)
-    from infbench.execution.executors.inprocess import InProcessExecutor
 
     rt = _auto_runtime(device, engines, pm, notes, container_runtime)
     if rt is None:
         return InProcessExecutor(pm, provenance)
-    from infbench.execution.executors.container import ContainerExecutor
 
     return ContainerExecutor(pm, rt, provenance)
 
@@ -124,13 +120,10 @@ def _auto_runtime(device: Any, engines: list[str], pm: PluginManager, notes: lis
     """The container runtime ``auto`` uses, or None for in-process (see :func:`choose_executor`)."""
     if device.vendor == "cpu" or device.kind == "remote":
         return None
-    from infbench.contract.registry import container_spec
 
     specs = [container_spec(pm, device, e) for e in engines]
     if not all(specs):
         return None
-    from infbench.data.errors import InfbenchError
-    from infbench.runtimes import detect_container_runtime
 
     rt = detect_container_runtime(preferred)
     if rt is None:

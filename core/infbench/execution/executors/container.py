@@ -28,6 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infbench.contract.registry import container_spec as typed
 from infbench.data.errors import ConfigError
 from infbench.data.events import CellStarted, CellTimed, GroupLoading, LogLine, Note, Observer, ScoreStarted, ignore
 from infbench.data.groups import Plan
@@ -54,8 +55,6 @@ def container_spec(pm: PluginManager, device: Any, engine: str) -> dict[str, Any
     Raises:
         ConfigError: no plugin provides an image for this engine on this device.
     """
-    from infbench.contract.registry import container_spec as typed
-
     spec = typed(pm, device, engine)
     if spec is None:
         raise ConfigError(f"no worker image for engine {engine} on {device.vendor} ({device.model})",

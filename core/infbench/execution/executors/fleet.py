@@ -27,15 +27,24 @@ in ``benchmarks/fleet_scheduling.py``'s simulated fleets.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from infbench.data.errors import ConfigError
+from infbench.analysis import predict as pr
+from infbench.analysis.floor import device_roofline_limits
+from infbench.analysis.roofline import weight_bytes
+from infbench.data.engine import precision_of
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.paths import default_home
 from infbench.data.schema import Cell, DeviceInfo
+from infbench.plan import plan
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
@@ -195,9 +204,6 @@ def plan_fleet(sweep: Any, types: list[DeviceType], pm: PluginManager) -> list[A
         ConfigError, EngineUnavailable: as :func:`infbench.plan.plan`, for the first type
             it fails on (the message names the type).
     """
-    from infbench.data.errors import InfbenchError
-    from infbench.plan import plan
-
     plans = []
     for t in types:
         try:
@@ -496,9 +502,6 @@ def weights_bytes(group: Any) -> float | None:
     """Bytes of ``group``'s weights (all parameters at its dtype), or None when its model
     has no shape."""
     try:
-        from infbench.analysis.roofline import weight_bytes
-        from infbench.data.engine import precision_of
-
         return float(group.model.param_counts()["total"]) * weight_bytes(group.dtype, precision_of(group.dtype))
     except Exception:  # noqa: BLE001 - a model without a config, an unknown dtype
         return None
@@ -525,10 +528,6 @@ def prediction(pm: PluginManager) -> Callable[[WorkItem, Cell], float | None]:
         if k not in cache:
             limits, eff = None, None
             try:
-                from infbench.analysis import predict as pr
-                from infbench.analysis.floor import device_roofline_limits
-                from infbench.data.paths import default_home
-
                 limits, _ = device_roofline_limits(pm, item.device)
                 cid = pr.device_catalog_id(pm, item.device.model_dump())
                 if cid:
@@ -546,7 +545,6 @@ def prediction(pm: PluginManager) -> Callable[[WorkItem, Cell], float | None]:
         limits, eff = limits_of(item)
         if limits is None:
             return None
-        from infbench.analysis import predict as pr
 
         sv = pr.serving_for(cell.engine)
         args = (item.group.model, limits, cell.batch, cell.input_len)
@@ -736,8 +734,6 @@ class Splitter:
     def __init__(self, sched: Scheduler, estimates: Estimates, can_split: Callable[[WorkItem], bool] | None = None,
                  min_gain_s: float = MIN_SPLIT_GAIN_S, gain_load: float = SPLIT_GAIN_LOAD,
                  clock: Callable[[], float] | None = None):
-        import time
-
         self.sched, self.estimates, self.can_split = sched, estimates, can_split
         self.min_gain_s, self.gain_load = min_gain_s, gain_load
         self.clock = clock or time.monotonic
@@ -951,9 +947,6 @@ def simulate(fleet: Fleet, items: list[WorkItem], cell_s: Callable[[WorkItem, Ce
         The :class:`SimResult`. Cost: O(events x parts) for the splitter's look at every
         running part when a node frees up.
     """
-    import heapq
-    import itertools
-
     now = [0.0]
     est = estimates or Estimates(predict=cell_s, load=load_s)
     sched = Scheduler(fleet, [])

@@ -15,6 +15,7 @@ from infbench.data.events import Observer, ignore
 from infbench.data.groups import Plan
 from infbench.data.run import RunOptions, RunSummary
 from infbench.execution.bookkeeping import conclude, run_command, started_run
+from infbench.execution.executors.spread import LoadSpread
 from infbench.execution.scenarios import make_scenario
 from infbench.execution.session import measuring_context
 from infbench.store import Store
@@ -63,8 +64,6 @@ class InProcessExecutor:
             ctx = measuring_context(self.pm, plan.device, store, summary, opts, observer)
             ctx.take = self.take
             if opts.load_nodes is not None:  # serving load sent from nodes of a Ray cluster
-                from infbench.execution.executors.spread import LoadSpread
-
                 ctx.spread = LoadSpread(opts.load_nodes, opts.ray_address)
             try:
                 scenario.run(ctx)

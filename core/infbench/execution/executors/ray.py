@@ -45,6 +45,7 @@ import functools
 import os
 import queue
 import signal
+import socket
 import sys
 import threading
 import time
@@ -59,7 +60,10 @@ from infbench.data.run import RunOptions, RunSummary
 from infbench.data.schema import Cell, CellResult
 from infbench.data.scores import PerplexityResult
 from infbench.data.secrets import redact
+from infbench.data.version import SCHEMA_VERSION
+from infbench.data.worker_spec import make_spec
 from infbench.execution.bookkeeping import conclude, run_command, started_run
+from infbench.execution.executors.container import container_spec
 from infbench.execution.executors.fleet import (
     Estimates,
     Fleet,
@@ -73,6 +77,8 @@ from infbench.execution.executors.fleet import (
     split_item,
     task_resources,
 )
+from infbench.execution.executors.follow import WorkerExit
+from infbench.execution.executors.raynode import detect_here, group_events, hand_off_here
 from infbench.execution.scenarios import Scenario, make_scenario
 from infbench.execution.session import RunContext
 from infbench.store import Store
@@ -167,8 +173,6 @@ def probe_address(addr: str, limit_s: float) -> None:
         ConfigError: a malformed address, nothing listening, no answer in time, or a
             listener that is not a Ray GCS, naming the address and how to check it.
     """
-    import socket
-
     if addr in ("auto", "local"):
         return
     shown = redact(addr)  # every message and suggested command: user info never printed
@@ -270,16 +274,12 @@ def _tasks() -> tuple[Any, Any]:
 
     @ray.remote(num_cpus=0, max_retries=0)
     def detect_node() -> dict[str, Any]:
-        from infbench.execution.executors.raynode import detect_here
-
         ctx = ray.get_runtime_context()
         return {**detect_here(), "node_id": ctx.get_node_id()}
 
     @ray.remote(max_retries=0)
     def run_group(spec_json: str, job_name: str, container: dict[str, Any] | None,
                   node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        from infbench.execution.executors.raynode import group_events
-
         yield from group_events(spec_json, job_name, container, node)
 
     return detect_node, run_group
@@ -293,8 +293,6 @@ def _handoff_task() -> Any:
 
     @ray.remote(num_cpus=0, max_retries=0)
     def hand_off(job_name: str, spec_hashes: list[str]) -> list[str]:
-        from infbench.execution.executors.raynode import hand_off_here
-
         return hand_off_here(job_name, spec_hashes)
 
     return hand_off
@@ -438,8 +436,6 @@ class RayExecutor:
                 ray.shutdown()
 
     def _check(self, fleet: Fleet, plans: list[Plan]) -> None:
-        from infbench.data.version import SCHEMA_VERSION
-
         for p in plans:
             t = fleet.type_of(p.device)
             if t is None or not t.alive():
@@ -593,8 +589,6 @@ class RayExecutor:
         return summary
 
     def _container(self, item: WorkItem) -> dict[str, Any]:
-        from infbench.execution.executors.container import container_spec
-
         return {"runtime": self.container_runtime, "spec": container_spec(self.pm, item.device, item.group.engine)}
 
     def _apply_split(self, s: Split, cells: list[Cell], key: int, contexts: dict[int, Any],
@@ -730,8 +724,6 @@ class RayExecutor:
                 where: str) -> None:
         """The worker ended: done when it ran its whole spec; else the scenario stores what it
         was on as failed and keeps what is left in ``item.part`` (run again by ``_again``)."""
-        from infbench.execution.executors.follow import WorkerExit
-
         r = ev.get("running") or {}
         running: Cell | str | None = (Cell.model_validate_json(r["cell"]) if r.get("cell") else r.get("key"))
         ended = WorkerExit(ev.get("exit_code"), ev.get("reason", "exited"), running, ev.get("tail") or [],
@@ -809,8 +801,6 @@ def _spec_json(item: WorkItem, opts: RunOptions, handoff: bool = False) -> str:
     """The worker spec of what is left of ``item``'s part (its cells and scenario), as JSON;
     ``handoff``: the worker takes each cell through :mod:`infbench.data.handoff` (its part
     may be split while it runs)."""
-    from infbench.data.worker_spec import make_spec
-
     part = item.part
     spec = part.spec
     if handoff and getattr(spec, "kind", None) == "sweep":

@@ -19,6 +19,7 @@ node's own ``$INFBENCH_HOME``: no shared file system is assumed.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -28,7 +29,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from infbench.contract.manager import build_plugin_manager
+from infbench.contract.registry import engine_specs
+from infbench.data.errors import ConfigError, InfbenchError
+from infbench.data.handoff import hand_off
+from infbench.data.models import resolve
 from infbench.data.paths import default_home
+from infbench.data.version import SCHEMA_VERSION, __version__
+from infbench.data.worker_spec import WorkerSpec
+from infbench.detect import detect
+from infbench.execution.bookkeeping import provenance
+from infbench.execution.executors.container import _local_paths, scenario_paths
+from infbench.execution.executors.follow import follow_worker, stall_limit
+from infbench.runtimes import container_runtime
 
 #: The environment variable naming the Ray node a worker runs on (node id, hex).
 NODE_ENV = "INFBENCH_RAY_NODE"
@@ -43,12 +56,6 @@ def detect_here() -> dict[str, Any]:
         infbench and store schema versions, provenance, ``engines_missing``
         (engine -> modules it lacks here) and plugin ``errors``.
     """
-    from infbench.contract.manager import build_plugin_manager
-    from infbench.contract.registry import engine_specs
-    from infbench.data.version import SCHEMA_VERSION, __version__
-    from infbench.detect import detect
-    from infbench.execution.bookkeeping import provenance
-
     pm = build_plugin_manager()
     det = detect(pm)
     missing = {}
@@ -65,8 +72,6 @@ def detect_here() -> dict[str, Any]:
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Make the kernel kill this child when the process that started it dies (Linux)."""
     with contextlib.suppress(Exception):
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -123,8 +128,6 @@ def hand_off_here(job_name: str, spec_hashes: list[str]) -> list[str]:
     Raises:
         ValueError: a job name with a path separator, or a malformed spec hash.
     """
-    from infbench.data.handoff import hand_off
-
     if not job_name or "/" in job_name or job_name in (".", ".."):
         raise ValueError(f"not a job name: {job_name!r}")
     return hand_off(default_home() / "jobs" / job_name / "out", spec_hashes)
@@ -132,9 +135,6 @@ def hand_off_here(job_name: str, spec_hashes: list[str]) -> list[str]:
 
 def _missing_models(cells: list[Any]) -> list[str]:
     """Models of ``cells`` this node cannot resolve (a real model path absent here)."""
-    from infbench.data.errors import ConfigError
-    from infbench.data.models import resolve
-
     out = []
     for m in dict.fromkeys(c.model for c in cells):
         try:
@@ -172,11 +172,6 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
     Stopping the generator (``close()``, or the ``KeyboardInterrupt`` Ray raises in a
     cancelled task) kills the worker (its process group, or the container).
     """
-    from infbench.data.errors import InfbenchError
-    from infbench.data.worker_spec import WorkerSpec
-    from infbench.execution.executors.container import _local_paths, scenario_paths
-    from infbench.execution.executors.follow import follow_worker, stall_limit
-
     home = default_home()
     job = home / "jobs" / job_name
     job.mkdir(parents=True, exist_ok=True)
@@ -193,8 +188,6 @@ def group_events(spec_json: str, job_name: str, container: dict[str, Any] | None
     (job / "spec.json").write_text(spec_json)
     try:
         if container:
-            from infbench.runtimes import container_runtime
-
             rt = container_runtime(container["runtime"])
             rt.check_image(container["spec"]["image"])
             handle = rt.start(container["spec"], job, home / "worker-home", home / "cache", f"infbench-{job_name}",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,9 @@ from infbench.data.engine import RunOutput
 from infbench.data.engine_options import as_dict
 from infbench.data.errors import ConfigError, EngineUnavailable
 from infbench.data.schema import Cell
+from infbench.engines.openai import OpenAIEngine
 from infbench.execution.executors.ray import _affinity, connect, import_ray
+from infbench.execution.executors.raynode import NODE_ENV
 from infbench.measure.remote_load import NodeOutput, merge, partition
 
 #: Seconds between the start being set and the nodes starting, at least (Ray delivers the
@@ -88,8 +91,6 @@ def run_share(job: dict[str, Any]) -> dict[str, Any]:
     Raises:
         EngineUnavailable: the server does not answer from here.
     """
-    from infbench.engines.openai import OpenAIEngine
-
     engine = OpenAIEngine(job["device"], {**job["options"], "base_url": job["base_url"]})
     engine._key = job["key"]
     engine._check_server()
@@ -141,9 +142,7 @@ class LoadSpread:
     def __init__(self, nodes: int, address: str | None = None, exclude: str | None = None):
         if nodes < 0:
             raise ConfigError(f"--load-nodes must be at least 1, got {nodes}")
-        import os
 
-        from infbench.execution.executors.raynode import NODE_ENV
 
         self.n, self.address, self.exclude = nodes, address, exclude or os.environ.get(NODE_ENV)
         self.ray: Any = None
@@ -155,8 +154,6 @@ class LoadSpread:
         """How the session runs ``cell`` on ``engine``: spread over the client nodes when it is
         a serving cell of an OpenAI-compatible engine (a managed server or an endpoint), else
         None (measured here as usual)."""
-        from infbench.engines.openai import OpenAIEngine
-
         if cell.load is None or cell.load.mode == "batch" or not isinstance(engine, OpenAIEngine):
             return None
 

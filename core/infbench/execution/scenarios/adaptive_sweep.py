@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from infbench.analysis.adaptive import AdaptivePlanner, Budget, front_corners, peak_allowance, series_of
+from infbench.analysis.floor import device_roofline_limits
 from infbench.analysis.predict import engine_family
 from infbench.analysis.profile import stack_of
 from infbench.data.errors import ConfigError
@@ -98,8 +99,6 @@ def adaptive_plan(plan: Plan, budget: str, pm: Any = None, strict: bool = False)
     """
     Budget.parse(budget)
     if pm is not None:
-        from infbench.analysis.floor import device_roofline_limits
-
         limits, reason = device_roofline_limits(pm, plan.device)
         if limits is None:
             raise ConfigError(f"--adaptive predicts from the device's limits; {plan.device.label()} has none "

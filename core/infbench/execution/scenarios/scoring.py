@@ -11,14 +11,17 @@ and weights (their SHA-256) the host planned.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
+from infbench.data.events import Note
 from infbench.data.groups import Group, Plan
 from infbench.data.scenarios import PerplexityItem, PerplexityScenario, ScenarioSpec
 from infbench.data.schema import Cell, DeviceInfo
 from infbench.execution.scenarios.scenario import Part, Running, Scenario
 from infbench.execution.session import EngineSession, RunContext
 from infbench.quality.perplexity import PerplexityRequest, new_result, request_for
+from infbench.store.quality import stored_ok
 
 
 def perplexity_plan(reqs: list[PerplexityRequest], device: DeviceInfo) -> Plan:
@@ -66,8 +69,6 @@ class Perplexity(Scenario):
     def groups(self, ctx: RunContext) -> Iterator[Group]:
         """Each item's group, unless stored ok already (and not ``force``): those are
         counted in ``summary.quality_skipped``."""
-        from infbench.store.quality import stored_ok
-
         for g in self.plan.groups:
             item = self.item_of(g)
             if not ctx.options.force and item.key and stored_ok(ctx.store, item.key) is not None:
@@ -85,8 +86,6 @@ class Perplexity(Scenario):
         self._fail(self.item_of(group), error, ctx)
 
     def _fail(self, item: PerplexityItem, error: str, ctx: RunContext) -> None:
-        import time
-
         res = new_result(self.request(item, ctx), ctx.device)
         res.status, res.error, res.finished_at = "failed", error, time.time()
         ctx.record_quality(res)
@@ -97,8 +96,6 @@ class Perplexity(Scenario):
 
     def parts(self, ctx: RunContext) -> list[Part]:
         """One part per item not stored ok (unless ``force``)."""
-        from infbench.store.quality import stored_ok
-
         out = []
         for g in self.plan.groups:
             item = self.item_of(g)
@@ -135,8 +132,6 @@ class Perplexity(Scenario):
             try:
                 self._fail(it, error, ctx)
             except Exception as exc:  # noqa: BLE001 - the host cannot plan it either: say why
-                from infbench.data.events import Note
-
                 ctx.observer(Note(f"perplexity of {it.model} on {it.engine} ({it.dtype}) not measured: {error}; "
                                   f"{exc}"))
         rest = [it for it in left if it not in victims]

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
+from infbench.data.models import resolve
 from infbench.data.schema import Cell, CellResult, DeviceInfo, Load, short_hash
+from infbench.report.lib_import import published_device
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -278,8 +280,6 @@ def device_for(name: str, count: int, pm: PluginManager | None = None,
     the CPU. ``properties`` hold ``catalog_id`` (None when the catalog has no such device)
     and ``published_name``.
     """
-    from infbench.report.lib_import import published_device
-
     extra = dict(props or {})
     key = name.strip().lower()
     if key in HARDWARE:
@@ -301,8 +301,6 @@ def device_for(name: str, count: int, pm: PluginManager | None = None,
 
 
 def _model_key(name: str) -> tuple[str, bool]:
-    from infbench.data.models import resolve
-
     try:
         return resolve(name).name, True
     except ConfigError:
