@@ -44,7 +44,7 @@ from infbench.data.version import __version__
 #: the commands from this table, and a command's module is imported only when that command
 #: runs (or shows its own help): ``infbench --help`` and ``infbench detect`` load only what they
 #: use, while each command module imports what it needs at its top (issue 40).
-#: tests/unit/test_cli_lazy.py checks the table against the commands' own help.
+#: tests/unit/cli/test_lazy_commands.py checks the table against the commands' own help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("detect_cmd",
         "Find the devices on this host: the PCI bus plus every plugin's detect hook, and "

@@ -27,7 +27,7 @@ still to run times the timed rate, plus the warm-up weight times the warm-up rat
 loads, counted down between events. (Where no ``CellTimed`` arrives, the warm-up counts
 with its cell.) On the first H100 run the old rate, which divided the time since the start,
 a 268 s model load included, by the first cell's weight, printed ``ETA 27:59:08`` for a
-sweep that had minutes left (``tests/unit/test_progress.py`` replays it).
+sweep that had minutes left (``tests/unit/cli/test_progress.py`` replays it).
 """
 
 from __future__ import annotations

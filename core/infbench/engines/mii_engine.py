@@ -43,7 +43,7 @@ and DeepSpeed's accelerator is ``cuda``; serving mode, the wrapper's log line an
 
 Neither has run on a GPU: the development machines have none. ``deepspeed-mii`` installs on
 them (CPU torch); the calls are checked against its real signatures and pydantic models by
-``tests/unit/test_engine_signatures.py``.
+``tests/integration/test_engine_signatures.py``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ Device proof: every parameter and buffer on ``hpu``, and torch's HPU name
 Not run on a Gaudi: the development machines have none; ``optimum-habana`` installs there
 (CPU torch) and its API (``adapt_transformers_to_gaudi``, ``GaudiGenerationConfig``,
 ``GaudiGenerationMixin.generate``) is checked against the installed package by
-``tests/unit/test_engine_signatures.py``.
+``tests/integration/test_engine_signatures.py``.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ model (:func:`check_sglang`), so a CPU build is refused before any weights load.
 This adapter has not run on a GPU: the development machines have none, and SGLang's
 wheel depends on CUDA builds (``flashinfer``, ``sglang-kernel``, torch 2.14.1) that do not
 install there. Its command line is checked against the real ``ServerArgs`` parser and its
-request body against SGLang's ``CompletionRequest`` by ``tests/unit/test_engine_signatures.py``.
+request body against SGLang's ``CompletionRequest`` by ``tests/integration/test_engine_signatures.py``.
 """
 
 from __future__ import annotations

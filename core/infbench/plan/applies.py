@@ -6,7 +6,7 @@ find-max options in the find-max scenario, the Ray options in the Ray executor: 
 :meth:`infbench.data.run_config.RunConfig.from_flags` before anything is detected). What is
 left depends on the planned cells (a batch cell, a serving load, an engine that reads the
 option), and :func:`refuse_ignored` checks it here. The scan of every option against every
-mode that found these is ``tests/unit/test_option_scan.py``.
+mode that found these is ``tests/unit/plan/test_option_scan.py``.
 """
 
 from __future__ import annotations

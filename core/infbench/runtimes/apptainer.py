@@ -28,7 +28,7 @@ which unprivileged users may request) unless the spec's ``network_mode`` asks fo
 which is then said in a note.
 
 Not verified here: Apptainer is not packaged for Debian 12 and cannot be fetched on the
-development machine, so only the translation is tested (``tests/unit/test_runtimes.py``).
+development machine, so only the translation is tested (``tests/unit/runtimes/test_runtimes.py``).
 """
 
 from __future__ import annotations

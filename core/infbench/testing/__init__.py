@@ -1,6 +1,6 @@
 """Stand-ins for tests of scenarios, executors and plugins: engines that run in microseconds
 and a plugin that registers them, so run, resume, failure and interrupt semantics are
-tested in the fast layer (``tests/unit/test_scenarios.py``).
+tested in the fast layer (``tests/unit/execution/test_scenarios.py``).
 
 Nothing here measures anything: the records a fake engine returns carry timestamps it
 computes from its options (a virtual clock that starts at the call), so the metrics

@@ -70,8 +70,10 @@ def test_detect_exit_status_on_plugin_errors(monkeypatch):
 
     pm = build_plugin_manager()
     pm.register(Broken(), name="broken")
-    monkeypatch.setattr("infbench.cli.common.plugin_manager", lambda: pm)
+    # detect_cmd first: a command module is imported when first used (infbench.cli.COMMANDS), and
+    # imported while common's name is patched it would bind the patch for good (undo restores it)
     monkeypatch.setattr("infbench.cli.detect_cmd.plugin_manager", lambda: pm)
+    monkeypatch.setattr("infbench.cli.common.plugin_manager", lambda: pm)
     r = cli("detect", code=1)
     assert "plugin broken failed to detect" in r.output and "\x1b" not in r.output
     det = json.loads(cli("detect", "--json", code=1).stdout)

@@ -4,16 +4,29 @@ command goes on, a hook that exits or prints is caught, `plugins check` exercise
 
 from __future__ import annotations
 
+import threading
+
+import pytest
+
 from tests.support.hostile import cli
+
+#: What the hung hooks wait for (at most 30 s): set when this module's tests end, so their
+#: threads do not outlive them as threads beside a later test's in-process engine.
+RELEASE = threading.Event()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_hung_hooks():
+    RELEASE.clear()
+    yield
+    RELEASE.set()
 
 
 # -- item 3: every wait has a bound and says what it waits for ------------------------------------
 class _Hung:
     @staticmethod
     def infbench_detect():
-        import time
-
-        time.sleep(30)
+        RELEASE.wait(30)
         return []
 
 
@@ -28,7 +41,6 @@ def _plugin(**hooks):
 def test_a_hung_hook_is_named_and_the_command_goes_on(monkeypatch):
     """A plugin whose detect never returns: detection ends after the limit, names the plugin
     and the hook, finds the other devices, and does not call the hung plugin again."""
-    import time
 
     from infbench.contract.manager import build_plugin_manager
     from infbench.detect import detect
@@ -39,7 +51,7 @@ def test_a_hung_hook_is_named_and_the_command_goes_on(monkeypatch):
 
     def slow():
         calls.append(1)
-        time.sleep(30)
+        RELEASE.wait(30)
         return []
 
     pm.register(_plugin(infbench_detect=slow), name="hangco")

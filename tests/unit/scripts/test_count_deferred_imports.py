@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 _spec = importlib.util.spec_from_file_location("count_deferred_imports", ROOT / "scripts" / "count_deferred_imports.py")
 assert _spec and _spec.loader
 counter = importlib.util.module_from_spec(_spec)
