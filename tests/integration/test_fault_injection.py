@@ -415,7 +415,7 @@ def test_sigterm_inside_a_long_native_call(tmp_path, where):
         time.sleep(1.0)
     p.send_signal(signal.SIGTERM)
     # A deadline, not a timing assertion: without the engine process the call runs for minutes;
-    # how fast SIGTERM ends a run is benchmarks/reliability.py's (3.1 s, docs/reliability.md).
+    # how fast SIGTERM ends a run is benchmarks/reliability.py's (its row in docs/reliability.md).
     try:
         out, err = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:

@@ -55,6 +55,19 @@ def digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def ingest_refused(folder: Path, store: Path, *expected: str):
+    """``infbench ingest FOLDER --store STORE`` refused: each of ``expected`` in its output (read
+    unwrapped: the printer wraps at the terminal's width and tmp paths differ in length) and
+    the store unchanged, not even an empty run added. Returns the click result."""
+    before = digest(store)
+    r = cli("ingest", folder, "--store", store)
+    flat = " ".join(r.output.split())
+    for e in expected:
+        assert e in flat, r.output
+    assert digest(store) == before
+    return r
+
+
 def cell_result(batch: int = 1, status: str = "ok", model: str = "tiny-random-llama", t0: int = 1_000_000,
                 error: str | None = None) -> CellResult:
     """A sound cell: raw records and the metrics derived from them."""

@@ -13,21 +13,10 @@ from infbench.store import Store
 from tests.support.hostile import (
     cell_result,
     cli,
-    digest,
+    ingest_refused,
     make_store,
     worker_folder,
 )
-
-
-# -- section 1/2: ingest ------------------------------------------------------------
-def _ingest_refused(folder, store, *expected):
-    before = digest(store)
-    r = cli("ingest", folder, "--store", store)
-    flat = " ".join(r.output.split())  # the printer wraps at the terminal's width; tmp paths differ in length
-    for e in expected:
-        assert e in flat, r.output
-    assert digest(store) == before  # nothing stored, not even an empty run
-    return r
 
 
 @pytest.mark.parametrize("provenance, message", [
@@ -39,25 +28,25 @@ def test_ingest_malformed_provenance(tmp_path, provenance, message):
     store = make_store(tmp_path / "s.db")
     w = worker_folder(tmp_path / "w")
     (w / "provenance.json").write_text(provenance)
-    _ingest_refused(w, store, message)
+    ingest_refused(w, store, message)
 
 
 def test_ingest_bad_fields_and_files(tmp_path):
     store = make_store(tmp_path / "s.db")
     w = worker_folder(tmp_path / "w1", status={"not": "a status"})
-    _ingest_refused(w, store, "status", "is not one of")
+    ingest_refused(w, store, "status", "is not one of")
     w = worker_folder(tmp_path / "w2", provenance=["a", "list"])
-    _ingest_refused(w, store, "'provenance' must be an object")
+    ingest_refused(w, store, "'provenance' must be an object")
     w = worker_folder(tmp_path / "w3")
     (w / "cells.jsonl").write_bytes((w / "cells.jsonl").read_bytes() + b'{"cell_id": "\xff\xfe"}\n')
-    _ingest_refused(w, store, "line 3", "not UTF-8")
+    ingest_refused(w, store, "line 3", "not UTF-8")
     w = worker_folder(tmp_path / "w4")
     (w / "cells.jsonl").unlink()
     (w / "cells.jsonl").mkdir()
-    _ingest_refused(w, store, "cells.jsonl is not a file")
+    ingest_refused(w, store, "cells.jsonl is not a file")
     w = worker_folder(tmp_path / "w5")
     (w / "cells.jsonl").unlink()
-    _ingest_refused(w, store, "cells.jsonl is missing")
+    ingest_refused(w, store, "cells.jsonl is missing")
 
 
 def _mutated(**change):
@@ -87,7 +76,7 @@ def test_ingest_validates_every_cell(tmp_path, change, message):
     w = worker_folder(tmp_path / "w")
     good = (w / "cells.jsonl").read_text()
     (w / "cells.jsonl").write_text(good + json.dumps(_mutated(**change)) + "\n")
-    _ingest_refused(w, store, message, "nothing was stored")
+    ingest_refused(w, store, message, "nothing was stored")
 
 
 def test_ingest_records_with_time_running_backwards(tmp_path):
@@ -96,7 +85,7 @@ def test_ingest_records_with_time_running_backwards(tmp_path):
     d["records"][0]["t_tokens_ns"] = [d["records"][0]["t_send_ns"] - 5_000_000_000] * 3
     w = worker_folder(tmp_path / "w")
     (w / "cells.jsonl").write_text(json.dumps(d) + "\n")
-    _ingest_refused(w, store, "token times before the send")
+    ingest_refused(w, store, "token times before the send")
 
 
 def test_ingest_is_one_transaction_and_keeps_a_cut_last_line(tmp_path):
