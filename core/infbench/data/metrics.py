@@ -487,6 +487,7 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "client": "the serving client's own health (loop and release lag, reasons it fell behind)",
     "find_max": "a --find-max probe's judgement (analysis/slo_search.py)",
     "published": "True for a cell imported from published results",
+    "invalid": "metric keys whose stored value had the wrong shape (None on read: store.checked_metrics)",
     "unmapped": "an imported cell's figures that infbench does not define, under the source tool's own names and "
                 "units, as they came (infbench import; docs/metrics.md, importing other tools' results)",
     "price_per_hour_usd": "the --price-per-hour behind usd_per_mtok",
@@ -507,6 +508,20 @@ FIELDS: Mapping[str, str] = MappingProxyType({
     "unexpected": "a measured cell outside its calibrated prediction's 90 % interval (analysis/expectation.py): "
                   "the metrics outside, their ratios to the prediction, the interval and the basis; a note",
 })
+
+
+def field(metrics: Mapping[str, Any] | None, name: str) -> Any:
+    """The value of the non-metric field ``name`` (:data:`FIELDS`: ``suspect``, ``client``,
+    ``find_max``, ``warmup``...) in a cell's ``metrics``; None where the cell has none.
+
+    Raises:
+        KeyError: ``name`` is not a declared field (a metric is read through its
+            :class:`MetricDef`: ``metric(key).value(metrics)``; an unknown name is a typo).
+    """
+    if name not in FIELDS:
+        known = "a metric: read it with its MetricDef" if name in METRICS else "not a declared field"
+        raise KeyError(f"{name!r} is {known} (infbench.data.metrics.FIELDS lists the fields)")
+    return metrics.get(name) if isinstance(metrics, Mapping) else None
 
 
 def metric(key: str) -> MetricDef:

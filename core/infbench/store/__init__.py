@@ -53,9 +53,13 @@ from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.paths import default_store_path
 from infbench.data.schema import CellResult, PowerReading, RequestRecord
 from infbench.data.secrets import redact, redact_tree
+from infbench.data.stored import StoredCell
 from infbench.data.version import SCHEMA_VERSION
 from infbench.measure.derive import cell_metrics
 from infbench.store import channels, migrations
+
+#: The cells table's columns a :class:`StoredCell` holds, with its ``attempt``.
+_STORED_NAMES = tuple(StoredCell.__dataclass_fields__)
 
 #: Key of ``requests.server`` that holds the client's details of a request (``RequestRecord.client()``).
 CLIENT_KEY = "_client"
@@ -415,8 +419,11 @@ class Store:
         return {r[0] for r in self.db.execute(q)}
 
     def results(self, run_id: str | None = None, all_attempts: bool = False,
-                cell_ids: list[str] | None = None) -> list[dict[str, Any]]:
-        """Stored cells as dicts (spec, device, metrics parsed), oldest first.
+                cell_ids: list[str] | None = None) -> list[StoredCell]:
+        """Stored cells, typed (:class:`~infbench.data.stored.StoredCell`: the result, its run
+        id and which attempt at its cell id it is), oldest first. A row whose spec or device
+        is not a JSON object (written by something else) is skipped; its metrics are checked
+        (:func:`checked_metrics`).
 
         Args:
             run_id: only the cells of this run (a unique prefix works).
@@ -432,7 +439,8 @@ class Store:
         if run_id:
             where.append("c.run_id LIKE ? ESCAPE '\\'")
             args.append(run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
-        sql = "SELECT c.* FROM cells c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id"
+        sql = ("SELECT c.*, (SELECT COUNT(*) FROM cells a WHERE a.cell_id = c.cell_id AND a.id <= c.id) AS attempt"
+               " FROM cells c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id")
         out = []
         for row in self.db.execute(sql, args):
             d = dict(row)
@@ -441,7 +449,9 @@ class Store:
             if not isinstance(d["spec"], dict) or not isinstance(d["device"], dict):
                 continue  # not a cell this infbench can read (written by something else)
             d["metrics"] = checked_metrics(d["metrics"])
-            out.append(d)
+            if not isinstance(d["engine"], dict):
+                d["engine"] = {}
+            out.append(StoredCell(**{k: d[k] for k in _STORED_NAMES if k in d}))
         return out
 
     def records(self, cell_row: int) -> list[RequestRecord]:
