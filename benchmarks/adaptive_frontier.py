@@ -60,13 +60,26 @@ def run(store: Path, sweep: Path, env: dict[str, str], *extra: str) -> tuple[dic
     return json.loads(p.stdout), time.perf_counter() - t0
 
 
-def rows(store: Path) -> list[dict[str, Any]]:
+def rows(store: Path) -> list[Any]:
+    """The stored cells of ``store`` (:class:`~infbench.data.stored.StoredCell` each)."""
     from infbench.store import Store
 
     return Store(store).results()
 
 
-def replay(full_rows: list[dict[str, Any]], budget: str) -> tuple[list[dict[str, Any]], list[tuple[int, int]], Any]:
+def kept_rows(saved: list[dict[str, Any]]) -> list[Any]:
+    """The full grid's rows as this benchmark's JSON keeps them (``full_rows``: cell_id, status,
+    spec, metrics, device, wall_s) back as stored cells (:meth:`StoredCell.from_row`)."""
+    from infbench.data.stored import StoredCell
+
+    return [StoredCell.from_row(r) for r in saved]
+
+
+#: What the JSON keeps of each of the full grid's rows (``full_rows``, for ``--reuse-full``).
+KEPT = ("cell_id", "status", "spec", "metrics", "device", "wall_s")
+
+
+def replay(full_rows: list[Any], budget: str) -> tuple[list[Any], list[tuple[int, int]], Any]:
     """The search run offline on the full grid's measurements: the planner picks as in a live
     run and is handed the full run's result of each cell it picks. Separates the search's own
     error from the run-to-run noise of two live runs. Returns the rows it ends with (measured
@@ -76,10 +89,11 @@ def replay(full_rows: list[dict[str, Any]], budget: str) -> tuple[list[dict[str,
     from infbench.analysis.profile import stack_of
     from infbench.contract.manager import build_plugin_manager
     from infbench.data.schema import Cell, DeviceInfo
+    from infbench.data.stored import StoredCell
 
-    ok = [r for r in full_rows if r["status"] == "ok"]
-    dev = DeviceInfo(**ok[0]["device"])
-    cells = [Cell(**r["spec"]) for r in ok]
+    ok = [r for r in full_rows if r.ok]
+    dev = DeviceInfo(**ok[0].device)
+    cells = [Cell(**r.spec) for r in ok]
     by_id = {c.cell_id(dev): r for c, r in zip(cells, ok, strict=True)}
     limits, why = device_roofline_limits(build_plugin_manager(), dev)
     if limits is None:
@@ -91,12 +105,11 @@ def replay(full_rows: list[dict[str, Any]], budget: str) -> tuple[list[dict[str,
         pl.record(r)
         order.append(key(r))
         rows_.append(r)
-    pred = [{"cell_id": p.cell_id, "status": "predicted", "spec": p.cell.spec(), "metrics": p.metrics,
-             "device": ok[0]["device"]} for p in pl.predicted_results()]
+    pred = [StoredCell.from_result(p, status="predicted", device=ok[0].device) for p in pl.predicted_results()]
     return rows_ + pred, order, pl.stop_reason
 
 
-def front_reads(ff: Any, rows_: list[dict[str, Any]], at: list[float]) -> tuple[list[dict[str, Any]], Any]:
+def front_reads(ff: Any, rows_: list[Any], at: list[float]) -> tuple[list[dict[str, Any]], Any]:
     """The front of ``rows_`` read at ``at`` against the full front ``ff``."""
     from infbench.analysis.frontier import fronts
 
@@ -109,8 +122,8 @@ def front_reads(ff: Any, rows_: list[dict[str, Any]], at: list[float]) -> tuple[
     return reads, fa
 
 
-def key(r: dict[str, Any]) -> tuple[int, int]:
-    s = r["spec"]
+def key(r: Any) -> tuple[int, int]:
+    s = r.spec
     return int((s.get("engine_args") or {}).get("parallel", 0)), int(s["load"]["concurrency"])
 
 
@@ -157,11 +170,12 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
     tok/s/device), each with the shown front's flag there; and ``met``: at most half the
     cells measured and every read within 10 % or flagged (issue 43, item 5)."""
     from infbench.analysis.frontier import fronts
+    from infbench.data import metrics as M
 
     g = UNTUNED[name]
     n_cells = len(g["configs"]) * len(g["levels"])
     if reuse is not None:
-        full_rows, full_s, full_date = reuse["full_rows"], reuse["full_s"], reuse["full_date"]
+        full_rows, full_s, full_date = kept_rows(reuse["full_rows"]), reuse["full_s"], reuse["full_date"]
     else:
         sweep = work / f"{name}.yaml"
         sweep.write_text(SWEEP.format(model=g["model"], levels=json.dumps(g["levels"]), input_len=g["input_len"],
@@ -188,13 +202,12 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
     cert = fa.certainty()
     # how often the predicted cells' nominal 90 % intervals (TPOT p50 and total tok/s) hold the
     # full grid's measurement of the same cell
-    truth = {key(r): r["metrics"] for r in full_rows if r["status"] == "ok"}
+    truth = {key(r): r.metrics for r in full_rows if r.ok}
     inside = checked = 0
     for r in rp_rows:
-        tm = truth.get(key(r)) if r["status"] == "predicted" else None
-        tm = tm or {}
-        for m, v in (("tpot_s", (tm.get("tpot_s") or {}).get("p50")), ("total_tok_s", tm.get("total_tok_s"))):
-            lo_, hi_ = ((r["metrics"].get("interval") or {}).get(m) or [None, None])[:2]
+        tm = truth.get(key(r)) if r.status == "predicted" else None
+        for m, v in ((M.TPOT.key, M.TPOT.value(tm, "p50")), (M.TOTAL_TOK_S.key, M.TOTAL_TOK_S.value(tm))):
+            lo_, hi_ = ((r.field("interval") or {}).get(m) or [None, None])[:2]
             if v is not None and lo_ is not None and hi_ is not None:
                 checked += 1
                 inside += lo_ <= v <= hi_
@@ -202,7 +215,7 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
     within = all(r["error"] <= OFF or r["flag"] for r in ok_points) and len(ok_points) == len(reads) + 1
     return {"grid": name, **{k: g[k] for k in ("model", "configs", "levels", "input_len", "output_len", "shape")},
             "engine": "llama.cpp-server", "budget": budget, "cells": n_cells,
-            "full_measured": sum(1 for r in full_rows if r["status"] == "ok"), "full_s": full_s,
+            "full_measured": sum(1 for r in full_rows if r.ok), "full_s": full_s,
             "measured": len(order), "measured_share": len(order) / n_cells, "order": order, "stopped": stop,
             "reads": reads, "peak": peak, "certainty": cert,
             "coverage": inside / checked if checked else None, "coverage_n": checked,
@@ -210,8 +223,7 @@ def evaluate_untuned(name: str, budget: str, env: dict[str, str], work: Path,
             "met": len(order) <= n_cells / 2 and within,
             "full_front": [[p.x, p.y, p.config] for p in ff.front],
             "shown_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front],
-            "full_rows": [{k: r.get(k) for k in ("cell_id", "status", "spec", "metrics", "device", "wall_s")}
-                          for r in full_rows],
+            "full_rows": [{k: getattr(r, k) for k in KEPT} for r in full_rows],
             "date": time.strftime("%Y-%m-%d"), "full_date": full_date}
 
 
@@ -303,6 +315,7 @@ def main() -> None:
     import os
 
     from infbench.analysis.frontier import fronts
+    from infbench.data import metrics as M
 
     configs = json.dumps([{"parallel": p} for p in CONFIGS])
     levels = [int(x) for x in a.levels.split(",")]
@@ -320,30 +333,30 @@ def main() -> None:
             if prev["model"] != a.model or prev["levels"] != levels:
                 raise SystemExit(f"--reuse-full: the stored run is {prev['model']} at {prev['levels']}, not "
                                  f"{a.model} at {levels}")
-            full_rows, full_s, full_date = prev["full_rows"], prev["full_s"], prev.get("full_date", prev["date"])
+            full_rows, full_s = kept_rows(prev["full_rows"]), prev["full_s"]
+            full_date = prev.get("full_date", prev["date"])
         else:
             _, full_s = run(t / "full.db", full_sweep, env)
             full_rows, full_date = rows(t / "full.db"), time.strftime("%Y-%m-%d")
         adaptive, adaptive_s = run(t / "adaptive.db", sweep, env, "--adaptive", a.budget)
         ad_rows = rows(t / "adaptive.db")
-    truth = {key(r): r for r in full_rows if r["status"] == "ok"}
+    truth = {key(r): r for r in full_rows if r.ok}
     [ff] = fronts(full_rows)
     lo, hi = ff.front[0].x, ff.front[-1].x
     at = [lo * (hi / lo) ** q for q in (0.25, 0.5, 0.75)]
     reads, fa = front_reads(ff, ad_rows, at)
     rp_rows, rp_order, rp_stop = replay(full_rows, a.budget)
     rp_reads, rp_front = front_reads(ff, rp_rows, at)
-    pred = [r for r in ad_rows if r["status"] == "predicted"]
+    pred = [r for r in ad_rows if r.status == "predicted"]
     inside, cells = 0, []
     checked = 0
     for r in pred:
         t_ = truth.get(key(r))
         if t_ is None:
             continue
-        iv = (r["metrics"].get("interval") or {})
-        tm = t_["metrics"]
-        meas = {"tpot_s": (tm.get("tpot_s") or {}).get("p50"), "total_tok_s": tm.get("total_tok_s")}
-        pr = {"tpot_s": (r["metrics"].get("tpot_s") or {}).get("p50"), "total_tok_s": r["metrics"].get("total_tok_s")}
+        iv = (r.field("interval") or {})
+        meas = {M.TPOT.key: M.TPOT.value(t_.metrics, "p50"), M.TOTAL_TOK_S.key: M.TOTAL_TOK_S.value(t_.metrics)}
+        pr = {M.TPOT.key: M.TPOT.value(r.metrics, "p50"), M.TOTAL_TOK_S.key: M.TOTAL_TOK_S.value(r.metrics)}
         for m in ("tpot_s", "total_tok_s"):
             lo_, hi_ = (iv.get(m) or [None, None])
             if lo_ is None or meas[m] is None:
@@ -352,7 +365,7 @@ def main() -> None:
             inside += lo_ <= meas[m] <= hi_
         cells.append({"parallel": key(r)[0], "concurrency": key(r)[1], "measured": meas, "predicted": pr,
                       "interval": {m: iv.get(m) for m in ("tpot_s", "total_tok_s")}})
-    measured = sum(1 for r in ad_rows if r["status"] == "ok")
+    measured = sum(1 for r in ad_rows if r.ok)
     out = {"model": a.model, "engine": "llama.cpp-server", "configs": CONFIGS, "levels": levels,
            "input_len": 32, "output_len": 16, "budget": a.budget, "cells": len(levels) * len(CONFIGS),
            "measured": measured, "measured_share": measured / (len(levels) * len(CONFIGS)),
@@ -361,14 +374,13 @@ def main() -> None:
            "full_measured": len(truth), "reads": reads,
            "max_error": max((r["error"] for r in reads if r["error"] is not None), default=None),
            "coverage": inside / checked if checked else None, "coverage_n": checked,
-           "adaptive_order": [key(r) for r in sorted((r for r in ad_rows if r["status"] == "ok"),
-                                                     key=lambda r: r.get("started_at") or 0)],
+           "adaptive_order": [key(r) for r in sorted((r for r in ad_rows if r.ok),
+                                                     key=lambda r: r.started_at or 0)],
            "replay": {"order": rp_order, "stopped": rp_stop, "measured": len(rp_order), "reads": rp_reads,
                       "max_error": max((r["error"] for r in rp_reads if r["error"] is not None), default=None),
                       "front": [[p.x, p.y, p.config, p.predicted] for p in rp_front.front]},
            "full_front": [[p.x, p.y, p.config] for p in ff.front],
-           "full_rows": [{k: r.get(k) for k in ("cell_id", "status", "spec", "metrics", "device", "wall_s")}
-                         for r in full_rows],
+           "full_rows": [{k: getattr(r, k) for k in KEPT} for r in full_rows],
            "adaptive_front": [[p.x, p.y, p.config, p.predicted] for p in fa.front], "predicted_cells": cells,
            "date": time.strftime("%Y-%m-%d"), "full_date": full_date, "full_reused": a.reuse_full}
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -139,6 +139,7 @@ def lib_groups(pm, csv: Path = LIB_CSV, fits: Path = LIB_FITS) -> dict[str, dict
     from infbench.analysis import predict as pr
     from infbench.data.groups import Group
     from infbench.data.models import resolve
+    from infbench.data.stored import StoredCell
     from infbench.execution.executors.fleet import weights_bytes
     from infbench.report.lib_import import published_cells, read_lib_csv
 
@@ -177,9 +178,7 @@ def lib_groups(pm, csv: Path = LIB_CSV, fits: Path = LIB_FITS) -> dict[str, dict
         for (model, engine, dtype, tp), grs in sorted(groups.items()):
             eff = pr.Efficiency.from_dict(fitted[(label, pr.engine_family(engine))]["efficiency"])
             errors.append(fitted[(label, pr.engine_family(engine))]["error"])
-            rows = [{"spec": r.cell.spec(), "metrics": r.metrics, "status": "ok", "cell_id": r.cell_id,
-                     "engine": r.engine} for r in grs]
-            pts = pr.measured_points(rows)
+            pts = pr.measured_points([StoredCell.from_result(r, status="ok") for r in grs])
             if len(pts) != len(grs):
                 left_out += len(grs)
                 continue

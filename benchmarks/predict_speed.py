@@ -29,6 +29,7 @@ from infbench.analysis.predict import default_efficiency, paged_schedule, predic
 from infbench.analysis.roofline import Limits, RooflineError
 from infbench.contract.manager import get_plugin_manager
 from infbench.data.models import resolve, zoo
+from infbench.data.stored import StoredCell
 from infbench.detect.devices import catalog
 from infbench.report.lib_import import published_cells, read_lib_csv
 
@@ -38,7 +39,7 @@ AXES = {"batch": [1, 16, 32, 64], "n_in": [128, 256, 512, 1024, 2048], "n_out": 
 VLLM = serving_for("vllm")
 
 
-def group_rows(pm, rows: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
+def group_rows(pm, rows: list[StoredCell]) -> dict[tuple[str, str, str], list[StoredCell]]:
     """Stored rows by ``(device label, catalog id, engine family)``; the label is the
     published hardware name of imported cells, else the catalog id. Rows on devices the
     catalog does not describe are left out."""
@@ -46,13 +47,13 @@ def group_rows(pm, rows: list[dict]) -> dict[tuple[str, str, str], list[dict]]:
     from infbench.detect.devices import catalog
 
     specs = catalog(pm)
-    out: dict[tuple[str, str, str], list[dict]] = {}
+    out: dict[tuple[str, str, str], list[StoredCell]] = {}
     for r in rows:
-        cid = device_catalog_id(pm, r["device"], specs)
+        cid = device_catalog_id(pm, r.device, specs)
         if cid is None:
             continue
-        label = (r["device"].get("properties") or {}).get("published_name") or cid
-        out.setdefault((label, cid, engine_family(r["spec"].get("engine", ""))), []).append(r)
+        label = (r.device.get("properties") or {}).get("published_name") or cid
+        out.setdefault((label, cid, engine_family(r.spec.get("engine", ""))), []).append(r)
     return out
 
 
@@ -61,8 +62,7 @@ def paper_groups(pm) -> list[tuple]:
     from infbench.analysis.predict import limits_for_id, measured_points
 
     results, _ = published_cells(read_lib_csv(ROOT / "benchmarks" / "data" / "lib_all_results.csv"), None, pm)
-    rows = [{"cell_id": r.cell_id, "spec_hash": r.spec_hash, "status": "ok", "spec": r.cell.model_dump(),
-             "device": r.device.model_dump(), "metrics": r.metrics, "engine": r.engine} for r in results]
+    rows = [StoredCell.from_result(r, status="ok", spec=r.cell.model_dump()) for r in results]
     out = []
     for (_, cid, _), group in group_rows(pm, rows).items():
         try:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests need (scripts/setup.sh), then the linters (ruff; import-linter for the
 # layers of the core, deferred imports counted; at most 50 deferred imports of infbench's own
-# modules, scripts/count_deferred_imports.py; mypy over the core, strict on the data layer) and
+# modules, scripts/count_deferred_imports.py; no string lookup of stored metrics in the core,
+# scripts/count_metric_lookups.py; mypy over the core, strict on the data layer) and
 # every test layer, in three stages:
 #   1. the unit layer on both cores (pytest-xdist, -n 2): -m "not integration and not serial";
 #   2. the unit tests marked `serial` (a shared port, file, environment or process state), in one process;
@@ -20,6 +21,7 @@ bash scripts/setup.sh
 python -m ruff check core tests plugins benchmarks
 lint-imports
 python scripts/count_deferred_imports.py --max 50   # docs/architecture.md: imports at the top
+python scripts/count_metric_lookups.py --max 0     # docs/architecture.md: results are read back typed
 python -m mypy
 
 # Split "$@" into a marker expression (-m EXPR, -mEXPR, --markexpr EXPR) and the rest.

@@ -83,9 +83,11 @@ from infbench.analysis.predict import (
 )
 from infbench.analysis.profile import FleetFit, Group, K, Priors, _block_params, efficiency_of, fit_fleet
 from infbench.analysis.roofline import Limits, effective_batch
+from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.models import resolve
 from infbench.data.schema import Cell, CellResult, DeviceInfo
+from infbench.data.stored import StoredCell
 
 #: The status a predicted cell is stored with.
 PREDICTED: Literal["predicted"] = "predicted"
@@ -372,7 +374,7 @@ class AdaptivePlanner:
         self.stop_reason: str | None = None
         self.design = design(self.cells) if select == "grid" else front_corners(self.cells)
         self.key = limits.id
-        self.measured: dict[str, dict[str, Any]] = {}
+        self.measured: dict[str, StoredCell] = {}
         self.wall_s = 0.0
         self.fit: FleetFit | None = None
         self.q_loo = float("nan")
@@ -381,22 +383,23 @@ class AdaptivePlanner:
         self.refit()
 
     # -- measurements ------------------------------------------------------------------
-    def record(self, result: CellResult | dict[str, Any]) -> None:
-        """Take one measured result (a :class:`CellResult` or a ``Store.results()`` row)
-        of a planned cell and recalibrate. Failed results count against the budget but
-        not in the fit; results of cells outside the plan are ignored."""
+    def record(self, result: CellResult | StoredCell) -> None:
+        """Take one measured result (a :class:`CellResult` or a stored cell,
+        :class:`~infbench.data.stored.StoredCell`) of a planned cell and recalibrate. Failed
+        results count against the budget but not in the fit; results of cells outside the plan
+        are ignored."""
         row = _row(result)
-        if row["cell_id"] not in self.ids:
+        if row.cell_id not in self.ids:
             return
-        self.wall_s += float(row.get("wall_s") or 0.0)
-        self.measured[row["cell_id"]] = row
+        self.wall_s += float(row.wall_s or 0.0)
+        self.measured[row.cell_id] = row
         self.refit()
 
     def _train(self) -> list[dict[str, Any]]:
         """The measured ok cells as fit points, each with its planned cell's engine options
         (so a server's slots, ``parallel`` or ``max_num_seqs``, cap its batch as in the
         predictions), whatever the stored engine description holds."""
-        pts = measured_points([r for r in self.measured.values() if r.get("status") == "ok"])
+        pts = measured_points([r for r in self.measured.values() if r.ok])
         for p in pts:
             p["options"] = self.points[self.ids.index(p["cell_id"])]["options"]
         return pts
@@ -604,8 +607,8 @@ class AdaptivePlanner:
         below, above = [], []
         for cid, r in self.measured.items():
             j = self.ids.index(cid)
-            t = ((r.get("metrics") or {}).get("tpot_s") or {}).get("p50")
-            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not t:
+            t = M.TPOT.value(r.metrics, "p50")
+            if not r.ok or series_of(self.cells[j]) != key or not t:
                 continue
             lj = _axes(self.cells[j])["load"]
             if lj < load:
@@ -621,13 +624,12 @@ class AdaptivePlanner:
         total tok/s over the cell's devices)."""
         out = []
         for cid, r in self.measured.items():
-            m = r.get("metrics") or {}
-            if r.get("status") != "ok":
+            if not r.ok:
                 continue
-            tpot = (m.get("tpot_s") or {}).get("p50")
-            tot = m.get("total_tok_s")
+            tpot = M.TPOT.value(r.metrics, "p50")
+            tot = M.TOTAL_TOK_S.value(r.metrics)
             i = self.ids.index(cid)
-            devices = m.get("devices_used") or self.cells[i].tensor_parallel_size
+            devices = M.DEVICES_USED.value(r.metrics) or self.cells[i].tensor_parallel_size
             if tpot and tot and tpot > 0 and tot > 0:
                 out.append((1.0 / tpot, tot / devices))
         return out
@@ -640,11 +642,10 @@ class AdaptivePlanner:
         pts: list[tuple[float, float | None, float]] = []
         for cid, r in self.measured.items():
             j = self.ids.index(cid)
-            m = r.get("metrics") or {}
-            if r.get("status") != "ok" or series_of(self.cells[j]) != key:
+            if not r.ok or series_of(self.cells[j]) != key:
                 continue
             pj = self.prediction(j)
-            mt, mo = (m.get("tpot_s") or {}).get("p50"), m.get("total_tok_s")
+            mt, mo = M.TPOT.value(r.metrics, "p50"), M.TOTAL_TOK_S.value(r.metrics)
             if mo and pj.get("total_tok_s"):
                 rt = math.log(mt / pj["tpot_s"]) if mt and pj.get("tpot_s") else None
                 pts.append((_log_load(self.cells[j]), rt, math.log(mo / pj["total_tok_s"])))
@@ -718,8 +719,8 @@ class AdaptivePlanner:
         above: list[tuple[float, float]] = []
         for cid, r in self.measured.items():
             j = self.ids.index(cid)
-            tot = (r.get("metrics") or {}).get("total_tok_s")
-            if r.get("status") != "ok" or series_of(self.cells[j]) != key or not tot:
+            tot = M.TOTAL_TOK_S.value(r.metrics)
+            if not r.ok or series_of(self.cells[j]) != key or not tot:
                 continue
             lj = _axes(self.cells[j])["load"]
             (below if lj < load else above if lj > load else []).append((lj, tot))
@@ -765,9 +766,8 @@ class AdaptivePlanner:
             for i in idx:
                 r = self.measured.get(self.ids[i])
                 if r is not None:
-                    m = r.get("metrics") or {}
-                    tot = m.get("total_tok_s") if r.get("status") == "ok" else None
-                    y = tot / (m.get("devices_used") or self.cells[i].tensor_parallel_size) if tot else None
+                    tot = M.TOTAL_TOK_S.value(r.metrics) if r.ok else None
+                    y = tot / (M.DEVICES_USED.value(r.metrics) or self.cells[i].tensor_parallel_size) if tot else None
                 else:
                     tot = self.series_corrected(i)[1]
                     y = tot / self.cells[i].tensor_parallel_size if tot else None
@@ -864,7 +864,7 @@ class AdaptivePlanner:
         ``{"mean", "p50"}`` summaries) plus ``predicted: true``, ``interval``,
         ``interval_half_width`` and what the prediction rests on."""
         t = time.time() if now is None else now
-        ok = sum(1 for r in self.measured.values() if r.get("status") == "ok")
+        ok = sum(1 for r in self.measured.values() if r.ok)
         basis = (f"fitted on {ok} measured cells of this sweep against the {self.prior_source}"
                  if ok else f"{self.prior_source} (no cell measured)")
         out = []
@@ -886,14 +886,13 @@ class AdaptivePlanner:
         return out
 
 
-def _row(result: CellResult | dict[str, Any]) -> dict[str, Any]:
-    """A result as a ``Store.results()``-like row (what :func:`measured_points` reads)."""
-    if isinstance(result, CellResult):
-        return {"cell_id": result.cell_id, "status": result.status, "spec": result.cell.spec(),
-                "metrics": result.metrics, "engine": result.engine, "wall_s": result.wall_s}
-    return result
+def _row(result: CellResult | StoredCell) -> StoredCell:
+    """A result as a stored cell (what :func:`measured_points` reads): a :class:`CellResult` not
+    stored yet through :meth:`StoredCell.from_result`, a stored cell as it is."""
+    return StoredCell.from_result(result) if isinstance(result, CellResult) else result
 
 
-def is_predicted(row: dict[str, Any]) -> bool:
-    """Whether a stored cell (``Store.results()`` item) is a prediction, not a measurement."""
-    return row.get("status") == PREDICTED or bool((row.get("metrics") or {}).get("predicted"))
+def is_predicted(row: StoredCell) -> bool:
+    """Whether a stored cell (``Store.results()`` item) is a prediction, not a measurement
+    (:attr:`StoredCell.predicted`: status ``predicted``, or marked so in its metrics)."""
+    return row.predicted

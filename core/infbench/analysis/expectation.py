@@ -21,7 +21,9 @@ from infbench.analysis.calibration import Basis, resolve_basis
 from infbench.analysis.predict import measured_points, predict_points
 from infbench.analysis.profile import stack_of
 from infbench.analysis.roofline import Limits
+from infbench.data import metrics as M
 from infbench.data.schema import CellResult
+from infbench.data.stored import StoredCell
 
 #: The measured figures checked, each with the stored statistic read (the fit uses means).
 CHECKED = (("tpot_s", "mean"), ("output_tok_s", None))
@@ -62,9 +64,7 @@ class Expectation:
         if basis is None:
             return None
         try:
-            row = {"cell_id": result.cell_id, "status": "ok", "spec": result.cell.spec(),
-                   "metrics": result.metrics, "engine": result.engine}
-            pts = measured_points([row])
+            pts = measured_points([StoredCell.from_result(result)])
             if not pts:
                 return None
             p = pts[0]
@@ -73,8 +73,7 @@ class Expectation:
             kinds = basis.kinds(result.cell.engine, p["model"], p["n_in"], p["n_out"])
             out: list[dict[str, Any]] = []
             for metric, stat in CHECKED:
-                raw = result.metrics.get(metric)
-                measured = raw.get(stat) if isinstance(raw, dict) and stat else raw
+                measured = M.metric(metric).value(result.metrics, stat)
                 predicted = float(pred[metric][0]) if metric in pred else math.nan
                 q = basis.quantile(result.cell.engine, kinds, metric)
                 if not measured or not math.isfinite(predicted) or predicted <= 0 or not math.isfinite(q):

@@ -82,7 +82,7 @@ def recheck(result: CellResult, pm: PluginManager) -> list[str]:
     except Exception:  # noqa: BLE001 - a model this host does not know: no roofline, the other checks still run
         shape, limits = None, None
     add_roofline(probe, shape, limits, reason)
-    found = probe.metrics.get("suspect")
+    found = M.field(probe.metrics, "suspect")
     return [r for r in str(found).split("; ") if r] if found else []
 
 
@@ -91,5 +91,5 @@ def mark_rechecked(result: CellResult, reasons: list[str]) -> None:
     those it carried."""
     if not reasons or result.status != "ok":
         return
-    had = [r for r in str(result.metrics.get("suspect") or "").split("; ") if r]
+    had = [r for r in str(M.field(result.metrics, "suspect") or "").split("; ") if r]
     result.metrics["suspect"] = "; ".join(dict.fromkeys(had + reasons))

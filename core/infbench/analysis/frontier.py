@@ -21,10 +21,12 @@ B's y over A's at equal interactivity where both fronts are defined.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from infbench.data import metrics as M
+from infbench.data.stored import StoredCell
 
 #: The y axes a front can be drawn on: key -> (label, whether higher is better).
 AXES: dict[str, tuple[str, bool]] = {
@@ -235,7 +237,7 @@ def _config(spec: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
+def fronts(rows: Sequence[StoredCell], axis: str = M.TOK_S_PER_DEVICE.key,
            device_label: Any = None) -> list[Front]:
     """One :class:`Front` per (device, engine) from stored rows (``Store.results()`` items).
 
@@ -257,19 +259,19 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
         f" x{d['count']}" if (d.get("count") or 1) > 1 else ""))
     groups: dict[tuple[str, str], Front] = {}
     for r in rows:
-        if r.get("status") not in ("ok", "predicted"):
+        if r.status not in ("ok", "predicted"):
             continue
-        m, spec = r.get("metrics") or {}, r.get("spec") or {}
+        m, spec = r.metrics or {}, r.spec or {}
         x = axis_value(m, M.TOK_S_PER_USER.key)
         y = axis_value(m, axis)
         if x is None or y is None:
             continue
-        key = (label(r.get("device") or {}), series(r))
+        key = (label(r.device or {}), series(r))
         f = groups.setdefault(key, Front(key[0], key[1], axis))
         ld = spec.get("load") or {}
         level = ld.get("concurrency") or ld.get("request_rate") or spec.get("batch")
         cfg = _config(spec)
-        f.points.append(Point(x, y, r.get("cell_id", ""), cfg, predicted=r.get("status") == "predicted",
+        f.points.append(Point(x, y, r.cell_id, cfg, predicted=r.status == "predicted",
                               interval=axis_interval(m, axis),
                               load=float(level) if isinstance(level, (int, float)) else None,
                               series=cfg.split(", ", 1)[1] if ", " in cfg else ""))
@@ -279,32 +281,32 @@ def fronts(rows: list[dict[str, Any]], axis: str = M.TOK_S_PER_DEVICE.key,
     return sorted(groups.values(), key=lambda f: (f.device, f.engine))
 
 
-def series(r: dict[str, Any]) -> str:
+def series(r: StoredCell) -> str:
     """The second half of a front's key: the engine of a measured cell; for an imported or
     published one (``infbench import``) also its source and workload (``sglang-server
     (InferenceX: deepseek-ai/DeepSeek-R1 fp8 1024/1024)``), since a publication's fronts
     are drawn per model, precision and shape, and never pooled with a site's own cells."""
-    spec, eng = r.get("spec") or {}, r.get("engine") or {}
+    spec, eng = r.spec or {}, r.engine or {}
     name = str(spec.get("engine", "?"))
-    if eng.get("published") or (r.get("metrics") or {}).get("published"):
+    if r.published:
         name += (f" ({eng.get('source') or 'published'}: {spec.get('model')} {spec.get('dtype')} "
                  f"{spec.get('input_len')}/{spec.get('output_len')})")
     return name
 
 
-def axis_interval(m: dict[str, Any], key: str) -> tuple[float, float] | None:
+def axis_interval(m: Mapping[str, Any], key: str) -> tuple[float, float] | None:
     """A predicted cell's 90 % interval on frontier axis ``key`` (low, high), or None: its own
     ``interval[key]``, else derived as :func:`axis_value` derives the axis (``tok_s_per_device``
     from ``total_tok_s``'s interval / ``devices_used``, ``output_tok_s_per_device`` from
     ``output_tok_s``'s). The adaptive planner's predictions carry the intervals of the
     quantities it predicts (:meth:`infbench.analysis.adaptive.AdaptivePlanner.predicted_results`),
     not of the per-device axes; without this, a shown front's predicted points had none."""
-    iv = m.get("interval") or {}
+    iv = M.field(m, "interval") or {}
     own = iv.get(key)
     per_device = {M.TOK_S_PER_DEVICE.key: M.TOTAL_TOK_S.key, M.OUTPUT_TOK_S_PER_DEVICE.key: M.OUTPUT_TOK_S.key}
     if own is None and key in per_device:
         base = iv.get(per_device[key])
-        d = m.get(M.DEVICES_USED.key) or 1
+        d = M.DEVICES_USED.value(m) or 1
         own = [v / d if isinstance(v, (int, float)) else None for v in base] if isinstance(base, (list, tuple)) \
             else None
     if not isinstance(own, (list, tuple)) or len(own) != 2:
@@ -315,19 +317,27 @@ def axis_interval(m: dict[str, Any], key: str) -> tuple[float, float] | None:
     return float(lo), float(hi)
 
 
-def axis_value(m: dict[str, Any], key: str) -> float | None:
-    """A frontier quantity from a cell's metrics, finite and above 0, or None; computed for
+def axis_value(m: Mapping[str, Any], key: str) -> float | None:
+    """A frontier quantity from a cell's metrics ``m``, finite and above 0, or None; computed for
     rows stored before it existed (``tok_s_per_user`` from ``tpot_s`` p50, ``tok_s_per_device``
-    from ``total_tok_s / devices_used``, ``j_per_token`` from ``tokens_per_j``)."""
-    v = m.get(key)
+    from ``total_tok_s / devices_used``, ``j_per_token`` from ``tokens_per_j``).
+
+    Args:
+        m: a cell's stored metrics.
+        key: the quantity's metric key (:data:`AXES`, or ``tok_s_per_user``).
+
+    Raises:
+        KeyError: ``key`` is not a metric (:func:`infbench.data.metrics.metric`).
+    """
+    v = M.metric(key).value(m)
     if v is None:
         if key == M.TOK_S_PER_USER.key:
-            t = (m.get(M.TPOT.key) or {}).get("p50")
+            t = M.TPOT.value(m, "p50")
             v = 1.0 / t if t else None
-        elif key == M.TOK_S_PER_DEVICE.key and m.get(M.TOTAL_TOK_S.key) is not None:
-            v = m[M.TOTAL_TOK_S.key] / (m.get(M.DEVICES_USED.key) or 1)
-        elif key == M.J_PER_TOKEN.key and m.get(M.TOKENS_PER_J.key):
-            v = 1.0 / m[M.TOKENS_PER_J.key]
+        elif key == M.TOK_S_PER_DEVICE.key and (tot := M.TOTAL_TOK_S.value(m)) is not None:
+            v = tot / (M.DEVICES_USED.value(m) or 1)
+        elif key == M.J_PER_TOKEN.key and (per_j := M.TOKENS_PER_J.value(m)):
+            v = 1.0 / per_j
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         return None
     return float(v)

@@ -256,7 +256,7 @@ def prefix_rate_reasons(cell: Any, metrics: dict[str, Any]) -> list[str]:
     """A reason when the server's own prefix-cache hit rate over the cell
     (``server_prefix_cache_hit_rate``, scraped from ``/metrics``) is above
     :data:`PREFIX_CACHE_RATE` while the workload shares no prefix (:func:`reuses_prefixes`)."""
-    rate = metrics.get(M.SERVER_PREFIX_CACHE_HIT_RATE.key)
+    rate = M.SERVER_PREFIX_CACHE_HIT_RATE.value(metrics)
     if rate is None or rate <= PREFIX_CACHE_RATE or reuses_prefixes(cell):
         return []
     return [f"prefix cache hit: the server's prefix-cache hit rate over the cell was {100 * rate:.1f} % "
@@ -276,9 +276,9 @@ def check_cell(result: Any, limits: Limits | None, shape: Any = None) -> list[st
     reasons = impossible_timing(result.records)
     reasons += token_reasons(result.cell, result.records)
     reasons += prefix_rate_reasons(result.cell, result.metrics)
-    reasons += contention_reasons(result.metrics.get("contention"), getattr(result.device, "kind", "cpu"))
+    reasons += contention_reasons(M.field(result.metrics, "contention"), getattr(result.device, "kind", "cpu"))
     reasons += harness_reasons(result.metrics, getattr(result.device, "kind", "cpu"))
-    roof = result.metrics.get("roofline")
+    roof = M.field(result.metrics, "roofline")
     if roof and limits is not None:
         reasons += utilisation_reasons(result.cell, roof, limits)
         reasons += floor_reasons(result.cell, result.records, roof, limits, shape)
@@ -292,7 +292,7 @@ def mark_suspect(result: Any, limits: Limits | None, shape: Any = None) -> None:
     if result.status != "ok":
         return
     try:
-        roof = result.metrics.get("roofline")
+        roof = M.field(result.metrics, "roofline")
         if roof and limits is not None:
             roof["bandwidth_kind"] = getattr(limits, "bandwidth_kind", "theoretical")
             att = attainable_utilisations(roof, result.metrics, limits, result.cell.tensor_parallel_size)

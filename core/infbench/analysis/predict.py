@@ -67,7 +67,7 @@ import functools
 import hashlib
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +89,7 @@ from infbench.data.engine import precision_of
 from infbench.data.errors import ConfigError
 from infbench.data.models import ModelShape, resolve
 from infbench.data.schema import DeviceInfo
+from infbench.data.stored import StoredCell
 from infbench.detect.devices import catalog, find_spec, match_device
 from infbench.detect.platforms.cpu import cpu_device
 
@@ -838,14 +839,14 @@ METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key, "duration_s", M.OUTPUT_TOK_S.key)
 FIT_METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key, "duration_s")
 
 
-def cell_options(r: dict[str, Any]) -> dict[str, Any]:
+def cell_options(r: StoredCell) -> dict[str, Any]:
     """The engine options a stored cell ran with: the cell's own ``engine_args`` (its spec),
     overlaid with its engine description's ``options`` (published cells: e.g. llama-bench's
     ``n_batch``) or ``engine_args`` (vLLM), and the slots a llama.cpp server ran with (its
     description's ``parallel``) where no slot option says otherwise
     (:data:`SLOT_OPTIONS`)."""
-    eng = r.get("engine") or {}
-    spec = r.get("spec") or {}
+    eng = r.engine or {}
+    spec = r.spec or {}
     opts: dict[str, Any] = dict(spec.get("engine_args") or {}) if isinstance(spec.get("engine_args"), dict) else {}
     desc = eng.get("options") or eng.get("engine_args") or {}
     if isinstance(desc, dict):
@@ -855,8 +856,8 @@ def cell_options(r: dict[str, Any]) -> dict[str, Any]:
     return opts
 
 
-def measured_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The usable cells of ``Store.results()`` rows (local or published): ok, fixed
+def measured_points(rows: Sequence[StoredCell]) -> list[dict[str, Any]]:
+    """The usable cells among stored cells (``Store.results()`` items, local or published): ok, fixed
     lengths, a known effective batch and at least one of TTFT/TPOT/E2E means or the
     batch duration.
 
@@ -866,20 +867,20 @@ def measured_points(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     pts = []
     for r in rows:
-        s, m = r["spec"], r.get("metrics") or {}
-        if r.get("status") != "ok" or s.get("dataset"):
+        s, m = r.spec, r.metrics
+        if not r.ok or s.get("dataset"):
             continue
         b = effective_batch(s, m)
         mode = (s.get("load") or {}).get("mode") or "batch"
-        vals = {k: (m.get(k) or {}).get("mean") for k in (M.TTFT.key, M.TPOT.key, M.E2E.key)}
-        vals["duration_s"] = m.get("duration_s") if mode == "batch" else None
-        vals[M.OUTPUT_TOK_S.key] = m.get(M.OUTPUT_TOK_S.key)
+        vals = {d.key: d.value(m, "mean") for d in (M.TTFT, M.TPOT, M.E2E)}
+        vals[M.DURATION.key] = M.DURATION.value(m) if mode == "batch" else None
+        vals[M.OUTPUT_TOK_S.key] = M.OUTPUT_TOK_S.value(m)
         if b is None or not any(vals[k] for k in FIT_METRICS):
             continue
-        pts.append({"cell_id": r["cell_id"], "model": s["model"], "dtype": s["dtype"],
+        pts.append({"cell_id": r.cell_id, "model": s["model"], "dtype": s["dtype"],
                     "engine": s.get("engine") or "generic", "options": cell_options(r), "batch": b,
                     "n_in": s["input_len"], "n_out": s["output_len"], "tp": s.get("tensor_parallel_size") or 1,
-                    "published": bool((r.get("engine") or {}).get("published")), **vals})
+                    "published": bool((r.engine or {}).get("published")), **vals})
     return pts
 
 
@@ -1115,14 +1116,14 @@ def device_catalog_id(pm: PluginManager, device: dict[str, Any], specs: list[Any
     return s.id if s is not None else None
 
 
-def rows_of_device(pm: PluginManager, rows: list[dict[str, Any]], ident: str) -> list[dict[str, Any]]:
+def rows_of_device(pm: PluginManager, rows: Sequence[StoredCell], ident: str) -> list[StoredCell]:
     """The stored rows measured on the described device ``ident`` (``cpu``: any CPU),
     matched through the catalog as the roofline matches them (published cells through
     the catalog id their import recorded)."""
     specs = catalog(pm)
     keep = []
     for r in rows:
-        d = r["device"]
+        d = r.device
         if ident.lower() == "cpu":
             if d.get("vendor") == "cpu":
                 keep.append(r)

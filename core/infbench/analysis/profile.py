@@ -43,6 +43,7 @@ has never seen gets no model term.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ from infbench.detect.devices import catalog
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
+    from infbench.data.stored import StoredCell
 
 
 
@@ -830,7 +832,7 @@ def vendor_of(pm: PluginManager, device_id: str) -> str | None:
     return None
 
 
-def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str] | None = None,
+def build_groups(pm: PluginManager, rows: Sequence[StoredCell], engines: set[str] | None = None,
                  min_cells: int = 1) -> tuple[list[Group], list[dict[str, Any]]]:
     """:class:`Group` s of stored rows (``Store.results()`` items), one per (device,
     engine family): the device is the published hardware name of imported cells (two
@@ -853,9 +855,9 @@ def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str
     """
     specs = catalog(pm)
     vendors = {s.id: s.vendor for s in specs}
-    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    by: dict[tuple[str, str, str], list[StoredCell]] = {}
     for r in rows:
-        d = r.get("device") or {}
+        d = r.device or {}
         if d.get("vendor") == "cpu":
             cid, label = "cpu", "cpu"
         else:
@@ -864,7 +866,7 @@ def build_groups(pm: PluginManager, rows: list[dict[str, Any]], engines: set[str
                 continue
             cid = found
             label = (d.get("properties") or {}).get("published_name") or cid
-        eng = engine_family((r.get("spec") or {}).get("engine") or "generic")
+        eng = engine_family((r.spec or {}).get("engine") or "generic")
         if engines is not None and eng not in engines:
             continue
         by.setdefault((label, cid, eng), []).append(r)

@@ -22,6 +22,7 @@ from typing import Any
 from infbench.data import metrics as M
 from infbench.data.metrics import Column
 from infbench.data.schema import Cell, DeviceInfo
+from infbench.data.stored import StoredCell
 
 #: Seed offset between repeats (a prime, so repeats of nearby user seeds do not collide).
 SEED_STRIDE = 7919
@@ -72,18 +73,18 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict[str, f
             "max": max(vs), "n": n}
 
 
-def base_cell_id(row: dict[str, Any]) -> str:
+def base_cell_id(row: StoredCell) -> str:
     """The id of the first measurement of a stored cell's workload (``repeat`` dropped):
     the same for every repeat, and the cell's own id when it is not a repeat."""
-    spec = dict(row["spec"])
+    spec = dict(row.spec)
     if not spec.get("repeat"):
-        return row["cell_id"]
+        return row.cell_id
     k = spec.pop("repeat")
     spec["seed"] = spec.get("seed", 0) - (k - 1) * SEED_STRIDE
-    return Cell(**spec).cell_id(DeviceInfo(**row["device"]))
+    return Cell(**spec).cell_id(DeviceInfo(**row.device))
 
 
-def repeat_groups(rows: list[dict[str, Any]], min_n: int = 2) -> list[dict[str, Any]]:
+def repeat_groups(rows: Sequence[StoredCell], min_n: int = 2) -> list[dict[str, Any]]:
     """Summaries of the repeated cells among ``Store.results()`` rows (ok attempts only).
 
     Args:
@@ -94,25 +95,25 @@ def repeat_groups(rows: list[dict[str, Any]], min_n: int = 2) -> list[dict[str, 
         One dict per group, in first-seen order: ``{"cell_id" (base id), "label",
         "n", "cell_ids", "metrics": {key: t_interval(...) + {"label", "values"}}}``.
     """
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[StoredCell]] = {}
     for r in rows:
-        if r["status"] != "ok":
+        if not r.ok:
             continue
         groups.setdefault(base_cell_id(r), []).append(r)
     out = []
     for bid, rs in groups.items():
         if len(rs) < min_n:
             continue
-        rs.sort(key=lambda r: r["spec"].get("repeat") or 1)
-        label = Cell(**{k: v for k, v in rs[0]["spec"].items() if k != "repeat"}).label()
+        rs.sort(key=lambda r: r.spec.get("repeat") or 1)
+        label = Cell(**{k: v for k, v in rs[0].spec.items() if k != "repeat"}).label()
         metrics = {}
         for key, col in HEADLINE.items():
-            vals = [col.flat(r["metrics"] or {}) for r in rs]
+            vals = [col.flat(r.metrics) for r in rs]
             if all(v is None for v in vals):
                 continue
             metrics[key] = {**t_interval([v for v in vals if v is not None]), "label": col.header, "values": vals}
-        out.append({"cell_id": bid, "label": label, "device": rs[0]["device"]["model"], "n": len(rs),
-                    "cell_ids": [r["cell_id"] for r in rs], "metrics": metrics})
+        out.append({"cell_id": bid, "label": label, "device": rs[0].device["model"], "n": len(rs),
+                    "cell_ids": [r.cell_id for r in rs], "metrics": metrics})
     return out
 
 

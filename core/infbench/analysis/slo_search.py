@@ -27,6 +27,7 @@ from typing import Any
 from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.schema import Cell, CellResult, Load, RequestRecord
+from infbench.data.stored import StoredCell
 from infbench.measure.derive import tpot_s, ttft_s
 from infbench.measure.server_metrics import SERVERS, _slope
 
@@ -98,16 +99,16 @@ def saturation(result: CellResult, mode: str) -> str | None:
     if mode != "rate":
         return None
     m = result.metrics or {}
-    w = m.get("server_waiting") or {}
-    n = m.get("n_requests") or len(result.records)
+    waiting = M.SERVER_WAITING.value(m, "max")
+    n = M.N_REQUESTS.value(m) or len(result.records)
     recs = sorted((r for r in result.records if r.t_sched_ns is not None), key=lambda r: r.t_sched_ns or 0)
-    if w.get("max") is not None and w["max"] >= max(4.0, 0.25 * n):
+    if waiting is not None and waiting >= max(4.0, 0.25 * n):
         slope = _offered_slope(result, recs)
         if slope is None:
-            slope = w.get("slope_per_s")
+            slope = M.SERVER_WAITING.value(m, "slope_per_s")
         if slope is not None and slope > 0:
-            return (f"server queue grew to {w['max']:g} waiting requests while requests arrived "
-                    f"({slope:+.3g}/s, {m.get('server_name')} /metrics)")
+            return (f"server queue grew to {waiting:g} waiting requests while requests arrived "
+                    f"({slope:+.3g}/s, {M.field(m, 'server_name')} /metrics)")
     if len(recs) >= 8 and result.cell.load is not None and result.cell.load.request_rate:
         k = len(recs) // 4
         lag = [(r.t_send_ns - (r.t_sched_ns or r.t_send_ns)) / 1e9 for r in recs]
@@ -332,7 +333,7 @@ def envelope(template: Cell, mode: str, limit: float) -> list[Cell]:
     return [template]
 
 
-def searches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def searches(rows: Sequence[StoredCell]) -> list[dict[str, Any]]:
     """The stored searches among ``Store.results()`` rows (their probes carry
     ``metrics.find_max``), for ``infbench results`` and the report.
 
@@ -342,23 +343,23 @@ def searches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "output_tok_s", "cell_id"}] (by load), "knee", "first_fail"}``; knee and
         first_fail as :func:`search` defines them.
     """
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[str, list[StoredCell]] = {}
     for r in rows:
-        fm = (r.get("metrics") or {}).get("find_max")
+        fm = r.field("find_max")
         if fm:
             by.setdefault(fm["search_id"], []).append(r)
     out = []
     for sid, rs in by.items():
-        pts = sorted(({**{k: r["metrics"]["find_max"][k] for k in ("load", "fraction", "passed", "saturated")},
-                       "goodput_req_s": r["metrics"].get("goodput_req_s"),
-                       M.OUTPUT_TOK_S.key: r["metrics"].get(M.OUTPUT_TOK_S.key), "cell_id": r["cell_id"],
-                       "server_waiting_max": (r["metrics"].get("server_waiting") or {}).get("max")}
+        pts = sorted(({**{k: r.field("find_max")[k] for k in ("load", "fraction", "passed", "saturated")},
+                       M.GOODPUT.key: M.GOODPUT.value(r.metrics),
+                       M.OUTPUT_TOK_S.key: M.OUTPUT_TOK_S.value(r.metrics), "cell_id": r.cell_id,
+                       "server_waiting_max": M.SERVER_WAITING.value(r.metrics, "max")}
                       for r in rs), key=lambda p: p["load"])
-        fm = rs[0]["metrics"]["find_max"]
+        fm = rs[0].field("find_max")
         passing = [p["load"] for p in pts if p["passed"]]
         knee = max(passing) if passing else None
         above = [p["load"] for p in pts if not p["passed"] and (knee is None or p["load"] > knee)]
-        s = rs[0]["spec"]
+        s = rs[0].spec
         label = f"{s['model']} {s['engine']} {s['dtype']} i{s['input_len']} o{s['output_len']}"
         out.append({"search_id": sid, "mode": fm["mode"], "slo": fm["slo"], "goodput": fm["goodput"],
                     "label": label, "points": pts, "knee": knee, "first_fail": min(above) if above else None})

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from infbench.analysis.roofline import config_terms
+from infbench.data import metrics as M
 from infbench.data.schema import Cell, CellResult, RequestRecord
 from infbench.data.warmup import BLOCK_OUTPUT_TOKENS, DRIFT_TOL, REPEAT_CV_TOL
 from infbench.measure.derive import completed, tpot_s
@@ -45,7 +46,7 @@ def add_flag(metrics: dict[str, Any], name: str, text: str) -> None:
     in two); a reason already there is not repeated."""
     steady = metrics.setdefault("steady", {})
     steady.setdefault("flags", {})[name] = text
-    old = metrics.get("suspect")
+    old = M.field(metrics, "suspect")
     reasons = old.split("; ") if isinstance(old, str) and old else []
     if text not in reasons:
         reasons.append(text)
@@ -54,7 +55,7 @@ def add_flag(metrics: dict[str, Any], name: str, text: str) -> None:
 
 def flags(metrics: dict[str, Any] | None) -> dict[str, str]:
     """The steady-state flags of a stored cell's metrics (``{}`` when none)."""
-    steady = (metrics or {}).get("steady")
+    steady = M.field(metrics, "steady")
     f = steady.get("flags") if isinstance(steady, dict) else None
     return dict(f) if isinstance(f, dict) else {}
 
@@ -158,7 +159,7 @@ def check_timed(result: CellResult, shape: Any = None) -> None:
         return
     m = result.metrics
     try:
-        win = (m.get("steady_window") or {})
+        win = (M.field(m, "steady_window") or {})
         window = (win["t0_ns"], win["t1_ns"]) if "t0_ns" in win else None
         d = timed_drift(result.cell, result.records, shape, window)
     except Exception as exc:  # noqa: BLE001 - a check must not lose the cell
@@ -169,7 +170,7 @@ def check_timed(result: CellResult, shape: Any = None) -> None:
         text = drift_flag(d)
         if text:
             add_flag(m, "unsteady", text)
-    text = warmup_flag(m.get("warmup"))
+    text = warmup_flag(M.field(m, "warmup"))
     if text:
         add_flag(m, "not-warm", text)
 
@@ -182,9 +183,9 @@ def reference_tpot_ms(result: CellResult) -> float | None:
     cell = result.cell
     if cell.load is None or cell.load.mode == "batch":
         return first_steps_tpot_ms(result.records, min(cell.output_len, BLOCK_OUTPUT_TOKENS) - 1)
-    win = result.metrics.get("steady_window") or {}
+    win = M.field(result.metrics, "steady_window") or {}
     p50 = ((win.get("tpot_s") or {}).get("p50") if win.get("tpot_s", {}).get("count") else None) \
-        or (result.metrics.get("tpot_s") or {}).get("p50")
+        or M.TPOT.value(result.metrics, "p50")
     return p50 * 1e3 if p50 else None
 
 
@@ -239,12 +240,12 @@ def repeat_cv(results: Sequence[CellResult]) -> dict[str, Any] | None:
         ``{"metric", "values", "cv", "unsteady"}`` (``unsteady``: above
         :data:`~infbench.data.warmup.REPEAT_CV_TOL`), or None with fewer than two values.
     """
-    for key in ("tpot_s", "e2e_s"):
-        vals = [v for r in results if r.status == "ok" and (v := (r.metrics.get(key) or {}).get("p50"))]
+    for d in (M.TPOT, M.E2E):
+        vals = [v for r in results if r.status == "ok" and (v := d.value(r.metrics, "p50"))]
         if len(vals) >= 2 and len(vals) == sum(1 for r in results if r.status == "ok"):
             mean = statistics.fmean(vals)
             cv = statistics.stdev(vals) / mean if mean > 0 else math.inf
-            return {"metric": key, "values": [round(v, 6) for v in vals], "cv": round(cv, 4),
+            return {"metric": d.key, "values": [round(v, 6) for v in vals], "cv": round(cv, 4),
                     "unsteady": cv > REPEAT_CV_TOL}
     return None
 

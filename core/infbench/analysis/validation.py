@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,6 +52,7 @@ from infbench.analysis.profile import (
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
+    from infbench.data.stored import StoredCell
 
 #: The split kinds and the interval kind their held-out cells need.
 SPLITS = {"random": "random", "length": "length", "lomo": "model", "lodo": "device"}
@@ -235,14 +236,14 @@ def default_residuals(groups: list[Group], metric: str = "duration_s") -> list[f
     return out
 
 
-def validate(pm: PluginManager, rows: list[dict[str, Any]], min_cells: int = 8, metric: str = "duration_s",
+def validate(pm: PluginManager, rows: Sequence[StoredCell], min_cells: int = 8, metric: str = "duration_s",
              priors: Priors | None = None) -> list[dict[str, Any]]:
     """The random split per group: each engine fitted hierarchically on a deterministic
     70 % of every group's cells, the error measured on the other 30 %.
 
     Args:
         pm: plugin manager (device catalog).
-        rows: ``Store.results()`` items.
+        rows: stored cells (``Store.results()`` items).
         min_cells: groups with fewer usable cells are reported but not fitted.
         metric: the headline metric (default the batch duration; ``e2e_s``, ``ttft_s``,
             ``tpot_s`` for local cells).

@@ -16,7 +16,7 @@ import sqlite3
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +26,10 @@ from infbench.data.errors import ConfigError, InfbenchError
 from infbench.data.flags import split_values
 from infbench.data.outputs import SafeConsole, json_text, terminal_text
 from infbench.data.secrets import printable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.data.stored import StoredCell
+    from infbench.store import Store
 
 # Wide tables when piped (rich falls back to 80 columns without a terminal). Every string
 # printed through them is stripped of escape sequences and redacted (infbench.data.outputs).
@@ -94,8 +98,8 @@ def open_store(store_path: Path | None, readonly: bool = False):
     return Store(store_path, readonly=readonly)
 
 
-def read_results(store, **kwargs):
-    """``store.results(**kwargs)``; a file that cannot be read (a corrupt page found only when
+def read_results(store: Store, **kwargs: Any) -> list[StoredCell]:
+    """``store.results(**kwargs)`` (typed stored cells); a file that cannot be read (a corrupt page found only when
     the rows are read) is a StoreError (exit 2) with the reason."""
     from infbench.store import StoreError, describe_db_error  # noqa: PLC0415 - start-up: not loaded by --help
 

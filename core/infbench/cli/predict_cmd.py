@@ -37,6 +37,7 @@ from infbench.plan import PRESETS, context_length
 
 if TYPE_CHECKING:
     from infbench.contract.manager import PluginManager
+    from infbench.data.stored import StoredCell
 
 
 Opt = typer.Option
@@ -294,12 +295,12 @@ def add_intervals(rows: list[dict[str, Any]], bases: dict[str, Any], engine: str
                 "devices (`--calibrate --engine E`)")
 
 
-def _campaigns(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _campaigns(rows: list[StoredCell]) -> dict[str, list[StoredCell]]:
     """Stored rows of one catalog device by campaign: the published hardware name of
     imported cells (two campaigns of one device stay apart), ``local`` for this site's."""
-    out: dict[str, list[dict[str, Any]]] = {}
+    out: dict[str, list[StoredCell]] = {}
     for r in rows:
-        label = ((r.get("device") or {}).get("properties") or {}).get("published_name") or "local"
+        label = ((r.device or {}).get("properties") or {}).get("published_name") or "local"
         out.setdefault(str(label), []).append(r)
     return out
 
@@ -331,10 +332,10 @@ def _calibrate(pm: PluginManager, home: Path, limits: dict[str, Any], stacks: di
                                   hint="campaigns of this device in the store: " + (", ".join(sorted(camps))
                                                                                      or "none"))
             camps = chosen
-        engines_here = {P.engine_family((r.get("spec") or {}).get("engine") or "generic") for r in mine}
+        engines_here = {P.engine_family((r.spec or {}).get("engine") or "generic") for r in mine}
         wanted_e = [P.engine_family(engine)] if engine != "generic" else sorted(engines_here)
         for e in wanted_e:
-            with_e = {k: [r for r in v if P.engine_family((r.get("spec") or {}).get("engine") or "generic") == e]
+            with_e = {k: [r for r in v if P.engine_family((r.spec or {}).get("engine") or "generic") == e]
                       for k, v in camps.items()}
             with_e = {k: v for k, v in with_e.items() if v}
             if len(with_e) > 1:

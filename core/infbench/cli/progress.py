@@ -310,21 +310,20 @@ def cell_line(r: Any, i: int, n: int) -> str:
     E2E p50 2.54 s, TTFT p50 803 ms, 100.7 out tok/s (5.1 s)``, or its error."""
     label = escape(printable(r.cell.label()))
     if r.status == "predicted":
-        e2e = ((r.metrics or {}).get(M.E2E.key) or {}).get("p50")
+        e2e = M.E2E.value(r.metrics, "p50")
         fig = f": E2E p50 {e2e:.2f} s" if e2e is not None else ""
         return f"[{i}/{n}] [cyan]predicted[/] {label}{fig} (not measured)"
     if r.status != "ok":
         return f"[{i}/{n}] [red]failed[/] {label}: {escape(printable(r.error or '?'))}"
     m = r.metrics or {}
     parts = []
-    e2e = (m.get(M.E2E.key) or {}).get("p50")
-    ttft = (m.get(M.TTFT.key) or {}).get("p50")
+    e2e, ttft, out_tok_s = M.E2E.value(m, "p50"), M.TTFT.value(m, "p50"), M.OUTPUT_TOK_S.value(m)
     if e2e is not None:
         parts.append(f"E2E p50 {e2e:.2f} s")
     if ttft is not None:
         parts.append(f"TTFT p50 {ttft * 1e3:,.0f} ms")
-    if m.get(M.OUTPUT_TOK_S.key) is not None:
-        parts.append(f"{m['output_tok_s']:,.1f} out tok/s")
+    if out_tok_s is not None:
+        parts.append(f"{out_tok_s:,.1f} out tok/s")
     took = f" ({r.wall_s:.1f} s)" if r.wall_s is not None else ""
     return f"[{i}/{n}] [green]ok[/] {label}: {', '.join(parts)}{took}"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -56,6 +56,9 @@ from infbench.report.serving import serving_html, steady_html, write_serving_fig
 from infbench.report.static import write_figures
 from infbench.report.tables import RESULTS_CSV, print_table, results_csv, results_json
 from infbench.store.quality import quality_results
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.data.stored import StoredCell
 
 Opt = typer.Option
 ListOpt = list[str] | None
@@ -216,11 +219,11 @@ def export(
         if not lib_rows(rows):
             err.print("[yellow]no ok batch-mode cells to export[/] (LLM-Inference-Bench's layout has no "
                       "serving-mode columns)")
-    n_suspect = sum(1 for r in rows if r["status"] == "ok" and (r["metrics"] or {}).get("suspect"))
+    n_suspect = sum(1 for r in rows if r.status == "ok" and r.suspect)
     if n_suspect:
         err.print(f"[yellow]{n_suspect} suspect cell(s)[/]: exported with their reason (lib-csv: column suspect; "
                   "csv: suspect; json: metrics.suspect)")
-    n_pred = sum(1 for r in rows if r["status"] == "predicted")
+    n_pred = sum(1 for r in rows if r.status == "predicted")
     if n_pred:
         err.print(f"[magenta]{n_pred} predicted cell(s)[/] (not measured): " + (
             "left out of lib-csv (measurements only)" if fmt == "lib-csv" else
@@ -233,7 +236,7 @@ def export(
         sys.stdout.write(text)
 
 
-def _compare_frontier(a: list[dict], b: list[dict], la: str, lb: str, axis: str, as_json: bool) -> None:
+def _compare_frontier(a: list[StoredCell], b: list[StoredCell], la: str, lb: str, axis: str, as_json: bool) -> None:
     """``compare --frontier``: the fronts of both sides paired by (device, engine), or the one
     front of each side, compared at equal interactivity (:func:`infbench.analysis.frontier.compare`).
 
@@ -337,7 +340,7 @@ def compare(
         la, a = load_side(run_a, store_path)
     else:
         la, a = str(open_store(store_path, readonly=True).path), None
-    b: list[dict] | None
+    b: list[StoredCell] | None
     if against is not None:
         lb, b = load_imported(against, store_path)
     else:

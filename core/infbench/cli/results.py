@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -32,6 +32,9 @@ from infbench.report.tables import (
     unexpected_notes,
 )
 from infbench.store.quality import quality_results
+
+if TYPE_CHECKING:  # pragma: no cover
+    from infbench.data.stored import StoredCell
 
 Opt = typer.Option
 #: Values of ``--status``.
@@ -113,9 +116,9 @@ def results(
         return
     rows = read_results(store, run_id=run_id, all_attempts=all_attempts)
     if status:
-        rows = [r for r in rows if r["status"] == status]
+        rows = [r for r in rows if r.status == status]
     if measured_only:
-        rows = [r for r in rows if r["status"] != "predicted"]
+        rows = [r for r in rows if r.status != "predicted"]
     if frontier:
         _frontier(rows, axis, fmt)
         return
@@ -150,7 +153,7 @@ def results(
             out.print(f"[cyan]unexpected:[/] {escape(line)}")
         for line in state_notes(rows, store.runs()):
             out.print(f"[yellow]host state:[/] {escape(line)}")
-        n_pred = sum(1 for r in rows if r["status"] == "predicted")
+        n_pred = sum(1 for r in rows if r.status == "predicted")
         if n_pred:
             out.print(f"[magenta]{n_pred} predicted cell(s)[/]: not measured (an adaptive sweep's predictions; their "
                       "90 % intervals in --format json); --measured-only hides them, a plain run measures them")
@@ -160,7 +163,7 @@ def results(
             out.print(quality_table(with_gate(q, gate), title="perplexity", max_increase=gate))
 
 
-def _frontier(rows: list[dict], axis: str, fmt: str) -> None:
+def _frontier(rows: list[StoredCell], axis: str, fmt: str) -> None:
     """``results --frontier``: one front per (device, engine) as a table or JSON
     (:func:`infbench.analysis.frontier.fronts`)."""
 

@@ -29,6 +29,7 @@ from infbench.data import signals
 from infbench.data.outputs import WORKER_SPEC, check_folder, check_output, check_own_folder
 from infbench.data.run_config import RunConfig
 from infbench.data.signals import Terminated
+from infbench.data.stored import StoredCell
 from infbench.data.version import __version__
 from infbench.data.worker_spec import CELLS_FILE, DB_FILE, PROVENANCE_FILE, QUALITY_FILE
 from infbench.detect.registry import registry
@@ -217,7 +218,7 @@ def _print_interrupted(store: Store, as_json: bool, exc: BaseException) -> None:
     try:
         rows = store.results(run_id=run_id, all_attempts=True) if run_id else []
         for r in rows:
-            counts["ok" if r["status"] == "ok" else "failed"] += 1
+            counts["ok" if r.status == "ok" else "failed"] += 1
         status = next((r["status"] for r in store.runs() if r["run_id"] == run_id), "interrupted")
     except Exception:  # noqa: BLE001 - a broken store must not hide the interruption
         status = "interrupted"
@@ -297,14 +298,22 @@ def _print_dry_run(plans: list[Any], as_json: bool, fleet: Any = None, default: 
                 out.print(f"    {c.cell_id(dev)}  {size} i{c.input_len} o{c.output_len}{args}")
 
 
+def _journaled_row(r: Any, run_id: str) -> StoredCell:
+    """A measured cell (:class:`~infbench.data.schema.CellResult`) the store refused, kept in
+    the run's journal, as the summary shows it: a stored cell of ``run_id`` whose spec is the
+    cell's full JSON dump and whose device, metrics and engine are as JSON has them."""
+    return StoredCell.from_result(r, run_id, spec=r.cell.model_dump(mode="json"),
+                                  **r.model_dump(mode="json", include={"device", "metrics", "engine"}))
+
+
 def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict] | None = None) -> None:
+    rows: list[StoredCell]
     try:
         rows = store.results(run_id=summary.run_id)
     except sqlite3.Error:
         rows = []
     if summary.journaled and not summary.journal_stored:
-        rows += [{**r.model_dump(mode="json", exclude={"records", "power"}), "run_id": summary.run_id,
-                  "spec": r.cell.model_dump(mode="json")} for r in summary.journaled]
+        rows += [_journaled_row(r, summary.run_id) for r in summary.journaled]
         err.print(f"[yellow]note:[/] {len(summary.journaled)} measured cell(s) could not be written to {store.path}; "
                   f"they are kept in {summary.journal} and the next `infbench run` on this store stores them")
     elif summary.journaled:
@@ -335,12 +344,12 @@ def _print_summary(store: Store, summary: Any, as_json: bool, quality: list[dict
     if len(summary.skipped) > len(summary.claimed):
         out.print(f"{len(summary.skipped) - len(summary.claimed)} cell(s) skipped: already stored ok (use --force to "
                   "measure again).")
-    for n in {r["power_note"] for r in rows if r["power_note"]}:
+    for n in {r.power_note for r in rows if r.power_note}:
         out.print(f"[dim]energy: {n}[/]")
     for r in rows:
-        behind = ((r["metrics"] or {}).get("client") or {}).get("behind")
+        behind = (r.field("client") or {}).get("behind")
         if behind:
-            out.print(f"[yellow]note:[/] the client fell behind in cell {r['cell_id']}: {escape('; '.join(behind))} "
+            out.print(f"[yellow]note:[/] the client fell behind in cell {r.cell_id}: {escape('; '.join(behind))} "
                       "(its own stamps may lag by up to client_lag_p99_ms)")
     predicted = f", {len(summary.predicted)} predicted (not measured)" if summary.predicted else ""
     out.print(f"run {summary.run_id}: {len(summary.ok)} ok, {len(summary.failed)} failed, "

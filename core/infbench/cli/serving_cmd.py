@@ -19,6 +19,7 @@ from infbench.data.secrets import printable
 from infbench.report.tables import repeats_table
 
 if TYPE_CHECKING:  # pragma: no cover
+    from infbench.data.stored import StoredCell
     from infbench.store import Store
 
 
@@ -49,25 +50,25 @@ def run_find_max(prep: Any, store: Store, as_json: bool) -> None:
         t = Table(title=f"--find-max {mode}: goodput >= {goodput:g} with {slo.as_dict()}", header_style="bold")
         for c in ("load", "meets SLO", "passed", "TTFT p99 ms", "TPOT p99 ms", "server TTFT p50 ms", "saturation"):
             t.add_column(c, justify="left" if c == "saturation" else "right")
-        for r in sorted(rows, key=lambda r: r["metrics"]["find_max"]["load"]):
-            m, fm = r["metrics"] or {}, r["metrics"]["find_max"]
+        for r in sorted(rows, key=lambda r: r.field("find_max")["load"]):
+            fm = r.field("find_max")
 
-            def ms(k: str, q: str, m: dict = m) -> str:
-                v = (m.get(k) or {}).get(q)
+            def ms(d: M.MetricDef, q: str, m: dict[str, Any] = r.metrics or {}) -> str:
+                v = d.value(m, q)
                 return "-" if v is None else f"{v * 1e3:,.1f}"
 
             t.add_row(f"{fm['load']:g}", f"{100 * fm['fraction']:.0f} %", "[green]yes[/]" if fm["passed"] else
-                      "[red]no[/]", ms(M.TTFT.key, "p99"), ms(M.TPOT.key, "p99"), ms("server_ttft_s", "p50"),
-                      escape(printable(fm.get("saturated") or r.get("error") or "")))
+                      "[red]no[/]", ms(M.TTFT, "p99"), ms(M.TPOT, "p99"), ms(M.SERVER_TTFT, "p50"),
+                      escape(printable(fm.get("saturated") or r.error or "")))
         out.print(t)
         out.print(f"[bold]{escape(knee_text(res if res.get('probes') else (found or res)))}[/]  run "
                   f"{summary.run_id}; `infbench report` plots goodput against load.")
-    if res.get("knee") is None and (not rows or all(r["status"] != "ok" for r in rows)):
+    if res.get("knee") is None and (not rows or all(r.status != "ok" for r in rows)):
         err.print(f"[red]--find-max found no load:[/] {escape(printable(res.get('stopped') or 'every probe failed'))}")
         raise typer.Exit(3)
 
 
-def print_repeats(rows: list[dict[str, Any]], fmt: str) -> None:
+def print_repeats(rows: list[StoredCell], fmt: str) -> None:
     """``results --repeats``: :func:`~infbench.analysis.repeats.repeat_groups` as a table or JSON."""
     try:
         groups = repeat_groups(rows)
@@ -81,7 +82,7 @@ def print_repeats(rows: list[dict[str, Any]], fmt: str) -> None:
         out.print(repeats_table(groups))
 
 
-def print_searches(rows: list[dict[str, Any]], fmt: str) -> None:
+def print_searches(rows: list[StoredCell], fmt: str) -> None:
     """``results --searches``: :func:`~infbench.analysis.slo_search.searches` as tables or JSON."""
 
     found = searches(rows)

@@ -131,6 +131,22 @@ class StoredCell(Mapping[str, Any]):
         base.update(changes)
         return cls(**base)
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> StoredCell:
+        """A stored cell from a row as JSON carries it (a worker spec's ``known`` results, a
+        1.x ``Store.results()`` dict): the attributes it has, the rest at their defaults
+        (``spec_hash``/``run_id`` "", ``spec``/``device`` {}, status ``failed`` when absent).
+        Keys that are not attributes are ignored."""
+        d = {k: row[k] for k in _NAMES if k in row}
+        for k, default in (("cell_id", ""), ("spec_hash", ""), ("run_id", ""), ("status", "failed"),
+                           ("spec", {}), ("device", {})):
+            if d.get(k) is None:
+                d[k] = default
+        for k in ("metrics", "engine"):
+            if not isinstance(d.get(k), dict):
+                d.pop(k, None)
+        return cls(**d)
+
     def replace(self, **changes: Any) -> StoredCell:
         """A copy with some attributes changed (:func:`dataclasses.replace`)."""
         return dataclasses.replace(self, **changes)
@@ -152,7 +168,8 @@ class StoredCell(Mapping[str, Any]):
         return len(_NAMES)
 
     def __repr__(self) -> str:
-        return f"StoredCell(cell_id={self.cell_id!r}, run_id={self.run_id!r}, status={self.status!r}, attempt={self.attempt})"
+        return (f"StoredCell(cell_id={self.cell_id!r}, run_id={self.run_id!r}, status={self.status!r}, "
+                f"attempt={self.attempt})")
 
 
 _NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(StoredCell))

@@ -456,7 +456,7 @@ def find_max_result(plan: Plan, store: Any, summary: Any, mode: str) -> tuple[di
                                                        "first_fail": None, "probes": [],
                                                        "stopped": "nothing measured", "slo": None}
     rows = [r for r in store.results(run_id=summary.run_id, all_attempts=True)
-            if ((r.get("metrics") or {}).get("find_max") or {}).get("search_id") == search_id]
+            if (r.field("find_max") or {}).get("search_id") == search_id]
     return res, rows
 
 

@@ -42,6 +42,7 @@ from infbench.analysis.floor import add_roofline, device_roofline_limits
 from infbench.analysis.repeats import base_cell_id
 from infbench.contract.manager import PluginManager
 from infbench.contract.registry import device_backends
+from infbench.data import metrics as M
 from infbench.data import signals
 from infbench.data.engine import Engine
 from infbench.data.errors import ConfigError, EngineUnavailable, describe_error
@@ -63,6 +64,7 @@ from infbench.data.run import RunOptions, RunSummary
 from infbench.data.schema import Cell, CellResult, DeviceInfo, canonical_json
 from infbench.data.scores import PerplexityResult
 from infbench.data.secrets import REDACTED
+from infbench.data.stored import StoredCell
 from infbench.data.warmup import BLOCK_OUTPUT_TOKENS, MIN_SENTINEL_STEPS
 from infbench.engines.device_proof import group_failure, start_on_device
 from infbench.engines.launch import launch
@@ -371,7 +373,7 @@ class EngineSession:
             return None
         policy = ctx.options.warmup
         budget = policy.remeasure_budget_s if policy.remeasure_budget_s is not None else max(
-            REMEASURE_FLOOR_S, sum((r.wall_s or 0.0) + float(r.metrics.get("warmup_s") or 0.0) for r in ok))
+            REMEASURE_FLOOR_S, sum((r.wall_s or 0.0) + float(M.WARMUP.value(r.metrics) or 0.0) for r in ok))
         found: dict[str, Any] = {"first": first.cell.label(), "check": chk, "flagged": [], "remeasured": [],
                                  "budget_s": round(budget, 3), "spent_s": 0.0,
                                  "seconds": round(time.perf_counter() - t_start, 4)}
@@ -414,7 +416,7 @@ class EngineSession:
         """One sentinel block of ``r``'s cell against its reference, and where it differs beyond
         the tolerance a second block at once, which must agree
         (:func:`~infbench.analysis.steady.confirmed`); None without a reference or records."""
-        ref = (r.metrics.get("steady") or {}).get("reference_tpot_ms")
+        ref = (M.field(r.metrics, "steady") or {}).get("reference_tpot_ms")
         if not ref:
             return None
         chk = steady.sentinel_check(ref, self.block_tpot_ms(r.cell))
@@ -427,8 +429,7 @@ class EngineSession:
         by: dict[str, list[CellResult]] = {}
         if any(o.cell.repeat for o in ok):
             for r in ok:  # the repeats of one workload share the id of its first measurement
-                by.setdefault(base_cell_id({"spec": r.cell.model_dump(), "device": r.device.model_dump(),
-                                            "cell_id": r.cell_id}), []).append(r)
+                by.setdefault(base_cell_id(StoredCell.from_result(r, spec=r.cell.model_dump())), []).append(r)
         for rs in by.values():
             cv = steady.repeat_cv(rs) if len(rs) >= 2 else None
             if cv is None or not cv["unsteady"]:
@@ -445,7 +446,7 @@ class EngineSession:
                   if x.cell_id == r.cell_id and x.started_at == r.started_at), None)
         flagged = (self.results[i] if i is not None else r).model_copy(deep=True)
         steady.add_flag(flagged.metrics, name, text)
-        flagged.metrics["steady"].update(figures)
+        flagged.metrics["steady"].update(figures)  # metrics-dict: written into the result stored again
         self.ctx.record(flagged, (name, text))
         if i is not None:
             self.results[i] = flagged

@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from infbench.analysis.floor import mark_rechecked, recheck
 from infbench.contract.manager import get_plugin_manager
+from infbench.data import metrics as M
 from infbench.data.errors import ConfigError, VersionSkew
 from infbench.data.events import (
     CellFinished,
@@ -258,9 +259,9 @@ def check_cell(r: CellResult) -> list[str]:
     if bad:
         return [f"metrics {', '.join(bad)} are not numbers"]
     if r.records:
-        energy = m.get("energy_j") if isinstance(m.get("energy_j"), (int, float)) else None
-        slo = m.get("slo") if isinstance(m.get("slo"), dict) else None
-        used = m.get("devices_used")
+        energy = M.ENERGY.value(m) if isinstance(M.ENERGY.value(m), (int, float)) else None
+        slo = M.field(m, "slo") if isinstance(M.field(m, "slo"), dict) else None
+        used = M.DEVICES_USED.value(m)
         devices = used if isinstance(used, int) else r.cell.tensor_parallel_size
         derived = cell_metrics(r.records, devices_used=devices, energy_j=energy, slo=slo)
         wrong = [k for k, v in derived.items() if k in m and not _close(m[k], v)]

@@ -61,6 +61,7 @@ import threading
 import time
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.measure.contention import ACCEL_CELL_CORES, CPU_CELL_SHARE, MIN_OTHER_CORE_S, own_tree_cpu_s
 
 #: A serving client whose process used at least this many cores during the timed part was
@@ -186,7 +187,7 @@ def harness_reasons(metrics: dict[str, Any] | None, device_kind: str = "cpu") ->
     if not metrics:
         return []
     out: list[str] = []
-    h = metrics.get("harness") or {}
+    h = M.field(metrics, "harness") or {}
     mode = h.get("mode")
     threads = h.get("threads_beside_engine") or []
     if mode == "in process" and threads:
@@ -199,7 +200,7 @@ def harness_reasons(metrics: dict[str, Any] | None, device_kind: str = "cpu") ->
             and (core_s or 0) >= MIN_OTHER_CORE_S:
         out.append(f"infbench itself used {cores:.2f} cores during the cell (more than {limit:g}): the harness may "
                    "have slowed the engine")
-    client = metrics.get("client") or {}
+    client = M.field(metrics, "client") or {}
     behind = client.get("behind") or []
     if mode == "client" and cores is not None and cores >= CLIENT_SATURATED_CORES:
         behind = [*behind, f"the client's process used {cores:.2f} cores (its event loop saturated its thread)"]
@@ -238,8 +239,8 @@ def host_bound(metrics: dict[str, Any] | None, device_kind: str) -> dict[str, An
     """
     if not metrics or device_kind == "cpu":
         return {}
-    util = ((metrics.get("telemetry") or {}).get("util_pct") or {}).get("mean")
-    h = metrics.get("harness") or {}
+    util = ((M.field(metrics, "telemetry") or {}).get("util_pct") or {}).get("mean")
+    h = M.field(metrics, "harness") or {}
     engine, wall = h.get("engine_cpu_s"), h.get("wall_s")
     if util is None or engine is None or not wall:
         return {}

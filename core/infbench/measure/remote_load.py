@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infbench.data import metrics as M
 from infbench.data.schema import Cell, Load, RequestRecord
 from infbench.measure.loadgen import arrival_offsets_s
 
@@ -242,8 +243,8 @@ def merge(outs: Sequence[NodeOutput], anchor_perf_ns: int, anchor_wall_ns: int
         label = node_label(o.node)
         delta = shift_of(o, anchor_perf_ns, anchor_wall_ns)
         records += [shifted(r, delta, label) for r in o.records]
-        health = dict(o.metrics.get("client") or {})
-        lag = o.metrics.get("client_lag_p99_ms")
+        health = dict(M.field(o.metrics, "client") or {})
+        lag = M.CLIENT_LAG_P99.value(o.metrics)
         if lag is not None and lag > worst_lag:
             worst_lag, worst = lag, health
         behind += [f"{label}: {b}" for b in health.get("behind") or []]

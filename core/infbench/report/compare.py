@@ -20,6 +20,7 @@ import html
 import json
 import math
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from infbench.data.metrics import Column
 from infbench.data.models import resolve
 from infbench.data.outputs import COMPARE_HTML, generator_meta, html_json, log_ticks, plotly_text, write_output
 from infbench.data.schema import canonical_json, short_hash
+from infbench.data.stored import StoredCell
 from infbench.quality.gate import group_key
 from infbench.report.data import flat_row
 from infbench.report.lib_import import is_published
@@ -45,7 +47,7 @@ COMPARED: dict[str, Column] = {c.key: c for c in (
 PLOTTED = (M.OUTPUT_TOK_S.col(), M.TTFT.col("p50"), M.TPOT.col("p50"), M.TOKENS_PER_J.col())
 
 
-def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str, Any]]]:
+def load_side(arg: str, default_store: Path | None) -> tuple[str, list[StoredCell]]:
     """The newest ok/failed cells of one side: ``RUN`` (id prefix in ``default_store``),
     ``FILE.db`` (all its cells) or ``FILE.db:RUN``.
 
@@ -87,7 +89,7 @@ def load_side(arg: str, default_store: Path | None) -> tuple[str, list[dict[str,
 IMPORTED_PREFIX = "imported:"
 
 
-def load_imported(arg: str, default_store: Path | None) -> tuple[str, list[dict[str, Any]]]:
+def load_imported(arg: str, default_store: Path | None) -> tuple[str, list[StoredCell]]:
     """The imported cells ``compare --against imported:SOURCE[:DEVICE[:ENGINE]]`` names.
 
     ``SOURCE`` matches an imported run's source name or format, case-insensitive
@@ -123,26 +125,26 @@ def load_imported(arg: str, default_store: Path | None) -> tuple[str, list[dict[
         raise ConfigError(f"no imported run from {src!r} in the store",
                           hint=f"imported sources here: {', '.join(names)}; `infbench import --format ...` first")
 
-    def dev_ok(r: dict[str, Any]) -> bool:
-        d = r.get("device") or {}
+    def dev_ok(r: StoredCell) -> bool:
+        d = r.device or {}
         p = d.get("properties") or {}
         keys = {str(p.get("catalog_id") or "").lower(), str(p.get("published_name") or "").lower()}
         return not dev or dev.lower() in keys or dev.lower() in str(d.get("model") or "").lower()
 
-    def eng_ok(r: dict[str, Any]) -> bool:
-        e = f"{r['spec'].get('engine')} {(r.get('engine') or {}).get('framework') or ''}".lower()
+    def eng_ok(r: StoredCell) -> bool:
+        e = f"{r.spec.get('engine')} {(r.engine or {}).get('framework') or ''}".lower()
         return not eng or eng.lower() in e
 
-    picked = [r for r in rows if r["status"] == "ok" and dev_ok(r) and eng_ok(r)]
+    picked = [r for r in rows if r.status == "ok" and dev_ok(r) and eng_ok(r)]
     if not picked:
-        devs = sorted({str(((r.get("device") or {}).get("properties") or {}).get("catalog_id") or
-                           ((r.get("device") or {}).get("properties") or {}).get("published_name")) for r in rows})
+        devs = sorted({str(((r.device or {}).get("properties") or {}).get("catalog_id") or
+                           ((r.device or {}).get("properties") or {}).get("published_name")) for r in rows})
         raise ConfigError(f"no imported cell of {src!r} matches device {dev or 'any'!r} and engine {eng or 'any'!r}",
                           hint=f"devices imported from {src}: {', '.join(devs[:12])}")
     return arg, picked
 
 
-def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_rows(a: Sequence[StoredCell], b: Sequence[StoredCell]) -> dict[str, Any]:
     """Match two sides by spec_hash and compute ratios B / A.
 
     Cells of the same workload measured with other engine arguments (``--engine-arg``;
@@ -156,17 +158,17 @@ def compare_rows(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, 
         "geomean": {metric: geometric mean of the ratios}}``. Only cells ok on both sides
         are paired; failed ones count as unmatched.
     """
-    fa = {r["spec_hash"]: {**flat_row(r), "_spec": r["spec"]} for r in a if r["status"] == "ok"}
-    fb = {r["spec_hash"]: {**flat_row(r), "_spec": r["spec"]} for r in b if r["status"] == "ok"}
+    fa = {r.spec_hash: {**flat_row(r), "_spec": r.spec} for r in a if r.status == "ok"}
+    fb = {r.spec_hash: {**flat_row(r), "_spec": r.spec} for r in b if r.status == "ok"}
     # Second pass: unmatched cells of which one side is published (imported), paired on the
     # normalised workload and keyed under A's hash.
-    ka = {workload_key(r): r for r in a if r["status"] == "ok" and r["spec_hash"] not in fb}
+    ka = {workload_key(r): r for r in a if r.status == "ok" and r.spec_hash not in fb}
     for r in b:
-        wk = workload_key(r) if r["status"] == "ok" and r["spec_hash"] not in fa else None
+        wk = workload_key(r) if r.status == "ok" and r.spec_hash not in fa else None
         ra = ka.get(wk) if wk is not None else None
-        if ra is not None and ra["spec_hash"] not in fb and (is_published(ra) or is_published(r)
-                                                             or ra["spec"]["engine"] != r["spec"]["engine"]):
-            fb[ra["spec_hash"]] = fb.pop(r["spec_hash"])
+        if ra is not None and ra.spec_hash not in fb and (is_published(ra) or is_published(r)
+                                                          or ra.spec["engine"] != r.spec["engine"]):
+            fb[ra.spec_hash] = fb.pop(r.spec_hash)
     # Third pass: the same workload measured with other engine arguments (--engine-arg n_ubatch=4
     # against none): paired on the spec without them, the arguments shown in the label.
     base_a = {_without_args(fa[h]["_spec"]): h for h in fa if h not in fb}
@@ -204,14 +206,14 @@ def _without_args(spec: dict[str, Any]) -> str:
     return canonical_json({k: v for k, v in spec.items() if k != "engine_args"})
 
 
-def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
+def workload_key(r: StoredCell) -> tuple[Any, ...] | None:
     """A stored cell's workload as a person reads it: ``(zoo model, engine family,
     precision class, batch, load, input, output, tp, seed, engine options)``; None for a dataset
     replay. Two spellings of one workload (``llama-2-7b``/``meta-llama/Llama-2-7b-hf``,
     ``float16``/``fp16``, ``vllm``/``vllm-server``; a server's batch-mode load, all requests at
     once and streamed, and an in-process batch) give one key."""
 
-    s = r["spec"]
+    s = r.spec
     if s.get("dataset"):
         return None
     try:
@@ -223,7 +225,7 @@ def workload_key(r: dict[str, Any]) -> tuple[Any, ...] | None:
     if ld.get("mode") == "batch" and set(ld) <= {"mode", "burstiness"}:  # burstiness: unused in batch mode
         ld = {}
     load = json.dumps(ld, sort_keys=True)
-    options = json.dumps((r.get("engine") or {}).get("options") or {}, sort_keys=True, default=str)
+    options = json.dumps((r.engine or {}).get("options") or {}, sort_keys=True, default=str)
     return (model, engine_family(s["engine"]), precision_of(dtype), s["batch"], load, s["input_len"],
             s["output_len"], s.get("tensor_parallel_size") or 1, s.get("seed", 0), options)
 
@@ -266,13 +268,13 @@ def write_compare_html(result: dict[str, Any], label_a: str, label_b: str, path:
     return write_output(path, compare_html(result, label_a, label_b), COMPARE_HTML, protect)
 
 
-def _without_dtype(r: dict[str, Any]) -> dict[str, Any]:
+def _without_dtype(r: StoredCell) -> StoredCell:
     """A stored row whose ``spec_hash`` ignores the dtype (so two precisions of one workload match)."""
-    spec = {k: v for k, v in r["spec"].items() if k != "dtype"}
-    return {**r, "spec_hash": short_hash(spec)}
+    spec = {k: v for k, v in r.spec.items() if k != "dtype"}
+    return r.replace(spec_hash=short_hash(spec))
 
 
-def compare_precisions(a: list[dict[str, Any]], b: list[dict[str, Any]], dtype_a: str, dtype_b: str,
+def compare_precisions(a: Sequence[StoredCell], b: Sequence[StoredCell], dtype_a: str, dtype_b: str,
                        quality: list[dict[str, Any]], max_increase: float | None = None) -> dict[str, Any]:
     """Two precisions of the same workloads: cells of side A at ``dtype_a`` matched with
     cells of side B at ``dtype_b`` whose spec is otherwise equal, and the perplexity change.
@@ -290,8 +292,8 @@ def compare_precisions(a: list[dict[str, Any]], b: list[dict[str, Any]], dtype_a
         ``"beyond_gate"`` (None without a gate)``}``.
     """
     da, db = dtype_a.lower(), dtype_b.lower()
-    res = compare_rows([_without_dtype(r) for r in a if str(r["spec"]["dtype"]).lower() == da],
-                       [_without_dtype(r) for r in b if str(r["spec"]["dtype"]).lower() == db])
+    res = compare_rows([_without_dtype(r) for r in a if str(r.spec["dtype"]).lower() == da],
+                       [_without_dtype(r) for r in b if str(r.spec["dtype"]).lower() == db])
     newest: dict[tuple, dict[str, dict[str, Any]]] = {}
     for q in quality:
         if q.get("status") != "ok" or q.get("value") is None or q["dtype"].lower() not in (da, db):

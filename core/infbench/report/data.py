@@ -11,6 +11,7 @@ computed here from the current device descriptions (marked ``roofline_backfilled
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from infbench.analysis.floor import device_roofline_limits
@@ -24,6 +25,7 @@ from infbench.data.metrics import Column
 from infbench.data.models import resolve
 from infbench.data.outputs import OutputKind, csv_text, starts_with
 from infbench.data.schema import DeviceInfo, engine_args_label
+from infbench.data.stored import StoredCell
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
@@ -74,7 +76,7 @@ def device_label(dev: dict[str, Any]) -> str:
     return name + (f" x{dev['count']}" if (dev.get("count") or 1) > 1 else "")
 
 
-def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
+def flat_row(r: StoredCell, limits_for: Any = None) -> dict[str, Any]:
     """One stored cell as plot-ready scalars (see the module doc for units).
 
     Args:
@@ -82,13 +84,13 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
         limits_for: optional callable ``device dict -> Limits | None`` used to compute
             the roofline of cells stored without one.
     """
-    s, m, dev = r["spec"], r.get("metrics") or {}, r["device"]
+    s, m, dev = r.spec, r.metrics or {}, r.device
     ld = s.get("load") or {}
     mode = ld.get("mode") or "batch"
     b = effective_batch(s, m)
-    roof = m.get("roofline")
+    roof = r.field("roofline")
     backfilled = False
-    if roof is None and limits_for is not None and r["status"] == "ok":
+    if roof is None and limits_for is not None and r.status == "ok":
         lim = limits_for(dev)
         if lim is not None:
             try:
@@ -99,38 +101,38 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
     size = s["batch"] if mode == "batch" else (ld.get("concurrency") if mode == "concurrency" else None)
     # the stored metrics with the roofline used here (stored, backfilled or none)
     view = {**m, "roofline": roof, M.MBU.key: (roof or {}).get("mbu"), M.MFU.key: (roof or {}).get("mfu")}
-    eng = r.get("engine") or {}
-    published = bool(eng.get("published") or m.get("published"))
+    eng = r.engine or {}
+    published = bool(eng.get("published") or r.field("published"))
     device = device_label(dev)
     if published:
         # Published cells never pass for local measurements: their device says where they come from.
         device = f"{device} ({eng.get('source') or 'published'})"
     row = {
-        "cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
-        "error": r.get("error"), "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
+        "cell_id": r.cell_id, "spec_hash": r.spec_hash, "run_id": r.run_id, "status": r.status,
+        "error": r.error, "model": s["model"], "engine": s["engine"], "dtype": s["dtype"],
         "precision": precision_of(str(s["dtype"])),
         "device": device, "device_vendor": dev.get("vendor"), "device_count": dev.get("count") or 1,
-        "published": published, "predicted": r["status"] == "predicted",
+        "published": published, "predicted": r.status == "predicted",
         "mode": mode, "batch": size if size is not None else (round(b, 2) if b else None),
         "request_rate": ld.get("request_rate"), "input_len": s["input_len"], "output_len": s["output_len"],
         "tp": s.get("tensor_parallel_size") or 1,
         "engine_args": args_text(s.get("engine_args")),
         # the metrics, in the units their keys name (:data:`FLAT_COLUMNS`)
         **{c.key: c.flat(view) for c in FLAT_COLUMNS},
-        "energy_source": m.get("energy_source"),
+        "energy_source": r.field("energy_source"),
         "roofline_device": roof.get("device_id") if roof else None,
         "roofline_backfilled": backfilled,
-        "suspect": m.get("suspect"),
-        "finished_at": r.get("finished_at"),
+        "suspect": r.field("suspect"),
+        "finished_at": r.finished_at,
         "repeat": s.get("repeat"),
-        "server_name": m.get("server_name"),
-        "throttled": m.get("throttled"),
-        "throttle_reasons": ", ".join(m.get("throttle_reasons") or []) or None,
-        "weights_real": ((r.get("engine") or {}).get("weights") or {}).get("real"),
-        "weights_sha256": ((r.get("engine") or {}).get("weights") or {}).get("sha256"),
+        "server_name": r.field("server_name"),
+        "throttled": r.field("throttled"),
+        "throttle_reasons": ", ".join(r.field("throttle_reasons") or []) or None,
+        "weights_real": (eng.get("weights") or {}).get("real"),
+        "weights_sha256": (eng.get("weights") or {}).get("sha256"),
     }
     # A predicted cell (an adaptive sweep's unmeasured cell) carries its 90 % intervals.
-    iv_raw = m.get("interval")
+    iv_raw = r.field("interval")
     iv: dict[str, Any] = iv_raw if isinstance(iv_raw, dict) else {}
     for k, scale, name in ((M.OUTPUT_TOK_S.key, 1, M.OUTPUT_TOK_S.key), (M.TOTAL_TOK_S.key, 1, M.TOTAL_TOK_S.key),
                            (M.E2E.key, 1, "e2e_s_p50"), (M.TTFT.key, 1e3, "ttft_ms_p50"),
@@ -141,7 +143,7 @@ def flat_row(r: dict[str, Any], limits_for: Any = None) -> dict[str, Any]:
     # The frontier's axes (docs/report.md), computed for cells stored before they existed.
     for k in (M.TOK_S_PER_USER.key, M.TOK_S_PER_DEVICE.key, M.J_PER_TOKEN.key):
         row[k] = axis_value(m, k)
-    devs = m.get(M.DEVICES_USED.key) or row["tp"] or 1
+    devs = M.DEVICES_USED.value(m) or row["tp"] or 1
     for end in ("lo", "hi"):  # a predicted cell's intervals on the frontier's axes
         t = row.get(f"{M.TOTAL_TOK_S.key}_{end}")
         row[f"{M.TOK_S_PER_DEVICE.key}_{end}"] = t / devs if t is not None else None
@@ -201,7 +203,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return front
 
 
-def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def lib_rows(rows: Sequence[StoredCell | dict[str, Any]]) -> list[dict[str, Any]]:
     """LLM-Inference-Bench's CSV layout (``Plots/All_results.csv`` plus the TTFT and power
     columns of its other tables) for ok batch-mode cells.
 
@@ -214,10 +216,14 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     in mW as in their ``power_results.csv``. ``Input Output Length`` holds the common
     length when input = output (their grid) and ``"IN/OUT"`` otherwise. ``Model`` is the
     HF id where the zoo knows it.
+
+    Args:
+        rows: stored cells (``Store.results()`` items; an imported one goes back under its
+            published hardware name), or :func:`flat_row` rows already made.
     """
     out = []
     for r in rows:
-        f = r if "label" in r else flat_row(r)
+        f = flat_row(r) if isinstance(r, StoredCell) else r
         if f["status"] != "ok" or f["mode"] != "batch":
             continue
         try:
@@ -227,8 +233,8 @@ def lib_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         n_in, n_out = f["input_len"], f["output_len"]
         hardware = f["device"].rsplit(" (", 1)[0] if f.get("published") else f["device"]
         hardware = hardware.rsplit(" x", 1)[0] if f["device_count"] > 1 else hardware
-        if "label" not in r:  # a stored cell: an imported one goes back under its published name
-            hardware = ((r.get("device") or {}).get("properties") or {}).get("published_name") or hardware
+        if isinstance(r, StoredCell):  # a stored cell: an imported one goes back under its published name
+            hardware = ((r.device or {}).get("properties") or {}).get("published_name") or hardware
         ttft, power = f[_TTFT_MEAN.key], f[M.AVG_POWER.col().key]
         out.append({
             "Hardware": hardware,
@@ -251,22 +257,22 @@ LIB_COLUMNS = ["Hardware", "Num of Hardware", "Framework", "Model", "Input Outpu
                "Throughput", "Input Length", "Output Length", "TTFT Latency", "end_latency", "avg_power", "suspect"]
 
 
-def lib_csv(rows: list[dict[str, Any]]) -> str:
+def lib_csv(rows: Sequence[StoredCell | dict[str, Any]]) -> str:
     """The CSV text of ``export --format lib-csv``: a header of :data:`LIB_COLUMNS` and one
-    line per ok batch-mode cell (:func:`lib_rows`), text cells through
+    line per ok batch-mode cell of ``rows`` (:func:`lib_rows`), text cells through
     :func:`infbench.data.outputs.csv_cell` (a model name ``=HYPERLINK(...)`` is written
     ``'=HYPERLINK(...)``; ``infbench import`` reads it back without the quote)."""
     return csv_text(lib_rows(rows), LIB_COLUMNS, lineterminator="\n")
 
 
-def select_rows(rows: list[dict[str, Any]], models: list[str] | None = None, devices: list[str] | None = None,
-                engines: list[str] | None = None) -> list[dict[str, Any]]:
+def select_rows(rows: Sequence[StoredCell], models: list[str] | None = None, devices: list[str] | None = None,
+                engines: list[str] | None = None) -> list[StoredCell]:
     """Keep stored rows whose model and engine are listed (None: any) and whose device
     vendor or model name contains one of ``devices`` (case-insensitive)."""
     devs = [d.lower() for d in (devices or [])]
     return [r for r in rows
-            if (not models or r["spec"]["model"] in models) and (not engines or r["spec"]["engine"] in engines)
-            and (not devs or any(d in f"{r['device']['vendor']} {r['device']['model']}".lower() for d in devs))]
+            if (not models or r.spec["model"] in models) and (not engines or r.spec["engine"] in engines)
+            and (not devs or any(d in f"{r.device['vendor']} {r.device['model']}".lower() for d in devs))]
 
 
 #: Server engines whose perplexity is their in-process twin's (same weights, same kernels).

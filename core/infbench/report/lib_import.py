@@ -52,6 +52,7 @@ from infbench.detect.devices import catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
+    from infbench.data.stored import StoredCell
 
 
 @dataclass(frozen=True)
@@ -484,6 +485,7 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
     return out, summary
 
 
-def is_published(row: dict[str, Any]) -> bool:
-    """Whether a stored cell (``Store.results()`` item) was imported from a publication."""
-    return bool((row.get("engine") or {}).get("published") or (row.get("metrics") or {}).get("published"))
+def is_published(row: StoredCell) -> bool:
+    """Whether a stored cell (``Store.results()`` item) was imported from a publication
+    (:attr:`~infbench.data.stored.StoredCell.published`)."""
+    return row.published

@@ -8,9 +8,10 @@ then per (model, device) the one with the highest ``output_tok_s_per_device``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from infbench.data import metrics as M
+from infbench.data.stored import StoredCell
 
 #: The metrics a limit may be put on (stored keys; their summaries, in s).
 LIMIT_METRICS = (M.TTFT.key, M.TPOT.key, M.E2E.key)
@@ -20,11 +21,11 @@ PERCENTILES = tuple(s for s in M.SUMMARY_STATS if s != "count")
 RANKED = M.OUTPUT_TOK_S_PER_DEVICE
 
 
-def meets(row: dict[str, Any], limits: dict[str, float], percentile: str = "p99") -> bool:
+def meets(row: StoredCell, limits: dict[str, float], percentile: str = "p99") -> bool:
     """True if the cell is ok and its ``percentile`` of each limited metric is <= the limit (s)."""
-    if row["status"] != "ok":
+    if row.status != "ok":
         return False
-    m = row["metrics"] or {}
+    m = row.metrics or {}
     for k, v in limits.items():
         got = M.metric(k).value(m, percentile)
         if got is None or got > v:
@@ -32,7 +33,7 @@ def meets(row: dict[str, Any], limits: dict[str, float], percentile: str = "p99"
     return True
 
 
-def best(rows: list[dict[str, Any]], limits: dict[str, float], percentile: str = "p99") -> list[dict[str, Any]]:
+def best(rows: Sequence[StoredCell], limits: dict[str, float], percentile: str = "p99") -> list[StoredCell]:
     """Per (model, device vendor, device model): the cell meeting ``limits`` with the
     highest ``output_tok_s_per_device``.
 
@@ -50,12 +51,12 @@ def best(rows: list[dict[str, Any]], limits: dict[str, float], percentile: str =
     bad = [k for k in limits if k not in LIMIT_METRICS]
     if bad or percentile not in PERCENTILES:
         raise ValueError(f"unknown limit {bad} or percentile {percentile!r}")
-    winners: dict[tuple, dict[str, Any]] = {}
+    winners: dict[tuple[str, str, str], StoredCell] = {}
     for r in rows:
         if not meets(r, limits, percentile):
             continue
-        key = (r["spec"]["model"], r["device"]["vendor"], r["device"]["model"])
-        tput = RANKED.value(r["metrics"]) or 0.0
-        if key not in winners or tput > (RANKED.value(winners[key]["metrics"]) or 0.0):
+        key = (r.spec["model"], r.device["vendor"], r.device["model"])
+        tput = RANKED.value(r.metrics) or 0.0
+        if key not in winners or tput > (RANKED.value(winners[key].metrics) or 0.0):
             winners[key] = r
-    return sorted(winners.values(), key=lambda r: -(RANKED.value(r["metrics"]) or 0.0))
+    return sorted(winners.values(), key=lambda r: -(RANKED.value(r.metrics) or 0.0))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from infbench.analysis.slo_search import searches
 from infbench.data import metrics as M
 from infbench.data.outputs import html_json, log_ticks, plotly_text
 from infbench.data.secrets import printable, redact
+from infbench.data.stored import StoredCell
 from infbench.report.static import LITERAL_TEXT, save_figure
 
 #: Ids of the HTML figures, when their data exists.
@@ -46,7 +48,7 @@ def _telemetry_rows(flat: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in flat if f["status"] == "ok" and (f.get(util) is not None or f.get("throttled"))]
 
 
-def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> dict[str, Any]:
+def serving_figures(rows: Sequence[StoredCell], flat: list[dict[str, Any]]) -> dict[str, Any]:
     """Plotly figures (``plotly.graph_objects.Figure``) by id, for the cells that have the data.
 
     Args:
@@ -89,7 +91,7 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
     if groups:
         f = go.Figure()
         for g in groups:
-            m = g["metrics"].get(_TPUT.key)
+            m = g["metrics"].get(_TPUT.key)  # metrics-dict: repeat_groups' t-interval of the column
             if not m:
                 continue
             f.add_scatter(x=[g["label"]] * len(m["values"]), y=m["values"], mode="markers",
@@ -103,7 +105,7 @@ def serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> d
     return figs
 
 
-def _repeat_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _repeat_groups(rows: Sequence[StoredCell]) -> list[dict[str, Any]]:
     try:
         return repeat_groups(rows)
     except ImportError:  # scipy missing: the section is left out
@@ -123,7 +125,7 @@ def _table(head: list[str], body: list[list[Any]]) -> str:
     return f'<table class="serving"><thead><tr>{th}</tr></thead><tbody>{tr}</tbody></table>'
 
 
-def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
+def serving_html(rows: Sequence[StoredCell], flat: list[dict[str, Any]]) -> str:
     """The report's serving sections (figures and tables), or ``""`` when no cell has any of
     server metrics, searches, repeats or telemetry.
 
@@ -153,10 +155,11 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
             ["cell", *(c.phrase for c in _TELEMETRY_TABLE), "throttled"], body) + "</section>")
     groups = _repeat_groups(rows)
     if groups:
-        shown = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
-        body = [[g["label"], g["n"], *[fmt_ci(g["metrics"][c.key]) if c.key in g["metrics"] else "-" for c in shown],
-                 "-" if not (g["metrics"].get(_TPUT.key) or {}).get("cv") else
-                 f"{100 * g['metrics'][_TPUT.key]['cv']:.1f} %"] for g in groups]
+        stats = [g["metrics"] for g in groups]  # metrics-dict: repeat_groups' per-column t-intervals
+        shown = [c for c in SHOWN if any(c.key in st for st in stats)]
+        body = [[g["label"], g["n"], *[fmt_ci(st[c.key]) if c.key in st else "-" for c in shown],
+                 "-" if not (st.get(_TPUT.key) or {}).get("cv") else
+                 f"{100 * st[_TPUT.key]['cv']:.1f} %"] for g, st in zip(groups, stats, strict=True)]
         parts.append("<section><h2>Repeats: mean ± 95 % t-interval</h2>" + _table(
             ["cell", "n", *[c.header for c in shown], f"CV {_TPUT.header}"], body) + "</section>")
     if not parts:
@@ -168,7 +171,7 @@ def serving_html(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> str:
     return style + "".join(parts) + script
 
 
-def steady_html(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
+def steady_html(rows: Sequence[StoredCell], runs: list[dict[str, Any]]) -> str:
     """The report's steady-state section (docs/metrics.md, "Steady state"): per cell its warm-up
     (mode, blocks, whether it settled, seconds), its steady window (serving: length, output
     tok/s, TPOT p50) and its flags; then the known-bad host and device states of the runs shown
@@ -176,20 +179,19 @@ def steady_html(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     (``unexpected``). ``""`` when no cell has a warm-up record and no run a warning."""
     body = []
     for r in rows:
-        m = r.get("metrics") or {}
-        w = m.get("warmup")
-        if r.get("status") != "ok" or not isinstance(w, dict):
+        w = r.field("warmup")
+        if r.status != "ok" or not isinstance(w, dict):
             continue
-        s = r["spec"]
-        win = m.get("steady_window") or {}
-        flags = ((m.get("steady") or {}).get("flags") or {})
+        s = r.spec
+        win = r.field("steady_window") or {}
+        flags = ((r.field("steady") or {}).get("flags") or {})
         tpot = (win.get("tpot_s") or {}).get("p50")
         body.append([f"{s['model']} {s['engine']} b{s['batch']} i{s['input_len']} o{s['output_len']}",
                      w.get("mode"), len(w.get("blocks") or []),
                      {True: "yes", False: "no", None: "-"}.get(w.get("converged"), "-"), w.get("seconds"),
                      win.get("duration_s"), win.get("output_tok_s"), None if tpot is None else tpot * 1e3,
-                     ", ".join(sorted(flags)) or "-", (m.get("unexpected") or {}).get("text") or "-"])
-    ids = {r.get("run_id") for r in rows}
+                     ", ".join(sorted(flags)) or "-", (r.field("unexpected") or {}).get("text") or "-"])
+    ids = {r.run_id for r in rows}
     warned = [[run["run_id"], w] for run in runs if run.get("run_id") in ids
               for w in (((run.get("provenance") or {}).get("host_state") or {}).get("warnings") or [])]
     if not body and not warned:
@@ -204,7 +206,7 @@ def steady_html(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
     return "".join(parts) + "</section>"
 
 
-def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
+def write_serving_figures(rows: Sequence[StoredCell], flat: list[dict[str, Any]], out_dir: Path,
                           formats: tuple[str, ...] = ("png", "svg"), dpi: int = 150, protect: Any = ()) -> list[Path]:
     """PNG/SVG versions of :func:`serving_figures` (matplotlib): ``goodput_vs_load``,
     ``server_vs_client_ttft``, ``repeats_spread``, labels drawn literally; returns the files
@@ -222,7 +224,7 @@ def write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]]
         return _write_serving_figures(rows, flat, out_dir, formats, dpi, protect)
 
 
-def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]], out_dir: Path,
+def _write_serving_figures(rows: Sequence[StoredCell], flat: list[dict[str, Any]], out_dir: Path,
                            formats: tuple[str, ...], dpi: int, protect: Any) -> list[Path]:
     import matplotlib.pyplot as plt
 
@@ -262,11 +264,11 @@ def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]
         ax.set_ylabel(_TTFT.flat_unit)
         ax.legend(fontsize=8)
         save(fig, "server_vs_client_ttft")
-    groups = [g for g in _repeat_groups(rows) if _TPUT.key in g["metrics"]][:30]
+    groups = [g for g in _repeat_groups(rows) if _TPUT.key in g["metrics"]][:30]  # metrics-dict: repeat_groups' stats
     if groups:
         fig, ax = plt.subplots(figsize=(max(6, len(groups) * 0.6), 4.5))
         for i, g in enumerate(groups):
-            m = g["metrics"][_TPUT.key]
+            m = g["metrics"][_TPUT.key]  # metrics-dict: repeat_groups' t-interval of the column
             ax.scatter([i] * len(m["values"]), m["values"], alpha=0.5, s=14)
             ax.errorbar([i], [m["mean"]], yerr=[[m["ci95"] or 0], [m["ci95"] or 0]], fmt="D", color="black",
                         capsize=4)
@@ -276,6 +278,6 @@ def _write_serving_figures(rows: list[dict[str, Any]], flat: list[dict[str, Any]
     return written
 
 
-def figures_json(rows: list[dict[str, Any]], flat: list[dict[str, Any]]) -> dict[str, Any]:
+def figures_json(rows: Sequence[StoredCell], flat: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures' data as plain JSON (for tests and ``--json`` consumers)."""
     return {k: json.loads(v.to_json()) for k, v in serving_figures(rows, flat).items()}

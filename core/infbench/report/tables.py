@@ -10,6 +10,7 @@ a server) is printed and written to CSV without control characters
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
@@ -24,9 +25,11 @@ from rich.text import Text
 
 from infbench.analysis.repeats import SHOWN, fmt_ci
 from infbench.data import metrics as M
+from infbench.data.metrics import field
 from infbench.data.outputs import OutputKind, csv_text, starts_with
 from infbench.data.schema import engine_args_label, load_label
 from infbench.data.secrets import printable
+from infbench.data.stored import StoredCell
 from infbench.measure.derive import flatten
 
 
@@ -36,39 +39,48 @@ def _fmt(v: Any, scale: float = 1.0, digits: int = 2) -> str:
     return f"{v * scale:,.{digits}f}"
 
 
-def result_row(r: dict[str, Any]) -> dict[str, Any]:
+def result_row(r: StoredCell) -> dict[str, Any]:
     """One stored cell (``Store.results()`` item) as a flat dict: ids, spec, device,
     status, error and every metric flattened (``ttft_s_p50``, ``ttft_s_count``...); a
     predicted cell also has ``predicted`` and its intervals (``e2e_s_lo``, ``e2e_s_hi``...)."""
-    spec, dev, m = r["spec"], r["device"], r["metrics"] or {}
-    row = {"cell_id": r["cell_id"], "spec_hash": r["spec_hash"], "run_id": r["run_id"], "status": r["status"],
-           "error": r["error"], **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
-           "device_count": dev["count"], "power_note": r["power_note"], "wall_s": r["wall_s"],
-           "engine_s": r["engine_s"], "finished_at": r["finished_at"]}
+    spec, dev, m = r.spec, r.device, r.metrics or {}
+    row = {"cell_id": r.cell_id, "spec_hash": r.spec_hash, "run_id": r.run_id, "status": r.status,
+           "error": r.error, **spec, "device_vendor": dev["vendor"], "device_model": dev["model"],
+           "device_count": dev["count"], "power_note": r.power_note, "wall_s": r.wall_s,
+           "engine_s": r.engine_s, "finished_at": r.finished_at}
     row.pop("engine_args", None)
     if spec.get("engine_args"):
         row["engine_args"] = engine_args_label(spec["engine_args"])  # one column: n_ubatch=4 extra_body={...}
     row.update(flatten({k: v for k, v in m.items() if k not in ("slo", "interval")}))
-    if isinstance(m.get("interval"), dict):  # a predicted cell's 90 % intervals: metric_lo, metric_hi
-        for k, v in m["interval"].items():
+    interval = field(m, "interval")
+    if isinstance(interval, dict):  # a predicted cell's 90 % intervals: metric_lo, metric_hi
+        for k, v in interval.items():
             if isinstance(v, list) and len(v) == 2:
                 row[f"{k}_lo"], row[f"{k}_hi"] = v
     return row
 
 
-def results_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Stored cells for ``--format json``: metrics keep their nested summaries
-    (``{"ttft_s": {"mean":.., "p50":.., "p90":.., "p99":.., "max":.., "count":..}}``)."""
-    keep = ("cell_id", "spec_hash", "run_id", "status", "error", "spec", "device", "metrics", "engine",
-            "power_note", "wall_s", "engine_s", "started_at", "finished_at")
-    return [{k: r[k] for k in keep} for r in rows]
+#: The attributes of a stored cell :func:`results_json` keeps, in order.
+RESULT_JSON_KEYS = ("cell_id", "spec_hash", "run_id", "status", "error", "spec", "device", "metrics", "engine",
+                    "power_note", "wall_s", "engine_s", "started_at", "finished_at")
+
+
+def results_json(rows: Sequence[StoredCell]) -> list[dict[str, Any]]:
+    """Stored cells for ``--format json``: :data:`RESULT_JSON_KEYS` of each, metrics keeping
+    their nested summaries (``{"ttft_s": {"mean":.., "p50":.., "p90":.., "p99":.., "max":..,
+    "count":..}}``)."""
+    out = []
+    for r in rows:
+        d = r.to_dict()
+        out.append({k: d[k] for k in RESULT_JSON_KEYS})
+    return out
 
 
 #: ``export --format csv --out``: how an earlier export is recognised (its first columns).
 RESULTS_CSV = OutputKind("export --format csv", "--out", starts_with(b"cell_id,spec_hash,run_id,status"))
 
 
-def results_csv(rows: list[dict[str, Any]]) -> str:
+def results_csv(rows: Sequence[StoredCell]) -> str:
     """Stored cells as CSV, one flattened row per cell (:func:`result_row`); every text cell
     cleaned and neutralised (:func:`infbench.data.outputs.csv_cell`: no control characters, no
     credentials, no formula a spreadsheet would run)."""
@@ -94,7 +106,7 @@ RESULT_COLUMNS = (M.TTFT.col("p50"), M.TPOT.col("p50"), M.ITL.col("p99"), M.E2E.
                   M.TOTAL_TOK_S.col(), M.TOKENS_PER_J.col(), M.MBU.col(), M.MFU.col())
 
 
-def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -> Table:
+def results_table(rows: Sequence[StoredCell], title: str = "infbench results") -> Table:
     """A rich table: spec (``#k`` marks the k-th repeat), status (``ok``, ``suspect`` for an
     ok cell that breaks physics: :func:`suspect_notes` gives why, ``failed``, ``predicted``
     for an adaptive sweep's unmeasured cell, its numbers predicted; ``throttled`` added when
@@ -104,32 +116,32 @@ def results_table(rows: list[dict[str, Any]], title: str = "infbench results") -
     and the completed requests ``n``."""
     t = Table(title=title, header_style="bold", show_lines=False)
     cols = list(RESULT_COLUMNS)
-    if any(M.SERVER_TTFT.value(r["metrics"]) for r in rows):
+    if any(M.SERVER_TTFT.value(r.metrics) for r in rows):
         cols.insert(1, M.SERVER_TTFT.col("p50"))
     for col, just in [("model", "left"), ("engine", "left"), ("dtype", "left"), ("device", "left"),
                       ("batch/load", "right"), ("in", "right"), ("out", "right"), ("status", "left"),
                       *((c.header, "right") for c in cols), (M.N_COMPLETED.col().header, "right")]:
         t.add_column(col, justify=cast("JustifyMethod", just), no_wrap=col in ("model",))
     for r in rows:
-        s, m = r["spec"], r["metrics"] or {}
-        if r["status"] == "predicted":
+        s, m = r.spec, r.metrics or {}
+        if r.status == "predicted":
             status = "[magenta]predicted[/] (not measured)"
-        elif r["status"] != "ok":
-            status = f"[red]failed[/] {escape(printable(r['error'])[:60])}"
+        elif r.status != "ok":
+            status = f"[red]failed[/] {escape(printable(r.error)[:60])}"
         else:
-            status = "[yellow]suspect[/]" if m.get("suspect") else "[green]ok[/]"
-        if m.get("throttled"):
+            status = "[yellow]suspect[/]" if r.field("suspect") else "[green]ok[/]"
+        if r.field("throttled"):
             status += " [yellow]throttled[/]"
-        if m.get("host_bound"):
+        if r.field("host_bound"):
             status += " [yellow]host-bound[/]"
         ld = s.get("load")
         size = str(s["batch"]) if not ld or ld["mode"] == "batch" else load_label(ld)
         if s.get("repeat"):
             size += f" #{s['repeat']}"
-        published = (r.get("engine") or {}).get("published") or m.get("published")
+        published = (r.engine or {}).get("published") or r.field("published")
         status = status + (" [cyan](published)[/]" if published else "")
         engine = s["engine"] + (f" [{engine_args_label(s['engine_args'])}]" if s.get("engine_args") else "")
-        t.add_row(*[escape(printable(x)) for x in (s["model"], engine, s["dtype"], r["device"]["vendor"])], size,
+        t.add_row(*[escape(printable(x)) for x in (s["model"], engine, s["dtype"], r.device["vendor"])], size,
                   str(s["input_len"]), str(s["output_len"]), status, *(c.text(m) for c in cols),
                   str(m.get(M.N_COMPLETED.key, "-")))
     return t
@@ -221,43 +233,43 @@ def print_table(console: Console, table: Table, keep: int = 1) -> None:
         console.print(t)
 
 
-def print_results(console: Console, rows: list[dict[str, Any]], title: str = "infbench results") -> None:
+def print_results(console: Console, rows: Sequence[StoredCell], title: str = "infbench results") -> None:
     """Print stored cells as :func:`results_table`, split to the console's width."""
     print_table(console, results_table(rows, title=title), keep=RESULT_KEY_COLUMNS)
 
 
-def suspect_notes(rows: list[dict[str, Any]]) -> list[str]:
+def suspect_notes(rows: Sequence[StoredCell]) -> list[str]:
     """One line per stored ok cell marked ``suspect`` (:mod:`infbench.analysis.physics`):
     ``"<cell id> <model> <engine> b<batch> i<in> o<out>: <reasons>"``."""
     out = []
     for r in rows:
-        reason = (r.get("metrics") or {}).get("suspect")
-        if r["status"] == "ok" and reason:
-            s = r["spec"]
-            out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
+        reason = r.field("suspect")
+        if r.status == "ok" and reason:
+            s = r.spec
+            out.append(f"{r.cell_id} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} "
                        f"o{s['output_len']}: {reason}")
     return out
 
 
-def unexpected_notes(rows: list[dict[str, Any]]) -> list[str]:
+def unexpected_notes(rows: Sequence[StoredCell]) -> list[str]:
     """One line per ok cell whose measurement lies outside its calibrated prediction's 90 %
     interval (``metrics["unexpected"]``, :mod:`infbench.analysis.expectation`): ``"<cell id>
     <label>: <sentence>"``."""
     out = []
     for r in rows:
-        note = (r.get("metrics") or {}).get("unexpected")
-        if r["status"] == "ok" and isinstance(note, dict) and note.get("text"):
-            s = r["spec"]
-            out.append(f"{r['cell_id']} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} o{s['output_len']}: "
+        note = r.field("unexpected")
+        if r.status == "ok" and isinstance(note, dict) and note.get("text"):
+            s = r.spec
+            out.append(f"{r.cell_id} {s['model']} {s['engine']} b{s['batch']} i{s['input_len']} o{s['output_len']}: "
                        f"{note['text']}")
     return out
 
 
-def state_notes(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+def state_notes(rows: Sequence[StoredCell], runs: list[dict[str, Any]]) -> list[str]:
     """The known-bad host and device states of the runs ``rows`` came from (each run's
     provenance ``host_state.warnings``, :func:`infbench.measure.hoststate.state_warnings`):
     ``"run <id>: <warning>"``."""
-    ids = {r.get("run_id") for r in rows}
+    ids = {r.run_id for r in rows}
     out = []
     for run in runs:
         if run.get("run_id") not in ids:
@@ -271,7 +283,7 @@ def state_notes(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[
 def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 95 % t-interval") -> Table:
     """A rich table of :func:`infbench.analysis.repeats.repeat_groups`: one row per repeated
     cell, mean ± half-width of the 95 % t-interval and the coefficient of variation."""
-    cols = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]
+    cols = [c for c in SHOWN if any(c.key in g["metrics"] for g in groups)]  # metrics-dict: repeat_groups' summaries
     tput = M.OUTPUT_TOK_S.col()
     t = Table(title=title, header_style="bold")
     t.add_column("cell", no_wrap=True)
@@ -280,7 +292,7 @@ def repeats_table(groups: list[dict[str, Any]], title: str = "repeats: mean ± 9
         t.add_column(c.header, justify="right")
     t.add_column(f"CV {tput.header}", justify="right")
     for g in groups:
-        m = g["metrics"]
+        m = g["metrics"]  # metrics-dict: repeat_groups' per-column t-intervals, not a cell's metrics
         cv = (m.get(tput.key) or {}).get("cv")
         t.add_row(g["label"], str(g["n"]), *[fmt_ci(m[c.key], max(c.metric.digits, 2)) if c.key in m else "-"
                                              for c in cols], "-" if cv is None else f"{100 * cv:.1f} %")

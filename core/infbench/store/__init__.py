@@ -448,7 +448,7 @@ class Store:
                 d[k] = _loads(d[k])
             if not isinstance(d["spec"], dict) or not isinstance(d["device"], dict):
                 continue  # not a cell this infbench can read (written by something else)
-            d["metrics"] = checked_metrics(d["metrics"])
+            d["metrics"] = checked_metrics(d["metrics"])  # metrics-dict: the row being read, as sqlite gives it
             if not isinstance(d["engine"], dict):
                 d["engine"] = {}
             out.append(StoredCell(**{k: d[k] for k in _STORED_NAMES if k in d}))

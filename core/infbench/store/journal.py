@@ -40,6 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infbench.data import metrics as M
 from infbench.data.errors import InfbenchError
 from infbench.data.paths import default_home
 from infbench.data.schema import CellResult
@@ -306,7 +307,7 @@ def replay(store: Store, refused: list[tuple[str, str]] | None = None,
                         r = CellResult.model_validate(e["cell"])
                         reasons = check(r) if check is not None else impossible_timing(r.records)
                         if reasons and r.status == "ok":  # what run applies to its own cells
-                            had = [x for x in str(r.metrics.get("suspect") or "").split("; ") if x]
+                            had = [x for x in str(M.field(r.metrics, "suspect") or "").split("; ") if x]
                             r.metrics["suspect"] = "; ".join(dict.fromkeys(had + reasons))
                         dup = db.execute("SELECT 1 FROM cells WHERE run_id=? AND cell_id=? AND started_at=?",
                                          (run_id, r.cell_id, r.started_at)).fetchone()

@@ -22,6 +22,7 @@ from infbench.data.groups import Group, Plan
 from infbench.data.models import resolve
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell, CellResult, Load
+from infbench.data.stored import StoredCell
 from infbench.execution.scenarios.adaptive_sweep import adaptive_plan
 from tests.unit.analysis.test_predict_profile import DEV, H100
 
@@ -195,12 +196,15 @@ def test_a_static_server_with_slots_holds_only_its_slots():
 def test_stored_cells_are_fitted_with_their_slots():
     """`predict --calibrate` and the fits read a stored cell's slots as the planner does: its
     spec's engine_args, else the slots its llama.cpp server ran with."""
-    row = {"spec": {"engine_args": {"parallel": 2}}, "engine": {"name": "llama.cpp-server", "parallel": 2}}
-    assert serving_for("llama.cpp", cell_options(row)).max_num_seqs == 2
-    row = {"spec": {"engine_args": {}}, "engine": {"name": "llama.cpp-server", "parallel": 8}}
-    assert cell_options(row) == {"parallel": 8}
-    row = {"spec": {}, "engine": {"options": {"n_batch": 512}}}
-    assert cell_options(row) == {"n_batch": 512} and serving_for("llama.cpp", cell_options(row)).max_num_seqs is None
+    def row(spec: dict, engine: dict) -> StoredCell:
+        return StoredCell(cell_id="c", spec_hash="h", run_id="r", status="ok", spec=spec, device={}, engine=engine)
+
+    row1 = row({"engine_args": {"parallel": 2}}, {"name": "llama.cpp-server", "parallel": 2})
+    assert serving_for("llama.cpp", cell_options(row1)).max_num_seqs == 2
+    row2 = row({"engine_args": {}}, {"name": "llama.cpp-server", "parallel": 8})
+    assert cell_options(row2) == {"parallel": 8}
+    row3 = row({}, {"options": {"n_batch": 512}})
+    assert cell_options(row3) == {"n_batch": 512} and serving_for("llama.cpp", cell_options(row3)).max_num_seqs is None
 
 
 def test_the_planner_predicts_a_capped_series_flat_past_its_slots():
@@ -428,7 +432,8 @@ def test_a_predicted_rows_interval_reaches_the_shown_front():
     assert axis_interval(m, "tok_s_per_device") == (150.0, 250.0)
     assert axis_interval(m, "j_per_token") is None and axis_interval({"interval": {"total_tok_s": [1, None]}},
                                                                       "tok_s_per_device") is None
-    [f] = fronts([{"cell_id": "a", "status": "predicted", "spec": spec, "metrics": m, "device": {"model": "X"}}])
+    [f] = fronts([StoredCell(cell_id="a", spec_hash="", run_id="", status="predicted", spec=spec, metrics=m,
+                             device={"model": "X"})])
     assert f.front[0].interval == (150.0, 250.0) and abs(f.certainty()["largest_interval"] - 0.25) < 1e-9
     assert f.doubt(f.front[0], 0.10) == "interval +/-25 %"           # wider than +/-10 %
     assert f.doubt(f.front[0], 0.30) == "more than two doublings from a measured cell"  # nothing measured

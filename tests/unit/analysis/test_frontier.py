@@ -14,6 +14,7 @@ from infbench.data.models import resolve
 from infbench.data.prompts import synthetic_prompts
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell, Load, RequestRecord, Sweep
+from infbench.data.stored import StoredCell
 from infbench.execution.scenarios.frontier import Frontier, series_key, stop_reason
 from infbench.execution.session import group_engine_options
 from infbench.measure.derive import cell_metrics
@@ -55,10 +56,10 @@ def test_interpolation_between_front_points_and_nothing_outside():
 
 
 def _row(cid, engine, x, y, status="ok", device="Dev X1"):
-    return {"cell_id": cid, "status": status, "device": {"model": device, "count": 1},
-            "spec": {"engine": engine, "batch": 1, "tensor_parallel_size": 1, "input_len": 8, "output_len": 8,
-                     "load": {"mode": "concurrency", "concurrency": 1}},
-            "metrics": {"tok_s_per_user": x, "tok_s_per_device": y}}
+    return StoredCell(cell_id=cid, spec_hash="", run_id="", status=status, device={"model": device, "count": 1},
+                      spec={"engine": engine, "batch": 1, "tensor_parallel_size": 1, "input_len": 8, "output_len": 8,
+                            "load": {"mode": "concurrency", "concurrency": 1}},
+                      metrics={"tok_s_per_user": x, "tok_s_per_device": y})
 
 
 def test_fronts_group_by_device_and_engine_and_compare_at_equal_interactivity():

@@ -11,6 +11,7 @@ from infbench.analysis.physics import PhysicalLimits, limits_from_info, mark_sus
 from infbench.analysis.roofline import Limits, roofline_for
 from infbench.data.models import resolve
 from infbench.data.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
+from infbench.data.stored import StoredCell
 
 A100 = Limits(id="a100-40gb", bandwidth_bytes_s=1.555e12, peak_flops={"fp16": 312e12, "fp32": 19.5e12})
 GPU = DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA A100-SXM4-40GB")
@@ -118,14 +119,14 @@ def test_failed_cells_and_unknown_limits():
     assert short.metrics["roofline_note"] == "no description" and "too few tokens" in short.metrics["suspect"]
 
 
-def stored(suspect: str | None) -> dict:
+def stored(suspect: str | None) -> StoredCell:
     m = {"ttft_s": {"mean": 0.1, "p50": 0.1}, "tpot_s": {"mean": 0.01, "p50": 0.01}, "e2e_s": {"mean": 1.0},
          "duration_s": 1.0, "output_tok_s": 100.0, "total_tok_s": 200.0, "n_completed": 1}
     if suspect:
         m["suspect"] = suspect
-    return {"cell_id": "c1", "spec_hash": "h", "run_id": "r", "status": "ok", "error": None,
-            "spec": CELL.model_dump(), "device": GPU.model_dump(), "metrics": m, "engine": {}, "power_note": None,
-            "wall_s": 1.0, "engine_s": 1.0, "started_at": 0.0, "finished_at": 1.0}
+    return StoredCell(cell_id="c1", spec_hash="h", run_id="r", status="ok", error=None,
+                      spec=CELL.model_dump(), device=GPU.model_dump(), metrics=m, engine={}, power_note=None,
+                      wall_s=1.0, engine_s=1.0, started_at=0.0, finished_at=1.0)
 
 
 def test_results_report_and_export_show_suspect():

@@ -28,6 +28,7 @@ from infbench.analysis.validation import summary, validate
 from infbench.cli import app
 from infbench.data.errors import ConfigError
 from infbench.data.models import resolve
+from infbench.data.stored import StoredCell
 from infbench.report.lib_import import published_cells, read_lib_csv
 from infbench.store import Store
 from infbench.store.published import import_published
@@ -66,15 +67,16 @@ def test_calibration_and_held_out_error_on_three_devices(published_rows, pm):
 
 
 def test_measured_points_published_and_local():
-    pub = {"cell_id": "p1", "status": "ok", "engine": {"name": "llama.cpp", "published": True,
-                                                        "options": {"n_batch": 16}},
-           "spec": {"model": "llama-2-7b", "engine": "llama.cpp", "dtype": "f16", "batch": 1, "input_len": 128,
-                    "output_len": 128, "tensor_parallel_size": 2}, "metrics": {"duration_s": 2.3}}
-    local = {"cell_id": "c1", "status": "ok", "spec": {"model": "tiny", "engine": "vllm", "dtype": "fp32", "batch": 2,
-                                                        "input_len": 16, "output_len": 4, "tensor_parallel_size": 1},
-             "metrics": {"ttft_s": {"mean": 0.01}, "tpot_s": {"mean": 0.002}, "e2e_s": {"mean": 0.016},
-                         "output_tok_s": 500.0}}
-    failed = {**local, "cell_id": "c2", "status": "failed"}
+    pub = StoredCell(cell_id="p1", spec_hash="", run_id="", status="ok", device={},
+                     engine={"name": "llama.cpp", "published": True, "options": {"n_batch": 16}},
+                     spec={"model": "llama-2-7b", "engine": "llama.cpp", "dtype": "f16", "batch": 1, "input_len": 128,
+                           "output_len": 128, "tensor_parallel_size": 2}, metrics={"duration_s": 2.3})
+    local = StoredCell(cell_id="c1", spec_hash="", run_id="", status="ok", device={},
+                       spec={"model": "tiny", "engine": "vllm", "dtype": "fp32", "batch": 2, "input_len": 16,
+                             "output_len": 4, "tensor_parallel_size": 1},
+                       metrics={"ttft_s": {"mean": 0.01}, "tpot_s": {"mean": 0.002}, "e2e_s": {"mean": 0.016},
+                                "output_tok_s": 500.0})
+    failed = local.replace(cell_id="c2", status="failed")
     p, c = measured_points([pub, local, failed])
     assert p["published"] and p["options"] == {"n_batch": 16} and p["duration_s"] == 2.3 and p["ttft_s"] is None
     assert not c["published"] and c["batch"] == 2 and c["tpot_s"] == 0.002 and c["duration_s"] is None

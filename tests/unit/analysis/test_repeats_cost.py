@@ -7,6 +7,7 @@ import pytest
 
 from infbench.analysis.repeats import base_cell_id, fmt_ci, repeat_groups, t_interval
 from infbench.data.schema import Cell, CellResult, DeviceInfo, Sweep
+from infbench.data.stored import StoredCell
 from infbench.measure.cost import cost_metrics, usd_per_mtok
 from infbench.plan import plan
 from infbench.store import Store
@@ -31,7 +32,8 @@ def test_repeat_ids_are_distinct_and_the_first_keeps_the_unrepeated_id(pm, cpu):
     assert len({c.cell_id(cpu) for c in three}) == 6
     assert three[2].label().endswith("#2")
     assert [c.seed for c in three] == [0, 0, 7919, 7919, 15838, 15838]      # fresh prompts per repeat
-    rows = [{"cell_id": c.cell_id(cpu), "spec": c.model_dump(), "device": cpu.model_dump()} for c in three]
+    rows = [StoredCell(cell_id=c.cell_id(cpu), spec_hash=c.spec_hash(), run_id="", status="ok", spec=c.model_dump(),
+                       device=cpu.model_dump()) for c in three]
     assert [base_cell_id(r) for r in rows] == [c.cell_id(cpu) for c in one] * 3
 
 

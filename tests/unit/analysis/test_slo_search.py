@@ -14,6 +14,7 @@ from infbench.analysis.slo_search import (
 )
 from infbench.data.errors import ConfigError
 from infbench.data.schema import Cell, CellResult, DeviceInfo, Load, RequestRecord
+from infbench.data.stored import StoredCell
 
 MS = 1_000_000
 DEV = DeviceInfo(vendor="cpu", kind="cpu", model="x")
@@ -121,8 +122,9 @@ def test_probe_cells_keep_the_workload_and_searches_are_read_back():
     for load, frac in ((1, 1.0), (2, 1.0), (4, 0.95), (8, 0.1), (6, 0.3), (5, 0.5)):
         fm = {"search_id": "s1", "mode": "concurrency", "load": load, "fraction": frac, "passed": frac >= 0.9,
               "saturated": None, "goodput": 0.9, "slo": {"tpot_s": 0.025}}
-        rows.append({"cell_id": f"c{load}", "spec": probe_cell(t, "concurrency", load).model_dump(),
-                     "metrics": {"find_max": fm, "goodput_req_s": frac * load}})
+        rows.append(StoredCell(cell_id=f"c{load}", spec_hash="", run_id="", status="ok",
+                               spec=probe_cell(t, "concurrency", load).model_dump(), device={},
+                               metrics={"find_max": fm, "goodput_req_s": frac * load}))
     (s,) = searches(rows)
     assert [p["load"] for p in s["points"]] == [1, 2, 4, 5, 6, 8]
     assert s["knee"] == 4 and s["first_fail"] == 5

@@ -5,6 +5,7 @@ import pytest
 
 from infbench.data import metrics as M
 from infbench.data.schema import RequestRecord
+from infbench.data.stored import StoredCell
 from infbench.measure.derive import cell_metrics
 
 MS = 1_000_000
@@ -139,10 +140,10 @@ def stored(cell_id="c1", ttft=0.05, tput=100.0, server=False, spec_hash=None, re
             "output_len": 64, "tensor_parallel_size": 1, "seed": 0}
     if repeat:
         spec["repeat"] = repeat
-    return {"cell_id": cell_id, "spec_hash": spec_hash or f"h-{cell_id}", "run_id": "r1", "status": "ok",
-            "error": None, "spec": spec, "metrics": m, "engine": {}, "power_note": None, "wall_s": 1.0,
-            "engine_s": 1.0, "finished_at": 1.0, "started_at": 0.0,
-            "device": {"vendor": "nvidia", "kind": "gpu", "model": "NVIDIA A100-SXM4-40GB", "count": 1}}
+    return StoredCell(cell_id=cell_id, spec_hash=spec_hash or f"h-{cell_id}", run_id="r1", status="ok",
+                      error=None, spec=spec, metrics=m, engine={}, power_note=None, wall_s=1.0,
+                      engine_s=1.0, finished_at=1.0, started_at=0.0,
+                      device={"vendor": "nvidia", "kind": "gpu", "model": "NVIDIA A100-SXM4-40GB", "count": 1})
 
 
 def test_results_table_headers_and_values_come_from_the_table():
@@ -242,7 +243,7 @@ def test_repeats_labels_come_from_the_table(tmp_path):
     from infbench.analysis.repeats import base_cell_id
 
     rows = [stored("c1"), stored("c2", tput=110.0, repeat=2)]
-    rows[0]["cell_id"] = base_cell_id(rows[1])  # the first repeat keeps the unrepeated id
+    rows[0] = rows[0].replace(cell_id=base_cell_id(rows[1]))  # the first repeat keeps the unrepeated id
     groups = repeat_groups(rows)
     (g,) = groups
     assert g["metrics"]["output_tok_s"]["label"] == "output tok/s" and g["metrics"]["request_s"]["label"] == "req/s"

@@ -147,8 +147,7 @@ def test_compare_pairs_the_two_builds_of_the_default_sweep():
 
     def cell(engine, load, tput, h):
         r = stored(h, tput=tput, spec_hash=h)
-        r["spec"] = {**r["spec"], "engine": engine, "load": load, "model": "smollm2-135m", "dtype": "f16"}
-        return r
+        return r.replace(spec={**r.spec, "engine": engine, "load": load, "model": "smollm2-135m", "dtype": "f16"})
 
     batch = {"mode": "batch", "burstiness": 1.0}
     a = [cell("llama.cpp-server", batch, 50.0, "s1"), cell("llama.cpp-server", {"mode": "concurrency",

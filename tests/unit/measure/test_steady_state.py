@@ -481,10 +481,10 @@ def test_unexpected_note_against_the_shipped_profile(pm):
                                    "output_tok_s": 128 / e2e}, started_at=0, finished_at=1)
 
     from infbench.analysis.predict import measured_points, predict_points
+    from infbench.data.stored import StoredCell
 
     row = result(0.01)
-    pts = measured_points([{"cell_id": "x", "status": "ok", "spec": cell.spec(), "metrics": row.metrics,
-                            "engine": {}}])
+    pts = measured_points([StoredCell.from_result(row)])
     basis = exp.basis("llama.cpp")
     predicted = float(predict_points(pts, lim, basis.efficiency_for("llama.cpp", lim, "llama-3-8b"))["tpot_s"][0])
     assert exp.check(result(predicted)) is None

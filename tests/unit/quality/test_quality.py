@@ -16,6 +16,7 @@ import pytest
 from infbench.data.errors import ConfigError
 from infbench.data.models import resolve
 from infbench.data.scores import PerplexityResult, quality_key
+from infbench.data.stored import StoredCell
 from infbench.engines.gguf_dummy import write_dummy_gguf
 from infbench.quality.gate import parse_increase, precision_class, with_gate
 from infbench.quality.perplexity import chunk_tokens, first_scored, hf_tokenize, nll_from_logits, summarize
@@ -245,10 +246,10 @@ def _cell(dtype, tok_s, engine="llama.cpp", sha="w1", batch=1):
     spec = {"model": "m.gguf", "engine": engine, "dtype": dtype, "batch": batch, "input_len": 16, "output_len": 8}
     from infbench.data.schema import short_hash
 
-    return {"cell_id": short_hash([spec, "d"]), "spec_hash": short_hash(spec), "run_id": "r1", "status": "ok",
-            "error": None, "spec": spec, "device": {"vendor": "cpu", "kind": "cpu", "model": "CPU", "count": 1},
-            "metrics": {"output_tok_s": tok_s}, "engine": {"name": engine, "weights": {"real": True, "sha256": sha}},
-            "finished_at": 1.0}
+    return StoredCell(cell_id=short_hash([spec, "d"]), spec_hash=short_hash(spec), run_id="r1", status="ok",
+                      error=None, spec=spec, device={"vendor": "cpu", "kind": "cpu", "model": "CPU", "count": 1},
+                      metrics={"output_tok_s": tok_s},
+                      engine={"name": engine, "weights": {"real": True, "sha256": sha}}, finished_at=1.0)
 
 
 def test_report_joins_perplexity_by_weights_hash_engine_and_dtype():

@@ -1,26 +1,28 @@
 """Plot-ready rows, the Pareto front, LLM-Inference-Bench's CSV layout and run comparison,
-on stored-cell dicts shaped as `Store.results()` returns them."""
+on hand-made stored cells (`StoredCell`, what `Store.results()` returns)."""
 
 import pytest
 
+from infbench.data.stored import StoredCell
 from infbench.report.compare import compare_rows
 from infbench.report.data import config_label, flat_row, lib_rows, pareto_front
 
 
 def stored(cell_id="c1", batch=4, tput=100.0, status="ok", mode=None, ttft=0.05, power=None, spec_hash=None):
     load = {"mode": mode, "concurrency": 8} if mode == "concurrency" else None
-    return {"cell_id": cell_id, "spec_hash": spec_hash or f"h-{cell_id}", "run_id": "r1", "status": status,
-            "error": None if status == "ok" else "OOM: MemoryError",
-            "spec": {"model": "llama-2-7b", "engine": "vllm", "dtype": "float16", "batch": batch, "input_len": 128,
-                     "output_len": 64, "tensor_parallel_size": 2, "load": load},
-            "device": {"vendor": "nvidia", "kind": "gpu", "model": "NVIDIA A100-SXM4-40GB", "count": 4},
-            "metrics": {} if status != "ok" else {
-                "ttft_s": {"mean": ttft, "p50": ttft, "p99": 2 * ttft},
-                "tpot_s": {"mean": 0.01, "p50": 0.01, "p99": 0.02},
-                "itl_s": {"p50": 0.01, "p99": 0.03}, "e2e_s": {"mean": 0.7, "p50": 0.7, "p99": 0.9},
-                "duration_s": 0.75, "output_tok_s": tput, "total_tok_s": 3 * tput, "output_tok_s_per_device": tput / 2,
-                "avg_power_w": power, "tokens_per_j": 3 * tput * 0.75 / (power * 0.75) if power else None},
-            "finished_at": 1.0}
+    return StoredCell(
+        cell_id=cell_id, spec_hash=spec_hash or f"h-{cell_id}", run_id="r1", status=status,
+        error=None if status == "ok" else "OOM: MemoryError",
+        spec={"model": "llama-2-7b", "engine": "vllm", "dtype": "float16", "batch": batch, "input_len": 128,
+              "output_len": 64, "tensor_parallel_size": 2, "load": load},
+        device={"vendor": "nvidia", "kind": "gpu", "model": "NVIDIA A100-SXM4-40GB", "count": 4},
+        metrics={} if status != "ok" else {
+            "ttft_s": {"mean": ttft, "p50": ttft, "p99": 2 * ttft},
+            "tpot_s": {"mean": 0.01, "p50": 0.01, "p99": 0.02},
+            "itl_s": {"p50": 0.01, "p99": 0.03}, "e2e_s": {"mean": 0.7, "p50": 0.7, "p99": 0.9},
+            "duration_s": 0.75, "output_tok_s": tput, "total_tok_s": 3 * tput, "output_tok_s_per_device": tput / 2,
+            "avg_power_w": power, "tokens_per_j": 3 * tput * 0.75 / (power * 0.75) if power else None},
+        finished_at=1.0)
 
 
 def test_flat_row_units_and_label():

@@ -248,7 +248,7 @@ class LoadSpread:
                                     hint="every client node must reach the server's URL (see docs/cluster.md)") \
                 from exc
         outs = [NodeOutput(node, g["records"], g["anchor_perf_ns"], g["anchor_wall_ns"], off, rtt, g["late_ns"],
-                           g["metrics"], g["warnings"], g["engine_s"],
+                           g["metrics"], g["warnings"], g["engine_s"],  # metrics-dict: a client node's reply
                            s.cell.load.model_dump(exclude_none=True) if s.cell.load is not None else {}, s.method)
                 for (node, _), (off, rtt), g, s in zip(used, offsets, got, shares, strict=True)]
         records, metrics, warnings, engine_s = merge(outs, anchor_perf, anchor_wall)

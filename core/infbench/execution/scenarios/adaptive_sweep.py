@@ -33,6 +33,7 @@ from infbench.data.groups import Group, Plan
 from infbench.data.paths import default_home
 from infbench.data.scenarios import AdaptiveScenario
 from infbench.data.schema import Cell, CellResult
+from infbench.data.stored import StoredCell
 from infbench.execution.scenarios.scenario import Part, Running, Scenario
 from infbench.execution.session import EngineSession, RunContext
 
@@ -153,11 +154,12 @@ class Adaptive(Scenario):
         by: dict[str, list[Cell]] = {}
         for c in self.plan.cells:
             by.setdefault(engine_family(c.engine), []).append(c)
-        known = {r["cell_id"]: r for r in self.spec.known if isinstance(r, dict) and r.get("cell_id")}
+        known = {r["cell_id"]: StoredCell.from_row(r)
+                 for r in self.spec.known if isinstance(r, dict) and r.get("cell_id")}
         ids = {c.cell_id(ctx.device) for c in self.plan.cells}
-        stored = [r for r in ctx.store.results() if r["cell_id"] in ids and r["status"] == "ok"]
+        stored = [r for r in ctx.store.results() if r.cell_id in ids and r.ok]
         for r in stored:
-            known.setdefault(r["cell_id"], r)
+            known.setdefault(r.cell_id, r)
         for fam, cells in by.items():
             pl = AdaptivePlanner(cells, ctx.device, ctx.limits, self.spec.budget, stack=stack_of(ctx.device.vendor),
                                  home=default_home(), select=self.spec.objective)
@@ -201,8 +203,8 @@ class Adaptive(Scenario):
     def _record(self, ctx: RunContext, cell: Cell, r: CellResult | None) -> None:
         pl = self.planners[engine_family(cell.engine)]
         if r is None:                      # claimed elsewhere: it counts as measured, not predicted here
-            pl.record({"cell_id": cell.cell_id(ctx.device), "status": "failed", "spec": cell.spec(),
-                       "metrics": {}, "wall_s": 0.0})
+            pl.record(StoredCell(cell_id=cell.cell_id(ctx.device), spec_hash=cell.spec_hash(), run_id="",
+                                 status="failed", spec=cell.spec(), device=ctx.device.model_dump(), wall_s=0.0))
         else:
             pl.record(r)
 

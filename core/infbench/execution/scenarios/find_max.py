@@ -31,6 +31,7 @@ from infbench.analysis.slo_search import (
     probe_metrics,
     search,
 )
+from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.groups import Group, Plan
 from infbench.data.scenarios import FindMaxScenario, KnownProbe
@@ -189,7 +190,7 @@ class FindMax(Scenario):
         for r in part.results:
             if not isinstance(r, CellResult):
                 continue
-            fm = r.metrics.get("find_max")
+            fm = M.field(r.metrics, "find_max")
             if isinstance(fm, dict) and fm.get("search_id") == spec.search_id:
                 known[float(fm["load"])] = KnownProbe(load=fm["load"], passed=bool(fm["passed"]),
                                                       fraction=float(fm["fraction"]), saturated=fm.get("saturated"),

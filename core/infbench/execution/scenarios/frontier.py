@@ -98,7 +98,7 @@ class Frontier(Sweep):
                 cid = c.cell_id(ctx.device)
                 if cid in ctx.done:  # stored ok before this run: its figures from the store
                     rows = ctx.store.results(cell_ids=[cid])
-                    metrics = rows[-1]["metrics"] if rows else None
+                    metrics = rows[-1].metrics if rows else None
                 else:
                     r = session.measure(c)
                     metrics = r.metrics if r is not None and r.status == "ok" else None

@@ -32,6 +32,7 @@ from infbench.report.lib_import import published_device
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
+    from infbench.data.stored import StoredCell
 
 #: Fastest decode a row may claim for one sequence: 10 µs per token (100,000 tokens/s for
 #: one user; the fastest published single-user decode is a few thousand tokens/s). A TPOT or
@@ -382,7 +383,7 @@ def imported_cells(rows: list[ImportedRow], source: dict[str, Any], pm: PluginMa
     return out, summary
 
 
-def is_imported(row: dict[str, Any]) -> bool:
+def is_imported(row: StoredCell) -> bool:
     """Whether a stored cell (``Store.results()`` item) came from ``infbench import`` of another
     tool's file (any format but LLM-Inference-Bench's CSV)."""
-    return bool((row.get("engine") or {}).get("imported"))
+    return bool((row.engine or {}).get("imported"))

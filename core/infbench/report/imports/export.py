@@ -22,10 +22,12 @@ an import of an export gives back the same figures.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from infbench.data import metrics as M
 from infbench.data.outputs import OutputKind, starts_with
+from infbench.data.stored import StoredCell
 from infbench.report.imports.common import HARDWARE
 
 #: ``export --format inferencex --out``: an earlier export is a JSON list of rows.
@@ -40,16 +42,16 @@ CATALOG_TO_IX = {cid: key for key, (cid, *_rest) in HARDWARE.items() if cid}
 STATS = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 
 
-def _conc(r: dict[str, Any]) -> int | None:
-    ld = r["spec"].get("load") or {}
+def _conc(r: StoredCell) -> int | None:
+    ld = r.spec.get("load") or {}
     if ld.get("mode") == "concurrency" and ld.get("concurrency"):
         return int(ld["concurrency"])
     if not ld or ld.get("mode") == "batch":
-        return int(r["spec"]["batch"])
+        return int(r.spec["batch"])
     return None
 
 
-def inferencex_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def inferencex_rows(rows: Sequence[StoredCell]) -> list[dict[str, Any]]:
     """InferenceX result rows of ok cells with a concurrency and a TPOT (see the module doc).
 
     Args:
@@ -57,39 +59,40 @@ def inferencex_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
     out = []
     for r in rows:
-        m = r.get("metrics") or {}
+        m = r.metrics or {}
         conc = _conc(r)
-        if r["status"] != "ok" or conc is None or M.TOTAL_TOK_S.key not in m:
+        if r.status != "ok" or conc is None or M.TOTAL_TOK_S.key not in m:
             continue
-        s, dev = r["spec"], r.get("device") or {}
+        s, dev = r.spec, r.device or {}
         props = dev.get("properties") or {}
-        eng = r.get("engine") or {}
-        devs = int(m.get(M.DEVICES_USED.key) or s.get("tensor_parallel_size") or 1)
+        eng = r.engine or {}
+        devs = int(M.DEVICES_USED.value(m) or s.get("tensor_parallel_size") or 1)
         pre, dec = props.get("prefill_gpus"), props.get("decode_gpus")
         disagg = bool(pre and dec)
         tp = int(s.get("tensor_parallel_size") or 1) if not disagg else 1
         hw = CATALOG_TO_IX.get(props.get("catalog_id") or "") or props.get("published_name") or (
             f"cpu: {dev.get('model')}" if dev.get("kind") == "cpu" else dev.get("model"))
-        total, outp = m[M.TOTAL_TOK_S.key], m.get(M.OUTPUT_TOK_S.key)
+        total, outp = M.TOTAL_TOK_S.value(m), M.OUTPUT_TOK_S.value(m)
         met: dict[str, Any] = {"tput_per_gpu": total / devs}
         if outp is not None:
             met["output_tput_per_gpu"] = outp / (dec if disagg else devs)
             met["input_tput_per_gpu"] = (total - outp) / (pre if disagg else devs)
-        for key, stem in ((M.TTFT.key, "ttft"), (M.TPOT.key, "tpot"), (M.E2E.key, "e2el")):
-            summ = m.get(key) or {}
+        for metric, stem in ((M.TTFT, "ttft"), (M.TPOT, "tpot"), (M.E2E, "e2el")):
             for st, name in STATS.items():
-                if summ.get(st) is not None:
-                    met[f"{name}_{stem}"] = summ[st]
-                    if stem == "tpot" and summ[st] > 0:
-                        met[f"{name}_intvty"] = 1.0 / summ[st]
-        if m.get(M.AVG_POWER.key) is not None:
-            met["avg_power_w"] = m[M.AVG_POWER.key] / devs
-            if m.get(M.J_PER_TOKEN.key) is not None:
-                met["joules_per_total_token"] = m[M.J_PER_TOKEN.key]
+                v = metric.value(m, st)
+                if v is not None:
+                    met[f"{name}_{stem}"] = v
+                    if stem == "tpot" and v > 0:
+                        met[f"{name}_intvty"] = 1.0 / v
+        power, j_per_token = M.AVG_POWER.value(m), M.J_PER_TOKEN.value(m)
+        if power is not None:
+            met["avg_power_w"] = power / devs
+            if j_per_token is not None:
+                met["joules_per_total_token"] = j_per_token
             else:
                 met["joules_per_total_token"] = met["avg_power_w"] / met["tput_per_gpu"]
         extra = eng.get("extra") or {}
-        finished = r.get("finished_at") or time.time()
+        finished = r.finished_at or time.time()
         out.append({
             "hardware": hw, "framework": FRAMEWORKS.get(s["engine"], s["engine"]),
             "model": extra.get("inferencex_model") or s["model"], "precision": s["dtype"],
@@ -103,11 +106,11 @@ def inferencex_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "num_prefill_gpu": pre if disagg else devs, "num_decode_gpu": dec if disagg else devs,
             "isl": s["input_len"], "osl": s["output_len"], "conc": conc, "image": extra.get("image"), "metrics": met,
             "date": extra.get("date") or time.strftime("%Y-%m-%d", time.gmtime(finished)),
-            "run_url": extra.get("run_url"), "infbench_cell_id": r["cell_id"]})
+            "run_url": extra.get("run_url"), "infbench_cell_id": r.cell_id})
     return out
 
 
-def vllm_bench_results(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+def vllm_bench_results(rows: Sequence[StoredCell]) -> list[tuple[str, dict[str, Any]]]:
     """``(file name, vLLM result)`` of every ok serving cell (see the module doc).
 
     Args:
@@ -115,18 +118,18 @@ def vllm_bench_results(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, 
     """
     out = []
     for r in rows:
-        m, s = r.get("metrics") or {}, r["spec"]
-        if r["status"] != "ok" or M.OUTPUT_TOK_S.key not in m or M.DURATION.key not in m:
+        m, s = r.metrics or {}, r.spec
+        if r.status != "ok" or M.OUTPUT_TOK_S.key not in m or M.DURATION.key not in m:
             continue
         ld = s.get("load") or {}
-        completed = m.get(M.N_COMPLETED.key) or (m.get(M.TTFT.key) or m.get(M.E2E.key) or {}).get("count")
+        outp, dur = M.OUTPUT_TOK_S.value(m), M.DURATION.value(m)
+        completed = M.N_COMPLETED.value(m) or (M.TTFT.value(m) or M.E2E.value(m) or {}).get("count")
         if not completed:
             continue
-        failed = int(m.get(M.N_FAILED.key) or 0)
-        dur = m[M.DURATION.key]
-        n_out = m.get(M.N_OUT_TOTAL.key) or m[M.OUTPUT_TOK_S.key] * dur
-        n_in = m.get(M.N_IN_TOTAL.key) or ((m.get(M.TOTAL_TOK_S.key) or m[M.OUTPUT_TOK_S.key]) * dur - n_out)
-        finished = r.get("finished_at") or time.time()
+        failed = int(M.N_FAILED.value(m) or 0)
+        n_out = M.N_OUT_TOTAL.value(m) or outp * dur
+        n_in = M.N_IN_TOTAL.value(m) or ((M.TOTAL_TOK_S.value(m) or outp) * dur - n_out)
+        finished = r.finished_at or time.time()
         d: dict[str, Any] = {
             "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(finished)), "endpoint_type": "openai",
             "backend": "openai", "label": "infbench", "model_id": s["model"], "tokenizer_id": None,
@@ -137,13 +140,13 @@ def vllm_bench_results(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, 
             "duration": dur, "completed": int(completed), "failed": failed,
             "total_input_tokens": round(n_in), "total_output_tokens": round(n_out),
             "request_throughput": m.get(M.REQUEST_S.key, completed / dur), "request_goodput": None,
-            "output_throughput": m[M.OUTPUT_TOK_S.key],
+            "output_throughput": outp,
             "total_token_throughput": m.get(M.TOTAL_TOK_S.key, (n_in + n_out) / dur)}
-        for key, stem in ((M.TTFT.key, "ttft"), (M.TPOT.key, "tpot"), (M.ITL.key, "itl"), (M.E2E.key, "e2el")):
-            summ = m.get(key) or {}
+        for metric, stem in ((M.TTFT, "ttft"), (M.TPOT, "tpot"), (M.ITL, "itl"), (M.E2E, "e2el")):
             for st, name in STATS.items():
-                if summ.get(st) is not None:
-                    d[f"{name}_{stem}_ms"] = summ[st] * 1e3
-        d["infbench_cell_id"] = r["cell_id"]
-        out.append((f"{r['cell_id'][:16]}.json", d))
+                v = metric.value(m, st)
+                if v is not None:
+                    d[f"{name}_{stem}_ms"] = v * 1e3
+        d["infbench_cell_id"] = r.cell_id
+        out.append((f"{r.cell_id[:16]}.json", d))
     return out

@@ -71,9 +71,9 @@ def _dist(m: dict[str, Any], name: str, where: str) -> dict[str, Any] | None:
 
 
 def _row(b: Any, spec: dict[str, Any], where: str) -> ImportedRow:
-    if not isinstance(b, dict) or not isinstance(b.get("metrics"), dict):
+    if not isinstance(b, dict) or not isinstance(b.get("metrics"), dict):  # metrics-dict: guidellm's JSON
         raise refuse(where, "not a benchmark with 'metrics'")
-    m = b["metrics"]
+    m = b["metrics"]  # metrics-dict: a guidellm benchmark's own "metrics" object (its names, ms)
     totals = m.get("request_totals") or {}
     completed = whole(totals.get("successful"), "request_totals.successful", where, required=True)
     failed = sum(whole(totals.get(k, 0), f"request_totals.{k}", where) or 0 for k in ("errored", "incomplete"))

@@ -86,7 +86,7 @@ def _row(r: Any, where: str) -> ImportedRow:
     if missing:
         raise refuse(where, f"lacks {', '.join(missing)} (every InferenceX row names its hardware, framework, model, "
                             "precision, ISL, OSL and concurrency)")
-    m = r.get("metrics")
+    m = r.get("metrics")  # metrics-dict: an InferenceX result row's own "metrics" object (its names)
     if not isinstance(m, dict):
         raise refuse(where, "has no 'metrics' object")
     isl, osl, conc = (whole(r[k], k, where, lo=1) for k in ("isl", "osl", "conc"))
