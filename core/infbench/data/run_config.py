@@ -458,8 +458,10 @@ class RunConfig(BaseModel):
         ``--no-remeasure`` in a search (which only flags a drifted cell)."""
         given, problems = self.warmup.model_fields_set, []
         if self.sweep.warmup is not None:
+            # given and not the default: a worker spec carries every field, defaults included
             problems += [f"{flag_name(WarmupPart, f)} applies to the warm-up until stable (the default); --warmup N "
-                         "runs exactly N blocks" for f in ("tol", "max_s") if f in given]
+                         "runs exactly N blocks" for f in ("tol", "max_s")
+                         if f in given and getattr(self.warmup, f) != WarmupPart.model_fields[f].default]
         search = getattr(self.scenario, "kind", "sweep") in ("find_max", "adaptive", "frontier") \
             or self.sweep.preset == "frontier"
         if "remeasure" in given and not self.warmup.remeasure and search:

@@ -139,6 +139,29 @@ def test_the_worker_spec_carries_the_config_and_the_worker_makes_the_same_option
     assert (again.cell_timeout_s, again.engine_options, again.slo) == (9.0, {"ttft_s": 0.05}, {"ttft_s": 1.0})
 
 
+def test_a_fixed_warm_up_travels_in_a_worker_spec(tmp_path):
+    """`--warmup N` under the container and Ray executors: the spec carries every warm-up field,
+    defaults included, and the worker must not take them for options the user gave beside
+    --warmup N (every cell of `run --executor container --warmup 1` was refused before)."""
+    from infbench.data.groups import Group, Plan
+    from infbench.data.models import resolve
+    from infbench.data.schema import Cell
+    from infbench.data.worker_spec import make_spec, read_spec, redacted_doc
+
+    cfg = flags(warmup=1, executor="container")
+    cell = Cell(model="tiny", engine="llama.cpp", dtype="f16", batch=1, input_len=8, output_len=2, warmup=1)
+    plan = Plan(CPU, [Group(resolve("tiny"), "llama.cpp", "f16", 1, [cell])])
+    (tmp_path / "spec.json").write_text(json.dumps(redacted_doc(make_spec(plan, RunOptions.of(cfg, force=False)))))
+    back = read_spec(tmp_path / "spec.json")
+    assert back.config.sweep.warmup == 1 and back.config.warmup == cfg.warmup
+    assert RunConfig.model_validate(cfg.model_dump(mode="json")) == cfg
+    # what the user gave beside --warmup N is still refused (a value of its own: 30 s is not "by device kind")
+    with pytest.raises(ConfigError, match="--warmup-max-s applies to the warm-up until stable"):
+        flags(warmup=1, warmup_max_s=30.0)
+    with pytest.raises(ConfigError, match="--warmup-tol applies to the warm-up until stable"):
+        flags(warmup=1, warmup_tol=0.05)
+
+
 # -- engines receive their typed options (plugin contract 2.0) -----------------------------------
 class _Adapter(Engine):
     name = "plugin-engine"
