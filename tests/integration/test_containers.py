@@ -46,8 +46,12 @@ def test_containers_list_shows_the_built_image(cpu_image):
 def test_default_sweep_in_container_matches_in_process(cpu_image, docker_client, tmp_path):
     """`infbench run --executor container` (the default CPU sweep) stores results of the same form,
     with the same cell ids, spec hashes and token counts as the in-process run."""
-    local = json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / "a.db"), "--json").stdout)
-    boxed = json.loads(infbench("run", "--executor", "container", "--store", str(tmp_path / "b.db"), "--json").stdout)
+    # one warm-up block per cell on both sides (the default sweep's cells; warming until stable
+    # is test_steady_state_live's subject and took 32 s of this test)
+    local = json.loads(infbench("run", "--executor", "inprocess", "--store", str(tmp_path / "a.db"), "--json",
+                                "--warmup", "1").stdout)
+    boxed = json.loads(infbench("run", "--executor", "container", "--store", str(tmp_path / "b.db"), "--json",
+                                "--warmup", "1").stdout)
     assert local["ok"] == boxed["ok"] == 6 and boxed["failed"] == 0
     check_cells(boxed["cells"])
     a = {c["cell_id"]: c for c in local["cells"]}

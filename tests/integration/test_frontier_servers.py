@@ -145,6 +145,7 @@ output_len: [16]
 concurrency: [1, 2, 4, 8]
 num_requests: 8
 engine_configs: [{parallel: 1}, {parallel: 4}]
+warmup: 1
 """
 
 

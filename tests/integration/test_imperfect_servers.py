@@ -16,8 +16,9 @@ from infbench.store import Store
 from tests.support.stub_server import StubServer
 
 pytestmark = pytest.mark.integration
+# One warm-up block: a stub server has nothing to warm, and its blocks need not settle (19 s seen).
 SERVING = ["--engine", "openai", "--concurrency", "1", "--num-requests", "2", "--input-len", "16", "--output-len", "8",
-           "--warmup-requests", "0"]
+           "--warmup-requests", "0", "--warmup", "1"]
 
 
 def cli(*args):

@@ -281,7 +281,7 @@ def test_node_killed_mid_split(ray_cluster, pm, tmp_path):
 
 
 SERVE = ["--model", "tiny-random-llama", "--engine", "llama.cpp-server", "--input-len", "16", "--output-len", "32",
-         "--concurrency", "4", "--num-requests", "24", "--warmup-requests", "2"]
+         "--concurrency", "4", "--num-requests", "24", "--warmup-requests", "2", "--warmup", "1"]
 
 
 def _served(db):
@@ -349,7 +349,8 @@ def test_ray_executor_server_group_with_spread_load(ray_cluster, tmp_path):
     out = json.loads(infbench("run", "--executor", "ray", "--ray-address", ray_cluster.address, "--device", "cpu",
                               "--store", str(db), "--json", "--model", "tiny-random-llama", "--engine",
                               "llama.cpp-server", "--input-len", "16", "--output-len", "16", "--concurrency", "2",
-                              "--num-requests", "8", "--load-nodes", "2", env=ray_cluster.env()).stdout)
+                              "--num-requests", "8", "--load-nodes", "2", "--warmup", "1",
+                              env=ray_cluster.env()).stdout)
     assert out["ok"] == 1 and out["failed"] == 0
     store, row, recs = _served(db)
     server = cell_node(store, row)["node_id"]

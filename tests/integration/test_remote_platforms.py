@@ -70,7 +70,7 @@ def test_power_command_replaces_the_device_sampler(stub, tmp_path):
     p = cli("run", "--engine", "openai", "--base-url", stub.base_url, "--model", "normal", "--concurrency", "1",
             "--num-requests", "3", "--input-len", "8", "--output-len", "20", "--store", str(store),
             "--power-command", "echo 'Instantaneous power reading: 250 Watts'", "--power-label", "rack PDU",
-            "--power-interval", "0.02")
+            "--power-interval", "0.02", "--warmup", "1")
     assert p.returncode == 0, p.stderr
     (row,) = Store(store).results()
     m = row["metrics"]

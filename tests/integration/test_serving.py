@@ -111,7 +111,7 @@ def test_cli_openai_endpoint_and_api_key_never_stored(stub, tmp_path):
     env = {"INFBENCH_TEST_KEY": SECRET}
     p = cli("run", "--engine", "openai", "--base-url", stub.base_url, "--api-key-env", "INFBENCH_TEST_KEY",
             "--model", "normal", "--concurrency", "1,2", "--num-requests", "4", "--input-len", "8",
-            "--output-len", "5", "--store", str(store), env=env)
+            "--output-len", "5", "--store", str(store), "--warmup", "1", env=env)  # a stub: nothing to warm
     assert p.returncode == 0, p.stderr
     assert stub.log[-1]["headers"]["Authorization"] == f"Bearer {SECRET}"   # the key was used...
     res = cli("results", "--store", str(store), "--format", "json")
@@ -138,8 +138,10 @@ def test_cli_rejects_serving_flags_on_batch_engine():
 @pytest.fixture(scope="module")
 def llama_results(tmp_path_factory):
     store = tmp_path_factory.mktemp("ls") / "s.db"
+    # one warm-up block per cell (each mode's block still runs): warming until stable is
+    # test_steady_state_live's subject, and on this tiny model it ran 83 s of these cells' 91 s
     common = ["--engine", "llama.cpp-server", "--model", "tiny", "--input-len", "64", "--output-len", "16",
-              "--store", str(store), "--json"]
+              "--store", str(store), "--json", "--warmup", "1"]
     runs = [cli("run", *common, "--batch", "3"),
             cli("run", *common, "--concurrency", "1,4", "--num-requests", "8"),
             cli("run", *common, "--request-rate", "20", "--num-requests", "8")]
@@ -200,7 +202,8 @@ def test_cli_dataset_replay_on_llama_server(tmp_path):
     write_conversations(conv)
     store = tmp_path / "s.db"
     p = cli("run", "--engine", "llama.cpp-server", "--model", "tiny", "--dataset", str(conv), "--concurrency", "2",
-            "--num-requests", "10", "--max-input-len", "60", "--seed", "3", "--store", str(store), "--json")
+            "--num-requests", "10", "--max-input-len", "60", "--seed", "3", "--store", str(store), "--json",
+            "--warmup", "1")  # one block (its chat endpoint still checked): the replay, not the warm-up, is tested
     assert p.returncode == 0, p.stderr
     (c,) = json.loads(p.stdout)["cells"]
     assert c["status"] == "ok" and c["spec"]["dataset"]["n"] == 11 and "warnings" not in c["metrics"]

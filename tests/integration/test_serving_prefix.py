@@ -118,7 +118,8 @@ def test_cli_trace_replay_on_llama_server(tmp_path):
                        for i in range(5)])
     store = tmp_path / "s.db"
     p = subprocess.run([sys.executable, "-m", "infbench.cli", "run", "--engine", "llama.cpp-server", "--model",
-                        "tiny", "--trace", str(path), "--trace-speed", "2", "--store", str(store), "--json"],
+                        "tiny", "--trace", str(path), "--trace-speed", "2", "--store", str(store), "--json",
+                        "--warmup", "1"],
                        capture_output=True, text=True, timeout=600, env={**os.environ})
     assert p.returncode == 0, p.stderr
     (c,) = json.loads(p.stdout)["cells"]
