@@ -116,7 +116,8 @@ def test_credentials_in_the_base_url_are_used_but_never_kept(stub, tmp_path):
     url = f"http://alice:pa55word-XYZ@{host}?api_key=QKEY-123456"
     store = tmp_path / "s.db"
     p = cli("run", "--engine", "openai", "--base-url", url, "--model", "normal", "--concurrency", "1",
-            "--num-requests", "2", "--input-len", "4", "--output-len", "3", "--store", str(store))
+            "--num-requests", "2", "--input-len", "4", "--output-len", "3", "--store", str(store),
+            "--warmup", "1")  # a stub: nothing to warm
     assert p.returncode == 0, p.stderr
     sent = stub.log[-1]
     assert sent["query"] == "api_key=QKEY-123456" and sent["path"] == "/v1/completions"   # query kept, path right
