@@ -892,7 +892,3 @@ def _row(result: CellResult | StoredCell) -> StoredCell:
     return StoredCell.from_result(result) if isinstance(result, CellResult) else result
 
 
-def is_predicted(row: StoredCell) -> bool:
-    """Whether a stored cell (``Store.results()`` item) is a prediction, not a measurement
-    (:attr:`StoredCell.predicted`: status ``predicted``, or marked so in its metrics)."""
-    return row.predicted

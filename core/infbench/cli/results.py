@@ -17,6 +17,7 @@ from infbench.data import metrics as M
 from infbench.data.errors import ConfigError
 from infbench.data.inputs import ResultsFlags, checked
 from infbench.data.paths import default_store_path
+from infbench.data.stored import STATUSES
 from infbench.quality.gate import parse_increase, with_gate
 from infbench.report.data import device_label
 from infbench.report.select import best as pick
@@ -37,8 +38,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from infbench.data.stored import StoredCell
 
 Opt = typer.Option
-#: Values of ``--status``.
-STATUSES = ("ok", "failed", "predicted")
 
 
 def results(

@@ -23,7 +23,8 @@ from typing import Any
 
 from infbench.data.metrics import field as metric_field
 
-#: A stored cell's status: measured (``ok``), failed, or predicted by an adaptive sweep.
+#: A stored cell's status: measured (``ok``), failed, or predicted by an adaptive sweep
+#: (also the values ``results --status`` takes).
 STATUSES = ("ok", "failed", "predicted")
 
 

@@ -35,7 +35,6 @@ from infbench.data.schema import canonical_json, short_hash
 from infbench.data.stored import StoredCell
 from infbench.quality.gate import group_key
 from infbench.report.data import flat_row
-from infbench.report.lib_import import is_published
 from infbench.store import Store, StoreError, describe_db_error, valid_run_prefix
 from infbench.store.published import published_runs
 
@@ -166,7 +165,7 @@ def compare_rows(a: Sequence[StoredCell], b: Sequence[StoredCell]) -> dict[str, 
     for r in b:
         wk = workload_key(r) if r.status == "ok" and r.spec_hash not in fa else None
         ra = ka.get(wk) if wk is not None else None
-        if ra is not None and ra.spec_hash not in fb and (is_published(ra) or is_published(r)
+        if ra is not None and ra.spec_hash not in fb and (ra.published or r.published
                                                           or ra.spec["engine"] != r.spec["engine"]):
             fb[ra.spec_hash] = fb.pop(r.spec_hash)
     # Third pass: the same workload measured with other engine arguments (--engine-arg n_ubatch=4

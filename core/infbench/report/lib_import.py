@@ -52,7 +52,6 @@ from infbench.detect.devices import catalog
 
 if TYPE_CHECKING:  # pragma: no cover
     from infbench.contract.manager import PluginManager
-    from infbench.data.stored import StoredCell
 
 
 @dataclass(frozen=True)
@@ -485,7 +484,3 @@ def published_cells(rows: list[LibRow], source: dict[str, Any] | None = None,
     return out, summary
 
 
-def is_published(row: StoredCell) -> bool:
-    """Whether a stored cell (``Store.results()`` item) was imported from a publication
-    (:attr:`~infbench.data.stored.StoredCell.published`)."""
-    return row.published

@@ -6,7 +6,7 @@ in what it holds; the run's provenance (``{"kind": "published", "source": {...}}
 each cell's engine description (``{"published": true, "source": ..., "line": ...}``) carry
 that, and its ``cell_id`` includes the source, so nothing that keys on cell ids (resume,
 ``finished_cell_ids``) can mistake it for a local measurement. Readers that show or fit
-cells ask :func:`infbench.report.lib_import.is_published` (``flat_row`` labels the device
+cells ask :attr:`infbench.data.stored.StoredCell.published` (``flat_row`` labels the device
 ``(published)``; ``predict --calibrate`` counts them apart).
 """
 

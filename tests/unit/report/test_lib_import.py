@@ -14,7 +14,7 @@ from infbench.data.errors import ConfigError
 from infbench.data.schema import Cell, CellResult, DeviceInfo
 from infbench.report.compare import compare_rows
 from infbench.report.data import flat_row, lib_csv
-from infbench.report.lib_import import is_published, published_cells, read_lib_csv
+from infbench.report.lib_import import published_cells, read_lib_csv
 from infbench.store import Store
 from infbench.store.published import import_published, published_runs
 
@@ -59,7 +59,7 @@ def test_export_then_import_round_trip(tmp_path, pm):
         assert r["metrics"]["ttft_s"]["mean"] == pytest.approx(0.4)
         assert r["metrics"]["e2e_s"]["mean"] == pytest.approx(orig["metrics"]["duration_s"] - 0.1)
         assert r["metrics"]["avg_power_w"] == pytest.approx(900.0)
-        assert is_published(r) and not is_published(orig)
+        assert r.published and not orig.published
         assert r["device"]["properties"]["catalog_id"] == "a100-40gb"
     # Published cells never count as measured here: a re-run does not skip them.
     assert store.finished_cell_ids() == {c.cell_id for c in cells} | {r["cell_id"] for r in back}
@@ -125,7 +125,7 @@ def test_import_command(tmp_path):
     out = json.loads(res.stdout)
     assert out["rows"] == 180 and out["source"]["commit"] == "4211f5d" and len(out["source"]["sha256"]) == 64
     store = Store(db)
-    assert len(store.results()) == 180 and all(is_published(r) for r in store.results())
+    assert len(store.results()) == 180 and all(r.published for r in store.results())
     assert store.runs()[0]["provenance"]["source"]["name"] == "LLM-Inference-Bench"
     bad = tmp_path / "bad.csv"
     bad.write_text("Hardware,Num of Hardware,Framework,Model,Input Output Length,Batch Size,Latency\n"

@@ -8,7 +8,7 @@ import json
 
 from typer.testing import CliRunner
 
-from infbench.analysis.adaptive import AdaptivePlanner, is_predicted
+from infbench.analysis.adaptive import AdaptivePlanner
 from infbench.cli import app
 from infbench.report.data import flat_row, lib_rows
 from infbench.store import Store
@@ -35,7 +35,7 @@ def test_predicted_cells_are_never_counted_as_measured(tmp_path):
     store, run, pl = stored(tmp_path)
     rows = store.results()
     pred = [r for r in rows if r["status"] == "predicted"]
-    assert len(rows) == 16 and len(pred) == 12 and all(is_predicted(r) for r in pred)
+    assert len(rows) == 16 and len(pred) == 12 and all(r.predicted for r in pred)
     # Only the measured cells are finished: a plain run of the grid measures the other 12.
     finished = store.finished_cell_ids()
     assert len(finished) == 4 and finished.isdisjoint({r["cell_id"] for r in pred})

@@ -3,14 +3,9 @@ function body once, and nothing else (issue 40)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.unit.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("count_deferred_imports", ROOT / "scripts" / "count_deferred_imports.py")
-assert _spec and _spec.loader
-counter = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(counter)
+counter = load_script("count_deferred_imports")
 
 SAMPLE = '''
 from typing import TYPE_CHECKING

@@ -3,14 +3,9 @@ and the core has none (issue 40, item 5)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from tests.unit.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[3]
-_spec = importlib.util.spec_from_file_location("count_metric_lookups", ROOT / "scripts" / "count_metric_lookups.py")
-assert _spec and _spec.loader
-counter = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(counter)
+counter = load_script("count_metric_lookups")
 
 SAMPLE = '''
 def read(r, m, roof, metrics):
