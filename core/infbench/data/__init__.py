@@ -8,7 +8,7 @@ Nothing here imports from any other infbench package except :mod:`infbench.data.
 * :mod:`.paths`       where infbench keeps its files (``$INFBENCH_HOME``);
 * :mod:`.engine`      :class:`~.engine.EngineSpec` (an engine in the registry),
   :class:`~.engine.RunOutput`, dtype spellings and :func:`~.engine.precision_of`;
-* :mod:`.plan`        :class:`~.plan.Group` and :class:`~.plan.Plan`;
+* :mod:`.groups`      :class:`~.groups.Group` and :class:`~.groups.Plan`;
 * :mod:`.scenarios`   what a run measures next: the typed scenario specs (sweep, ``--find-max``,
   perplexity) carried from the command line to wherever the engine runs;
 * :mod:`.run`         run options and the run summary;

@@ -85,11 +85,6 @@ class RunPlan:
     _executor: Any = None
 
     @property
-    def plan(self) -> Plan:
-        """The first (on one host: the only) plan."""
-        return self.plans[0]
-
-    @property
     def device(self) -> DeviceInfo:
         """The device of the first plan."""
         return self.plans[0].device
@@ -123,7 +118,7 @@ class RunPlan:
         if len(self.plans) > 1:
             raise ConfigError(f"--write-spec writes one device's spec; the sweep is planned for {len(self.plans)} "
                               "device types", hint="pick one with --device")
-        spec = make_spec(self.plan, self.options)
+        spec = make_spec(self.plans[0], self.options)
         out = self.config.output
         assert out.write_spec is not None  # called only with --write-spec
         write_output(out.write_spec, json_text(redacted_doc(spec), redacted=False), WORKER_SPEC,
@@ -167,14 +162,14 @@ class RunPlan:
             The :class:`~infbench.data.run.RunSummary`.
         """
         if plan is None:
-            plan = self.plans if self.fleet is not None else self.plan  # type: ignore[assignment]
+            plan = self.plans if self.fleet is not None else self.plans[0]  # type: ignore[assignment]
         return self.executor().run(plan, store, self.options, observer)
 
     def find_max(self, store: Any, summary: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """After ``--find-max`` ran: the search's result and its stored probes
         (:func:`find_max_result`)."""
         assert isinstance(self.config.scenario, FindMaxScenario)
-        return find_max_result(self.plan, store, summary, self.config.scenario.mode)
+        return find_max_result(self.plans[0], store, summary, self.config.scenario.mode)
 
     def perplexity_plan(self) -> tuple[Plan | None, list[Any], list[str]]:
         """``--perplexity TEXT`` after the cells: the perplexity plan of the run's real-weights
@@ -185,7 +180,7 @@ class RunPlan:
         """
         sc = self.config.scenario
         assert isinstance(sc, PerplexityScenario)
-        return perplexity_after_run_plan(self.plan, sc.text_path, sc.n_ctx, sc.max_chunks, self.pm)
+        return perplexity_after_run_plan(self.plans[0], sc.text_path, sc.n_ctx, sc.max_chunks, self.pm)
 
 
 def _progress_line(text: str) -> None:

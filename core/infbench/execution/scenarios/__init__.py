@@ -1,9 +1,10 @@
 """Scenarios: what a run measures next (see :mod:`infbench.execution.scenarios.scenario`).
 
-* :class:`~.sweep.Sweep` (``kind="sweep"``): every planned cell once;
+* :class:`~.full_sweep.FullSweep` (``kind="sweep"``): every planned cell once (the grid itself is
+  :class:`~infbench.data.schema.Sweep`, its configuration :class:`~infbench.data.scenarios.SweepScenario`);
 * :class:`~.find_max.FindMax` (``kind="find_max"``): the SLO-constrained maximum load;
-* :class:`~.perplexity.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype;
-* :class:`~.adaptive.Adaptive` (``kind="adaptive"``): a designed subset measured, the rest predicted;
+* :class:`~.scoring.Perplexity` (``kind="perplexity"``): perplexity per engine and dtype;
+* :class:`~.adaptive_sweep.Adaptive` (``kind="adaptive"``): a designed subset measured, the rest predicted;
 * :class:`~.frontier.Frontier` (``kind="frontier"``): concurrency doubling per configuration until it
   stops paying.
 
@@ -19,10 +20,10 @@ from infbench.execution.scenarios.find_max import FindMax
 from infbench.execution.scenarios.frontier import Frontier
 from infbench.execution.scenarios.scenario import Part, Scenario
 from infbench.execution.scenarios.scoring import Perplexity
-from infbench.execution.scenarios.sweep import Sweep
+from infbench.execution.scenarios.full_sweep import FullSweep
 
 #: ``kind`` -> scenario class.
-SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (Sweep, FindMax, Perplexity, Adaptive, Frontier)}
+SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (FullSweep, FindMax, Perplexity, Adaptive, Frontier)}
 
 __all__ = ["SCENARIOS", "Part", "Scenario", "make_scenario"]
 

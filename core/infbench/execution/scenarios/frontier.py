@@ -29,7 +29,7 @@ from infbench.data.groups import Group
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell
 from infbench.execution.scenarios.scenario import Part
-from infbench.execution.scenarios.sweep import Sweep
+from infbench.execution.scenarios.full_sweep import FullSweep
 from infbench.execution.session import EngineSession, RunContext
 
 
@@ -69,7 +69,7 @@ def stop_reason(metrics: dict[str, Any] | None, best_tok_s: float | None, spec: 
     return None
 
 
-class Frontier(Sweep):
+class Frontier(FullSweep):
     """Measure each series of the plan up the concurrency ladder until it stops paying (see
     the module doc). Groups, parts, crashes and resumes are the sweep's."""
 

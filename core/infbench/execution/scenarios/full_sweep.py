@@ -1,4 +1,5 @@
-"""The sweep: every planned cell measured once (``infbench run``).
+"""The full sweep (``kind="sweep"``, :class:`FullSweep`): every planned cell measured once
+(``infbench run``).
 
 Cells whose newest stored attempt is ok are skipped unless ``--force``, and so are cells
 another live process on the same store is measuring (each cell is claimed before it is
@@ -18,7 +19,7 @@ from infbench.execution.scenarios.scenario import Part, Running, Scenario
 from infbench.execution.session import EngineSession, RunContext
 
 
-class Sweep(Scenario):
+class FullSweep(Scenario):
     """Measure every pending cell of the plan, group by group (see the module doc)."""
 
     kind = "sweep"
