@@ -18,9 +18,9 @@ from infbench.data.groups import Plan
 from infbench.execution.scenarios.adaptive_sweep import Adaptive
 from infbench.execution.scenarios.find_max import FindMax
 from infbench.execution.scenarios.frontier import Frontier
+from infbench.execution.scenarios.full_sweep import FullSweep
 from infbench.execution.scenarios.scenario import Part, Scenario
 from infbench.execution.scenarios.scoring import Perplexity
-from infbench.execution.scenarios.full_sweep import FullSweep
 
 #: ``kind`` -> scenario class.
 SCENARIOS: dict[str, type[Scenario]] = {c.kind: c for c in (FullSweep, FindMax, Perplexity, Adaptive, Frontier)}

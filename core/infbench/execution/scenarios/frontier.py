@@ -28,8 +28,8 @@ from infbench.data.events import CellSkipped
 from infbench.data.groups import Group
 from infbench.data.scenarios import FrontierScenario
 from infbench.data.schema import Cell
-from infbench.execution.scenarios.scenario import Part
 from infbench.execution.scenarios.full_sweep import FullSweep
+from infbench.execution.scenarios.scenario import Part
 from infbench.execution.session import EngineSession, RunContext
 
 
