@@ -65,11 +65,14 @@ BENCH_GREEDY = ("import vllm.entrypoints.llm as _L; _gen = _L.LLM.generate\n"
 
 
 def infbench_cells(model: str, dtype: str, batches: list[int], n_in: int, n_out: int, repeat: int, store: Path,
-                   env: dict[str, str]) -> list[dict]:
-    """One ``infbench run --engine vllm`` of every shape (one engine); the cells' JSON."""
+                   env: dict[str, str], warmup: int | None = None) -> list[dict]:
+    """One ``infbench run --engine vllm`` of every shape (one engine); the cells' JSON.
+    ``warmup``: ``--warmup N`` blocks per cell (None: infbench's default, until stable)."""
     cmd = [sys.executable, "-m", "infbench.cli", "run", "--model", model, "--engine", "vllm", "--dtype", dtype,
            "--batch", ",".join(map(str, batches)), "--input-len", str(n_in), "--output-len", str(n_out),
            "--repeat", str(repeat), "--force", "--json", "--store", str(store)]
+    if warmup is not None:
+        cmd += ["--warmup", str(warmup)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"infbench run failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -121,9 +124,11 @@ def vllm_bench(argv: list[str], env: dict[str, str], code: str = BENCH) -> tuple
 
 def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple[int, ...] = (8, 32),
             n_in: int = 128, n_out: int = 64, rounds: int = 3, repeat: int = 3, home: Path | None = None,
-            wait_quiet_s: float = 60.0, min_quiet: int = MIN_QUIET, greedy: bool = True) -> dict:
+            wait_quiet_s: float = 60.0, min_quiet: int = MIN_QUIET, greedy: bool = True,
+            warmup: int | None = None) -> dict:
     """Both tools ``rounds`` times, alternating; the result recorded in the JSON (with
-    ``greedy``, also vLLM's benchmark with greedy sampling: :data:`BENCH_GREEDY`). Each tool's
+    ``greedy``, also vLLM's benchmark with greedy sampling: :data:`BENCH_GREEDY`; ``warmup``:
+    infbench's ``--warmup N``, None: its default, as a user runs it). Each tool's
     run starts after a quiet second (others under 0.05 core; waiting at most ``wait_quiet_s``);
     the comparison uses the quiet samples when each side has ``min_quiet``.
 
@@ -151,7 +156,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
         for tool in order:
             if tool == "infbench":
                 wait_for_quiet(wait_quiet_s)
-                for c in infbench_cells(model, dtype, list(batches), n_in, n_out, repeat, work / f"r{r}.db", env):
+                for c in infbench_cells(model, dtype, list(batches), n_in, n_out, repeat, work / f"r{r}.db", env,
+                                        warmup):
                     b, m = c["spec"]["batch"], c["metrics"]
                     o = (m.get("contention") or {}).get("other_cpu_cores")
                     ib.setdefault(b, []).append(m["output_tok_s"])
@@ -208,7 +214,8 @@ def measure(model: str = "smollm2-135m", dtype: str = "bfloat16", batches: tuple
                       "cpus": os.cpu_count(), "seconds": round(time.time() - t0, 1), "date": time.strftime("%Y-%m-%d"),
                       "other_cpu_cores_during_infbench_cells": others,
                       "other_cpu_cores_during_vllm_bench_runs": vb_others, "quiet_cores": QUIET,
-                      "min_quiet": min_quiet, "greedy_errors": greedy_errors},
+                      "min_quiet": min_quiet, "greedy_errors": greedy_errors,
+                      "infbench_warmup": "until stable" if warmup is None else warmup},
             "shapes": shapes, "target_as_is": TARGET_AS_IS, "target_greedy": TARGET,
             "all_within_target": all(s["within_target"] and s.get("within_target_greedy", True) for s in shapes)}
 

@@ -63,6 +63,7 @@ def test_llama_bench_and_infbench_measure_the_same_llama_cpp_cells(tmp_path, inf
         assert t["diff_paired"] is not None and math.isfinite(t["diff_paired"]), t
 
 
+@pytest.mark.untimed
 def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_home):
     """The same GGUF (SmolLM2 Q4_1) and text, n_ctx 512, every chunk: within 0.1 %."""
     m = bench("crosscheck_perplexity")
@@ -75,15 +76,16 @@ def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_hom
 @pytest.mark.vllm
 def test_vllm_bench_and_infbench_measure_the_same_vllm_cells(tmp_path, infbench_home):
     """Output tokens/s of infbench's vLLM batch cell beside vLLM's own throughput benchmark at
-    the same shape and engine arguments, as it is and with its sampling made greedy as
-    infbench's: both sides ran the same tokens and are compared. The agreement (15 % as is, 3 %
-    greedy) is benchmarks/crosscheck_vllm.py's (docs/benchmarks.md)."""
+    the same shape and engine arguments: both sides ran the same tokens and are compared. The
+    agreement (15 % as is, 3 % with vLLM's sampling made greedy as infbench's) and the greedy
+    variant (a third vLLM start) are benchmarks/crosscheck_vllm.py's (docs/benchmarks.md; issue 40,
+    item 9), and so is infbench's default warm-up: here one block (``--warmup 1``)."""
     m = bench("crosscheck_vllm")
     res = m.measure("smollm2-135m", "bfloat16", (8,), 128, 64, rounds=1, repeat=1, home=infbench_home,
-                    wait_quiet_s=5, min_quiet=1)
+                    wait_quiet_s=5, min_quiet=1, greedy=False, warmup=1)
     keep(tmp_path, "crosscheck_vllm", res)
     (s,) = res["shapes"]
     assert all(n == 8 * (128 + 64) for n in s["vllm_bench_total_num_tokens"]), s
-    assert not res["setup"]["greedy_errors"], res["setup"]["greedy_errors"]
+    assert res["setup"]["engine_args"]["max_num_seqs"] >= 8, res["setup"]   # the cell's batch fits one step
     agrees_in_form(s["infbench_output_tok_s"], s["vllm_bench_output_tok_s"], s["diff"])
-    agrees_in_form(s["infbench_output_tok_s"], s["vllm_bench_greedy_output_tok_s"], s["diff_greedy"])
+    assert "diff_greedy" not in s

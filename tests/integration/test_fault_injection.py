@@ -204,7 +204,7 @@ def test_corrupt_page(tmp_path):
 # other at every decode step and lose a scheduler slice to the neighbour each time (1,024 steps
 # per cell). With one thread the same sweep next to the same neighbour took 32 s.
 SERVER_SWEEP = ["--model", "tiny", "--engine", "llama.cpp-server", "--dtype", "f16", "--batch", "1,2,4,8,16,32",
-                "--input-len", "16", "--output-len", "1024", "--warmup-max-s", "5", "--no-remeasure",
+                "--input-len", "16", "--output-len", "1024", "--warmup", "1", "--no-remeasure",
                 "--engine-arg", "n_threads=1"]
 SERVER_CELLS = 6
 

@@ -23,6 +23,7 @@ output_len: [16]
 concurrency: [1, 2, 4, 8]
 num_requests: 16
 engine_configs: [{{parallel: {parallel}}}]
+warmup: 1
 """
 
 

@@ -42,7 +42,7 @@ def knee_search(tmp_path_factory):
     with SloStub(knee=4, itl_fast_s=0.004, itl_slow_s=0.06) as s:
         p = infbench("run", "--engine", "openai", "--base-url", s.base_url, "--model", "stub", "--concurrency", "1",
                      "--input-len", "8", "--output-len", "8", "--num-requests", "24", "--find-max", "concurrency",
-                     "--slo-ttft-ms", "1000", "--slo-tpot-ms", "25", "--scrape-interval", "0.2",
+                     "--slo-ttft-ms", "1000", "--slo-tpot-ms", "25", "--scrape-interval", "0.2", "--warmup", "1",
                      "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})
     return {"out": json.loads(p.stdout), "store": store, "home": home}
 
@@ -88,7 +88,7 @@ def test_rate_overload_saturates_the_server_queue(tmp_path):
         dev = remote_device(s.base_url)
         results = {}
         for rate, n in ((8.0, 16), (80.0, 40)):
-            cell = Cell(model="stub", engine="openai", dtype="auto", batch=1, input_len=8, output_len=8,
+            cell = Cell(model="stub", engine="openai", dtype="auto", batch=1, input_len=8, output_len=8, warmup=1,
                         load=Load(mode="rate", request_rate=rate, num_requests=n, warmup_requests=0))
             g = Group(model, "openai", "auto", 1, [cell])
             results[rate] = measure_cell(e, g, cell, dev, NoPower("stub"), opts)
@@ -107,7 +107,7 @@ def test_find_max_rate_brackets_the_capacity(tmp_path):
     with SloStub(knee=None, slots=2, ttft_s=0.01, itl_fast_s=0.01) as s:
         p = infbench("run", "--engine", "openai", "--base-url", s.base_url, "--model", "stub", "--request-rate", "8",
                      "--input-len", "8", "--output-len", "8", "--num-requests", "40", "--find-max", "rate",
-                     "--slo-ttft-ms", "200", "--find-max-probes", "6", "--scrape-interval", "0.1",
+                     "--slo-ttft-ms", "200", "--find-max-probes", "6", "--scrape-interval", "0.1", "--warmup", "1",
                      "--store", str(tmp_path / "r.db"), "--json", env={"INFBENCH_HOME": str(tmp_path)})
     fm = json.loads(p.stdout)["find_max"]
     assert 8 <= fm["knee"] < 32 and fm["first_fail"] > fm["knee"]
@@ -123,7 +123,9 @@ def llama():
     from infbench.engines.llama_server import LlamaServerEngine
 
     m = resolve("tiny")
-    cell = Cell(model=m.name, engine="llama.cpp-server", dtype="f32", batch=1, input_len=32, output_len=8,
+    # one warm-up block per cell: the server's metrics are the subject (warming until stable ran
+    # the 30 s ceiling per cell: the tiny model's blocks of 8 tokens do not agree within 3 %)
+    cell = Cell(model=m.name, engine="llama.cpp-server", dtype="f32", batch=1, input_len=32, output_len=8, warmup=1,
                 load=Load(mode="concurrency", concurrency=1, num_requests=6, warmup_requests=0))
     e = LlamaServerEngine(cpu_device(), {"n_threads": 1})
     e.start(Group(m, "llama.cpp-server", "f32", 1, [cell.model_copy(update={"load": cell.load.model_copy(
@@ -164,8 +166,8 @@ def repeated(knee_search):
     env = {"INFBENCH_HOME": str(home)}
     out = json.loads(infbench("run", "--engine", "llama.cpp-server", "--model", "tiny", "--dtype", "f32",
                               "--input-len", "16", "--output-len", "8", "--concurrency", "2", "--num-requests", "6",
-                              "--repeat", "3", "--price-per-hour", "3.6", "--store", str(store), "--json",
-                              env=env).stdout)
+                              "--repeat", "3", "--price-per-hour", "3.6", "--warmup", "1", "--store", str(store),
+                              "--json", env=env).stdout)
     return {"out": out, "store": store, "env": env, "home": home}
 
 

@@ -42,7 +42,8 @@ def test_cerebras_declared_in_site_config_runs_with_time_info_and_labelled_power
     assert dev["kind"] == "remote" and dev["model"] == "CS-3" and dev["properties"]["api_key_set"] is True
     store = tmp_path / "r.db"
     p = cli("run", "--device", "cerebras", "--engine", "openai", "--model", "time_info", "--concurrency", "2",
-            "--num-requests", "4", "--input-len", "8", "--output-len", "6", "--store", str(store), env=env)
+            "--num-requests", "4", "--input-len", "8", "--output-len", "6", "--warmup", "1", "--store", str(store),
+            env=env)
     assert p.returncode == 0, p.stderr
     assert stub.log[-1]["headers"]["Authorization"] == f"Bearer {KEY}"
     s = Store(store)

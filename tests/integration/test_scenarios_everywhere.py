@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 SEARCH = ["--model", "tiny-random-llama", "--engine", "llama.cpp-server", "--input-len", "16", "--output-len", "4",
           "--concurrency", "1", "--num-requests", "4", "--find-max", "concurrency", "--slo-ttft-ms", "60000",
-          "--find-max-limit", "2", "--scrape-interval", "0"]
+          "--find-max-limit", "2", "--scrape-interval", "0", "--warmup", "1"]
 
 
 @pytest.fixture(params=["inprocess", "container", "ray"])
@@ -99,7 +99,7 @@ def test_find_max_never_keeps_the_endpoints_secrets(tmp_path):
         db = tmp_path / "s.db"
         p = infbench("run", "--engine", "openai", "--base-url", url, "--model", "normal", "--input-len", "4",
                      "--output-len", "3", "--concurrency", "1", "--num-requests", "2", "--find-max", "concurrency",
-                     "--slo-ttft-ms", "60000", "--find-max-limit", "2", "--store", str(db), "--json")
+                     "--slo-ttft-ms", "60000", "--find-max-limit", "2", "--warmup", "1", "--store", str(db), "--json")
         assert stub.log and stub.log[-1]["query"] == "api_key=QKEY-31337"      # used to connect
     out = json.loads(p.stdout)
     assert out["find_max"]["knee"] == 2

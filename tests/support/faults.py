@@ -27,9 +27,11 @@ def sweep(batch: str = "1,2,3,4", output_len: int = 16, input_len: int = 16) -> 
     """``infbench run`` flags of a small real sweep of the tiny llama.cpp model, with
     ``--no-remeasure``: these tests count attempts (a resumed run measures only what is
     missing), and the tiny model's sub-millisecond steps on a busy machine can move the
-    sentinel, whose re-measures are tested in tests/integration/test_steady_state_live.py."""
+    sentinel, whose re-measures are tested in tests/integration/test_steady_state_live.py; and
+    one warm-up block per cell (``--warmup 1``: signals and stores are the subject here; warming
+    until stable took 29 s of the two-processes test in CI's run)."""
     return ["--model", "tiny", "--engine", "llama.cpp", "--dtype", "f16", "--batch", batch, "--input-len",
-            str(input_len), "--output-len", str(output_len), "--no-remeasure"]
+            str(input_len), "--output-len", str(output_len), "--no-remeasure", "--warmup", "1"]
 
 
 SWEEP = sweep()
