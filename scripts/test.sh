@@ -3,11 +3,14 @@
 # layers of the core, deferred imports counted; at most 50 deferred imports of infbench's own
 # modules, scripts/count_deferred_imports.py; no string lookup of stored metrics in the core,
 # scripts/count_metric_lookups.py; mypy over the core, strict on the data layer) and
-# every test layer, in three stages:
+# every test layer, in four stages:
 #   1. the unit layer on both cores (pytest-xdist, -n 2): -m "not integration and not serial";
 #   2. the unit tests marked `serial` (a shared port, file, environment or process state), in one process;
-#   3. the integration layer (real engines, servers, containers), in one process: its cells time
-#      themselves, and a second worker would be their noisy neighbour.
+#   3. the integration tests marked `untimed` (they time nothing and hold beside a busy neighbour:
+#      quality, static checks, installs, secrets) on both cores, a test file per worker
+#      (--dist loadfile: a module's fixtures are made once);
+#   4. the rest of the integration layer (real engines, servers, containers), in one process: its
+#      cells time themselves, and a second worker would be their noisy neighbour.
 # Each stage prints its 20 slowest tests (--durations=20, pyproject's addopts). No test asserts a
 # timing ratio: the timed comparisons are benchmarks/ (docs/benchmarks.md).
 #   bash scripts/test.sh                      # all tests (what CI runs)
@@ -56,6 +59,7 @@ xdist=()
 if [[ "$workers" != "0" ]]; then xdist=(-n "$workers"); fi
 stage -m "$(and_expr "not integration and not serial")" "${xdist[@]}"
 stage -m "$(and_expr "not integration and serial")" -p no:xdist
-stage -m "$(and_expr "integration")" -p no:xdist
+stage -m "$(and_expr "integration and untimed")" "${xdist[@]}" ${xdist[@]+--dist loadfile}
+stage -m "$(and_expr "integration and not untimed")" -p no:xdist
 if ((status == 0 && ran == 0)); then exit 5; fi
 exit "$status"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.untimed]
 PLUGIN = Path(__file__).parents[1] / "fixtures" / "infbench-testplugin"
 
 
