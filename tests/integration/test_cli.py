@@ -72,7 +72,7 @@ def test_default_main_job():
 def test_run_json_skip_force_csv(tmp_path):
     store = str(tmp_path / "s.db")
     args = ["run", "--model", "tiny", "--engine", "llama.cpp,transformers", "--dtype", "fp32", "--batch", "1",
-            "--batch", "2", "--input-len", "16", "--output-len", "4", "--store", store, "--json"]
+            "--batch", "2", "--input-len", "16", "--output-len", "4", "--warmup", "1", "--store", store, "--json"]
     first = json.loads(infbench(*args).stdout)
     assert first["ok"] == 4 and first["failed"] == 0
     check_cells(first["cells"])

@@ -60,8 +60,8 @@ def test_engine_args_and_server_command():
 def test_offline_batch_cells(tmp_path):
     """`infbench run --engine vllm`: per-request token times from stepping vllm.LLM."""
     store = tmp_path / "v.db"
-    out = json.loads(infbench("run", "--engine", "vllm", *COMMON, "--batch", "1,3", "--store", str(store),
-                              "--json").stdout)
+    out = json.loads(infbench("run", "--engine", "vllm", *COMMON, "--batch", "1,3", "--warmup", "1", "--store",
+                              str(store), "--json").stdout)          # one warm-up block: not the subject
     assert out["ok"] == 2, out
     for c in out["cells"]:
         m = c["metrics"]
@@ -315,7 +315,8 @@ def test_server_metrics_scraped_per_cell_with_prefix_hits_only_on_reuse(server_e
     m = resolve("tiny")
     group = Group(m, "vllm-server", "bfloat16", 1, [cell])
     opts = RunOptions(server_metrics_interval_s=0.5)
-    fresh = cell.model_copy(update={"seed": 1601, "input_len": 200})     # prompts no earlier test sent; >1 block
+    # prompts no earlier test sent, over one KV block; one warm-up block (the scrape is the subject)
+    fresh = cell.model_copy(update={"seed": 1601, "input_len": 200, "warmup": 1})
     distinct = measure_cell(e, group, fresh, cpu_device(), NoPower("test"), opts)
     once = e.make_prompts(fresh.model_copy(update={"seed": 1602}), m)[0]
     e.make_prompts = lambda c, model: [once] * 13
