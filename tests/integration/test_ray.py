@@ -27,7 +27,9 @@ from tests.integration.test_cli import infbench
 
 pytestmark = pytest.mark.integration
 
-SWEEP = ["--model", "tiny-random-llama", "--engine", "llama.cpp", "--input-len", "16", "--output-len", "4"]
+# one warm-up block per cell: where cells run and what survives a lost node are the subject here
+SWEEP = ["--model", "tiny-random-llama", "--engine", "llama.cpp", "--input-len", "16", "--output-len", "4",
+         "--warmup", "1"]
 
 
 def ray_run(cluster, store, *args, check=True):
