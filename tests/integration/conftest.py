@@ -62,7 +62,7 @@ def _uses_ray(item: pytest.Item) -> bool:
 
 #: The longest file of the ``untimed`` stage (about 6 minutes of its 10 on 2 cores): it goes to
 #: a worker first, so the other worker runs the rest beside it (pytest-xdist's ``--dist loadfile``
-#: hands out files in collection order; it came last but one and ran alone at the end).
+#: hands out files in collection order; in alphabetical order it started late and ran alone at the end).
 UNTIMED_FIRST = "test_real_weights.py"
 
 
@@ -72,9 +72,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     every timed test after the first one that started them (a CI review found them beside
     the report's, serving's and harness's timed tests). The ``untimed`` tests of
     :data:`UNTIMED_FIRST` come first."""
-    first = [i for i in items if i.path.name == UNTIMED_FIRST and i.get_closest_marker("untimed")]
-    rest = [i for i in items if i not in first]
-    items[:] = first + [i for i in rest if not _uses_ray(i)] + [i for i in rest if _uses_ray(i)]
+    first, other, ray = [], [], []
+    for i in items:
+        if i.path.name == UNTIMED_FIRST and i.get_closest_marker("untimed"):
+            first.append(i)
+        else:
+            (ray if _uses_ray(i) else other).append(i)
+    items[:] = first + other + ray
 
 
 @pytest.fixture(scope="session")
