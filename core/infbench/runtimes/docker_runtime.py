@@ -108,6 +108,21 @@ def security_notes(spec: dict[str, Any], image: str) -> list[str]:
     return out
 
 
+def inherited_cpuset() -> str | None:
+    """The CPUs this process may run on (``os.sched_getaffinity``: ``taskset``, a batch
+    scheduler's cpuset) as Docker's ``cpuset_cpus`` (``"0,3"``), or ``None`` where they are all
+    of the host's CPUs (or the platform cannot say). A worker container is started by the Docker
+    daemon, not by infbench, so it does not inherit the affinity: without this an in-process run
+    and a container run of the same cells would use different CPUs, and a container started by
+    a pinned infbench would share the cores of whatever runs beside it."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) >= (os.cpu_count() or len(cpus)):
+        return None
+    return ",".join(map(str, cpus))
+
+
 class DockerWorker:
     """A started worker container.
 
@@ -192,6 +207,10 @@ class DockerRuntime:
               extra_mounts: list[str] | None = None) -> DockerWorker:
         """Start ``infbench worker --spec /job/spec.json --out /job/out`` in the spec's image.
 
+        The container runs as this user, without a network, and on the CPUs this process may
+        use where those are fewer than the host's (:func:`inherited_cpuset`; a spec's own
+        ``cpuset_cpus`` wins): the Docker daemon starts it, so it would not inherit them.
+
         Args:
             spec: the plugin's container spec (``image`` plus ``docker.containers.run`` kwargs).
             job_dir: host folder holding ``spec.json``; ``out/`` is written into it.
@@ -225,6 +244,8 @@ class DockerRuntime:
         notes += security_notes(kw, image)
         kw.setdefault("network_mode", "none")
         kw.setdefault("user", f"{os.getuid()}:{os.getgid()}")
+        if (cpus := inherited_cpuset()) is not None:
+            kw.setdefault("cpuset_cpus", cpus)
         try:
             container = self.client.containers.run(
                 image, entrypoint=["infbench", "worker"],

@@ -61,3 +61,15 @@ def test_every_loosened_container_setting_is_announced(pm):
     assert len(notes) == 7 and any("privileged" in n for n in notes) and any("189" in n for n in notes)
     assert security_notes({"network_mode": "none", "ipc_mode": "private", "user": "1000:1000"}, "img") == []
 
+
+
+def test_a_pinned_infbench_gives_its_cpus_to_the_worker_container(monkeypatch):
+    """The Docker daemon starts the worker container, so it does not inherit infbench's CPU
+    affinity: the runtime passes it as ``cpuset_cpus`` where it is narrower than the host's."""
+    from infbench.runtimes import docker_runtime as dr
+
+    monkeypatch.setattr(dr.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(dr.os, "sched_getaffinity", lambda pid: {5, 2})
+    assert dr.inherited_cpuset() == "2,5"
+    monkeypatch.setattr(dr.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert dr.inherited_cpuset() is None                        # all of the host's: nothing to pass
