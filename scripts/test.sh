@@ -6,11 +6,16 @@
 # every test layer, in four stages:
 #   1. the unit layer on both cores (pytest-xdist, -n 2): -m "not integration and not serial";
 #   2. the unit tests marked `serial` (a shared port, file, environment or process state), in one process;
-#   3. the integration tests marked `untimed` (they time nothing and hold beside a busy neighbour:
-#      quality, static checks, installs, secrets) on both cores, a test file per worker
-#      (--dist loadfile: a module's fixtures are made once);
-#   4. the rest of the integration layer (real engines, servers, containers), in one process: its
-#      cells time themselves, and a second worker would be their noisy neighbour.
+#   3. the integration layer (real engines, servers, containers) on both cores, a group of tests per
+#      worker (--dist loadgroup: a test file, or every test of the Ray cluster; a module's fixtures
+#      are made once), the longest groups first (tests/integration/conftest.py), each worker pinned
+#      to a core of its own (INFBENCH_TEST_PIN_WORKERS=1, tests/conftest.py): what it starts sees
+#      one CPU and sizes its threads to it, so the two workers' engines never share a core (two
+#      llama.cpp processes whose spinning threads share cores collapse). No test there asserts a
+#      timing: each checks a mechanism;
+#   4. the integration tests marked `alone`, one at a time in one process: their subject needs a
+#      quiet machine (they wait for quiet seconds, compare a cell with and without a neighbour, or
+#      tell a slow stretch of the host from steady state).
 # Each stage prints its 20 slowest tests (--durations=20, pyproject's addopts). No test asserts a
 # timing ratio: the timed comparisons are benchmarks/ (docs/benchmarks.md).
 #   bash scripts/test.sh                      # all tests (what CI runs)
@@ -59,7 +64,7 @@ xdist=()
 if [[ "$workers" != "0" ]]; then xdist=(-n "$workers"); fi
 stage -m "$(and_expr "not integration and not serial")" "${xdist[@]}"
 stage -m "$(and_expr "not integration and serial")" -p no:xdist
-stage -m "$(and_expr "integration and untimed")" "${xdist[@]}" ${xdist[@]+--dist loadfile}
-stage -m "$(and_expr "integration and not untimed")" -p no:xdist
+INFBENCH_TEST_PIN_WORKERS=1 stage -m "$(and_expr "integration and not alone")" "${xdist[@]}" ${xdist[@]+--dist loadgroup --no-loadscope-reorder}
+stage -m "$(and_expr "integration and alone")" -p no:xdist
 if ((status == 0 && ran == 0)); then exit 5; fi
 exit "$status"

@@ -1,15 +1,19 @@
 """Shared fixtures. Every test gets its own INFBENCH_HOME (store, caches) under tmp_path,
-except that dummy GGUF files and the measured CPU limits are kept per session to save time."""
+except that dummy GGUF files and the measured CPU limits are kept per session to save time
+(shared by a session's pytest-xdist workers: :func:`tests.support.home.session_dir`)."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
+from filelock import FileLock
 
 from infbench.contract.manager import build_plugin_manager, get_plugin_manager
 from infbench.data.secrets import forget_all
-from tests.support.home import make_home
+from infbench.detect.platforms.cpu import cached_limits, cpu_device
+from tests.support.home import make_home, session_dir
 
 
 def pytest_configure(config):
@@ -19,17 +23,50 @@ def pytest_configure(config):
     the background that way, a CI replica failed every one of them."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _pin_worker()
+
+
+def _pin_worker() -> None:
+    """With ``INFBENCH_TEST_PIN_WORKERS=1`` (scripts/test.sh's parallel integration stage), pin
+    pytest-xdist worker N to the N-th usable CPU (modulo their count), every thread of it, and so
+    every process it starts (affinity is inherited). The engines size their threads to the CPUs
+    they may use (``os.sched_getaffinity``: :func:`infbench.libs.llama.default_threads`, OpenMP
+    and PyTorch likewise), and infbench's noisy-neighbour check counts only the cell's CPUs, so
+    each worker is a one-core machine of its own: two workers' engines never share a core (llama.cpp's
+    spinning threads collapse when they do: :mod:`infbench.measure.contention`). A container's
+    engine is started by the Docker daemon, not by the worker, and is not pinned."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if os.environ.get("INFBENCH_TEST_PIN_WORKERS") != "1" or not worker.startswith("gw"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = {cpus[int(worker[2:]) % len(cpus)]}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpu)
+        except OSError:  # a thread that ended meanwhile
+            pass
 
 
 @pytest.fixture(scope="session")
 def gguf_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("gguf-cache")
+    """The session's dummy GGUF files, made on first use and shared by its workers (each file is
+    written under a temporary name and renamed into place: :mod:`infbench.engines.gguf_dummy`)."""
+    p = session_dir(tmp_path_factory) / "gguf-cache"
+    p.mkdir(exist_ok=True)
+    return p
 
 
 @pytest.fixture(scope="session")
 def cpu_limits_file(tmp_path_factory):
-    """One measurement of this host's CPU limits (roofline) for the whole session."""
-    return tmp_path_factory.mktemp("cpu-limits") / "cpu_limits.json"
+    """One measurement of this host's CPU limits (roofline) for the whole session, shared by its
+    workers: the first worker measures them as it starts, the other waits on the lock (measured
+    beside a running engine, the limits would come out low and the cells' physics checks would
+    call sound figures suspect)."""
+    p = session_dir(tmp_path_factory) / "cpu_limits.json"
+    with FileLock(f"{p}.lock"):
+        if not p.exists():
+            cached_limits(cpu_device(), p)
+    return p
 
 
 @pytest.fixture(autouse=True)

@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from infbench import __version__
 from infbench.runtimes.docker_runtime import docker_available
 from tests.integration.test_cli import infbench
+from tests.support.home import session_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = f"infbench/cpu-llamacpp:{__version__}"
@@ -33,20 +35,27 @@ def docker_client():
 
 
 @pytest.fixture(scope="session")
-def cpu_image(docker_client):
-    """Build the CPU worker image offline with `infbench containers build` (real build)."""
-    p = subprocess.run(["bash", str(ROOT / "containers/cpu/prepare-offline.sh")], capture_output=True, text=True,
-                       env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
-    assert p.returncode == 0, p.stderr[-3000:]
-    engine_version = p.stdout.strip().splitlines()[-1]
-    assert engine_version == md.version("llama-cpp-python")
-    b = infbench("containers", "build", "--vendor", "cpu", "--network", "none", "--json",
-                 "--build-arg", "BASE_IMAGE=infbench/debian-python:bookworm", "--build-arg", "PIP_ARGS=--no-index",
-                 "--build-arg", f"ENGINE_VERSION={engine_version}")
-    res = json.loads(b.stdout)["results"]
-    assert [r["ok"] for r in res] == [True], res
-    assert res[0]["tags"] == [IMAGE, f"infbench/cpu-llamacpp:{__version__}-llama.cpp{engine_version}"]
-    return {"image": IMAGE, "engine_version": engine_version}
+def cpu_image(docker_client, tmp_path_factory):
+    """Build the CPU worker image offline with `infbench containers build` (real build), once per
+    session: a second pytest-xdist worker waits on the lock and takes the first one's result."""
+    done = session_dir(tmp_path_factory) / "cpu_image.json"
+    with FileLock(f"{done}.lock"):
+        if done.exists():
+            return json.loads(done.read_text())
+        p = subprocess.run(["bash", str(ROOT / "containers/cpu/prepare-offline.sh")], capture_output=True, text=True,
+                           env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
+        assert p.returncode == 0, p.stderr[-3000:]
+        engine_version = p.stdout.strip().splitlines()[-1]
+        assert engine_version == md.version("llama-cpp-python")
+        b = infbench("containers", "build", "--vendor", "cpu", "--network", "none", "--json",
+                     "--build-arg", "BASE_IMAGE=infbench/debian-python:bookworm", "--build-arg", "PIP_ARGS=--no-index",
+                     "--build-arg", f"ENGINE_VERSION={engine_version}")
+        res = json.loads(b.stdout)["results"]
+        assert [r["ok"] for r in res] == [True], res
+        assert res[0]["tags"] == [IMAGE, f"infbench/cpu-llamacpp:{__version__}-llama.cpp{engine_version}"]
+        image = {"image": IMAGE, "engine_version": engine_version}
+        done.write_text(json.dumps(image))
+        return image
 
 
 def _uses_ray(item: pytest.Item) -> bool:
@@ -60,25 +69,56 @@ def _uses_ray(item: pytest.Item) -> bool:
     return cs is not None and "ray" in (cs.params.get("make_executor"), cs.params.get("where"))
 
 
-#: The longest file of the ``untimed`` stage (about 6 minutes of its 10 on 2 cores): it goes to
-#: a worker first, so the other worker runs the rest beside it (pytest-xdist's ``--dist loadfile``
-#: hands out files in collection order; in alphabetical order it started late and ran alone at the end).
-UNTIMED_FIRST = "test_real_weights.py"
+#: The group of every test that uses the session's Ray cluster (:func:`_uses_ray`): one worker
+#: runs them all, one after another, on one cluster.
+RAY_GROUP = "ray"
+
+#: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one worker's time in a
+#: CI replica on this 2-core machine (2026-12-02: test_real_weights 500, the Ray group 310,
+#: test_fault_injection 157, test_first_result 130, test_cli 118, test_vllm 114,
+#: test_crosscheck's perplexity 100, ...). The parallel stage hands groups out in this order,
+#: the longest first, so that the two workers end together; groups not listed follow in
+#: collection order.
+LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_first_result.py", "test_cli.py",
+                 "test_vllm.py", "test_crosscheck.py", "test_frontier_servers.py", "test_scenarios_everywhere.py",
+                 "test_production_serving.py", "test_containers.py", "test_accelerator_first.py",
+                 "test_lib_validation_cli.py", "test_plugin_entrypoint.py", "test_serving.py")
 
 
+def _group(item: pytest.Item) -> str:
+    """The test's group: :data:`RAY_GROUP` if it uses the Ray cluster, else its file's name."""
+    return RAY_GROUP if _uses_ray(item) else item.path.name
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The tests that use the Ray cluster run last, in their own order: the cluster's raylets
-    stay up until the session ends, and on a 2-core machine they would share the cores with
-    every timed test after the first one that started them (a CI review found them beside
-    the report's, serving's and harness's timed tests). The ``untimed`` tests of
-    :data:`UNTIMED_FIRST` come first."""
-    first, other, ray = [], [], []
-    for i in items:
-        if i.path.name == UNTIMED_FIRST and i.get_closest_marker("untimed"):
-            first.append(i)
-        else:
-            (ray if _uses_ray(i) else other).append(i)
-    items[:] = first + other + ray
+    """Order the tests by group, :data:`LONGEST_FIRST` (the order within a group kept), and
+    under ``--dist loadgroup`` (scripts/test.sh's parallel integration stage) put each
+    integration test in its group (``xdist_group``): a file's module fixtures are made once,
+    on one worker, and the Ray tests share one cluster on one worker. The Ray tests run one
+    after another: the cluster is shut down after the last of them
+    (:func:`pytest_runtest_teardown`), not left running beside the tests that follow.
+    ``tryfirst``: pytest-xdist reads the groups in its own hook."""
+    rank = {g: n for n, g in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda i: rank.get(_group(i), len(rank)))
+    # a pytest-xdist worker sees ``--dist loadgroup`` as ``loadgroup`` (its ``dist`` is "no")
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
+        for i in items:
+            if i.get_closest_marker("integration") and not i.get_closest_marker("xdist_group"):
+                i.add_marker(pytest.mark.xdist_group(_group(i)))
+
+
+#: The session's Ray cluster while it runs (:func:`ray_cluster`).
+_RAY: list = []
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of the Ray group, shut the cluster down: its raylets would otherwise
+    share the cores with every later test of this process until the session ends. ``trylast``:
+    after the test's own fixtures are torn down."""
+    if _RAY and _uses_ray(item) and (nextitem is None or not _uses_ray(nextitem)):
+        _RAY.pop().shutdown()
 
 
 @pytest.fixture(scope="session")
@@ -86,7 +126,8 @@ def ray_cluster(cpu_limits_file):
     """A real two-node Ray cluster on 127.0.0.1 (tests/support/ray_cluster.py): the head
     reports the test plugin's ``Raytest Alpha`` accelerator, the worker ``Raytest Beta``;
     both have this host's CPU. Started once per session, on first use; the tests that use it
-    run last (:func:`pytest_collection_modifyitems`)."""
+    run one after another and it is shut down after the last of them
+    (:func:`pytest_collection_modifyitems`, :func:`pytest_runtest_teardown`)."""
     from infbench.data.errors import ConfigError
     from infbench.execution.executors.ray import import_ray
 
@@ -103,6 +144,9 @@ def ray_cluster(cpu_limits_file):
         c.add_node({"INFBENCH_RAYTEST_DEVICE": "alpha"})
         c.add_node({"INFBENCH_RAYTEST_DEVICE": "beta"})
         c.connect()
+        _RAY.append(c)
         yield c
     finally:
+        if c in _RAY:
+            _RAY.remove(c)
         c.shutdown()

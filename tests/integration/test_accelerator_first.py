@@ -22,7 +22,7 @@ from infbench.execution.executors.inprocess import InProcessExecutor
 from infbench.plan import plan
 from infbench.store import Store
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 
 DEVICES = {
     "nvidia": DeviceInfo(vendor="nvidia", kind="gpu", model="NVIDIA H100 80GB HBM3", count=1,

@@ -16,7 +16,7 @@ import pytest
 from infbench.measure.contention import wait_for_quiet
 from tests.integration.test_cli import infbench
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 #: A cell of about a second on 2 cores: long enough to be far above the tick resolution.
 CELL = ["run", "--model", "smollm2-135m", "--engine", "llama.cpp", "--dtype", "f16", "--batch", "1",

@@ -47,6 +47,7 @@ def agrees_in_form(ours: float, theirs: float, diff: float | None) -> None:
     assert diff is not None and diff == pytest.approx(ours / theirs - 1, abs=2e-3)
 
 
+@pytest.mark.alone
 def test_llama_bench_and_infbench_measure_the_same_llama_cpp_cells(tmp_path, infbench_home):
     """Prompt processing (n_in / TTFT) and generation (1 / TPOT) tokens/s of infbench's
     batch-1 llama.cpp cells beside llama-bench's at the same GGUF, threads, micro-batch and
@@ -63,7 +64,6 @@ def test_llama_bench_and_infbench_measure_the_same_llama_cpp_cells(tmp_path, inf
         assert t["diff_paired"] is not None and math.isfinite(t["diff_paired"]), t
 
 
-@pytest.mark.untimed
 def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_home):
     """The same GGUF (SmolLM2 Q4_1) and text, n_ctx 512, every chunk: within 0.1 %."""
     m = bench("crosscheck_perplexity")
@@ -74,6 +74,7 @@ def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_hom
 
 
 @pytest.mark.vllm
+@pytest.mark.alone
 def test_vllm_bench_and_infbench_measure_the_same_vllm_cells(tmp_path, infbench_home):
     """Output tokens/s of infbench's vLLM batch cell beside vLLM's own throughput benchmark at
     the same shape and engine arguments: both sides ran the same tokens and are compared. The

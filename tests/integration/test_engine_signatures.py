@@ -28,7 +28,7 @@ from infbench.data.models import resolve
 from infbench.data.schema import Cell, DeviceInfo
 from infbench.engines.hf_checkpoint import dummy_checkpoint
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBES = ROOT / "tests" / "signatures"

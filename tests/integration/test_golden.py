@@ -16,7 +16,7 @@ from tests.golden import harness as h
 INDEX = json.loads((h.GOLDEN / "index.json").read_text())
 
 #: Integration: the dry runs import the engine libraries (vLLM, transformers) to plan and check.
-pytestmark = [pytest.mark.integration, pytest.mark.untimed,
+pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(bool(h.missing_engines()), reason="the goldens assume the test install "
                                  f"(scripts/setup.sh); missing here: {', '.join(h.missing_engines())}")]
 

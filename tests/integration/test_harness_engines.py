@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 
 def cli(*args, check=True):

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import lib_validation  # noqa: E402 - benchmarks/ is not a package
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")

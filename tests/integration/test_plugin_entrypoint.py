@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 PLUGIN = Path(__file__).parents[1] / "fixtures" / "infbench-testplugin"
 
 

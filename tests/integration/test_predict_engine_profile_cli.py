@@ -12,7 +12,7 @@ from infbench.cli import app
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 
 
 def test_predict_on_a_device_without_cells_uses_the_engine_profile(tmp_path, infbench_home):

@@ -32,7 +32,7 @@ from tests.integration.test_cli import infbench
 from tests.integration.test_report import _chrome
 from tests.support.home import make_home
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 
 N_CTX = 512
 FAMILY = ("f16", "q8_0", "q4_0", "q4_k_m", "q2_k")

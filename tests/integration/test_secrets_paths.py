@@ -20,7 +20,7 @@ import pytest
 from tests.support.hostile import assert_no_secret, store_dump
 from tests.support.stub_server import StubServer
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 PW, TOKEN, KEY, CMD = "pw-S3cr3tUserPass", "tok-S3cr3tQuery", "sk-live-S3cr3tApiKey000", "S3cr3tPowerPwd"
 ALL = (PW, TOKEN, KEY, CMD)
 FIXTURE_CSV = Path(__file__).parents[1] / "fixtures" / "lib_published_3dev.csv"

@@ -25,7 +25,7 @@ from infbench.analysis.steady import flags
 from infbench.store import Store
 from tests.support.slowstart_plugin import plugin_dir
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 CELLS = ["--engine", "llama.cpp", "--model", "smollm2-135m", "--dtype", "f16", "--input-len", "32",
          "--output-len", "48", "--threads", "2"]

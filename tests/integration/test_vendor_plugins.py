@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.untimed]
+pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 VENDORS = ["nvidia", "amd", "intel", "habana", "sambanova", "cerebras"]
 LOCAL = ["nvidia", "amd", "intel", "habana"]

@@ -13,3 +13,12 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     os.symlink(gguf_cache, home / "cache" / "gguf")
     os.symlink(cpu_limits_file, home / "cpu_limits.json")
     return home
+
+
+def session_dir(tmp_path_factory) -> Path:
+    """The temporary folder the whole test session shares: under pytest-xdist the parent of
+    every worker's own base folder (``/tmp/pytest-of-$USER/pytest-N``), without xdist the
+    session's base folder. What is made once per session (dummy GGUF files, the measured CPU
+    limits, the worker image) lives here, under a lock where two workers could make it at once."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
