@@ -73,16 +73,18 @@ def _uses_ray(item: pytest.Item) -> bool:
 #: runs them all, one after another, on one cluster.
 RAY_GROUP = "ray"
 
-#: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one worker's time in a
-#: CI replica on this 2-core machine (2026-12-02: test_real_weights 500, the Ray group 310,
-#: test_fault_injection 157, test_first_result 130, test_cli 118, test_vllm 114,
-#: test_crosscheck's perplexity 100, ...). The parallel stage hands groups out in this order,
-#: the longest first, so that the two workers end together; groups not listed follow in
+#: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one pinned worker's
+#: time in a run of the parallel stage on this 2-core machine (2026-12-02: test_real_weights
+#: 424, the Ray group 312, test_first_result 257, test_fault_injection 229, test_vllm 219,
+#: test_cli 168, test_scenarios_everywhere 148, test_containers 140 once its containers were
+#: pinned too, test_frontier_servers 130, ...). The parallel stage hands groups out in this
+#: order, the longest first, so that the two workers end together; groups not listed follow in
 #: collection order.
-LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_first_result.py", "test_cli.py",
-                 "test_vllm.py", "test_crosscheck.py", "test_frontier_servers.py", "test_scenarios_everywhere.py",
-                 "test_production_serving.py", "test_containers.py", "test_accelerator_first.py",
-                 "test_lib_validation_cli.py", "test_plugin_entrypoint.py", "test_serving.py")
+LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_first_result.py", "test_fault_injection.py", "test_vllm.py",
+                 "test_cli.py", "test_scenarios_everywhere.py", "test_containers.py", "test_frontier_servers.py",
+                 "test_accelerator_first.py", "test_production_serving.py", "test_crosscheck.py",
+                 "test_secrets_paths.py", "test_lib_validation_cli.py", "test_plugin_entrypoint.py",
+                 "test_executor_contract.py", "test_serving.py")
 
 
 def _group(item: pytest.Item) -> str:
