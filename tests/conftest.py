@@ -33,8 +33,9 @@ def _pin_worker() -> None:
     they may use (``os.sched_getaffinity``: :func:`infbench.libs.llama.default_threads`, OpenMP
     and PyTorch likewise), and infbench's noisy-neighbour check counts only the cell's CPUs, so
     each worker is a one-core machine of its own: two workers' engines never share a core (llama.cpp's
-    spinning threads collapse when they do: :mod:`infbench.measure.contention`). A container's
-    engine is started by the Docker daemon, not by the worker, and is not pinned."""
+    spinning threads collapse when they do: :mod:`infbench.measure.contention`). A worker
+    container is started by the Docker daemon, not by the worker: infbench gives it the worker's
+    CPU (``cpuset_cpus``: :func:`infbench.runtimes.docker_runtime.inherited_cpuset`)."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if os.environ.get("INFBENCH_TEST_PIN_WORKERS") != "1" or not worker.startswith("gw"):
         return
