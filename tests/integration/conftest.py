@@ -76,10 +76,11 @@ RAY_GROUP = "ray"
 #: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one pinned worker's
 #: time in a run of the parallel stage on this 2-core machine (2026-12-02: test_real_weights
 #: 424, the Ray group 312, test_first_result 257, test_fault_injection 229, test_vllm 219,
-#: test_cli 168, test_scenarios_everywhere 148, test_containers 140 once its containers were
-#: pinned too, test_frontier_servers 130, ...). The parallel stage hands groups out in this
-#: order, the longest first, so that the two workers end together; groups not listed follow in
-#: collection order.
+#: test_cli 168, test_scenarios_everywhere 148, test_frontier_servers 130, ...; test_containers
+#: took 400 there, before its containers were pinned too, and about 70 in one process on both
+#: cores, so it is placed among the 130-150 s groups). The parallel stage hands groups out in
+#: this order, the longest first, so that the two workers end together; groups not listed follow
+#: in collection order.
 LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_first_result.py", "test_fault_injection.py", "test_vllm.py",
                  "test_cli.py", "test_scenarios_everywhere.py", "test_containers.py", "test_frontier_servers.py",
                  "test_accelerator_first.py", "test_production_serving.py", "test_crosscheck.py",

@@ -63,13 +63,32 @@ def test_every_loosened_container_setting_is_announced(pm):
 
 
 
-def test_a_pinned_infbench_gives_its_cpus_to_the_worker_container(monkeypatch):
+def test_a_pinned_infbench_gives_its_cpus_to_the_worker_container(monkeypatch, tmp_path):
     """The Docker daemon starts the worker container, so it does not inherit infbench's CPU
-    affinity: the runtime passes it as ``cpuset_cpus`` where it is narrower than the host's."""
+    affinity: ``DockerRuntime.start`` passes it as ``cpuset_cpus`` where it is narrower than the
+    host's (recorded with the run's settings), a spec's own ``cpuset_cpus`` wins, and an unpinned
+    infbench passes none."""
+    from types import SimpleNamespace
+
     from infbench.runtimes import docker_runtime as dr
+
+    runs = []
+    client = SimpleNamespace(
+        images=SimpleNamespace(get=lambda image: SimpleNamespace(id="sha256:1", labels={})),
+        containers=SimpleNamespace(run=lambda image, **kw: runs.append(kw) or SimpleNamespace(id="c1")))
+    rt = dr.DockerRuntime(client)
+    (tmp_path / "spec.json").write_text("{}")
+
+    def start(spec):
+        return rt.start({"image": "infbench/cpu-llamacpp:x", **spec}, tmp_path, tmp_path / "home",
+                        tmp_path / "cache", "w1")
 
     monkeypatch.setattr(dr.os, "cpu_count", lambda: 8)
     monkeypatch.setattr(dr.os, "sched_getaffinity", lambda pid: {5, 2})
-    assert dr.inherited_cpuset() == "2,5"
+    w = start({})
+    assert runs[-1]["cpuset_cpus"] == "2,5" and w.description["run"]["cpuset_cpus"] == "2,5"
+    start({"cpuset_cpus": "7"})
+    assert runs[-1]["cpuset_cpus"] == "7"                          # the plugin's spec wins
     monkeypatch.setattr(dr.os, "sched_getaffinity", lambda pid: set(range(8)))
-    assert dr.inherited_cpuset() is None                        # all of the host's: nothing to pass
+    start({})
+    assert "cpuset_cpus" not in runs[-1]                           # all of the host's: nothing to pass
