@@ -252,8 +252,8 @@ def test_no_server_outlives_infbench(tmp_path, signum):
     [server] = found
     assert wait_for(lambda: _first_cell_stored(store), 300)
     p.send_signal(signum)
-    _, errs = p.communicate(timeout=120)
-    assert p.returncode == (143 if signum == signal.SIGTERM else -9), errs[-2000:]
+    out, errs = p.communicate(timeout=120)
+    assert p.returncode == (143 if signum == signal.SIGTERM else -9), (out[-2000:], errs[-2000:])
     assert wait_for(lambda: not _alive(server), 30), f"the llama.cpp server outlived infbench: {_describe(server)}"
     if signum == signal.SIGKILL:
         q = infbench("run", *SERVER_SWEEP, "--store", str(store), "--json", env={"INFBENCH_HOME": str(home)})

@@ -18,7 +18,9 @@ which keeps the setting and the pid.
 
 :func:`c_callback` keeps Ctrl-C and SIGTERM from being lost inside a Python function that
 C calls back (llama.cpp's log and progress callbacks): ctypes cannot pass an exception
-out of a callback, it prints "Exception ignored" and drops it.
+out of a callback, it prints "Exception ignored" and drops it; :func:`terminate_as_interrupt`
+does the same for an interrupt that lands in a finalizer (``sys.unraisablehook``), and
+:func:`run_event_loop` keeps signals from raising inside the event loop's own code.
 """
 
 from __future__ import annotations
@@ -79,16 +81,43 @@ def _main_thread() -> bool:
 
 @contextlib.contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """While active (main thread only), SIGTERM raises :class:`Terminated`; the previous
-    handler is restored after. Elsewhere a no-op."""
+    """While active (main thread only), SIGTERM raises :class:`Terminated`, and an
+    interrupt that a finalizer swallowed is delivered again (:func:`_redeliver_unraisable`);
+    the previous handler and hook are restored after. Elsewhere a no-op."""
     if not _main_thread():
         yield
         return
     old = signal.signal(signal.SIGTERM, _raise_terminated)
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = _redeliver_unraisable(old_hook)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        sys.unraisablehook = old_hook
+
+
+def _redeliver_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], None]:
+    """A :data:`sys.unraisablehook` that delivers a lost Ctrl-C or SIGTERM again.
+
+    A signal's handler runs in whatever Python frame the main thread is executing. When
+    that frame is a finalizer (``__del__``, a weakref or garbage-collector callback, an
+    unawaited coroutine's warning), Python cannot raise out of it: it reports the
+    :class:`KeyboardInterrupt` (or :class:`Terminated`) to ``sys.unraisablehook``
+    ("Exception ignored in ...") and goes on, and the run would carry on as if no signal had
+    come. This hook reports it as ``previous`` does, then sends the same signal again 10 ms
+    later from a helper thread, so it is raised in ordinary code (as :func:`c_callback`
+    does for ctypes callbacks). Other exceptions go to ``previous`` unchanged.
+    """
+
+    def hook(unraisable: Any) -> None:
+        exc = getattr(unraisable, "exc_value", None)
+        if isinstance(exc, KeyboardInterrupt):
+            signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+            threading.Thread(target=_interrupt_main_later, args=(signum,), daemon=True).start()
+        previous(unraisable)
+
+    return hook
 
 
 _depth = 0
@@ -271,65 +300,125 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
     the coroutine, then :class:`Terminated` raised once the event loop has ended.
 
     :func:`terminate_as_interrupt`'s handler raises :class:`Terminated` in whatever frame
-    runs when SIGTERM lands. Inside an event loop that is often a protocol's
-    ``data_received``, and uvloop (0.23) catches every exception there as "Fatal error on
-    transport": it logs it, closes that connection, and the run goes on to exit 0 as if no
-    signal had come (seen in ``tests/integration/test_fault_injection.py``). While the
-    coroutine runs, SIGTERM's handler raises nothing: it notes the signal and cancels the
-    main task through the loop, which unwinds the load like Ctrl-C does under
-    ``asyncio.Runner``. The first Ctrl-C takes the same path (infbench's own SIGINT handler
-    keeps ``asyncio.Runner`` from installing its one, so its KeyboardInterrupt would land in
-    a callback too); a second Ctrl-C goes to the previous handler at once. The previous
-    handlers are back before this returns or raises.
+    runs when SIGTERM lands. Inside an event loop that frame belongs to the loop, and the
+    loop cannot take an exception everywhere:
+
+    * in a protocol's ``data_received`` uvloop (0.23) catches every exception as "Fatal error
+      on transport": it logs it, closes that connection, and the run goes on to exit 0 as if
+      no signal had come (seen in ``tests/integration/test_fault_injection.py``);
+    * while uvloop starts or stops its loop (``asyncio.Runner`` creating it, running the main
+      task, cancelling what is left, closing it), an exception raised there leaves the loop
+      marked running: closing it then fails with ``RuntimeError: this event loop is already
+      running`` / ``Cannot close a running event loop``, which replaces the
+      :class:`Terminated`; the cell was stored failed with that error and the sweep went on
+      (CI, stop 47: exit 3 instead of 143). Raising a SIGTERM at each of the 24,190 profile
+      events of one short ``uvloop.run`` gave that ``RuntimeError`` at 3,975 of them.
+
+    So for the whole of ``run(...)``, loop set-up and tear-down included, SIGTERM's handler
+    raises nothing: it notes the signal and, while the coroutine runs, cancels the main task
+    through the loop, which unwinds the load like Ctrl-C does under ``asyncio.Runner``; a
+    signal noted before the coroutine starts keeps it from starting. The first Ctrl-C takes
+    the same path (infbench's own SIGINT handler keeps ``asyncio.Runner`` from installing its
+    one, so its KeyboardInterrupt would land in a callback too); a second Ctrl-C goes to the
+    previous handler at once, and should the loop's tear-down then replace its
+    :class:`KeyboardInterrupt` with another exception, the interrupt is raised all the same.
+    The previous handlers are back before this returns or raises.
 
     Only where SIGTERM is :func:`terminate_as_interrupt`'s (main thread); elsewhere exactly
     ``run(coro)``.
 
     Raises:
-        Terminated: SIGTERM came while the coroutine ran (whether or not it then finished).
+        Terminated: SIGTERM came while the event loop ran (whether or not the coroutine then
+            finished, or failed).
         KeyboardInterrupt: Ctrl-C came while it ran (likewise).
     """
     if not _main_thread() or signal.getsignal(signal.SIGTERM) is not _raise_terminated:
         return run(coro)
     caught: list[int] = []
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []  # while ``main`` runs
 
-    async def main() -> T:
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-
-        def on_term(signum: int, frame: Any) -> None:
-            _python_saw[0] = time.monotonic()
-            caught.append(signum)
-            if task is not None:
+    def on_term(signum: int, frame: Any) -> None:
+        _python_saw[0] = time.monotonic()
+        caught.append(signum)
+        for loop, task in running:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: the signal is raised after it
                 loop.call_soon_threadsafe(task.cancel)
 
-        def on_int(signum: int, frame: Any) -> None:
-            if signal.SIGINT in caught and callable(prev_int):  # the second Ctrl-C: at once
-                prev_int(signum, frame)
-                return
-            on_term(signum, frame)
+    def on_int(signum: int, frame: Any) -> None:
+        if signal.SIGINT in caught and callable(prev_int):  # the second Ctrl-C: at once
+            prev_int(signum, frame)
+            return
+        on_term(signum, frame)
 
-        prev_int = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGTERM, on_term)
-        if callable(prev_int):  # Ctrl-C raises here (not ignored, not Python's default action)
-            signal.signal(signal.SIGINT, on_int)
+    async def main() -> T:
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
         try:
+            if caught:  # the signal came while the loop started: the load is not begun
+                coro.close()
+                raise asyncio.CancelledError
             return await coro
         finally:
-            signal.signal(signal.SIGTERM, _raise_terminated)
-            if callable(prev_int):
-                signal.signal(signal.SIGINT, prev_int)
+            running.clear()
 
+    prev_int = signal.getsignal(signal.SIGINT)
+    out: list[T] = []
     try:
-        out = run(main())
-    except asyncio.CancelledError:
-        if not caught:
+        try:
+            signal.signal(signal.SIGTERM, on_term)
+            if callable(prev_int):  # Ctrl-C raises here (not ignored, not Python's default action)
+                signal.signal(signal.SIGINT, on_int)
+            out.append(run(main()))
+        finally:
+            late = _put_back(prev_int)
+            if late is not None:
+                raise late
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
             raise
+        lost = _interrupt_in(exc)
+        if not caught and lost is None:
+            raise
+        cause = None if isinstance(exc, asyncio.CancelledError) else exc
+        if signal.SIGTERM in caught or isinstance(lost, Terminated):
+            raise Terminated(signal.SIGTERM) from cause
+        raise KeyboardInterrupt from cause
     if signal.SIGTERM in caught:
         raise Terminated(signal.SIGTERM)
     if caught:
         raise KeyboardInterrupt
-    return out
+    return out[0]
+
+
+def _put_back(prev_int: Any) -> KeyboardInterrupt | None:
+    """Put SIGINT's handler (``prev_int``, when callable) and SIGTERM's
+    (:func:`_raise_terminated`) back; the interrupt a handler already put back raises
+    meanwhile is kept and returned, so it cannot stop the other one being put back (a
+    Ctrl-C landing between the two left SIGTERM with a handler that raises nothing)."""
+    late: KeyboardInterrupt | None = None
+    for _ in range(4):  # one more try per signal that can land here
+        try:
+            if callable(prev_int) and signal.getsignal(signal.SIGINT) is not prev_int:
+                signal.signal(signal.SIGINT, prev_int)
+            if signal.getsignal(signal.SIGTERM) is not _raise_terminated:
+                signal.signal(signal.SIGTERM, _raise_terminated)
+            break
+        except KeyboardInterrupt as exc:
+            late = late or exc
+    return late
+
+
+def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The :class:`KeyboardInterrupt` among ``exc``'s causes and contexts, or None."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def c_callback(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
