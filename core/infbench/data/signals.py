@@ -89,7 +89,8 @@ def terminate_as_interrupt() -> Iterator[None]:
         return
     old = signal.signal(signal.SIGTERM, _raise_terminated)
     old_hook = sys.unraisablehook
-    sys.unraisablehook = _redeliver_unraisable(old_hook)
+    if not getattr(old_hook, "_infbench_redelivers", False):  # nested: the outer one's hook does it
+        sys.unraisablehook = _redeliver_unraisable(old_hook)
     try:
         yield
     finally:
@@ -113,10 +114,12 @@ def _redeliver_unraisable(previous: Callable[[Any], Any]) -> Callable[[Any], Non
     def hook(unraisable: Any) -> None:
         exc = getattr(unraisable, "exc_value", None)
         if isinstance(exc, KeyboardInterrupt):
-            signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-            threading.Thread(target=_interrupt_main_later, args=(signum,), daemon=True).start()
+            # _thread, not threading: a finalizer may run while threading holds its own locks
+            _thread.start_new_thread(_interrupt_main_later, (exc.signum if isinstance(exc, Terminated)
+                                                             else signal.SIGINT,))
         previous(unraisable)
 
+    hook._infbench_redelivers = True  # type: ignore[attr-defined]
     return hook
 
 
@@ -295,6 +298,12 @@ def _redeliver(signum: int) -> None:
         os.kill(os.getpid(), signum)
 
 
+#: Seconds after the first SIGTERM or Ctrl-C that the event loop may take to wind down (the load
+#: cancelled, the loop closed) before the signal is raised there all the same, and again after each
+#: such wait while the loop has not ended (a repeat from outside is raised at once).
+ESCALATE_AFTER_S = 5.0
+
+
 def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[Any, Any, T]) -> T:
     """``run(coro)`` (``asyncio.run`` or ``uvloop.run``) with SIGTERM turned into cancelling
     the coroutine, then :class:`Terminated` raised once the event loop has ended.
@@ -311,18 +320,24 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
       marked running: closing it then fails with ``RuntimeError: this event loop is already
       running`` / ``Cannot close a running event loop``, which replaces the
       :class:`Terminated`; the cell was stored failed with that error and the sweep went on
-      (CI, stop 47: exit 3 instead of 143). Raising a SIGTERM at each of the 24,190 profile
-      events of one short ``uvloop.run`` gave that ``RuntimeError`` at 3,975 of them.
+      (CI, stop 47: exit 3 instead of 143). Sent at each profile event of one short run, the
+      signal gave that ``RuntimeError`` from the 110th event on (uvloop), and was lost at the
+      140th (asyncio: the run returned).
 
-    So for the whole of ``run(...)``, loop set-up and tear-down included, SIGTERM's handler
-    raises nothing: it notes the signal and, while the coroutine runs, cancels the main task
-    through the loop, which unwinds the load like Ctrl-C does under ``asyncio.Runner``; a
-    signal noted before the coroutine starts keeps it from starting. The first Ctrl-C takes
-    the same path (infbench's own SIGINT handler keeps ``asyncio.Runner`` from installing its
-    one, so its KeyboardInterrupt would land in a callback too); a second Ctrl-C goes to the
-    previous handler at once, and should the loop's tear-down then replace its
-    :class:`KeyboardInterrupt` with another exception, the interrupt is raised all the same.
-    The previous handlers are back before this returns or raises.
+    So for the whole of ``run(...)``, loop set-up and tear-down included, the first SIGTERM
+    or Ctrl-C raises nothing: its handler notes it and, while the coroutine runs, cancels the
+    main task through the loop, which unwinds the load like Ctrl-C does under
+    ``asyncio.Runner``; a signal noted before the coroutine starts keeps it from starting.
+    Once the loop has ended, :class:`Terminated` (or :class:`KeyboardInterrupt`) is raised.
+    A repeat of the signal (a second Ctrl-C, a second SIGTERM), or the first one still
+    pending after :data:`ESCALATE_AFTER_S` (a load or a tear-down that does not wind down;
+    raised again after each such wait: an exception raised inside asyncio's own code can lose
+    a callback its tear-down then waits for), is raised at once where it lands, with both
+    previous handlers put back first; should
+    the loop's tear-down then replace it with another exception, the interrupt is raised all
+    the same (:func:`_interrupt_in`). Infbench's own SIGINT handler keeps
+    ``asyncio.Runner`` from installing its one. The previous handlers are back before this
+    returns or raises.
 
     Only where SIGTERM is :func:`terminate_as_interrupt`'s (main thread); elsewhere exactly
     ``run(coro)``.
@@ -336,19 +351,38 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
         return run(coro)
     caught: list[int] = []
     running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []  # while ``main`` runs
+    over = threading.Event()  # wakes the escalation's waits when run(...) has ended
+    prev_int = signal.getsignal(signal.SIGINT)
 
-    def on_term(signum: int, frame: Any) -> None:
+    main_ident = threading.main_thread().ident
+    assert main_ident is not None
+
+    ended = [False]  # set first thing once run(...) is over: no signal is sent after it
+    ending = threading.Lock()  # a signal being sent is sent before the run's end goes on
+
+    def escalate_later(signum: int) -> None:
+        # each time a real signal to the main thread: it also ends a wait in select() (a
+        # simulated one, _thread.interrupt_main, would not run until the wait ends by itself)
+        while not over.wait(ESCALATE_AFTER_S):
+            with ending:
+                if ended[0]:
+                    return
+                signal.pthread_kill(main_ident, signum)
+
+    def on_signal(signum: int, frame: Any) -> None:
         _python_saw[0] = time.monotonic()
+        if signum in caught:  # the repeat: now, where it lands
+            _put_back(prev_int)
+            if signum == signal.SIGTERM:
+                _raise_terminated(signum, frame)
+            elif callable(prev_int):
+                prev_int(signum, frame)
+            return
         caught.append(signum)
         for loop, task in running:
             with contextlib.suppress(RuntimeError):  # the loop is closing: the signal is raised after it
                 loop.call_soon_threadsafe(task.cancel)
-
-    def on_int(signum: int, frame: Any) -> None:
-        if signal.SIGINT in caught and callable(prev_int):  # the second Ctrl-C: at once
-            prev_int(signum, frame)
-            return
-        on_term(signum, frame)
+        _thread.start_new_thread(escalate_later, (signum,))
 
     async def main() -> T:
         task = asyncio.current_task()
@@ -362,16 +396,20 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
         finally:
             running.clear()
 
-    prev_int = signal.getsignal(signal.SIGINT)
     out: list[T] = []
     try:
         try:
-            signal.signal(signal.SIGTERM, on_term)
+            signal.signal(signal.SIGTERM, on_signal)
             if callable(prev_int):  # Ctrl-C raises here (not ignored, not Python's default action)
-                signal.signal(signal.SIGINT, on_int)
+                signal.signal(signal.SIGINT, on_signal)
             out.append(run(main()))
         finally:
+            ended[0] = True  # first, before anything a pending handler could raise in
+            with ending:
+                over.set()
             late = _put_back(prev_int)
+            if asyncio._get_running_loop() is not None:  # none ran before (run() refuses to start
+                asyncio._set_running_loop(None)  # inside one): a raise inside asyncio left it set
             if late is not None:
                 raise late
     except BaseException as exc:
@@ -410,14 +448,17 @@ def _put_back(prev_int: Any) -> KeyboardInterrupt | None:
 
 
 def _interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
-    """The :class:`KeyboardInterrupt` among ``exc``'s causes and contexts, or None."""
+    """The :class:`KeyboardInterrupt` among ``exc``'s causes and contexts (both followed), or None."""
     seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
         if isinstance(e, KeyboardInterrupt):
             return e
         seen.add(id(e))
-        e = e.__cause__ or e.__context__
+        todo += [e.__cause__, e.__context__]
     return None
 
 
@@ -440,15 +481,15 @@ def c_callback(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any
             return fn(*args)
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-            threading.Thread(target=_interrupt_main_later, args=(signum,), daemon=True).start()
+            _thread.start_new_thread(_interrupt_main_later, (signum,))
             return default
 
     return wrapped
 
 
 def _interrupt_main_later(signum: int, delay_s: float = 0.01) -> None:
-    # Later, not at once: ``Thread.start`` waits for this thread, and a handler run before
-    # the callback has returned would raise inside it again, where it is lost.
+    # Later, not at once: a handler run before the callback (or finalizer) has returned would
+    # raise inside it again, where it is lost.
     time.sleep(delay_s)
     _thread.interrupt_main(signal.Signals(signum))
 
