@@ -321,8 +321,8 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
       running`` / ``Cannot close a running event loop``, which replaces the
       :class:`Terminated`; the cell was stored failed with that error and the sweep went on
       (CI, stop 47: exit 3 instead of 143). Sent at each profile event of one short run, the
-      signal gave that ``RuntimeError`` from the 110th event on (uvloop), and was lost at the
-      140th (asyncio: the run returned).
+      signal gave that ``RuntimeError`` at the 110th event (uvloop), and was lost at the 138th
+      (asyncio: the run returned).
 
     So for the whole of ``run(...)``, loop set-up and tear-down included, the first SIGTERM
     or Ctrl-C raises nothing: its handler notes it and, while the coroutine runs, cancels the
@@ -333,9 +333,8 @@ def run_event_loop(run: Callable[[Coroutine[Any, Any, T]], T], coro: Coroutine[A
     pending after :data:`ESCALATE_AFTER_S` (a load or a tear-down that does not wind down;
     raised again after each such wait: an exception raised inside asyncio's own code can lose
     a callback its tear-down then waits for), is raised at once where it lands, with both
-    previous handlers put back first; should
-    the loop's tear-down then replace it with another exception, the interrupt is raised all
-    the same (:func:`_interrupt_in`). Infbench's own SIGINT handler keeps
+    previous handlers put back first; should the loop's tear-down then replace it with another
+    exception, the interrupt is raised all the same (:func:`_interrupt_in`). Infbench's own SIGINT handler keeps
     ``asyncio.Runner`` from installing its one. The previous handlers are back before this
     returns or raises.
 
