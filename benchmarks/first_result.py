@@ -20,7 +20,6 @@ import datetime
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +30,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "first_result.json"
+sys.path.insert(0, str(ROOT))
+from tests.support.clone import clone_like_copy  # noqa: E402 - shared with the test of the same path
+
 TARGET_S = 120.0
 
 
@@ -61,17 +63,12 @@ def stored_cells(db: Path) -> list[dict[str, Any]]:
     return out
 
 
-#: What a fresh clone does not have (build outputs, caches, local wheelhouses).
-JUNK = (".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", ".venv", "artifacts",
-        "*.whl")
-
-
 def measure() -> dict[str, Any]:
     """The three steps in a fresh venv and home, from a copy of the repository as a clone has
     it (see the module doc)."""
     with tempfile.TemporaryDirectory() as tmp:
         venv, home, src = Path(tmp) / "venv", Path(tmp) / "home", Path(tmp) / "infbench"
-        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*JUNK))
+        clone_like_copy(ROOT, src)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CMAKE_ARGS", "VIRTUAL_ENV")}
         env.update(PIP_NO_CACHE_DIR="1", INFBENCH_HOME=str(home), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -22,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clone import clone_like_copy
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-JUNK = (".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache", ".venv", "artifacts",
-        "*.whl")
 
 
 def readme_first_command() -> str:
@@ -52,7 +51,7 @@ def fresh(tmp_path_factory):
     there: ``(env, home, output)``."""
     tmp = tmp_path_factory.mktemp("fresh")
     src, venv, home = tmp / "infbench", tmp / "venv", tmp / "home"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*JUNK))
+    clone_like_copy(ROOT, src)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CMAKE_ARGS", "VIRTUAL_ENV")}
     env.update(PIP_NO_CACHE_DIR="1", INFBENCH_HOME=str(home), PATH=f"{venv / 'bin'}:{env.get('PATH', '')}",
