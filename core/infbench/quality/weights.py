@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from infbench.data.errors import ConfigError
+from infbench.data.models import gguf_metadata
 from infbench.data.paths import default_home
 
 #: ``general.name`` prefix of the GGUF files infbench writes with random weights.
@@ -110,23 +111,14 @@ def folder_sha256(folder: str | Path) -> str:
 
 
 def gguf_fields(path: str | Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """Scalar or string GGUF metadata values by key (absent keys left out).
+    """Scalar or string GGUF metadata values by key (absent keys left out), from the file's
+    metadata as read once per process (:func:`infbench.data.models.gguf_metadata`).
 
     Raises:
         ConfigError: not a readable GGUF file.
     """
-    from gguf import GGUFReader
-
-    try:
-        r = GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001
-        raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from exc
-    out = {}
-    for k in keys:
-        f = r.fields.get(k)
-        if f is not None:
-            out[k] = f.contents()
-    return out
+    values = gguf_metadata(path).values
+    return {k: values[k] for k in keys if k in values}
 
 
 def dtype_name(file_type: int) -> str | None:

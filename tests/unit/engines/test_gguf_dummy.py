@@ -43,3 +43,48 @@ def test_unsupported_arch_and_dtype(tmp_path):
     with pytest.raises(ConfigError, match="q5_k"):
         write_dummy_gguf(resolve("tiny"), "q5_k", tmp_path / "x.gguf")
     assert not list(tmp_path.glob("x.*"))   # no partial file left behind
+
+
+def test_gguf_metadata_is_read_once_per_file_version(tmp_path, monkeypatch):
+    """The model shape and the weights check read a GGUF's metadata through one cache
+    (``gguf_metadata``): the file is parsed once however often it is asked for, in this process
+    or a later one (the engine's) with the same home, and again once it is written anew (its
+    size or mtime changed) or its cache entry is unreadable; the values are ``gguf``'s own."""
+    import os
+
+    from infbench.data.models import _gguf_metadata_of, gguf_metadata
+    from infbench.data.paths import cache_dir
+    from infbench.quality.weights import gguf_fields
+
+    _gguf_metadata_of.cache_clear()
+    reads: list[str] = []
+    real_reader = gguf.GGUFReader
+
+    class CountingReader(real_reader):  # type: ignore[misc, valid-type]
+        def __init__(self, path, *a, **k):
+            reads.append(str(path))
+            super().__init__(path, *a, **k)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    m = resolve("tiny-random-llama")
+    p = write_dummy_gguf(m, "f16", tmp_path / "t.gguf")
+    cfg = gguf_config(p)
+    meta = gguf_fields(p, ("general.name", "general.file_type", "no.such.key"))
+    assert resolve(str(p)).config == cfg and len(reads) == 1
+    r = real_reader(str(p))
+    assert meta == {k: r.fields[k].contents() for k in ("general.name", "general.file_type")}
+    assert gguf_metadata(p).array_lengths["tokenizer.ggml.tokens"] == len(r.fields["tokenizer.ggml.tokens"].data)
+    assert cfg["model_type"] == r.fields["general.architecture"].contents() == "llama"
+    _gguf_metadata_of.cache_clear()                                        # as a new process would start
+    assert gguf_config(p) == cfg and gguf_fields(p, ("general.name",)) == {"general.name": meta["general.name"]}
+    assert len(reads) == 1                                                 # from the home's cache
+    (entry,) = (cache_dir() / "gguf-metadata").iterdir()
+    entry.write_text("{not json")
+    _gguf_metadata_of.cache_clear()
+    assert gguf_config(p) == cfg and len(reads) == 2                       # a broken entry is read again
+    st = p.stat()
+    write_dummy_gguf(ModelShape(name="t2", config={**m.config, "num_hidden_layers": 3}), "f16", p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))       # a new version, whatever the clock
+    assert gguf_config(p)["num_hidden_layers"] == 3 and len(reads) == 3
+    _gguf_metadata_of.cache_clear()
+    assert gguf_config(p)["num_hidden_layers"] == 3 and len(reads) == 3

@@ -8,16 +8,22 @@ token) feed ``infbench models`` and, later, the roofline.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field
 
 from infbench.data.errors import ConfigError, suggest
+from infbench.data.paths import cache_dir
 
 #: Bytes per element of the KV cache by precision class (``infbench models`` shows fp16).
 KV_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -184,40 +190,111 @@ def resolve(name: str) -> ModelShape:
     )
 
 
-def gguf_config(path: Path) -> dict[str, Any]:
-    """HF-style config fields read from a GGUF file's metadata (needs ``gguf``).
+@dataclass(frozen=True)
+class GGUFMetadata:
+    """A GGUF file's metadata, read once (:func:`gguf_metadata`).
+
+    Attributes:
+        values: each scalar or string field by key (``general.architecture`` -> ``"llama"``,
+            ``llama.block_count`` -> ``30``), as ``gguf``'s ``ReaderField.contents()`` gives it.
+        array_lengths: each array field's element count by key (``tokenizer.ggml.tokens`` -> the
+            vocabulary size); the arrays themselves are not kept.
+    """
+
+    values: Mapping[str, Any]
+    array_lengths: Mapping[str, int]
+
+
+def gguf_metadata(path: str | Path) -> GGUFMetadata:
+    """A GGUF file's metadata (``gguf``'s ``GGUFReader``), read once for a given version of the
+    file: kept by resolved path, size and ``st_mtime_ns`` in this process and under
+    ``$INFBENCH_HOME/cache/gguf-metadata/`` (as :func:`infbench.quality.weights.file_sha256`
+    keeps hashes), so the engine's process and later commands do not read it again, and a file
+    written anew is read anew. ``GGUFReader`` parses every field, the tokenizer's arrays
+    included: 1.9-2.3 s for the 98 MB SmolLM2-135M Q4_1 (a 49,152-token vocabulary) on one
+    core of the 2-core CI machine, which one ``infbench perplexity`` paid five times (model
+    shape and weights check, twice each, then the engine's process) before this cache.
 
     Raises:
-        ConfigError: the file is not a readable GGUF or ``gguf`` is not installed.
+        ConfigError: the file cannot be read, is not a GGUF file, or ``gguf`` is not installed.
+    """
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from exc
+    return _gguf_metadata_of(str(p), st.st_size, st.st_mtime_ns, str(cache_dir() / "gguf-metadata"))
+
+
+@lru_cache(maxsize=16)
+def _gguf_metadata_of(path: str, size: int, mtime_ns: int, cache: str) -> GGUFMetadata:
+    """:func:`gguf_metadata` for one version of one file (``size`` and ``mtime_ns`` identify it),
+    from the ``cache`` folder when it holds that version, else read and written there (a
+    read-only or full disk only loses the cache). Raises ConfigError as it does (not cached)."""
+    key = f"{path}|{size}|{mtime_ns}"
+    entry = Path(cache) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+    try:
+        kept = json.loads(entry.read_text())
+        if kept.get("key") == key:
+            return GGUFMetadata(values=MappingProxyType(kept["values"]),
+                                array_lengths=MappingProxyType(kept["array_lengths"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    meta = _read_gguf_metadata(path)
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "values": dict(meta.values),
+                                   "array_lengths": dict(meta.array_lengths)}))
+        os.replace(tmp, entry)
+    except (OSError, TypeError, ValueError):
+        pass
+    return meta
+
+
+def _read_gguf_metadata(path: str) -> GGUFMetadata:
+    """Read a GGUF file's metadata with ``gguf``'s ``GGUFReader``.
+
+    Raises:
+        ConfigError: not a readable GGUF file, or ``gguf`` is not installed.
     """
     try:
-        from gguf import GGUFReader
+        from gguf import GGUFReader, GGUFValueType
     except ImportError as exc:  # pragma: no cover - depends on extras
         raise ConfigError("reading a .gguf file needs the gguf package",
                           hint="pip install gguf (an infbench dependency: reinstall infbench)") from exc
     try:
-        r = GGUFReader(str(path))
+        r = GGUFReader(path)
     except Exception as exc:  # noqa: BLE001
         raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from exc
+    values: dict[str, Any] = {}
+    lengths: dict[str, int] = {}
+    for key, f in r.fields.items():
+        if f.types and f.types[0] == GGUFValueType.ARRAY:
+            lengths[key] = len(f.data)
+        else:
+            values[key] = f.contents()
+    return GGUFMetadata(values=MappingProxyType(values), array_lengths=MappingProxyType(lengths))
 
-    def field(key: str) -> Any:
-        f = r.fields.get(key)
-        if f is None:
-            return None
-        v = f.parts[f.data[0]]
-        return v.tobytes().decode() if v.dtype.kind in "uS" and key.endswith("architecture") else v[0].item()
 
-    arch = field("general.architecture")
+def gguf_config(path: Path) -> dict[str, Any]:
+    """HF-style config fields read from a GGUF file's metadata (:func:`gguf_metadata`).
+
+    Raises:
+        ConfigError: the file is not a readable GGUF or ``gguf`` is not installed.
+    """
+    meta = gguf_metadata(path)
+    arch = meta.values.get("general.architecture")
+
     def g(k: str) -> Any:
-        return field(f"{arch}.{k}")
+        return meta.values.get(f"{arch}.{k}")
 
-    tok = r.fields.get("tokenizer.ggml.tokens")
     heads = g("attention.head_count")
     return {
         "model_type": arch, "hidden_size": g("embedding_length"), "intermediate_size": g("feed_forward_length"),
         "num_hidden_layers": g("block_count"), "num_attention_heads": heads,
         "num_key_value_heads": g("attention.head_count_kv") or heads,
-        "vocab_size": len(tok.data) if tok is not None else None,
+        "vocab_size": meta.array_lengths.get("tokenizer.ggml.tokens"),
         "max_position_embeddings": g("context_length"),
         "num_local_experts": g("expert_count"), "num_experts_per_tok": g("expert_used_count"),
     }
