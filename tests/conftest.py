@@ -12,7 +12,7 @@ from filelock import FileLock
 
 from infbench.contract.manager import build_plugin_manager, get_plugin_manager
 from infbench.data.secrets import forget_all
-from infbench.detect.platforms.cpu import cached_limits, cpu_device
+from infbench.detect.platforms.cpu import cached_cpuinfo, cached_limits, cpu_device
 from tests.support.home import make_home, session_dir
 
 
@@ -65,6 +65,7 @@ def cpu_limits_file(tmp_path_factory):
     call sound figures suspect)."""
     p = session_dir(tmp_path_factory) / "cpu_limits.json"
     with FileLock(f"{p}.lock"):
+        cached_cpuinfo(p.with_name("cpuinfo.json"))   # py-cpuinfo's answer, linked into each home (make_home)
         if not p.exists():
             cached_limits(cpu_device(), p)
     return p

@@ -1,4 +1,5 @@
-"""An INFBENCH_HOME for tests that share the session's dummy GGUF cache and measured CPU limits."""
+"""An INFBENCH_HOME for tests that share the session's dummy GGUF cache, measured CPU limits and
+py-cpuinfo answer."""
 
 from __future__ import annotations
 
@@ -8,9 +9,14 @@ from pathlib import Path
 
 def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     """Create ``home`` (an INFBENCH_HOME) whose ``cache/gguf`` and ``cpu_limits.json`` are
-    links to the session's ``gguf_cache`` folder and ``cpu_limits_file``; returns ``home``."""
+    links to the session's ``gguf_cache`` folder and ``cpu_limits_file``, and whose
+    ``cache/cpuinfo.json`` links to the ``cpuinfo.json`` beside ``cpu_limits_file`` (the
+    session's py-cpuinfo answer, :func:`infbench.detect.platforms.cpu.cached_cpuinfo`; where it
+    is missing or stale, infbench asks py-cpuinfo and writes the home's own file in place of the
+    link); returns ``home``."""
     (home / "cache").mkdir(parents=True, exist_ok=True)
     os.symlink(gguf_cache, home / "cache" / "gguf")
+    os.symlink(Path(cpu_limits_file).with_name("cpuinfo.json"), home / "cache" / "cpuinfo.json")
     os.symlink(cpu_limits_file, home / "cpu_limits.json")
     return home
 

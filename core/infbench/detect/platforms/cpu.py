@@ -19,6 +19,7 @@ bandwidth of a large read and the rate of a large GEMM) are measured once per ho
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -33,7 +34,7 @@ import psutil
 
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
 from infbench.contract.site import site_section
-from infbench.data.paths import default_home
+from infbench.data.paths import cache_dir, default_home
 from infbench.data.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 from infbench.data.version import __version__
 from infbench.libs.llama import LLAMA_CPP_INSTALL
@@ -46,11 +47,65 @@ ISA_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_fp1
              "avx_vnni", "amx_bf16", "amx_int8", "amx_tile", "asimd", "asimdhp", "asimddp", "bf16", "i8mm", "sve")
 
 
-@lru_cache(maxsize=1)
-def _cpuinfo() -> dict:
+#: ``/proc/cpuinfo`` fields that name the CPU (not its clock of the moment): part of the key
+#: under which py-cpuinfo's answer is kept (:func:`_cpuinfo`).
+_CPU_ID_FIELDS = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags", "Features", "CPU implementer",
+                  "CPU part")
+
+
+def cpuinfo_key(proc_cpuinfo: str | Path = "/proc/cpuinfo",
+                boot_id: str | Path = "/proc/sys/kernel/random/boot_id") -> str | None:
+    """What :func:`_cpuinfo`'s kept answer is valid for: this boot (the kernel's ``boot_id``),
+    and the CPU as ``/proc/cpuinfo`` names it (vendor, family, model, stepping, flags of its
+    first CPU; a virtual machine moved to another CPU without a reboot changes it), as a
+    SHA-256 hex digest; None where these files cannot be read (not Linux): nothing is kept."""
+    try:
+        boot = Path(boot_id).read_text().strip()
+        first = Path(proc_cpuinfo).read_text().split("\n\n", 1)[0]
+    except OSError:
+        return None
+    fields = [ln for ln in first.splitlines() if ln.split(":", 1)[0].strip() in _CPU_ID_FIELDS]
+    return hashlib.sha256("\n".join([boot, *fields]).encode()).hexdigest()
+
+
+def cached_cpuinfo(path: str | Path) -> dict:
+    """py-cpuinfo's ``get_cpu_info()`` (brand, vendor, family, model, ISA flags, advertised
+    clock), kept in the JSON file ``path`` for this boot and CPU (:func:`cpuinfo_key`, with
+    py-cpuinfo's version) and read from it while they last: py-cpuinfo runs a Python process of
+    its own that probes CPUID, about 1 s of CPU per call on the 2-core CI machine, which every
+    command that detects the host paid (190 such processes in one run of the integration
+    layer). Its ``hz_actual`` (the clock of the moment) is therefore stale: infbench reads
+    ``hz_advertised`` only. A file that cannot be written only loses the cache; one that cannot
+    be read, or was kept for another boot or CPU, is replaced."""
     import cpuinfo
 
-    return cpuinfo.get_cpu_info()
+    key = cpuinfo_key()
+    if key is None:
+        return cpuinfo.get_cpu_info()
+    key = f"{key}|py-cpuinfo {cpuinfo.CPUINFO_VERSION_STRING}"
+    p = Path(path)
+    try:
+        kept = json.loads(p.read_text())
+        if kept.get("key") == key and isinstance(kept.get("info"), dict):
+            return kept["info"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    info = cpuinfo.get_cpu_info()
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f"{p.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "info": info}))
+        os.replace(tmp, p)
+    except (OSError, TypeError, ValueError):
+        pass
+    return info
+
+
+@lru_cache(maxsize=1)
+def _cpuinfo() -> dict:
+    """This host's py-cpuinfo answer, once per process: :func:`cached_cpuinfo` kept in
+    ``$INFBENCH_HOME/cache/cpuinfo.json``."""
+    return cached_cpuinfo(cache_dir() / "cpuinfo.json")
 
 
 def isa_flags(flags: set[str] | None = None) -> list[str]:
