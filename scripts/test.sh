@@ -3,19 +3,20 @@
 # layers of the core, deferred imports counted; at most 50 deferred imports of infbench's own
 # modules, scripts/count_deferred_imports.py; no string lookup of stored metrics in the core,
 # scripts/count_metric_lookups.py; mypy over the core, strict on the data layer) and
-# every test layer, in four stages:
-#   1. the unit layer on both cores (pytest-xdist, -n 2): -m "not integration and not serial";
-#   2. the unit tests marked `serial` (a shared port, file, environment or process state), in one process;
-#   3. the integration layer (real engines, servers, containers) on both cores, a group of tests per
-#      worker (--dist loadgroup: a test file, or every test of the Ray cluster; a module's fixtures
-#      are made once), the longest groups first (tests/integration/conftest.py), each worker pinned
-#      to a core of its own (INFBENCH_TEST_PIN_WORKERS=1, tests/conftest.py): what it starts sees
-#      one CPU and sizes its threads to it, so the two workers' engines never share a core (two
-#      llama.cpp processes whose spinning threads share cores collapse). No test there asserts a
-#      timing: each checks a mechanism;
-#   4. the integration tests marked `alone`, one at a time in one process: their subject needs a
-#      quiet machine (they wait for quiet seconds, compare a cell with and without a neighbour, or
-#      tell a slow stretch of the host from steady state).
+# every test layer, in two stages:
+#   1. on both cores (pytest-xdist, -n 2, --dist loadgroup): the integration layer (real engines,
+#      servers, containers), a group of tests per worker (a test file, or every test of the Ray
+#      cluster; a module's fixtures are made once), the longest groups first
+#      (tests/integration/conftest.py), then the unit layer, each unit test on its own, filling
+#      both workers' ends; each worker pinned to a core of its own (INFBENCH_TEST_PIN_WORKERS=1,
+#      tests/conftest.py): what it starts sees one CPU and sizes its threads to it, so the two
+#      workers' engines never share a core (two llama.cpp processes whose spinning threads share
+#      cores collapse). No test there asserts a timing: each checks a mechanism. Not here: the
+#      unit tests marked `serial` and the integration tests marked `alone`;
+#   2. in one process, one at a time: the unit tests marked `serial` (a shared port, file,
+#      environment or process state) and the integration tests marked `alone`, whose subject
+#      needs a quiet machine (they wait for quiet seconds, compare a cell with and without a
+#      neighbour, or tell a slow stretch of the host from steady state).
 # Each stage prints its 20 slowest tests (--durations=20, pyproject's addopts). No test asserts a
 # timing ratio: the timed comparisons are benchmarks/ (docs/benchmarks.md).
 #   bash scripts/test.sh                      # all tests (what CI runs)
@@ -49,7 +50,7 @@ while (($#)); do
 done
 and_expr() { if [[ -n "$expr" ]]; then echo "($expr) and ($1)"; else echo "$1"; fi; }
 
-# pytest exits 5 when a stage selects no test (e.g. -m integration leaves stages 1 and 2 empty):
+# pytest exits 5 when a stage selects no test (e.g. -m serial leaves stage 1 empty):
 # that stage is skipped; the script fails if a stage fails, or exits 5 if no stage ran a test.
 status=0
 ran=0
@@ -62,9 +63,8 @@ stage() {
 }
 xdist=()
 if [[ "$workers" != "0" ]]; then xdist=(-n "$workers"); fi
-stage -m "$(and_expr "not integration and not serial")" "${xdist[@]}"
-stage -m "$(and_expr "not integration and serial")" -p no:xdist
-INFBENCH_TEST_PIN_WORKERS=1 stage -m "$(and_expr "integration and not alone")" "${xdist[@]}" ${xdist[@]+--dist loadgroup --no-loadscope-reorder}
-stage -m "$(and_expr "integration and alone")" -p no:xdist
+INFBENCH_TEST_PIN_WORKERS=1 stage -m "$(and_expr "(not integration and not serial) or (integration and not alone)")" \
+    "${xdist[@]}" ${xdist[@]+--dist loadgroup --no-loadscope-reorder}
+stage -m "$(and_expr "(not integration and serial) or (integration and alone)")" -p no:xdist
 if ((status == 0 && ran == 0)); then exit 5; fi
 exit "$status"

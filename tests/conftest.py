@@ -27,7 +27,7 @@ def pytest_configure(config):
 
 
 def _pin_worker() -> None:
-    """With ``INFBENCH_TEST_PIN_WORKERS=1`` (scripts/test.sh's parallel integration stage), pin
+    """With ``INFBENCH_TEST_PIN_WORKERS=1`` (scripts/test.sh's parallel stage), pin
     pytest-xdist worker N to the N-th usable CPU (modulo their count), every thread of it, and so
     every process it starts (affinity is inherited). The engines size their threads to the CPUs
     they may use (``os.sched_getaffinity``: :func:`infbench.libs.llama.default_threads`, OpenMP

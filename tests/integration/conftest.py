@@ -95,15 +95,18 @@ def _group(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Order the tests by group, :data:`LONGEST_FIRST` (the order within a group kept), and
-    under ``--dist loadgroup`` (scripts/test.sh's parallel integration stage) put each
+    """Order the tests by group, :data:`LONGEST_FIRST` (the order within a group kept), the
+    unit layer after the integration layer, and under ``--dist loadgroup`` (scripts/test.sh's
+    parallel stage) put each
     integration test in its group (``xdist_group``): a file's module fixtures are made once,
     on one worker, and the Ray tests share one cluster on one worker. The Ray tests run one
     after another: the cluster is shut down after the last of them
     (:func:`pytest_runtest_teardown`), not left running beside the tests that follow.
     ``tryfirst``: pytest-xdist reads the groups in its own hook."""
     rank = {g: n for n, g in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda i: rank.get(_group(i), len(rank)))
+    # the unit layer last: its tests (each its own unit under loadgroup) fill both workers'
+    # ends after the longer integration groups
+    items.sort(key=lambda i: rank.get(_group(i), len(rank)) if i.get_closest_marker("integration") else len(rank) + 1)
     # a pytest-xdist worker sees ``--dist loadgroup`` as ``loadgroup`` (its ``dist`` is "no")
     if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
         for i in items:
