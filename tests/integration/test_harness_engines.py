@@ -65,8 +65,11 @@ def test_no_engine_process_measures_beside_infbench_and_says_so(tmp_path):
 def _serving_cell(pm, tmp_path, starve: bool):
     """One serving cell (concurrency 2, 8 requests of 64 tokens) against llama.cpp's server on
     127.0.0.1, measured by this process's client; with ``starve`` a busy Python thread in this
-    process holds the interpreter for 50 ms at a time (switch interval), so the client's event
-    loop waits."""
+    process holds the interpreter for 50 ms at a time (switch interval) while the cell's timed
+    part runs (from ``CellTimed`` to ``CellFinished``), so the client's event loop waits. (Over
+    the whole run it slowed every step of infbench's bookkeeping too: the store's set-up took
+    6.4 s, the cell 74 s instead of about 30.)"""
+    from infbench.data import events as ev
     from infbench.data.run import RunOptions
     from infbench.data.schema import Sweep
     from infbench.detect import detect
@@ -80,24 +83,33 @@ def _serving_cell(pm, tmp_path, starve: bool):
                warmup=1)  # one block: a starved client's blocks need not agree (warm-up is not what this tests)
     p = plan(sw, dev, pm)
     stop = threading.Event()
+    old = sys.getswitchinterval()
+    busy_thread: list[threading.Thread] = []
 
     def busy():
         while not stop.is_set():
             sum(range(10_000))
 
-    old = sys.getswitchinterval()
-    t = threading.Thread(target=busy, name="test-busy", daemon=True)
-    if starve:
-        sys.setswitchinterval(0.05)
-        t.start()
+    def starve_while_timed(e):
+        if not starve:
+            return
+        if isinstance(e, ev.CellTimed) and not busy_thread:
+            sys.setswitchinterval(0.05)
+            busy_thread.append(threading.Thread(target=busy, name="test-busy", daemon=True))
+            busy_thread[0].start()
+        elif isinstance(e, ev.CellFinished):
+            stop.set()
+
     try:
         s = InProcessExecutor(pm, {"host": "test"}).run(p, Store(tmp_path / f"s{int(starve)}.db"),
-                                                        RunOptions(engine_options={"n_threads": 1}))
+                                                        RunOptions(engine_options={"n_threads": 1}),
+                                                        starve_while_timed)
     finally:
         stop.set()
         sys.setswitchinterval(old)
-        if starve:
+        for t in busy_thread:
             t.join()
+    assert bool(busy_thread) == starve, "the starved cell's timed part never began"
     [r] = s.ok
     return r
 
