@@ -112,7 +112,7 @@ def folder_sha256(folder: str | Path) -> str:
 
 def gguf_fields(path: str | Path, keys: tuple[str, ...]) -> dict[str, Any]:
     """Scalar or string GGUF metadata values by key (absent keys left out), from the file's
-    metadata as read once per process (:func:`infbench.data.models.gguf_metadata`).
+    metadata as read once per version of the file (:func:`infbench.data.models.gguf_metadata`).
 
     Raises:
         ConfigError: not a readable GGUF file.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -23,7 +22,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from infbench.data.errors import ConfigError, suggest
-from infbench.data.paths import cache_dir
+from infbench.data.paths import cache_dir, keep, read_kept
 
 #: Bytes per element of the KV cache by precision class (``infbench models`` shows fp16).
 KV_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
@@ -233,22 +232,12 @@ def _gguf_metadata_of(path: str, size: int, mtime_ns: int, cache: str) -> GGUFMe
     read-only or full disk only loses the cache). Raises ConfigError as it does (not cached)."""
     key = f"{path}|{size}|{mtime_ns}"
     entry = Path(cache) / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
-    try:
-        kept = json.loads(entry.read_text())
-        if kept.get("key") == key:
-            return GGUFMetadata(values=MappingProxyType(kept["values"]),
-                                array_lengths=MappingProxyType(kept["array_lengths"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
+    kept = read_kept(entry, key)
+    if isinstance(kept, dict) and isinstance(kept.get("values"), dict) and isinstance(kept.get("array_lengths"), dict):
+        return GGUFMetadata(values=MappingProxyType(kept["values"]),
+                            array_lengths=MappingProxyType(kept["array_lengths"]))
     meta = _read_gguf_metadata(path)
-    try:
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "values": dict(meta.values),
-                                   "array_lengths": dict(meta.array_lengths)}))
-        os.replace(tmp, entry)
-    except (OSError, TypeError, ValueError):
-        pass
+    keep(entry, key, {"values": dict(meta.values), "array_lengths": dict(meta.array_lengths)})
     return meta
 
 

@@ -34,7 +34,7 @@ import psutil
 
 from infbench.contract.hookspecs import ContainerSpec, DefaultSweepAnswer, DeviceLimits, hookimpl
 from infbench.contract.site import site_section
-from infbench.data.paths import cache_dir, default_home
+from infbench.data.paths import cache_dir, default_home, keep, read_kept
 from infbench.data.schema import ChannelReading, DeviceBackends, DeviceInfo, PowerReading
 from infbench.data.version import __version__
 from infbench.libs.llama import LLAMA_CPP_INSTALL
@@ -83,21 +83,11 @@ def cached_cpuinfo(path: str | Path) -> dict:
     if key is None:
         return cpuinfo.get_cpu_info()
     key = f"{key}|py-cpuinfo {cpuinfo.CPUINFO_VERSION_STRING}"
-    p = Path(path)
-    try:
-        kept = json.loads(p.read_text())
-        if kept.get("key") == key and isinstance(kept.get("info"), dict):
-            return kept["info"]
-    except (OSError, ValueError, AttributeError):
-        pass
+    kept = read_kept(path, key)
+    if isinstance(kept, dict):
+        return kept
     info = cpuinfo.get_cpu_info()
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f"{p.name}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "info": info}))
-        os.replace(tmp, p)
-    except (OSError, TypeError, ValueError):
-        pass
+    keep(path, key, info)
     return info
 
 
