@@ -18,7 +18,8 @@ measured while other processes used at most QUIET cores (infbench's noisy-neighb
 each infbench cell's own figure, and the check wrapped around each llama-bench run) when both
 sides have MIN_QUIET of them, else over all. Target: within 3 %.
 The tools are built by ``scripts/llama_tools.sh`` from the llama.cpp sources
-llama-cpp-python vendors (same version). Run under the shared lock:
+llama-cpp-python vendors (same version), in the build tree setup.sh installed llama-cpp-python
+from: both sides then run the same compiled libllama and libggml. Run under the shared lock:
 
     python benchmarks/crosscheck_llama_bench.py \\
         [--model smollm2-135m --dtype f16 --input-len 128,512 --output-len 64 --rounds 5 --repeat 5] \\
@@ -49,7 +50,8 @@ MIN_QUIET = 5
 
 def tools_dir() -> Path:
     """The folder holding ``llama-bench`` and ``llama-perplexity`` (built if missing, by
-    ``scripts/llama_tools.sh``; minutes on 2 cores, once per llama-cpp-python version).
+    ``scripts/llama_tools.sh``, once per llama-cpp-python version: seconds in the build tree
+    setup.sh kept, minutes on 2 cores for the static fallback).
 
     Raises:
         RuntimeError: the build failed (its output is in the message).

