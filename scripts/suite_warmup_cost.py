@@ -42,7 +42,9 @@ def folder_costs(root: Path) -> dict[str, collections.Counter[str]]:
             runs = con.execute("SELECT started_at, finished_at FROM runs").fetchall()
         except sqlite3.Error:
             continue
-        c = out[db.relative_to(root).parts[0]]
+        parts = db.relative_to(root).parts
+        # under pytest-xdist each worker has its own folder (popen-gwN): the test's is below it
+        c = out[parts[1] if parts[0].startswith("popen-gw") and len(parts) > 2 else parts[0]]
         attempts: collections.Counter[str] = collections.Counter()
         for cell_id, metrics, wall in cells:
             try:
