@@ -19,8 +19,11 @@
 # * optimum-habana: optimum-habana 1.21.2 (huggingface_hub<1.0: transformers 4.55, which it pins,
 #   needs it; without the bound pip backtracks through every hub release).
 # A venv is rebuilt when its pins change (a stamp file holds them). Idempotent. The three are built
-# at once (mostly unpacking wheels: about 150 s one after another on 2 cores); each one's pip output
-# goes to $DIR/NAME.log, printed if its build fails.
+# at once; each one's pip output goes to $DIR/NAME.log, printed if its build fails. pip installs with
+# --no-compile: byte-compiling every module of three copies of torch and the engines' packages
+# was most of the work (248 s of CPU, 132 s on 2 cores; 102 s and 53 s without it); the probes
+# compile only the modules they import, once, into the venv (about 25 s more in the signature
+# tests' first run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DIR="${1:-${INFBENCH_ENGINE_VENVS:-.venvs}}"
@@ -34,18 +37,18 @@ make_venv() {  # NAME PIP-ARGS...: (re)build $DIR/NAME unless its stamp matches
   fi
   rm -rf "$DIR/$name"
   python3 -m venv "$DIR/$name"
-  "$DIR/$name/bin/python" -m pip install -q "torch==2.13.0"
+  "$DIR/$name/bin/python" -m pip install -q --no-compile "torch==2.13.0"
   eval "$*"
   echo "$want" > "$DIR/$name/.infbench-stamp"
 }
 
-MII_PIP="$DIR/mii/bin/python -m pip install -q deepspeed-mii==0.3.3 requests uvicorn pydantic-settings"
+MII_PIP="$DIR/mii/bin/python -m pip install -q --no-compile deepspeed-mii==0.3.3 requests uvicorn pydantic-settings"
 
-SGLANG_PIP="$DIR/sglang/bin/python -m pip install -q --no-deps sglang==0.5.23 && $DIR/sglang/bin/python -m pip install -q \
+SGLANG_PIP="$DIR/sglang/bin/python -m pip install -q --no-compile --no-deps sglang==0.5.23 && $DIR/sglang/bin/python -m pip install -q --no-compile \
 numpy orjson psutil pybase64 requests triton packaging pillow starlette msgspec pydantic pyzmq tqdm IPython aiohttp \
 openai==2.8.0"
 
-OH_PIP="$DIR/optimum-habana/bin/python -m pip install -q optimum-habana==1.21.2 'huggingface_hub<1.0'"
+OH_PIP="$DIR/optimum-habana/bin/python -m pip install -q --no-compile optimum-habana==1.21.2 'huggingface_hub<1.0'"
 
 pids=()
 names=(mii sglang optimum-habana)

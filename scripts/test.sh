@@ -2,8 +2,8 @@
 # Install everything the tests need (scripts/setup.sh), then the linters (ruff; import-linter for the
 # layers of the core, deferred imports counted; at most 50 deferred imports of infbench's own
 # modules, scripts/count_deferred_imports.py; no string lookup of stored metrics in the core,
-# scripts/count_metric_lookups.py; mypy over the core, strict on the data layer) and
-# every test layer, in two stages:
+# scripts/count_metric_lookups.py) and every test layer (mypy over the core, strict on the data
+# layer, runs once, as a test in the parallel stage: tests/integration/test_layers.py), in two stages:
 #   1. on both cores (pytest-xdist, -n 2, --dist loadgroup): the integration layer (real engines,
 #      servers, containers), a group of tests per worker (a test file, or every test of the Ray
 #      cluster; a module's fixtures are made once), the longest groups first
@@ -31,7 +31,6 @@ python -m ruff check core tests plugins benchmarks
 lint-imports
 python scripts/count_deferred_imports.py --max 50   # docs/architecture.md: imports at the top
 python scripts/count_metric_lookups.py --max 0     # docs/architecture.md: results are read back typed
-python -m mypy
 
 # Split "$@" into a marker expression (-m EXPR, -mEXPR, --markexpr EXPR) and the rest.
 expr=""

@@ -74,18 +74,19 @@ def _uses_ray(item: pytest.Item) -> bool:
 RAY_GROUP = "ray"
 
 #: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one pinned worker's
-#: time in a run of the parallel stage on this 2-core machine (2026-12-02: test_real_weights
-#: 424, the Ray group 312, test_first_result 257, test_fault_injection 229, test_vllm 219,
-#: test_cli 168, test_scenarios_everywhere 148, test_frontier_servers 130, ...; test_containers
-#: took 400 there, before its containers were pinned too, and about 70 in one process on both
-#: cores, so it is placed among the 130-150 s groups). The parallel stage hands groups out in
-#: this order, the longest first, so that the two workers end together; groups not listed follow
-#: in collection order.
-LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_first_result.py", "test_fault_injection.py", "test_vllm.py",
-                 "test_cli.py", "test_scenarios_everywhere.py", "test_containers.py", "test_frontier_servers.py",
-                 "test_accelerator_first.py", "test_production_serving.py", "test_crosscheck.py",
-                 "test_secrets_paths.py", "test_lib_validation_cli.py", "test_plugin_entrypoint.py",
-                 "test_executor_contract.py", "test_serving.py")
+#: time in a run of the parallel stage on this 2-core machine (a CI replica from nothing,
+#: 2026-12-02: test_real_weights 419, the Ray group 356, test_fault_injection 261 with the CPU
+#: worker image's build, test_cli 216, test_vllm 196, test_frontier_servers 151,
+#: test_first_result 150, test_layers about 105 with the suite's one mypy run, test_crosscheck
+#: 89, test_accelerator_first 82, test_production_serving 78, test_engine_signatures about 55
+#: with the venvs' first imports compiled, ...). The parallel stage hands groups out in this
+#: order, the longest first, so that the two workers end together; groups not listed follow in
+#: collection order, then the unit layer.
+LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_cli.py", "test_vllm.py",
+                 "test_frontier_servers.py", "test_first_result.py", "test_layers.py", "test_crosscheck.py",
+                 "test_accelerator_first.py", "test_production_serving.py", "test_engine_signatures.py",
+                 "test_plugin_entrypoint.py", "test_lib_validation_cli.py", "test_scenarios_everywhere.py",
+                 "test_secrets_paths.py", "test_peer_roundtrip.py", "test_serving.py", "test_executor_contract.py")
 
 
 def _group(item: pytest.Item) -> str:
