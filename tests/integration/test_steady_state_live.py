@@ -157,6 +157,10 @@ def test_a_serving_cell_has_one_steady_window_for_speed_and_energy(infbench_home
     assert m["energy_j"] == pytest.approx(100 * m["duration_s"], rel=0.02)          # the whole run beside it
     short = w["duration_s"] < max(10.0, 0.1 * m["duration_s"])
     assert ("shorter than max(10 s" in w.get("warning", "")) == short              # a short window says so
-    assert m["warmup"]["mode"] == "until-stable" and m["warmup"]["blocks"]
+    # the cell's first attempt warms up until stable; if its sentinel caught an unsteady stretch
+    # of this shared host, the attempt measured again carries that warm-up (seen in a CI replica)
+    first = store.results(all_attempts=True)[0]["metrics"]["warmup"]
+    assert first["mode"] == "until-stable" and first["blocks"]
+    assert m["warmup"]["mode"] == "until-stable" or (m["steady"]["remeasured"] and m["warmup"]["mode"] == "carried")
     json.dumps(m)
     store.close()
