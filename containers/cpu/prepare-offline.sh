@@ -8,7 +8,11 @@
 #     made, scripts/llama_cpp_python.sh, is reused).
 # The wheels are cp311/manylinux, so this host's Python must be 3.11 like bookworm's.
 # Prints the llama-cpp-python version of the wheelhouse (pass it as ENGINE_VERSION).
+#   bash containers/cpu/prepare-offline.sh        # both
+#   bash containers/cpu/prepare-offline.sh base   # only 1., if missing (scripts/setup.sh runs it in
+#                                                 # the background: Debian's downloads and dpkg)
 set -euo pipefail
+case "${1:-all}" in all | base) ;; *) echo "usage: $0 [base]" >&2; exit 2 ;; esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 tag=${BASE_TAG:-infbench/debian-python:bookworm}
 python=${PYTHON:-python}
@@ -31,6 +35,8 @@ if ! docker image inspect "$tag" > /dev/null 2>&1; then
     $sudo rm -rf "$tmp/rootfs/var/cache/apt/archives/"*.deb "$tmp/rootfs/var/lib/apt/lists/"*
     $sudo tar -C "$tmp/rootfs" -c . | docker import -c 'ENV LANG=C.UTF-8' - "$tag" > /dev/null
 fi
+
+[ "${1:-all}" = base ] && exit 0
 
 wheels="$root/containers/cpu/wheels"
 echo "prepare-offline: wheelhouse $wheels" >&2
