@@ -74,19 +74,20 @@ def _uses_ray(item: pytest.Item) -> bool:
 RAY_GROUP = "ray"
 
 #: Test groups (a file, or :data:`RAY_GROUP`), longest first: seconds of one pinned worker's
-#: time in a run of the parallel stage on this 2-core machine (a CI replica from nothing,
-#: 2026-12-02: test_real_weights 419, the Ray group 356, test_fault_injection 261 with the CPU
-#: worker image's build, test_cli 216, test_vllm 196, test_frontier_servers 151,
-#: test_first_result 150, test_layers about 105 with the suite's one mypy run, test_crosscheck
-#: 89, test_accelerator_first 82, test_production_serving 78, test_engine_signatures about 55
-#: with the venvs' first imports compiled, ...). The parallel stage hands groups out in this
-#: order, the longest first, so that the two workers end together; groups not listed follow in
-#: collection order, then the unit layer.
-LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_cli.py", "test_vllm.py",
-                 "test_frontier_servers.py", "test_first_result.py", "test_layers.py", "test_crosscheck.py",
-                 "test_accelerator_first.py", "test_production_serving.py", "test_engine_signatures.py",
-                 "test_plugin_entrypoint.py", "test_lib_validation_cli.py", "test_scenarios_everywhere.py",
-                 "test_secrets_paths.py", "test_peer_roundtrip.py", "test_serving.py", "test_executor_contract.py")
+#: time in a run of the parallel stage on this 2-core machine (two CI replicas from nothing,
+#: 2026-12-02: test_real_weights 291-419, the Ray group 300-356, test_fault_injection 194-261 with
+#: the CPU worker image's build, test_vllm 172-196, test_frontier_servers 136-174, test_first_result
+#: 128-150, test_cli 99-216, test_crosscheck 78-89, test_production_serving 65-78,
+#: test_accelerator_first 49-82, test_engine_signatures about 50 with the venvs' first imports
+#: compiled, test_lib_validation_cli 42-50, test_layers about 30 with the suite's one mypy run,
+#: ...). The parallel stage hands groups out in this order, the longest first, so that the two
+#: workers end together; groups not listed follow in collection order, then the unit layer.
+LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_vllm.py",
+                 "test_frontier_servers.py", "test_first_result.py", "test_cli.py", "test_crosscheck.py",
+                 "test_production_serving.py", "test_accelerator_first.py", "test_engine_signatures.py",
+                 "test_lib_validation_cli.py", "test_layers.py", "test_plugin_entrypoint.py",
+                 "test_scenarios_everywhere.py", "test_secrets_paths.py", "test_peer_roundtrip.py", "test_serving.py",
+                 "test_executor_contract.py")
 
 
 def _group(item: pytest.Item) -> str:

@@ -110,7 +110,7 @@ class TransformersEngine(Engine):
         t0 = time.perf_counter()
         if m.path:  # an HF folder, or a .gguf file that transformers dequantizes to dtype
             model = transformers.AutoModelForCausalLM.from_pretrained(**hf_source(m.path), dtype=dtype)
-            self.model = model.to(self.dev).eval()  # type: ignore[arg-type]  # torch device string
+            self.model = model.to(self.dev).eval()
         else:  # random weights built on the device itself, without the library's initialisation
             cfg = dict(m.config)
             cfg.pop("architectures", None)
