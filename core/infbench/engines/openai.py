@@ -50,7 +50,7 @@ from infbench.data.warmup import block_cell
 from infbench.engines.availability import UNSUPPORTED, USABLE, EngineSupport, device_label
 from infbench.measure.client import HttpClient, Response, endpoint_url, stream_event_limit
 from infbench.measure.derive import failure_causes, release_lags_s, summarize
-from infbench.measure.loadgen import LoadStats, request_timeout_s, run_load
+from infbench.measure.loadgen import LAG_INTERVAL_S, LoadStats, request_timeout_s, run_load
 from infbench.workloads.synthetic import synthetic_text
 
 #: Fields of a final event that describe the request on the server side, kept as-is.
@@ -59,10 +59,15 @@ SERVER_FIELDS = ("timings", "time_info", "system_fingerprint")
 MAX_SANE_TOKENS = 10_000_000
 #: Client-health thresholds: a cell whose event-loop lag p99 or release lag p99 (ms)
 #: exceeds these is flagged (``metrics["client"]["behind"]``); the loop lag is judged only
-#: over at least ``BEHIND_MIN_SAMPLES`` samples (1 s of timed part).
+#: when its samples cover at least ``BEHIND_MIN_SPAN_S`` of the timed part (each sample covers
+#: its 10 ms sleep plus its lag) and number at least ``BEHIND_MIN_SAMPLES``. The span, not a
+#: count, is the floor: a starved loop wakes late, so it takes fewer samples in the same time
+#: (at 50 ms of lag, 17 a second instead of 100), and a floor of 100 samples hid the
+#: starvation it was meant to show in any timed part shorter than 6 s.
 BEHIND_LAG_MS = 5.0
 BEHIND_RELEASE_MS = 5.0
-BEHIND_MIN_SAMPLES = 100
+BEHIND_MIN_SPAN_S = 1.0
+BEHIND_MIN_SAMPLES = 10
 #: Raw response bytes kept unparsed during a cell; past it, responses are parsed as they end.
 RAW_BUDGET_BYTES = 256 * 2**20
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -952,15 +957,18 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
         ``{"loop_lag_ms": summary of the event loop's lag samples (ms), "release_lag_ms":
         summary of t_send - t_sched over sent requests (ms), "behind": [reasons],
         "event_loop": "uvloop"|"asyncio", "stopped": reason or None}``. The client is
-        behind its reads when the loop lag p99 exceeds :data:`BEHIND_LAG_MS`, and behind
+        behind its reads when the loop lag p99 exceeds :data:`BEHIND_LAG_MS` (judged over
+        samples that span at least :data:`BEHIND_MIN_SPAN_S`), and behind
         its schedule (rate and trace modes without a concurrency cap) when the release lag
         p99 exceeds :data:`BEHIND_RELEASE_MS`. The flag is not a warning of the cell: the
         figures stand, and ``client_lag_p99_ms`` says how far the client's own stamps may lag.
     """
     lag = summarize(stats.loop_lag_ms)
     rel = summarize([x * 1e3 for x in release_lags_s(records)])
+    span_s = (len(stats.loop_lag_ms) * LAG_INTERVAL_S * 1e3 + sum(stats.loop_lag_ms)) / 1e3
     behind = []
-    if (lag["count"] or 0) >= BEHIND_MIN_SAMPLES and lag["p99"] is not None and lag["p99"] > BEHIND_LAG_MS:
+    if (len(stats.loop_lag_ms) >= BEHIND_MIN_SAMPLES and span_s >= BEHIND_MIN_SPAN_S and lag["p99"] is not None
+            and lag["p99"] > BEHIND_LAG_MS):
         behind.append(f"event-loop lag p99 {lag['p99']:.1f} ms > {BEHIND_LAG_MS:g} ms (reads waited)")
     if (load.mode in ("rate", "trace") and not load.concurrency and rel["p99"] is not None
             and rel["p99"] > BEHIND_RELEASE_MS):

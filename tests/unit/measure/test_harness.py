@@ -181,3 +181,21 @@ def test_measure_cell_stores_host_bound_from_its_own_figures():
         assert bool(m.get("host_bound")) == (pct < HOST_BOUND_UTIL_PCT and busy >= 0.9)
         if m.get("host_bound"):
             assert "10 %" in m["host_bound_reason"]
+
+
+def test_a_starved_loop_is_judged_by_the_time_its_samples_span_not_their_count():
+    """A loop that wakes 50 ms late takes 17 samples a second instead of 100: 20 such samples
+    span 1.2 s and are judged (behind); 20 samples of a healthy loop span 0.2 s and are not,
+    whatever their lag; 150 healthy samples are judged and not behind."""
+    from infbench.data.schema import Load
+    from infbench.engines.openai import BEHIND_LAG_MS, BEHIND_MIN_SPAN_S, client_health
+    from infbench.measure.loadgen import LAG_INTERVAL_S, LoadStats
+
+    load = Load(mode="concurrency", concurrency=2, num_requests=8)
+    starved = client_health([], LoadStats(loop_lag_ms=[50.0] * 20), load, "uvloop")
+    assert 20 * (LAG_INTERVAL_S + 0.050) >= BEHIND_MIN_SPAN_S
+    assert starved["behind"] == [f"event-loop lag p99 50.0 ms > {BEHIND_LAG_MS:g} ms (reads waited)"]
+    short = client_health([], LoadStats(loop_lag_ms=[0.0] * 19 + [9.0]), load, "uvloop")
+    assert short["behind"] == [] and short["loop_lag_ms"]["max"] == 9.0
+    healthy = client_health([], LoadStats(loop_lag_ms=[0.5] * 150), load, "uvloop")
+    assert healthy["behind"] == [] and healthy["loop_lag_ms"]["count"] == 150
