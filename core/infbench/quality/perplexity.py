@@ -102,16 +102,40 @@ def first_scored(n_ctx: int) -> int:
     return n_ctx // 2
 
 
+#: Rows of logits :func:`nll_from_logits` converts to float64 at a time: 16 rows of a 49,152-token
+#: vocabulary are 6 MiB, reused from block to block.
+NLL_BLOCK_ROWS = 16
+
+
 def nll_from_logits(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """Per-row negative log-likelihood ``logsumexp(logits) - logits[target]`` in float64.
 
+    Computed :data:`NLL_BLOCK_ROWS` rows at a time in one reused float64 buffer, each row
+    exactly as over the whole array. Over the whole array at once, a 512-token chunk of a
+    49,152-token vocabulary made three 100 MB temporaries that the allocator maps and unmaps
+    each time: in llama.cpp's engine process their page faults took 0.7-1.3 s of system time
+    per chunk, a third of ``infbench perplexity``'s time (a 2.3 s decode per chunk on one core).
+
     Args:
         logits: ``(k, n_vocab)``. targets: ``(k,)`` token ids.
+
+    Returns:
+        ``(k,)`` float64, in nats.
     """
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=1)
-    lse = m + np.log(np.exp(x - m[:, None]).sum(axis=1))
-    return lse - x[np.arange(x.shape[0]), np.asarray(targets)]
+    x = np.asarray(logits)
+    t = np.asarray(targets)
+    out = np.empty(x.shape[0], np.float64)
+    buf = np.empty((min(NLL_BLOCK_ROWS, x.shape[0]), x.shape[1]), np.float64)
+    for i in range(0, x.shape[0], NLL_BLOCK_ROWS):
+        rows = x[i:i + NLL_BLOCK_ROWS]
+        b = buf[:rows.shape[0]]
+        np.copyto(b, rows)
+        m = b.max(axis=1)
+        target = b[np.arange(rows.shape[0]), t[i:i + NLL_BLOCK_ROWS]]
+        b -= m[:, None]
+        np.exp(b, out=b)
+        out[i:i + rows.shape[0]] = m + np.log(b.sum(axis=1)) - target
+    return out
 
 
 def summarize(nll: np.ndarray) -> dict[str, float]:

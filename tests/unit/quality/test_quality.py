@@ -47,6 +47,18 @@ def test_nll_and_summary_match_hand_computation():
     lse0 = math.log(1 + math.e + math.e ** 2)
     lse1 = math.log(math.e ** 3 + 2)
     assert nll == pytest.approx([lse0 - 2.0, lse1 - 0.0])
+    # rows over several blocks (and a last, shorter one) give the whole-array formula's values;
+    # large logits do not overflow
+    from infbench.quality.perplexity import NLL_BLOCK_ROWS
+
+    rng = np.random.default_rng(0)
+    k = 2 * NLL_BLOCK_ROWS + 5
+    big = (rng.standard_normal((k, 300)) * 30 + 500).astype(np.float32)
+    tg = rng.integers(0, 300, k)
+    x = big.astype(np.float64)
+    whole = x.max(1) + np.log(np.exp(x - x.max(1)[:, None]).sum(1)) - x[np.arange(k), tg]
+    np.testing.assert_allclose(nll_from_logits(big, tg), whole, rtol=1e-12)
+    assert nll_from_logits(big[:0], tg[:0]).shape == (0,)
     v = np.array([1.0, 2.0, 4.0, 3.0])
     s = summarize(v)
     mean = v.mean()
