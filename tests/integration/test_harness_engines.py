@@ -63,7 +63,7 @@ def test_no_engine_process_measures_beside_infbench_and_says_so(tmp_path):
 
 
 def _serving_cell(pm, tmp_path, starve: bool):
-    """One serving cell (concurrency 2, 8 requests of 64 tokens) against llama.cpp's server on
+    """One serving cell (concurrency 2, 8 requests of 32 tokens: a timed part of about 5 s) against llama.cpp's server on
     127.0.0.1, measured by this process's client; with ``starve`` a busy Python thread in this
     process holds the interpreter for 50 ms at a time (switch interval) while the cell's timed
     part runs (from ``CellTimed`` to ``CellFinished``), so the client's event loop waits. (Over
@@ -83,7 +83,7 @@ def _serving_cell(pm, tmp_path, starve: bool):
 
     dev = detect(pm).devices[0]
     sw = Sweep(models=["smollm2-135m"], engines=["llama.cpp-server"], dtypes=["f16"], batch=[1], input_len=[32],
-               output_len=[64], concurrency=[2], num_requests=8, warmup_requests=1,
+               output_len=[32], concurrency=[2], num_requests=8, warmup_requests=1,
                warmup=1)  # one block: a starved client's blocks need not agree (warm-up is not what this tests)
     p = plan(sw, dev, pm)
     stop = threading.Event()
