@@ -64,8 +64,9 @@ def test_no_engine_process_measures_beside_infbench_and_says_so(tmp_path):
 
 def _serving_cell(pm, tmp_path, starve: bool):
     """One serving cell (concurrency 2, 8 requests of 32 tokens: a timed part of about 5 s)
-    against llama.cpp's server on 127.0.0.1, measured by this process's client; with ``starve`` a busy Python thread in this
-    process holds the interpreter for 50 ms at a time (switch interval) while the cell's timed
+    against llama.cpp's server on 127.0.0.1, measured by this process's client; with
+    ``starve`` a busy Python thread in this process holds the interpreter for 50 ms at a time
+    (switch interval) while the cell's timed
     part runs (from ``CellTimed`` to ``CellFinished``), so the client's event loop waits. (Over
     the whole run it slowed every step of infbench's bookkeeping too: the store's set-up took
     6.4 s, the cell 74 s instead of about 30.)
