@@ -965,7 +965,7 @@ def client_health(records: Sequence[RequestRecord], stats: LoadStats, load: Load
     """
     lag = summarize(stats.loop_lag_ms)
     rel = summarize([x * 1e3 for x in release_lags_s(records)])
-    span_s = (len(stats.loop_lag_ms) * LAG_INTERVAL_S * 1e3 + sum(stats.loop_lag_ms)) / 1e3
+    span_s = len(stats.loop_lag_ms) * LAG_INTERVAL_S + sum(stats.loop_lag_ms) / 1e3  # sleeps + lags
     behind = []
     if (len(stats.loop_lag_ms) >= BEHIND_MIN_SAMPLES and span_s >= BEHIND_MIN_SPAN_S and lag["p99"] is not None
             and lag["p99"] > BEHIND_LAG_MS):
