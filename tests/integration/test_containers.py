@@ -118,8 +118,10 @@ def test_container_killed_mid_cell_stores_it_failed_and_the_sweep_resumes(cpu_im
     store = str(tmp_path / "s.db")
     seen: dict = {}
     w = _watch(docker_client, lambda c: c.kill(), 2, seen)
+    # one warm-up block per cell (warming until stable is test_steady_state_live's subject): the
+    # kill lands 1 s into the second cell's warm-up block all the same
     p = infbench("run", "--executor", "container", "-m", "smollm2-135m", "-b", "1,2,4", "--input-len", "32",
-                 "--output-len", "200", "--store", store, check=False)
+                 "--output-len", "200", "--warmup", "1", "--store", store, check=False)
     w.join(5)
     assert "hit" in seen, "the watcher never saw the second cell start"
     assert p.returncode == 3, p.stderr
@@ -134,7 +136,8 @@ def test_container_killed_mid_cell_stores_it_failed_and_the_sweep_resumes(cpu_im
     assert not leftover(docker_client)
     # Running again measures only the failed cell.
     again = json.loads(infbench("run", "--executor", "container", "-m", "smollm2-135m", "-b", "1,2,4",
-                                "--input-len", "32", "--output-len", "200", "--store", store, "--json").stdout)
+                                "--input-len", "32", "--output-len", "200", "--warmup", "1", "--store", store,
+                                "--json").stdout)
     assert again["ok"] == 1 and again["skipped"] == 2
 
 
@@ -142,7 +145,7 @@ def test_ctrl_c_removes_the_container_and_keeps_finished_cells(cpu_image, docker
     store = str(tmp_path / "s.db")
     proc = subprocess.Popen([sys.executable, "-m", "infbench.cli", "run", "--executor", "container",
                              "-m", "smollm2-135m", "-b", "1,2,4", "--input-len", "32", "--output-len", "200",
-                             "--store", store],
+                             "--warmup", "1", "--store", store],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict = {}
     w = _watch(docker_client, lambda c: proc.send_signal(signal.SIGINT), 2, seen)
