@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from infbench.libs.llama import default_threads
 from tests.support.clone import clone_like_copy
 
 pytestmark = pytest.mark.integration
@@ -100,6 +101,7 @@ def test_default_sweep_stored_on_the_prebuilt_server(fresh):
                     and not r.startswith(("other processes", "client-bound"))], m.get("suspect")
         build = json.loads(c[2])["build"]
         assert build["kind"] == "prebuilt" and build["distribution"] == "xllamacpp"
+        assert json.loads(c[2])["n_threads"] == default_threads()   # the CPUs it may use, not the host's
         assert build["origin"] == "prebuilt wheel"
     d = prov["default_sweep"]
     assert d["engine"] == "llama.cpp-server" and "prebuilt wheel" in d["build"]

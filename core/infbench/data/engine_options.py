@@ -297,6 +297,9 @@ class LlamaServerOptions(ServerOptions):
     """llama.cpp's server (the xllamacpp wheel, or a ``llama-server`` binary).
 
     Attributes:
+        n_threads: as :class:`EngineOptions`; None: the CPUs infbench may use (its affinity),
+            at most the physical cores, as the in-process llama.cpp engine
+            (:func:`infbench.libs.llama.default_threads`), not llama-server's own default.
         parallel: server slots (``--parallel``), 1..65536 (default: what the cells need).
         server_binary: path of a ``llama-server`` binary to run instead of the xllamacpp
             wheel (e.g. ``scripts/build_llama_cuda.sh``'s bundle); None: the site setting

@@ -30,12 +30,17 @@ from infbench.engines.availability import (
 from infbench.engines.builds import xllamacpp_build
 from infbench.engines.gguf_dummy import GGUF_DTYPES, dummy_gguf_path, dummy_text
 from infbench.engines.server_process import ManagedServerEngine, slots_needed
+from infbench.libs.llama import default_threads
 from infbench.quality.quantize import derive
 
 
 class LlamaServerEngine(ManagedServerEngine):
-    """``llama.cpp-server``: a managed llama.cpp server. Options: ``n_threads``,
-    ``parallel`` (slots; default from the group), ``startup_timeout_s`` (default 120)."""
+    """``llama.cpp-server``: a managed llama.cpp server. Options: ``n_threads`` (default
+    :func:`~infbench.libs.llama.default_threads`: the CPUs this process may use, at most the
+    physical cores, as the in-process engine; llama-server's own default counts the host's cores
+    whatever the affinity, and two spinning threads on one allowed CPU ran the quick preset
+    2-3x slower), ``parallel`` (slots; default from the group), ``startup_timeout_s`` (default
+    120)."""
 
     name = "llama.cpp-server"
     options_model = LlamaServerOptions
@@ -78,13 +83,14 @@ class LlamaServerEngine(ManagedServerEngine):
         per_slot = max(c.longest() for c in group.cells) + 16
         per_slot = -(-per_slot // 256) * 256
         timeout = self.options.startup_timeout_s or 120.0
+        threads = self.threads = int(self.options.n_threads or default_threads())
         if found is not None:
             binary, gpu = found[0], self.device.kind != "cpu"
             self.launch_server(lambda port: lb.server_argv(binary, path, port, parallel, parallel * per_slot,
-                                                           self.options.n_threads, gpu, self.options.n_ubatch),
+                                                           threads, gpu, self.options.n_ubatch),
                                timeout, env=lb.server_env(binary))
         else:
-            extra = ["--threads", str(self.options.n_threads)] if self.options.n_threads else []
+            extra = ["--threads", str(threads)]
             if self.device.kind != "cpu":
                 extra += ["--n-gpu-layers", "999"]
             extra += ["--verbosity", "4"]  # the loader's report (devices, offloaded layers) for verify_device
@@ -144,10 +150,11 @@ class LlamaServerEngine(ManagedServerEngine):
 
     def describe(self) -> dict[str, Any]:
         """xllamacpp version, its build (prebuilt: ``build``,
-        :func:`infbench.engines.builds.xllamacpp_build`), slots, and the server log kept beside
-        the results."""
+        :func:`infbench.engines.builds.xllamacpp_build`), slots, threads (``n_threads``), and the
+        server log kept beside the results."""
         d = super().describe()
         d["parallel"] = getattr(self, "parallel", None)
+        d["n_threads"] = getattr(self, "threads", None)
         found = getattr(self, "binary", None)
         if found is not None:
             bundle = getattr(self, "bundle", None)
