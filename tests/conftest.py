@@ -73,20 +73,19 @@ def cpu_limits_file(tmp_path_factory):
         cached_cpuinfo(p.with_name("cpuinfo.json"))
         if not p.exists():
             cached_limits(cpu_device(), p)
-        kept_vllm_platform(p.with_name("vllm_platform.json"))
+        kept_vllm_platform(p.with_name("vllm-home"))
     return p
 
 
-def kept_vllm_platform(path) -> None:
-    """vLLM's platform answer kept at ``path`` under its key, as ``infbench`` keeps it in a home
-    (:func:`infbench.engines.availability.vllm_probe`), asked in a process of its own (the test
-    process does not import vLLM); nothing where vLLM is not installed, or the file is there."""
-    if path.exists() or importlib.util.find_spec("vllm") is None:
+def kept_vllm_platform(home) -> None:
+    """vLLM's platform answer kept in ``home/cache/vllm_platform.json`` by infbench itself
+    (:func:`infbench.engines.availability.vllm_probe`, in a process of its own with
+    ``INFBENCH_HOME=home``: the test process does not import vLLM); nothing where vLLM is not
+    installed, or the file is there."""
+    if (home / "cache" / "vllm_platform.json").exists() or importlib.util.find_spec("vllm") is None:
         return
-    code = ("import sys\nfrom infbench.data.paths import keep\n"
-            "from infbench.engines.availability import live_vllm_probe, vllm_probe_key\n"
-            "k = vllm_probe_key()\nif k:\n    keep(sys.argv[1], k, live_vllm_probe())\n")
-    subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, timeout=300, check=False)
+    subprocess.run([sys.executable, "-c", "from infbench.engines.availability import vllm_probe; vllm_probe()"],
+                   env={**os.environ, "INFBENCH_HOME": str(home)}, capture_output=True, timeout=300, check=False)
 
 
 @pytest.fixture(autouse=True)

