@@ -58,15 +58,16 @@ def license_text() -> str:
     return str(Path(sysconfig.get_paths()["stdlib"]) / "LICENSE.txt")
 
 
-def llama_perplexity(binary: Path, gguf: str, text: str, n_ctx: int, threads: int, batch: int | None = None) -> dict:
-    """Run llama.cpp's tool (``-b batch`` when given); its final estimate, uncertainty, chunks,
-    batch and running estimates.
+def llama_perplexity(binary: Path, gguf: str, text: str, n_ctx: int, threads: int, batch: int | None = None,
+                     chunks: int | None = None) -> dict:
+    """Run llama.cpp's tool (``-b batch``, ``--chunks chunks``: the text's first chunks, when
+    given); its final estimate, uncertainty, chunks, batch and running estimates.
 
     Raises:
         RuntimeError: it failed or printed no final estimate.
     """
     t0 = time.perf_counter()
-    extra = ["-b", str(batch)] if batch else []
+    extra = (["-b", str(batch)] if batch else []) + (["--chunks", str(chunks)] if chunks else [])
     p = subprocess.run([str(binary), "-m", gguf, "-f", text, "-c", str(n_ctx), "-t", str(threads), *extra],
                        capture_output=True, text=True, timeout=3600)
     out = p.stdout + p.stderr
@@ -81,15 +82,17 @@ def llama_perplexity(binary: Path, gguf: str, text: str, n_ctx: int, threads: in
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def infbench_perplexity(gguf: str, text: str, n_ctx: int, env: dict[str, str]) -> dict:
-    """``infbench perplexity ... --json`` (llama.cpp engine); its stored result.
+def infbench_perplexity(gguf: str, text: str, n_ctx: int, env: dict[str, str], chunks: int | None = None) -> dict:
+    """``infbench perplexity ... --json`` (llama.cpp engine; ``--chunks chunks``: the text's first
+    chunks, when given); its stored result.
 
     Raises:
         RuntimeError: it failed.
     """
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "infbench.cli", "perplexity", "--model", gguf, "--text", text,
-                        "--n-ctx", str(n_ctx), "--json", "--force"], capture_output=True, text=True, env=env,
+                        "--n-ctx", str(n_ctx), "--json", "--force", *(["--chunks", str(chunks)] if chunks else [])],
+                       capture_output=True, text=True, env=env,
                        timeout=3600)
     if p.returncode != 0:
         raise RuntimeError(f"infbench perplexity failed ({p.returncode}):\n{p.stderr[-3000:]}")
@@ -101,10 +104,13 @@ def infbench_perplexity(gguf: str, text: str, n_ctx: int, env: dict[str, str]) -
                 "n_threads"), "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def measure(n_ctx: int = 512, home: Path | None = None, one_chunk_per_call: bool = True) -> dict:
+def measure(n_ctx: int = 512, home: Path | None = None, one_chunk_per_call: bool = True,
+            chunks: int | None = None) -> dict:
     """Both tools on the same GGUF and text; the result recorded in the JSON. With
     ``one_chunk_per_call`` llama-perplexity also runs with ``-b n_ctx`` (one chunk per decode
     call, as infbench), for the docs' second figure; the test of the agreement leaves it out.
+    ``chunks``: both score only the text's first chunks (the test; the docs' figure scores every
+    chunk).
 
     Raises:
         RuntimeError: a tool failed, or the two scored a different number of chunks.
@@ -113,10 +119,10 @@ def measure(n_ctx: int = 512, home: Path | None = None, one_chunk_per_call: bool
 
     gguf, text = smollm2_gguf(), license_text()
     env = {**os.environ, "INFBENCH_HOME": str(home or Path(tempfile.mkdtemp(prefix="infbench-xppl-")) / "home")}
-    ib = infbench_perplexity(gguf, text, n_ctx, env)
-    lp = llama_perplexity(tools_dir() / "llama-perplexity", gguf, text, n_ctx, ib["n_threads"] or 2)
+    ib = infbench_perplexity(gguf, text, n_ctx, env, chunks)
+    lp = llama_perplexity(tools_dir() / "llama-perplexity", gguf, text, n_ctx, ib["n_threads"] or 2, chunks=chunks)
     one = llama_perplexity(tools_dir() / "llama-perplexity", gguf, text, n_ctx, ib["n_threads"] or 2,
-                           batch=n_ctx) if one_chunk_per_call else None
+                           batch=n_ctx, chunks=chunks) if one_chunk_per_call else None
     if lp["n_chunks"] != ib["n_chunks"]:
         raise RuntimeError(f"chunks differ: llama-perplexity {lp['n_chunks']}, infbench {ib['n_chunks']}")
     diff = ib["perplexity"] / lp["perplexity"] - 1

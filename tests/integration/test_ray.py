@@ -210,14 +210,20 @@ def test_cells_claimed_elsewhere_are_skipped(ray_cluster, pm, tmp_path):
 
 
 def _split_run(ray_cluster, pm, tmp_path, observer):
-    """Six cells of one group (the real SmolLM2-135M Q4_1 GGUF on llama.cpp: cells of a few
-    seconds each here, so the cells outweigh a second part's start on this busy 2-core host: about
-    17 s from the task's start to its first cell), each node loading it from the same path, through
-    the Ray executor."""
+    """Six cells of one group (the real SmolLM2-135M Q4_1 GGUF on llama.cpp, 64 output tokens:
+    about 1-4 s each here), each node loading it from the same path, through the Ray executor.
+
+    The split is decided on given estimates (each cell 10 s a batch row, a new part's load 1 s),
+    so the driver splits the group at its start whatever this machine's prediction says: how
+    the executor splits on its own estimates is test_fleet.py's (unit) and
+    test_sweep_spread_over_two_nodes'; here the subject is a node lost inside a split. (On the
+    default prediction the cells had to be 384 tokens long, 86 s of cells on one pinned core,
+    for the split to pay; the kill lands at the same moment either way.)"""
     from infbench.data.run import RunOptions
     from infbench.data.schema import Sweep
     from infbench.detect import detect
     from infbench.execution.bookkeeping import provenance
+    from infbench.execution.executors.fleet import Estimates
     from infbench.execution.executors.ray import RayExecutor
     from infbench.plan import plan
     from tests.integration.test_real_weights import _smollm2
@@ -225,19 +231,21 @@ def _split_run(ray_cluster, pm, tmp_path, observer):
     det = detect(pm)
     dev = det.devices[0]
     sweep = Sweep(models=[str(_smollm2())], engines=["llama.cpp"], dtypes=["q4_1"], batch=[1, 2, 3, 4, 5, 6],
-                  input_len=[16], output_len=[384], warmup=1)   # one block: splits are the subject
+                  input_len=[16], output_len=[64], warmup=1)   # one block: splits are the subject
     p = plan(sweep, dev, pm)
     assert len(p.groups) == 1 and len(p.cells) == 6
     store = Store(tmp_path / "r.db")
     # One llama.cpp thread per worker: both raylets share this host's 2 cores, and two workers
     # of 2 spinning threads each on 2 cores slow each other down by orders of magnitude.
-    s = RayExecutor(pm, provenance(det, pm)).run(p, store, RunOptions(engine_options={"n_threads": 1}), observer)
+    est = Estimates(predict=lambda item, cell: 10.0 * cell.batch, load=lambda item: 1.0)
+    s = RayExecutor(pm, provenance(det, pm), estimates=est).run(p, store, RunOptions(engine_options={"n_threads": 1}),
+                                                                observer)
     return p, dev, store, s
 
 
 def test_node_killed_mid_split(ray_cluster, pm, tmp_path):
-    """One group of six cells on a two-node CPU type: the driver splits it (the first cell
-    shows the cells outweigh a second model load) and the idle node loads the same model for its
+    """One group of six cells on a two-node CPU type: the driver splits it (the estimates say
+    the cells outweigh a second model load) and the idle node loads the same model for its
     share; that worker raylet dies as it starts its first cell: what was finished is kept, the
     rest of its part runs on the surviving node; no cell lost, none stored twice. (A split that
     runs to its end is this run up to the kill: its own test ran the same six cells again, 66 s
