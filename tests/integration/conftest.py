@@ -80,13 +80,10 @@ RAY_GROUP = "ray"
 #: 128-150, test_cli 99-216, test_crosscheck 78-89, test_production_serving 65-78,
 #: test_accelerator_first 49-82, test_engine_signatures about 50 with the venvs' first imports
 #: compiled, test_lib_validation_cli 42-50, test_layers about 30 with the suite's one mypy run,
-#: ...; 2026-12-03: test_crosscheck about 180 with the two speed cross-checks moved here from the
-#: quiet stage (95 s and 45 s pinned alone), the Ray group about 60 s shorter, test_fault_injection
-#: about 25, test_frontier_servers about 40). The parallel stage hands groups out in this order,
-#: the longest first, so that the two workers end together; groups not listed follow in
-#: collection order, then the unit layer.
-LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_crosscheck.py", "test_vllm.py", "test_fault_injection.py",
-                 "test_first_result.py", "test_cli.py", "test_frontier_servers.py",
+#: ...). The parallel stage hands groups out in this order, the longest first, so that the two
+#: workers end together; groups not listed follow in collection order, then the unit layer.
+LONGEST_FIRST = ("test_real_weights.py", RAY_GROUP, "test_fault_injection.py", "test_vllm.py",
+                 "test_frontier_servers.py", "test_first_result.py", "test_cli.py", "test_crosscheck.py",
                  "test_production_serving.py", "test_accelerator_first.py", "test_engine_signatures.py",
                  "test_lib_validation_cli.py", "test_layers.py", "test_plugin_entrypoint.py",
                  "test_scenarios_everywhere.py", "test_secrets_paths.py", "test_peer_roundtrip.py", "test_serving.py",

@@ -4,12 +4,9 @@ vendors) and vLLM's own throughput benchmark, each against infbench on the same 
 and settings. The measuring code is the benchmark scripts' (benchmarks/crosscheck_*.py, which
 write the committed figures); these tests run smaller versions and write their agreement as
 JSON to ``$INFBENCH_CROSSCHECK_DIR`` (default: the test's tmp folder). The speed comparisons
-start each tool's run in a quiet second (waiting at most 1 s here) and compare the samples
-measured while other processes left the CPUs alone (infbench's noisy-neighbour check), else all
-samples, and say which. The tests check that mechanism, not how close the tools are (that is the
-benchmarks' 3 % targets, on a quiet machine): they run in the parallel stage of scripts/test.sh,
-on a core of their own beside the other worker's tests (issue 40, item 9: in the quiet stage
-they took 129 s of its 316 s; pinned to one core the vLLM one took 95 s, as in the quiet stage)."""
+start each tool's run in a quiet second and compare the samples measured while other processes
+left the CPUs alone (infbench's noisy-neighbour check); without enough of them the test is
+skipped, or fails under CI=true (a quiet machine)."""
 
 import importlib.util
 import json
@@ -50,13 +47,14 @@ def agrees_in_form(ours: float, theirs: float, diff: float | None) -> None:
     assert diff is not None and diff == pytest.approx(ours / theirs - 1, abs=2e-3)
 
 
+@pytest.mark.alone
 def test_llama_bench_and_infbench_measure_the_same_llama_cpp_cells(tmp_path, infbench_home):
     """Prompt processing (n_in / TTFT) and generation (1 / TPOT) tokens/s of infbench's
     batch-1 llama.cpp cells beside llama-bench's at the same GGUF, threads, micro-batch and
     lengths, alternating rounds: both sides measured, paired and compared. The 3 % agreement is
     benchmarks/crosscheck_llama_bench.py's (8 rounds x 5 repeats, docs/benchmarks.md)."""
     m = bench("crosscheck_llama_bench")
-    res = m.measure("smollm2-135m", "f16", (128,), 64, rounds=2, repeat=2, home=infbench_home, wait_quiet_s=1,
+    res = m.measure("smollm2-135m", "f16", (128,), 64, rounds=2, repeat=2, home=infbench_home, wait_quiet_s=5,
                     min_quiet=2)
     keep(tmp_path, "crosscheck_llama_bench", res)
     assert {t["test"] for t in res["tests"]} == {"pp128", "tg63@d128"}
@@ -78,6 +76,7 @@ def test_llama_perplexity_agrees_with_infbench_perplexity(tmp_path, infbench_hom
 
 
 @pytest.mark.vllm
+@pytest.mark.alone
 def test_vllm_bench_and_infbench_measure_the_same_vllm_cells(tmp_path, infbench_home):
     """Output tokens/s of infbench's vLLM batch cell beside vLLM's own throughput benchmark at
     the same shape and engine arguments: both sides ran the same tokens and are compared. The
@@ -86,7 +85,7 @@ def test_vllm_bench_and_infbench_measure_the_same_vllm_cells(tmp_path, infbench_
     item 9), and so is infbench's default warm-up: here one block (``--warmup 1``)."""
     m = bench("crosscheck_vllm")
     res = m.measure("smollm2-135m", "bfloat16", (8,), 128, 64, rounds=1, repeat=1, home=infbench_home,
-                    wait_quiet_s=1, min_quiet=1, greedy=False, warmup=1)
+                    wait_quiet_s=5, min_quiet=1, greedy=False, warmup=1)
     keep(tmp_path, "crosscheck_vllm", res)
     (s,) = res["shapes"]
     assert all(n == 8 * (128 + 64) for n in s["vllm_bench_total_num_tokens"]), s
