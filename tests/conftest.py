@@ -65,9 +65,9 @@ def cpu_limits_file(tmp_path_factory):
     """One measurement of this host's CPU limits (roofline) for the whole session, shared by its
     workers: the first worker measures them as it starts, the other waits on the lock (measured
     beside a running engine, the limits would come out low and the cells' physics checks would
-    call sound figures suspect). Beside it, py-cpuinfo's answer and vLLM's platform answer, each
-    linked into every home (make_home): asked once, not by every command a test starts (vLLM's
-    costs 2.5-4 s of CPU each time)."""
+    call sound figures suspect). Beside it, py-cpuinfo's answer and vLLM's platform and torch's
+    answers, each linked into every home (make_home): asked once, not by every command a test
+    starts (vLLM's costs 2.5-4 s of CPU each time, torch's 1.7 s)."""
     p = session_dir(tmp_path_factory) / "cpu_limits.json"
     with FileLock(f"{p}.lock"):
         cached_cpuinfo(p.with_name("cpuinfo.json"))
@@ -78,14 +78,17 @@ def cpu_limits_file(tmp_path_factory):
 
 
 def kept_vllm_platform(home) -> None:
-    """vLLM's platform answer kept in ``home/cache/vllm_platform.json`` by infbench itself
-    (:func:`infbench.engines.availability.vllm_probe`, in a process of its own with
-    ``INFBENCH_HOME=home``: the test process does not import vLLM); nothing where vLLM is not
-    installed, or the file is there."""
-    if (home / "cache" / "vllm_platform.json").exists() or importlib.util.find_spec("vllm") is None:
-        return
-    subprocess.run([sys.executable, "-c", "from infbench.engines.availability import vllm_probe; vllm_probe()"],
-                   env={**os.environ, "INFBENCH_HOME": str(home)}, capture_output=True, timeout=300, check=False)
+    """vLLM's platform answer and torch's kept in ``home/cache/vllm_platform.json`` and
+    ``home/cache/torch_probe.json`` by infbench itself
+    (:func:`infbench.engines.availability.vllm_probe`, :func:`~infbench.engines.availability.torch_probe`,
+    in a process of their own with ``INFBENCH_HOME=home``: the test process imports neither
+    vLLM nor torch); nothing for a package that is not installed, or whose file is there."""
+    for name, module, probe in (("vllm_platform.json", "vllm", "vllm_probe"), ("torch_probe.json", "torch",
+                                                                             "torch_probe")):
+        if (home / "cache" / name).exists() or importlib.util.find_spec(module) is None:
+            continue
+        subprocess.run([sys.executable, "-c", f"from infbench.engines.availability import {probe}; {probe}()"],
+                       env={**os.environ, "INFBENCH_HOME": str(home)}, capture_output=True, timeout=300, check=False)
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """An INFBENCH_HOME for tests that share the session's dummy GGUF cache, measured CPU limits,
-py-cpuinfo answer and vLLM platform answer."""
+py-cpuinfo answer, vLLM platform answer and torch answer."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     ``cache/cpuinfo.json`` links to the ``cpuinfo.json`` beside ``cpu_limits_file`` (the
     session's py-cpuinfo answer, :func:`infbench.detect.platforms.cpu.cached_cpuinfo`; where it
     is missing or stale, infbench asks py-cpuinfo and writes the home's own file in place of the
-    link), and ``cache/vllm_platform.json`` to the session's (kept under ``vllm-home`` beside
-    ``cpu_limits_file``, :func:`infbench.engines.availability.vllm_probe`, the same way) where
-    the session kept one; returns ``home``."""
+    link), and ``cache/vllm_platform.json`` and ``cache/torch_probe.json`` to the session's
+    (kept under ``vllm-home`` beside ``cpu_limits_file`` by
+    :func:`infbench.engines.availability.vllm_probe` and
+    :func:`~infbench.engines.availability.torch_probe`, the same way) where the session kept
+    them; returns ``home``."""
     (home / "cache").mkdir(parents=True, exist_ok=True)
     os.symlink(gguf_cache, home / "cache" / "gguf")
     os.symlink(Path(cpu_limits_file).with_name("cpuinfo.json"), home / "cache" / "cpuinfo.json")
     os.symlink(cpu_limits_file, home / "cpu_limits.json")
-    vllm_platform = Path(cpu_limits_file).with_name("vllm-home") / "cache" / "vllm_platform.json"
-    if vllm_platform.is_file():
-        os.symlink(vllm_platform, home / "cache" / "vllm_platform.json")
+    for name in ("vllm_platform.json", "torch_probe.json"):
+        kept = Path(cpu_limits_file).with_name("vllm-home") / "cache" / name
+        if kept.is_file():
+            os.symlink(kept, home / "cache" / name)
     return home
 
 

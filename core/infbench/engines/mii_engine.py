@@ -69,6 +69,7 @@ from infbench.engines.availability import (
     USABLE,
     EngineSupport,
     device_label,
+    live_torch_probe,
     local_only,
     names_match,
     torch_backend_problem,
@@ -155,7 +156,7 @@ def _refuse_elsewhere(engine: str, device, backends) -> str:
     s = check_mii(device, backends, engine)
     if not s.usable:
         raise DeviceMismatch(engine, label, s.reason, "the CPU", s.fix)
-    names = torch_probe()["cuda_devices"]
+    names = live_torch_probe()["cuda_devices"]
     match = [n for n in names if names_match(n, device.model)]
     if not match:
         raise DeviceMismatch(engine, label, f"torch sees {', '.join(names)}, not the detected {device.model}",

@@ -53,6 +53,7 @@ from infbench.engines.availability import (
     USABLE,
     EngineSupport,
     device_label,
+    live_torch_probe,
     local_only,
     names_match,
     torch_backend_problem,
@@ -226,7 +227,7 @@ class SglangServerEngine(ManagedServerEngine):
                                  "use --engine vllm or llama.cpp on the CPU")
         if not s.usable:
             raise DeviceMismatch(self.name, label, s.reason, "the CPU", s.fix)
-        names = torch_probe()["cuda_devices"]
+        names = live_torch_probe()["cuda_devices"]
         if not any(names_match(n, self.device.model) for n in names):
             raise DeviceMismatch(self.name, label, f"torch sees {', '.join(names)}, not the detected "
                                  f"{self.device.model}", ", ".join(names), "make the detected GPU visible "

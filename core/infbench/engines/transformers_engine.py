@@ -25,10 +25,10 @@ from infbench.engines.availability import (
     USABLE,
     EngineSupport,
     device_label,
+    live_torch_probe,
     local_only,
     names_match,
     torch_backend_problem,
-    torch_probe,
 )
 from infbench.engines.dummy_weights import build_hf_model
 
@@ -146,7 +146,7 @@ class TransformersEngine(Engine):
         if b is None or b.torch is None:
             raise DeviceMismatch(self.name, label, f"the {self.device.vendor} plugin declares no PyTorch build for "
                                  "its devices", "the CPU", f"upgrade the infbench-{self.device.vendor} plugin")
-        problem = torch_backend_problem(torch_probe(), b.torch)
+        problem = torch_backend_problem(live_torch_probe(), b.torch)
         if problem:
             raise DeviceMismatch(self.name, label, problem, "the CPU", b.install.get("torch"))
         return {"cuda": "cuda", "hip": "cuda", "xpu": "xpu", "hpu": "hpu"}[b.torch] + ":0"
