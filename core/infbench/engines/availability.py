@@ -29,7 +29,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -196,14 +196,26 @@ def torch_probe() -> dict[str, Any]:
     Raises:
         ImportError: torch is not installed.
     """
-    key = torch_probe_key()
-    path = cache_dir() / "torch_probe.json"
+    return kept_answer("torch_probe.json", torch_probe_key(), live_torch_probe,
+                       {"version", "cuda", "hip", "cuda_devices", "xpu_devices", "hpu_devices"})
+
+
+def kept_answer(name: str, key: str | None, live: Callable[[], dict[str, Any]],
+                fields: set[str]) -> dict[str, Any]:
+    """The answer kept in ``$INFBENCH_HOME/cache/<name>`` under ``key`` when it holds every one of
+    ``fields``, else ``live()``, kept there under ``key`` (nothing is read or kept when ``key``
+    is None: a host whose state cannot be keyed). Shared by :func:`torch_probe` and
+    :func:`vllm_probe`.
+
+    Raises:
+        whatever ``live`` raises (ImportError: the library is not installed).
+    """
+    path = cache_dir() / name
     if key is not None:
         kept = read_kept(path, key)
-        if isinstance(kept, dict) and {"version", "cuda", "hip", "cuda_devices", "xpu_devices",
-                                       "hpu_devices"} <= kept.keys():
+        if isinstance(kept, dict) and fields <= kept.keys():
             return kept
-    probe = live_torch_probe()
+    probe = live()
     if key is not None:
         keep(path, key, probe)
     return probe
@@ -455,16 +467,8 @@ def vllm_probe() -> dict[str, Any]:
     Raises:
         ImportError: vLLM is not installed.
     """
-    key = vllm_probe_key()
-    path = cache_dir() / "vllm_platform.json"
-    if key is not None:
-        kept = read_kept(path, key)
-        if isinstance(kept, dict) and {"version", "distribution", "platform", "device_type"} <= kept.keys():
-            return kept
-    probe = live_vllm_probe()
-    if key is not None:
-        keep(path, key, probe)
-    return probe
+    return kept_answer("vllm_platform.json", vllm_probe_key(), live_vllm_probe,
+                       {"version", "distribution", "platform", "device_type"})
 
 
 def ggml_backend_of(device_name: str) -> str:
