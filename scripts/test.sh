@@ -49,6 +49,15 @@ while (($#)); do
 done
 and_expr() { if [[ -n "$expr" ]]; then echo "($expr) and ($1)"; else echo "$1"; fi; }
 
+# What the tests make once (the measured CPU limits, py-cpuinfo's, vLLM's and torch's answers,
+# dummy GGUF files, the CPU worker image's record: tests/support/home.py session_dir) is made by
+# the first stage and reused by the second, in a folder removed at the end.
+if [[ -z "${INFBENCH_TEST_SESSION_DIR:-}" ]]; then
+    INFBENCH_TEST_SESSION_DIR="$(mktemp -d -t infbench-tests.XXXXXX)"
+    trap 'rm -rf "$INFBENCH_TEST_SESSION_DIR"' EXIT
+fi
+export INFBENCH_TEST_SESSION_DIR
+
 # pytest exits 5 when a stage selects no test (e.g. -m serial leaves stage 1 empty):
 # that stage is skipped; the script fails if a stage fails, or exits 5 if no stage ran a test.
 status=0

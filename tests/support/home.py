@@ -30,9 +30,15 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
 
 
 def session_dir(tmp_path_factory) -> Path:
-    """The temporary folder the whole test session shares: under pytest-xdist the parent of
+    """The temporary folder the whole test session shares: ``$INFBENCH_TEST_SESSION_DIR`` where
+    it is set (scripts/test.sh sets it for both of its stages, so the second pytest run reuses
+    what the first made: about 20 s of its serial stage), else under pytest-xdist the parent of
     every worker's own base folder (``/tmp/pytest-of-$USER/pytest-N``), without xdist the
     session's base folder. What is made once per session (dummy GGUF files, the measured CPU
     limits, the worker image) lives here, under a lock where two workers could make it at once."""
+    shared = os.environ.get("INFBENCH_TEST_SESSION_DIR")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+        return Path(shared)
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
