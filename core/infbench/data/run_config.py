@@ -583,10 +583,6 @@ class RunConfig(BaseModel):
                 out[f"{part.GRID}{k}"] = str(v) if isinstance(v, Path) else v
         return out
 
-    def is_given(self, part: str, field: str) -> bool:
-        """Whether the command line (or the file) set ``part.field``."""
-        return field in getattr(self, part).model_fields_set
-
 
 # -- the flag table ----------------------------------------------------------------------------
 @dataclass(frozen=True)
