@@ -73,11 +73,11 @@ def cpu_limits_file(tmp_path_factory):
         cached_cpuinfo(p.with_name("cpuinfo.json"))
         if not p.exists():
             cached_limits(cpu_device(), p)
-        kept_vllm_platform(p.with_name("vllm-home"))
+        kept_probe_answers(p.with_name("probe-home"))
     return p
 
 
-def kept_vllm_platform(home) -> None:
+def kept_probe_answers(home) -> None:
     """vLLM's platform answer and torch's kept in ``home/cache/vllm_platform.json`` and
     ``home/cache/torch_probe.json`` by infbench itself
     (:func:`infbench.engines.availability.vllm_probe`, :func:`~infbench.engines.availability.torch_probe`,

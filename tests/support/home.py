@@ -14,7 +14,7 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     session's py-cpuinfo answer, :func:`infbench.detect.platforms.cpu.cached_cpuinfo`; where it
     is missing or stale, infbench asks py-cpuinfo and writes the home's own file in place of the
     link), and ``cache/vllm_platform.json`` and ``cache/torch_probe.json`` to the session's
-    (kept under ``vllm-home`` beside ``cpu_limits_file`` by
+    (kept under ``probe-home`` beside ``cpu_limits_file`` by
     :func:`infbench.engines.availability.vllm_probe` and
     :func:`~infbench.engines.availability.torch_probe`, the same way) where the session kept
     them; returns ``home``."""
@@ -23,7 +23,7 @@ def make_home(home: Path, gguf_cache: Path, cpu_limits_file: Path) -> Path:
     os.symlink(Path(cpu_limits_file).with_name("cpuinfo.json"), home / "cache" / "cpuinfo.json")
     os.symlink(cpu_limits_file, home / "cpu_limits.json")
     for name in ("vllm_platform.json", "torch_probe.json"):
-        kept = Path(cpu_limits_file).with_name("vllm-home") / "cache" / name
+        kept = Path(cpu_limits_file).with_name("probe-home") / "cache" / name
         if kept.is_file():
             os.symlink(kept, home / "cache" / name)
     return home
